@@ -1,0 +1,115 @@
+"""Typed gateway settings, decoded from one YAML file with msgspec.
+
+Secrets are never inline: a field named ``*_ref`` or ``dsn`` holds a reference
+(``env:NAME`` or ``file:PATH``) resolved by :func:`gateway.config.resolve_secret`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from gateway.pricing import ModelPrice
+
+
+class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ServerSettings(_Base):
+    host: str = "127.0.0.1"
+    port: int = 4000
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_output_tokens: int = 1_000_000
+    """Absolute ceiling on ``max_tokens``; larger values are refused with 400."""
+    audit_path: str | None = None
+    """Per-replica append-only audit file (JSON lines); default: <data_dir>/audit-<replica>.jsonl."""
+    replica_id: str | None = None
+    admin_token_ref: str | None = None
+    """Reference to the admin token that may read every row of /v1/usage."""
+
+
+class KeyStoreSettings(_Base):
+    type: Literal["sqlite", "postgres"] = "sqlite"
+    path: str | None = None
+    """SQLite file (local profile); default ``<data_dir>/mayu.db``."""
+
+
+class GovernanceStoreSettings(_Base):
+    type: Literal["local", "postgres"] = "local"
+    path: str | None = None
+    """SQLite file for local windows and permits; default ``<data_dir>/mayu.db``."""
+    journal: bool = False
+    """A local journal; refused in shared mode (ADR-046)."""
+
+
+class DatabaseSettings(_Base):
+    dsn_ref: str = "env:INFERPLANE_DATABASE_URL"
+    pool_min_size: int = 2
+    pool_max_size: int = 10
+    connect_timeout_s: float = 2.0
+    pool_timeout_s: float = 2.0
+    """How long a request waits for a pooled connection before a 503."""
+    policy_refresh_s: float = 1.0
+
+
+class ProviderSettings(_Base):
+    name: str
+    kind: Literal["openai", "anthropic", "mock"]
+    base_url: str | None = None
+    api_key_ref: str | None = None
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    max_connections: int = 200
+    latency_ms: int = 0
+    """mock only: delay before the first byte and between stream chunks."""
+
+
+class Deployment(_Base):
+    provider: str
+    upstream_model: str | None = None
+    """The model name sent upstream (default: the gateway's model name)."""
+
+
+class ModelSettings(_Base):
+    name: str
+    deployments: list[Deployment]
+    """Tried in order; each fallback attempt gets its own permit."""
+    price: ModelPrice = ModelPrice()
+    max_output_tokens: int = 8192
+    """Output ceiling used for the bound when the request does not set max_tokens."""
+
+
+class ControlPlaneSettings(_Base):
+    url: str
+    token_ref: str | None = None
+
+
+class BootstrapTeam(_Base):
+    name: str
+    rpm: int | None = None
+    tpm: int | None = None
+    tokens_per_day: int | None = None
+    usd_micros_per_day: int | None = None
+    usd_micros_per_month: int | None = None
+
+
+class Settings(_Base):
+    data_dir: str = ".mayu"
+    server: ServerSettings = ServerSettings()
+    key_store: KeyStoreSettings = KeyStoreSettings()
+    governance_store: GovernanceStoreSettings = GovernanceStoreSettings()
+    database: DatabaseSettings | None = None
+    providers: list[ProviderSettings] = []
+    models: list[ModelSettings] = []
+    policies: list[str] | None = None
+    """Paths or globs of GovernancePolicy YAML files (local policy source)."""
+    control_plane: ControlPlaneSettings | None = None
+    bootstrap_teams: list[BootstrapTeam] = []
+    demo: bool = True
+    """Create a demo team and key on first run (local profile) and print the key once."""
+
+    @property
+    def shared(self) -> bool:
+        return self.key_store.type == "postgres" and self.governance_store.type == "postgres"

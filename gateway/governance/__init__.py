@@ -1,0 +1,53 @@
+"""The admission/settlement seam (DESIGN §4–§5) and its stores.
+
+Request path: :func:`build_request` plans every counter a call must reserve against;
+a :class:`GovernanceStore` admits it all-or-none into a :class:`Permit`; after dispatch
+the permit is settled exactly once with an :class:`Outcome` (:func:`commits_for` says
+what each counter keeps).
+"""
+
+from gateway.governance._model import (
+    BUCKET_SCALE,
+    AdmissionRequest,
+    Charge,
+    GovernanceStore,
+    Outcome,
+    OutcomeKind,
+    Permit,
+    Refusal,
+    SettleResult,
+    UsageRow,
+)
+from gateway.governance._plan import (
+    bucket_admits,
+    bucket_settle,
+    build_request,
+    commits_for,
+    plan_charges,
+    refill,
+    retry_after_seconds,
+    settled_amounts,
+    utc_windows,
+)
+
+__all__ = [
+    "BUCKET_SCALE",
+    "AdmissionRequest",
+    "Charge",
+    "GovernanceStore",
+    "Outcome",
+    "OutcomeKind",
+    "Permit",
+    "Refusal",
+    "SettleResult",
+    "UsageRow",
+    "bucket_admits",
+    "bucket_settle",
+    "build_request",
+    "commits_for",
+    "plan_charges",
+    "refill",
+    "retry_after_seconds",
+    "settled_amounts",
+    "utc_windows",
+]

@@ -1,0 +1,148 @@
+"""The admission/settlement seam: what a store is asked to do, and what it answers.
+
+Python decides *which* limits apply to a request (:mod:`gateway.governance._plan`); a
+store (local SQLite or shared Postgres) executes the plan atomically. Every limit is a
+counter named by a stable key:
+
+- a **bucket** (RPM/TPM token bucket refilled from the store's clock, exact fixed point,
+  may hold debt after a true-up);
+- a **window** (explicit UTC calendar window: tokens or µUSD, ``limit`` ``None`` = track
+  only);
+- an **account** (a policy monetary budget in ``authority_accounts``; competes with
+  outstanding lease grants for the same account).
+
+A Permit records every :class:`Charge` it made with its captured window, so settlement
+uses those even after a policy edit, a deletion or midnight.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal, Protocol
+
+import msgspec
+
+from gateway.pricing import Usage
+
+CounterKind = Literal["bucket", "window", "account"]
+Dimension = Literal["requests", "tokens", "usd"]
+
+# A bucket's balance is kept in units of 1/60_000_000 token: a bucket of capacity C
+# tokens per minute then refills exactly C units per microsecond, so refill is integer
+# arithmetic with no remainder to lose, whatever the elapsed time.
+BUCKET_SCALE = 60_000_000
+
+
+class Charge(msgspec.Struct, frozen=True, kw_only=True):
+    """One counter one admission reserves against."""
+
+    counter: str
+    """Stable counter key, e.g. ``team:<id>:tpm`` or ``key:<id>:usd:day:2026-11-29``."""
+    kind: CounterKind
+    dimension: Dimension
+    amount: int
+    """Reserved amount: requests, tokens or µUSD (never scaled)."""
+    limit: int | None
+    """Bucket capacity per minute, window/account limit; ``None`` = track only."""
+    window: str | None = None
+    """The captured calendar window (``2026-11-29`` or ``2026-11``) for windows/accounts."""
+    rule_uid: str | None = None
+    hard: bool = True
+
+
+class AdmissionRequest(msgspec.Struct, frozen=True, kw_only=True):
+    request_id: str
+    key_id: str
+    key_revision: int
+    team_id: str
+    team_revision: int
+    user: str | None
+    model: str
+    token_bound: int
+    usd_bound: int
+    policy_generation: int
+    charges: tuple[Charge, ...]
+    day: str
+    month: str
+
+
+class Permit(msgspec.Struct, frozen=True, kw_only=True):
+    """A granted reservation. Settled exactly once."""
+
+    id: str
+    request: AdmissionRequest
+
+
+class Refusal(msgspec.Struct, frozen=True, kw_only=True):
+    status: int
+    """429 (rate/tokens), 402 (money), 503 (storage or snapshot mismatch)."""
+    reason: str
+    counter: str | None = None
+    retry_after: int | None = None
+
+
+class OutcomeKind(enum.StrEnum):
+    COMPLETE = "complete"
+    """Usage known for every class: commit actuals, release the proven unused part."""
+    TOKENS_KNOWN = "tokens_known"
+    """Token counts known, price uncertain (e.g. cache-write TTL unreported)."""
+    UNCERTAIN = "uncertain"
+    """Partial, missing or ambiguous (stream cut, timeout after dispatch, disconnect)."""
+    INVALID = "invalid"
+    """Upstream usage was invalid: change no counter, freeze the affected accounts."""
+    CANCELLED = "cancelled"
+    """Cancelled before dispatch: full refund."""
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    kind: OutcomeKind
+    usage: Usage | None = None
+    cost_micro_usd: int | None = None
+    detail: str = ""
+
+
+class SettleResult(msgspec.Struct, frozen=True, kw_only=True):
+    permit_id: str
+    kind: OutcomeKind
+    tokens_committed: int
+    usd_committed: int
+    replay: bool = False
+
+
+class UsageRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of ``GET /v1/usage``."""
+
+    scope: Literal["key", "team", "user"]
+    id: str
+    window: Literal["day", "month"]
+    period: str
+    tokens_committed: int
+    tokens_reserved: int
+    usd_committed: int
+    usd_reserved: int
+    requests: int
+
+
+class GovernanceStore(Protocol):
+    """Executes admission plans and settlements atomically."""
+
+    async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
+        """Decide several admissions in one atomic step (each all-or-none on its own)."""
+
+    async def settle(self, permit_id: str, outcome: Outcome,
+                     commits: dict[str, int]) -> SettleResult:
+        """Settle once: ``commits`` maps each charged counter to its committed amount.
+
+        An exact replay returns the first result with ``replay=True``; a different
+        outcome raises :class:`gateway.errors.SettlementConflict`.
+        """
+
+    async def current_generation(self) -> int: ...
+
+    async def usage(self, *, day: str, month: str, key_id: str | None = None,
+                    team_id: str | None = None) -> list[UsageRow]:
+        """Committed and reserved tokens and µUSD per key, team and user, for the day and
+        month windows; filtered to one key and its team, or everything when both are None.
+        """
+
+    async def close(self) -> None: ...

@@ -1,0 +1,158 @@
+"""Which counters a request charges, and what a settlement commits to each.
+
+Pure functions shared by every store, so the local and shared profiles enforce the same
+limits with the same arithmetic; only the atomicity differs.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gateway.governance._model import (
+    BUCKET_SCALE,
+    AdmissionRequest,
+    Charge,
+    Outcome,
+    OutcomeKind,
+)
+from gateway.keys import Principal
+from gateway.policy import CompiledRule, PolicySnapshot
+
+
+def utc_windows(now: datetime) -> tuple[str, str]:
+    """The explicit UTC calendar windows (day, month) that contain ``now``."""
+    now = now.astimezone(UTC)
+    return now.strftime("%Y-%m-%d"), now.strftime("%Y-%m")
+
+
+def _bucket(counter: str, capacity: int | None, amount: int, *, rule: str | None = None,
+            dimension: str = "tokens") -> list[Charge]:
+    if not capacity:
+        return []
+    return [Charge(counter=counter, kind="bucket", dimension=dimension,  # type: ignore[arg-type]
+                   amount=amount, limit=capacity, rule_uid=rule)]
+
+
+def _window(counter: str, limit: int | None, amount: int, window: str, dimension: str,
+            *, rule: str | None = None, kind: str = "window", hard: bool = True) -> list[Charge]:
+    if limit is None:
+        return []
+    return [Charge(counter=f"{counter}:{window}", kind=kind,  # type: ignore[arg-type]
+                   dimension=dimension, amount=amount, limit=limit,  # type: ignore[arg-type]
+                   window=window, rule_uid=rule, hard=hard)]
+
+
+def _rule_charges(rule: CompiledRule, scope: str, tokens: int, usd: int, day: str,
+                  month: str) -> list[Charge]:
+    base = f"rule:{rule.uid}:{scope}"
+    if rule.kind == "rate":
+        return (_bucket(f"{base}:rpm", rule.rpm, 1, rule=rule.uid, dimension="requests")
+                + _bucket(f"{base}:tpm", rule.tpm, tokens, rule=rule.uid))
+    if rule.kind == "tokenQuota":
+        return (_window(f"{base}:tokens:day", rule.tokens_per_day, tokens, day, "tokens",
+                        rule=rule.uid)
+                + _window(f"{base}:tokens:month", rule.tokens_per_month, tokens, month,
+                          "tokens", rule=rule.uid))
+    window = day if rule.window == "day" else month
+    return _window(f"account:{rule.uid}:{scope}:{rule.window}", rule.limit_micro_usd, usd,
+                   window, "usd", rule=rule.uid, kind="account", hard=rule.hard_cap)
+
+
+def plan_charges(principal: Principal, snapshot: PolicySnapshot, *, token_bound: int,
+                 usd_bound: int, now: datetime) -> tuple[Charge, ...]:
+    """Every counter this request must reserve against, sorted by counter key.
+
+    The sort is the stable lock order every store uses, so two admissions never wait on
+    each other's rows in opposite orders.
+    """
+    day, month = utc_windows(now)
+    key, team = principal.key_limits, principal.team.limits
+    k, t = f"key:{principal.key_id}", f"team:{principal.team.id}"
+    charges = [
+        *_bucket(f"{k}:rpm", key.rpm, 1, dimension="requests"),
+        *_bucket(f"{k}:tpm", key.tpm, token_bound),
+        *_bucket(f"{t}:rpm", team.rpm, 1, dimension="requests"),
+        *_bucket(f"{t}:tpm", team.tpm, token_bound),
+        *_window(f"{t}:tokens:day", team.tokens_per_day, token_bound, day, "tokens"),
+        *_window(f"{k}:usd:day", key.usd_micros_per_day, usd_bound, day, "usd"),
+        *_window(f"{k}:usd:month", key.usd_micros_per_month, usd_bound, month, "usd"),
+        *_window(f"{t}:usd:day", team.usd_micros_per_day, usd_bound, day, "usd"),
+        *_window(f"{t}:usd:month", team.usd_micros_per_month, usd_bound, month, "usd"),
+    ]
+    for rule in snapshot.rules_for(principal.team.name, principal.user):
+        charges += _rule_charges(rule, rule.scope(principal.team.name, principal.user),
+                                 token_bound, usd_bound, day, month)
+    return tuple(sorted(charges, key=lambda c: c.counter))
+
+
+def build_request(principal: Principal, snapshot: PolicySnapshot, *, request_id: str,
+                  model: str, token_bound: int, usd_bound: int,
+                  now: datetime) -> AdmissionRequest:
+    day, month = utc_windows(now)
+    return AdmissionRequest(
+        request_id=request_id, key_id=principal.key_id, key_revision=principal.key_revision,
+        team_id=principal.team.id, team_revision=principal.team.revision,
+        user=principal.user, model=model, token_bound=token_bound, usd_bound=usd_bound,
+        policy_generation=snapshot.generation,
+        charges=plan_charges(principal, snapshot, token_bound=token_bound,
+                             usd_bound=usd_bound, now=now),
+        day=day, month=month)
+
+
+def settled_amounts(request: AdmissionRequest, outcome: Outcome) -> tuple[int, int]:
+    """(tokens, µUSD) to commit for this outcome; bounds where anything is uncertain."""
+    kind = outcome.kind
+    if kind is OutcomeKind.CANCELLED:
+        return 0, 0
+    if kind in (OutcomeKind.COMPLETE, OutcomeKind.TOKENS_KNOWN) and outcome.usage is not None:
+        tokens = outcome.usage.total_tokens()
+        if kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd is not None:
+            return tokens, outcome.cost_micro_usd
+        return tokens, request.usd_bound
+    return request.token_bound, request.usd_bound
+
+
+def commits_for(request: AdmissionRequest, outcome: Outcome) -> dict[str, int]:
+    """What each charged counter commits (the rest of its reservation is released).
+
+    Requests commit 1 unless cancelled before dispatch. Tokens and money settle
+    independently. An invalid outcome commits nothing here: the store changes no
+    counter and freezes the affected accounts instead.
+    """
+    tokens, usd = settled_amounts(request, outcome)
+    cancelled = outcome.kind is OutcomeKind.CANCELLED
+    by_dim = {"requests": 0 if cancelled else 1, "tokens": tokens, "usd": usd}
+    return {c.counter: by_dim[c.dimension] for c in request.charges}
+
+
+def refill(balance: int, capacity: int, elapsed_us: int) -> int:
+    """A bucket balance (scaled units) after ``elapsed_us`` of refill, never above capacity.
+
+    A debt (negative balance) is repaid by refill like any other shortfall.
+    """
+    if elapsed_us <= 0:
+        return balance
+    return min(capacity * BUCKET_SCALE, balance + capacity * elapsed_us)
+
+
+def bucket_admits(balance: int, capacity: int, amount: int) -> bool:
+    """Whether a bucket can take ``amount``: all of it, or a full bucket for an oversize one.
+
+    A request larger than the whole capacity is admitted only from a full bucket and
+    leaves it in debt; otherwise it could never run at all.
+    """
+    return balance >= min(amount, capacity) * BUCKET_SCALE
+
+
+def bucket_settle(balance: int, capacity: int, reserved: int, committed: int) -> int:
+    """True-up (ADR-039): credit back unused (never above capacity) or debit the excess."""
+    return min(capacity * BUCKET_SCALE, balance + (reserved - committed) * BUCKET_SCALE)
+
+
+def retry_after_seconds(balance: int, capacity: int, amount: int) -> int:
+    """Whole seconds until a bucket refills enough to take ``amount``."""
+    need = min(amount, capacity) * BUCKET_SCALE - balance
+    if need <= 0:
+        return 0
+    micros = -(-need // capacity)
+    return max(1, -(-micros // 1_000_000))

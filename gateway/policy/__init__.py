@@ -1,0 +1,9 @@
+"""GovernancePolicy (inferplane.dev/v1alpha1): wire types, validation, merge, compilation.
+
+Imported by both binaries, so a schema skew between mayu and inferplaned is an import
+error rather than a surprise in production.
+"""
+
+from gateway.policy._compiled import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
+
+__all__ = ["EMPTY_SNAPSHOT", "CompiledRule", "PolicySnapshot"]

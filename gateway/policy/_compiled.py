@@ -1,0 +1,72 @@
+"""The enforcement form of GovernancePolicy rules, as the governance seam consumes them.
+
+Wire documents (milliUSD, YAML shape) are compiled into :class:`CompiledRule` values
+(µUSD, flat). A :class:`PolicySnapshot` is one published generation: the router captures
+it atomically with the rules it routes by, and admission checks the captured generation
+against the store's current one (a mismatch is a retryable 503).
+
+Every non-unlimited rule is enforced by its own counters, so a request must pass every
+rule that applies to it: most-restrictive-wins holds by construction, and an
+``unlimited`` rule charges nothing and can never widen a real cap.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+RuleKind = Literal["rate", "budget", "tokenQuota"]
+SubjectKind = Literal["team", "user", "team-user"]
+FailurePolicy = Literal["FailOpen", "FailClosed"]
+
+
+class CompiledRule(msgspec.Struct, frozen=True, kw_only=True):
+    uid: str
+    """Stable rule identity: survives edits, restarts and reordering."""
+    policy: str
+    kind: RuleKind
+    subject: SubjectKind
+    team: str | None = None
+    """Team *name* the rule applies to (subjects team and team-user); ``*`` = every team."""
+    user: str | None = None
+    """User the rule applies to (subjects user and team-user); ``*`` = every user."""
+    failure_policy: FailurePolicy = "FailClosed"
+    unlimited: bool = False
+    rpm: int | None = None
+    tpm: int | None = None
+    limit_micro_usd: int | None = None
+    window: Literal["day", "month"] | None = None
+    hard_cap: bool = True
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+
+    def applies_to(self, team_name: str, user: str | None) -> bool:
+        if self.subject in ("team", "team-user") and self.team not in ("*", team_name):
+            return False
+        if self.subject in ("user", "team-user"):
+            return user is not None and self.user in ("*", user)
+        return True
+
+    def scope(self, team_name: str, user: str | None) -> str:
+        """The counter scope this rule charges for a caller (per team, user or both)."""
+        if self.subject == "team":
+            return f"team={team_name}"
+        if self.subject == "user":
+            return f"user={user}"
+        return f"team={team_name},user={user}"
+
+
+class PolicySnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """One published generation of the policy set."""
+
+    namespace: str = "local"
+    generation: int = 0
+    fingerprint: str = ""
+    rules: tuple[CompiledRule, ...] = ()
+
+    def rules_for(self, team_name: str, user: str | None) -> list[CompiledRule]:
+        return [r for r in self.rules if not r.unlimited and r.applies_to(team_name, user)]
+
+
+EMPTY_SNAPSHOT = PolicySnapshot()

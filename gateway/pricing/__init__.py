@@ -1,0 +1,21 @@
+"""Integer µUSD pricing: usage classes, per-model prices, exact cost and admission bounds."""
+
+from gateway.pricing._price import (
+    CLASSES,
+    InvalidUsage,
+    ModelPrice,
+    Usage,
+    cost_micro_usd,
+    class_cost_micro_usd,
+    cost_bound_micro_usd,
+)
+
+__all__ = [
+    "CLASSES",
+    "InvalidUsage",
+    "ModelPrice",
+    "Usage",
+    "class_cost_micro_usd",
+    "cost_bound_micro_usd",
+    "cost_micro_usd",
+]

@@ -1,0 +1,116 @@
+"""Exact money arithmetic: µUSD per million tokens in, integer µUSD out.
+
+A price is given per usage class in µUSD per million tokens. The cost of one class is
+``tokens * price / 1_000_000`` rounded half-even to an integer µUSD; the request's cost is
+the sum of its classes. Only integers are used, so no float ever touches money.
+
+Usage comes from an upstream and is untrusted: :meth:`Usage.validate` rejects negative
+classes and absurd totals before any counter is touched.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+CLASSES = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
+
+# No real request reaches 2**40 tokens; anything above is an upstream bug, not usage.
+MAX_TOKENS_PER_CLASS = 1 << 40
+
+
+class InvalidUsage(ValueError):
+    """Usage reported by an upstream is negative, overflowing or absurd."""
+
+
+class ModelPrice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """µUSD per million tokens, per usage class (integers: 2_500_000 = $2.50/Mtok)."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write_5m: int = 0
+    cache_write_1h: int = 0
+
+    def per_class(self, name: str) -> int:
+        return int(getattr(self, name))
+
+    def max_input_price(self) -> int:
+        """The most expensive class an input-side token could land in."""
+        return max(self.input, self.cache_read, self.cache_write_5m, self.cache_write_1h)
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Token counts per class, as the upstream reported them.
+
+    ``input`` excludes cached tokens (Anthropic's convention; OpenAI's ``prompt_tokens``
+    is normalised by subtracting ``cached_tokens``). ``cache_write_unknown`` counts cache
+    writes whose TTL the upstream did not report: their token count is known, their price
+    is not (DESIGN §5, "tokens known, price uncertain").
+    """
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write_5m: int = 0
+    cache_write_1h: int = 0
+    cache_write_unknown: int = 0
+
+    def total_tokens(self) -> int:
+        return (self.input + self.output + self.cache_read + self.cache_write_5m
+                + self.cache_write_1h + self.cache_write_unknown)
+
+    @property
+    def price_certain(self) -> bool:
+        return self.cache_write_unknown == 0
+
+    def validate(self) -> Usage:
+        for name in (*CLASSES, "cache_write_unknown"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidUsage(f"usage class {name} is not an integer: {value!r}")
+            if value < 0:
+                raise InvalidUsage(f"usage class {name} is negative: {value}")
+            if value > MAX_TOKENS_PER_CLASS:
+                raise InvalidUsage(f"usage class {name} is absurdly large: {value}")
+        return self
+
+
+def _div_half_even(numerator: int, denominator: int) -> int:
+    """Integer division of non-negative ints, rounding half to even."""
+    quotient, remainder = divmod(numerator, denominator)
+    twice = 2 * remainder
+    if twice > denominator or (twice == denominator and quotient % 2 == 1):
+        quotient += 1
+    return quotient
+
+
+def class_cost_micro_usd(tokens: int, price_per_mtok: int) -> int:
+    """Cost of ``tokens`` at ``price_per_mtok`` µUSD per million, rounded half-even."""
+    return _div_half_even(tokens * price_per_mtok, 1_000_000)
+
+
+def cost_micro_usd(usage: Usage, price: ModelPrice) -> int:
+    """Exact cost of known-price usage: per-class round-half-even, summed.
+
+    Cache writes of unknown TTL are priced at the most expensive write class, which makes
+    this an upper bound when ``usage.price_certain`` is false.
+    """
+    usage.validate()
+    total = sum(class_cost_micro_usd(getattr(usage, name), price.per_class(name))
+                for name in CLASSES)
+    if usage.cache_write_unknown:
+        total += class_cost_micro_usd(usage.cache_write_unknown,
+                                      max(price.cache_write_5m, price.cache_write_1h))
+    return total
+
+
+def cost_bound_micro_usd(input_bound: int, output_bound: int, price: ModelPrice) -> int:
+    """A µUSD bound no real outcome of these token bounds can exceed.
+
+    Every input-side token is priced at the most expensive class it could land in, and
+    each of the (at most six) rounded classes can add up to half a µUSD over its exact
+    value, so one µUSD per class covers rounding.
+    """
+    inp = -(-input_bound * price.max_input_price() // 1_000_000)
+    out = -(-output_bound * price.output // 1_000_000)
+    return inp + out + len(CLASSES) + 1
