@@ -5,5 +5,12 @@ error rather than a surprise in production.
 """
 
 from gateway.policy._compiled import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
+from gateway.policy._source import PolicySource, StaticPolicySource
 
-__all__ = ["EMPTY_SNAPSHOT", "CompiledRule", "PolicySnapshot"]
+__all__ = [
+    "EMPTY_SNAPSHOT",
+    "CompiledRule",
+    "PolicySnapshot",
+    "PolicySource",
+    "StaticPolicySource",
+]
