@@ -89,6 +89,30 @@ class SettlementConflict(InferplaneError):
     code = "settlement_conflict"
 
 
+class NotFound(InferplaneError):
+    """No such team, key or permit."""
+
+    status = 404
+    openai_type = "invalid_request_error"
+    anthropic_type = "not_found_error"
+    code = "not_found"
+
+
+class UnknownPermit(NotFound):
+    """No such permit: it was never admitted by this governance store."""
+
+    code = "unknown_permit"
+
+
+class RevisionConflict(InferplaneError):
+    """The record changed since it was read (revision mismatch); re-read and retry."""
+
+    status = 409
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+    code = "revision_conflict"
+
+
 class RateLimited(InferplaneError):
     """Rate or token limit exhausted."""
 
