@@ -11,6 +11,9 @@ from gateway.keys._model import (
     hash_key,
     new_key,
 )
+from gateway.keys._bootstrap import ensure_demo, ensure_teams
+from gateway.keys._open import open_key_store
+from gateway.keys._sqlite import SqliteKeyStore
 
 __all__ = [
     "KEY_PREFIX",
@@ -19,7 +22,11 @@ __all__ = [
     "KeyStore",
     "Principal",
     "Team",
+    "SqliteKeyStore",
     "TeamLimits",
     "hash_key",
+    "ensure_demo",
+    "ensure_teams",
     "new_key",
+    "open_key_store",
 ]

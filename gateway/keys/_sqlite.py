@@ -1,0 +1,309 @@
+"""The local-profile key store: teams and keys in one SQLite file (single replica).
+
+Keys are stored as their SHA-256 and a short display prefix, never as plaintext. Every
+edit bumps the row's revision; revocation leaves a tombstone (``revoked_at``) so a
+revoked key stays listed and can never be re-created with the same hash. The stdlib
+``sqlite3`` module is blocking, so every call runs in a worker thread behind one lock:
+the store is a single connection, which is all a single replica needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gateway.errors import BadRequest, NotFound, RevisionConflict
+from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS teams (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    rpm INTEGER, tpm INTEGER, tokens_per_day INTEGER,
+    usd_micros_per_day INTEGER, usd_micros_per_month INTEGER,
+    region TEXT,
+    guardrails TEXT NOT NULL DEFAULT '[]',
+    revision INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS keys (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams(id),
+    key_hash TEXT NOT NULL UNIQUE,
+    display_prefix TEXT NOT NULL,
+    name TEXT NOT NULL DEFAULT '',
+    user TEXT,
+    allowed_models TEXT,
+    rpm INTEGER, tpm INTEGER, usd_micros_per_day INTEGER, usd_micros_per_month INTEGER,
+    expires_at TEXT,
+    revoked_at TEXT,
+    revision INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS keys_team ON keys(team_id);
+"""
+
+_TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
+_KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
+# SQLite INTEGER is 64-bit; limits beyond this are typos, and keeping them well below
+# 2**63 leaves the governance arithmetic (scaled buckets, sums) room not to overflow.
+MAX_LIMIT = 1 << 40
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """A WAL-mode connection in autocommit mode (transactions are explicit BEGINs)."""
+    if path != ":memory:":
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(Path(path).expanduser()) if path != ":memory:" else path,
+                           isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL mode loses no committed transaction on a process crash (only on an
+    # OS crash/power loss, the last transactions may roll back), at a fraction of the cost.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+class SqliteBase:
+    """One SQLite connection used from worker threads, one statement batch at a time."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def _schema(self) -> str:
+        raise NotImplementedError
+
+    async def open(self) -> None:
+        def _open() -> None:
+            conn = connect(self.path)
+            conn.executescript(self._schema())
+            self._conn = conn
+        await asyncio.to_thread(_open)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await asyncio.to_thread(conn.close)
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one write transaction (BEGIN IMMEDIATE takes the write lock now,
+        so the reads it makes cannot be invalidated before its writes)."""
+        if self._conn is None:
+            raise RuntimeError(f"store {self.path!r} is not open (call await open())")
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.to_thread(self._tx, fn)
+
+
+def _ts(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise BadRequest("timestamps must be timezone-aware (UTC)")
+    return value.astimezone(UTC).isoformat()
+
+
+def _dt(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def _check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
+    for name in names:
+        value = getattr(limits, name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest(f"{where}.{name}: must be a non-negative integer, got {value!r}")
+        if value > MAX_LIMIT:
+            raise BadRequest(f"{where}.{name}: {value} is above the maximum {MAX_LIMIT}")
+
+
+def _team(row: sqlite3.Row) -> Team:
+    return Team(id=row["id"], name=row["name"],
+                limits=TeamLimits(**{n: row[n] for n in _TEAM_LIMITS}),
+                revision=row["revision"], region=row["region"],
+                guardrails=tuple(json.loads(row["guardrails"])),
+                created_at=_dt(row["created_at"]))
+
+
+def _key(row: sqlite3.Row) -> KeyRecord:
+    models = row["allowed_models"]
+    return KeyRecord(
+        id=row["id"], team_id=row["team_id"], key_hash=row["key_hash"],
+        display_prefix=row["display_prefix"], name=row["name"], user=row["user"],
+        allowed_models=None if models is None else tuple(json.loads(models)),
+        limits=KeyLimits(**{n: row[n] for n in _KEY_LIMITS}),
+        expires_at=_dt(row["expires_at"]), revoked_at=_dt(row["revoked_at"]),
+        revision=row["revision"], created_at=_dt(row["created_at"]))
+
+
+def _find_team(conn: sqlite3.Connection, name_or_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM teams WHERE id = ? OR name = ? ORDER BY id = ? DESC LIMIT 1",
+        (name_or_id, name_or_id, name_or_id)).fetchone()
+    return row
+
+
+class SqliteKeyStore(SqliteBase):
+    """:class:`gateway.keys.KeyStore` on a SQLite file (the local profile)."""
+
+    def __init__(self, path: str, *,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        super().__init__(path)
+        self._clock = clock
+
+    def _schema(self) -> str:
+        return _SCHEMA
+
+    async def resolve(self, key_hash: str) -> Principal | None:
+        def _resolve(conn: sqlite3.Connection) -> Principal | None:
+            row = conn.execute("SELECT * FROM keys WHERE key_hash = ?", (key_hash,)).fetchone()
+            if row is None:
+                return None
+            key = _key(row)
+            if key.revoked_at is not None:
+                return None
+            if key.expires_at is not None and key.expires_at <= self._clock():
+                return None
+            team = _team(conn.execute("SELECT * FROM teams WHERE id = ?",
+                                      (key.team_id,)).fetchone())
+            return Principal(key_id=key.id, key_prefix=key.display_prefix,
+                             key_revision=key.revision, key_limits=key.limits,
+                             allowed_models=key.allowed_models, team=team, user=key.user)
+        return await self._run(_resolve)
+
+    async def create_team(self, *, name: str, limits: TeamLimits = TeamLimits(),
+                          region: str | None = None,
+                          guardrails: tuple[str, ...] = ()) -> Team:
+        if not name or not name.strip():
+            raise BadRequest("team name: must not be empty")
+        _check_limits(limits, _TEAM_LIMITS, "team limits")
+
+        def _create(conn: sqlite3.Connection) -> Team:
+            if _find_team(conn, name) is not None:
+                raise BadRequest(f"team {name!r} already exists")
+            team_id = "team_" + uuid.uuid4().hex[:16]
+            conn.execute(
+                "INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,"
+                " usd_micros_per_month, region, guardrails, revision, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                (team_id, name, *(getattr(limits, n) for n in _TEAM_LIMITS), region,
+                 json.dumps(list(guardrails)), _ts(self._clock())))
+            return _team(conn.execute("SELECT * FROM teams WHERE id = ?",
+                                      (team_id,)).fetchone())
+        return await self._run(_create)
+
+    async def update_team(self, name_or_id: str, *, limits: TeamLimits,
+                          expected_revision: int | None = None) -> Team:
+        """Replace a team's limits, bumping its revision (compared in the transaction)."""
+        _check_limits(limits, _TEAM_LIMITS, "team limits")
+
+        def _update(conn: sqlite3.Connection) -> Team:
+            row = _find_team(conn, name_or_id)
+            if row is None:
+                raise NotFound(f"team {name_or_id!r} does not exist")
+            _compare(f"team {row['name']!r}", row["revision"], expected_revision)
+            conn.execute(
+                "UPDATE teams SET rpm = ?, tpm = ?, tokens_per_day = ?, usd_micros_per_day = ?,"
+                " usd_micros_per_month = ?, revision = revision + 1 WHERE id = ?",
+                (*(getattr(limits, n) for n in _TEAM_LIMITS), row["id"]))
+            return _team(conn.execute("SELECT * FROM teams WHERE id = ?",
+                                      (row["id"],)).fetchone())
+        return await self._run(_update)
+
+    async def get_team(self, name_or_id: str) -> Team | None:
+        def _get(conn: sqlite3.Connection) -> Team | None:
+            row = _find_team(conn, name_or_id)
+            return None if row is None else _team(row)
+        return await self._run(_get)
+
+    async def list_teams(self) -> list[Team]:
+        def _list(conn: sqlite3.Connection) -> list[Team]:
+            return [_team(r) for r in conn.execute("SELECT * FROM teams ORDER BY name")]
+        return await self._run(_list)
+
+    async def create_key(self, *, team: str, name: str = "", user: str | None = None,
+                         allowed_models: tuple[str, ...] | None = None,
+                         limits: KeyLimits = KeyLimits(),
+                         expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
+        _check_limits(limits, _KEY_LIMITS, "key limits")
+        plaintext, key_hash, prefix = new_key()
+        models = None if allowed_models is None else json.dumps(list(allowed_models))
+
+        def _create(conn: sqlite3.Connection) -> KeyRecord:
+            row = _find_team(conn, team)
+            if row is None:
+                raise NotFound(f"team {team!r} does not exist")
+            key_id = "key_" + uuid.uuid4().hex[:16]
+            conn.execute(
+                "INSERT INTO keys (id, team_id, key_hash, display_prefix, name, user,"
+                " allowed_models, rpm, tpm, usd_micros_per_day, usd_micros_per_month,"
+                " expires_at, revoked_at, revision, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 1, ?)",
+                (key_id, row["id"], key_hash, prefix, name, user, models,
+                 *(getattr(limits, n) for n in _KEY_LIMITS), _ts(expires_at),
+                 _ts(self._clock())))
+            return _key(conn.execute("SELECT * FROM keys WHERE id = ?", (key_id,)).fetchone())
+        return plaintext, await self._run(_create)
+
+    async def get_key(self, key_id: str) -> KeyRecord | None:
+        def _get(conn: sqlite3.Connection) -> KeyRecord | None:
+            row = conn.execute("SELECT * FROM keys WHERE id = ?", (key_id,)).fetchone()
+            return None if row is None else _key(row)
+        return await self._run(_get)
+
+    async def list_keys(self, *, team: str | None = None,
+                        include_revoked: bool = False) -> list[KeyRecord]:
+        def _list(conn: sqlite3.Connection) -> list[KeyRecord]:
+            sql, args = "SELECT * FROM keys WHERE 1 = 1", []
+            if team is not None:
+                row = _find_team(conn, team)
+                if row is None:
+                    raise NotFound(f"team {team!r} does not exist")
+                sql += " AND team_id = ?"
+                args.append(row["id"])
+            if not include_revoked:
+                sql += " AND revoked_at IS NULL"
+            return [_key(r) for r in conn.execute(sql + " ORDER BY created_at, id", args)]
+        return await self._run(_list)
+
+    async def revoke_key(self, key_id: str, *,
+                         expected_revision: int | None = None) -> KeyRecord:
+        def _revoke(conn: sqlite3.Connection) -> KeyRecord:
+            row = conn.execute("SELECT * FROM keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"key {key_id!r} does not exist")
+            _compare(f"key {key_id!r}", row["revision"], expected_revision)
+            if row["revoked_at"] is None:
+                conn.execute("UPDATE keys SET revoked_at = ?, revision = revision + 1"
+                             " WHERE id = ?", (_ts(self._clock()), key_id))
+            return _key(conn.execute("SELECT * FROM keys WHERE id = ?", (key_id,)).fetchone())
+        return await self._run(_revoke)
+
+
+def _compare(what: str, current: int, expected: int | None) -> None:
+    if expected is not None and expected != current:
+        raise RevisionConflict(f"{what} is at revision {current}, not {expected}; "
+                               "re-read it and retry")
