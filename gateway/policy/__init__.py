@@ -4,12 +4,47 @@ Imported by both binaries, so a schema skew between mayu and inferplaned is an i
 error rather than a surprise in production.
 """
 
+from gateway.policy._compile import canonical_json, compile_documents, decode_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
+from gateway.policy._merge import EffectiveLimits, effective_limits, tightest_renew_ms
 from gateway.policy._source import PolicySource, StaticPolicySource
+from gateway.policy._validate import PolicyInvalid, validate_document, validate_documents
+from gateway.policy._wire import (
+    API_VERSION,
+    BudgetRule,
+    GovernancePolicy,
+    Lease,
+    ObjectMeta,
+    PolicySpec,
+    RateRule,
+    Rule,
+    Subject,
+    TokenQuota,
+)
 
 __all__ = [
+    "API_VERSION",
+    "BudgetRule",
+    "GovernancePolicy",
+    "Lease",
+    "ObjectMeta",
+    "PolicyInvalid",
+    "PolicySpec",
+    "RateRule",
+    "Rule",
+    "Subject",
+    "TokenQuota",
+    "canonical_json",
+    "compile_documents",
+    "decode_documents",
+    "effective_limits",
+    "fingerprint",
+    "tightest_renew_ms",
+    "validate_document",
+    "validate_documents",
     "EMPTY_SNAPSHOT",
     "CompiledRule",
+    "EffectiveLimits",
     "PolicySnapshot",
     "PolicySource",
     "StaticPolicySource",

@@ -40,6 +40,12 @@ class CompiledRule(msgspec.Struct, frozen=True, kw_only=True):
     hard_cap: bool = True
     tokens_per_day: int | None = None
     tokens_per_month: int | None = None
+    # Additive (helper D): display and lease-mode fields; enforcement ignores them.
+    name: str | None = None
+    """The rule's name in its policy document."""
+    lease_grant_micro_usd: int | None = None
+    lease_renew_ms: int | None = None
+    admin_contact: str | None = None
 
     def applies_to(self, team_name: str, user: str | None) -> bool:
         if self.subject in ("team", "team-user") and self.team not in ("*", team_name):

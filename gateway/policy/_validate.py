@@ -1,0 +1,299 @@
+"""Validation of GovernancePolicy documents, reporting every problem with its field path.
+
+Two passes per document. The *structural* pass walks the raw mapping against the wire
+types' msgspec type information (so the Structs stay the single definition of the shape)
+and reports every unknown field, missing field, wrong type and out-of-range value, not
+just the first as ``msgspec.convert`` would. The *semantic* pass checks what relates
+several fields: one rule type per rule, ``unlimited`` versus limits (ADR-039), subjects,
+``tokenQuota`` needing ``FailClosed``, leases. Across a set, document names and rule
+uids must be unique. Nothing is rounded: a fractional milliUSD is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+from msgspec import inspect as mi
+
+from gateway.errors import InferplaneError
+from gateway.policy._wire import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    DURATION_PATTERN,
+    UID_PATTERN,
+    BudgetRule,
+    GovernancePolicy,
+    RateRule,
+    Rule,
+    duration_ms,
+    rule_uid,
+)
+
+Problem = tuple[str, str]
+
+_PATTERN_HINTS = {
+    DNS_LABEL: "must be a lowercase DNS label (a-z, 0-9, '-', at most 63 characters)",
+    DNS_SUBDOMAIN: "must be a lowercase DNS name (a-z, 0-9, '-', '.')",
+    UID_PATTERN: "must be letters, digits, '.', '_', '/', '-' (no ':')",
+    DURATION_PATTERN: "must be a duration such as 500ms, 10s, 1m30s",
+}
+_MIN_RENEW_MS = 1000
+_TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string",
+               list: "list", dict: "mapping", type(None): "null"}
+
+
+class PolicyInvalid(InferplaneError):
+    """The policy document set is invalid; nothing was applied."""
+
+    status = 422
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+    code = "policy_invalid"
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems: list[Problem] = list(problems)
+        shown = "; ".join(f"{path}: {msg}" for path, msg in self.problems[:20])
+        more = len(self.problems) - 20
+        suffix = f"; and {more} more" if more > 0 else ""
+        count = len(self.problems)
+        super().__init__(f"invalid policy ({count} problem{'s' * (count != 1)}): "
+                         f"{shown}{suffix}")
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _type_name(value: Any) -> str:
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _check(value: Any, t: Any, path: str, out: list[Problem]) -> None:
+    """Structural check of ``value`` against msgspec type info ``t``; appends problems."""
+    if isinstance(t, mi.UnionType):
+        if value is None and any(isinstance(x, mi.NoneType) for x in t.types):
+            return
+        t = next(x for x in t.types if not isinstance(x, mi.NoneType))
+    if isinstance(t, mi.StructType):
+        _check_struct(value, t, path, out)
+    elif isinstance(t, mi.ListType):
+        if not isinstance(value, list):
+            out.append((path, f"must be a list, got {_type_name(value)}"))
+            return
+        for i, item in enumerate(value):
+            _check(item, t.item_type, f"{path}[{i}]", out)
+    elif isinstance(t, mi.DictType):
+        if not isinstance(value, dict):
+            out.append((path, f"must be a mapping, got {_type_name(value)}"))
+            return
+        for k, v in value.items():
+            _check(k, t.key_type, path, out)
+            _check(v, t.value_type, _join(path, str(k)), out)
+    elif isinstance(t, mi.StrType):
+        _check_str(value, t, path, out)
+    elif isinstance(t, mi.IntType):
+        _check_int(value, t, path, out)
+    elif isinstance(t, mi.BoolType):
+        if not isinstance(value, bool):
+            out.append((path, f"must be true or false, got {_type_name(value)}"))
+    elif isinstance(t, mi.LiteralType) and (not isinstance(value, str)
+                                            or value not in t.values):
+        allowed = ", ".join(map(str, t.values))
+        out.append((path, f"must be one of {allowed}; got {value!r}"))
+
+
+def _check_struct(value: Any, t: mi.StructType, path: str, out: list[Problem]) -> None:
+    if not isinstance(value, dict):
+        out.append((path or "$", f"must be a mapping, got {_type_name(value)}"))
+        return
+    fields = {f.encode_name: f for f in t.fields}
+    for key in value:
+        if key not in fields:
+            why = ("not a rule type or rule field this gateway can enforce"
+                   if t.cls is Rule else "unknown field")
+            out.append((_join(path, str(key)), f"{why} (known: {', '.join(fields)})"))
+    for name, field in fields.items():
+        if name in value:
+            _check(value[name], field.type, _join(path, name), out)
+        elif field.required:
+            out.append((_join(path, name), "required"))
+
+
+def _check_str(value: Any, t: mi.StrType, path: str, out: list[Problem]) -> None:
+    if not isinstance(value, str):
+        out.append((path, f"must be a string, got {_type_name(value)}"))
+    elif t.min_length is not None and len(value) < t.min_length:
+        out.append((path, "must not be empty"))
+    elif t.max_length is not None and len(value) > t.max_length:
+        out.append((path, f"must be at most {t.max_length} characters"))
+    elif t.pattern is not None and not re.search(t.pattern, value):
+        out.append((path, f"{_PATTERN_HINTS.get(t.pattern, 'invalid format')}; got {value!r}"))
+
+
+def _check_int(value: Any, t: mi.IntType, path: str, out: list[Problem]) -> None:
+    if isinstance(value, float) and not isinstance(value, bool):
+        # Never round money or limits through a float: 1.5 milliUSD is an error, not 2.
+        out.append((path, f"must be an integer (fractions are refused, never rounded); "
+                          f"got {value!r}"))
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        out.append((path, f"must be an integer, got {_type_name(value)}"))
+        return
+    if t.gt is not None and not value > t.gt:
+        out.append((path, f"must be > {t.gt}"))
+    if t.ge is not None and not value >= t.ge:
+        out.append((path, f"must be >= {t.ge}"))
+    if t.le is not None and not value <= t.le:
+        out.append((path, f"must be <= {t.le}"))
+
+
+_POLICY_TYPE = mi.type_info(GovernancePolicy)
+
+
+def _rate_problems(rate: RateRule, path: str) -> list[Problem]:
+    if rate.unlimited:
+        return [(f"{path}.{f}", "not allowed with unlimited: true (an unlimited rule "
+                                "declares no cap)")
+                for f, v in (("rpm", rate.rpm), ("tpm", rate.tpm)) if v is not None]
+    if rate.rpm is None and rate.tpm is None:
+        return [(path, "limits neither rpm nor tpm (set at least one, or unlimited: true)")]
+    return []
+
+
+def _budget_problems(budget: BudgetRule, path: str) -> list[Problem]:
+    fields = (("limitMilliUSD", budget.limit_milli_usd), ("hardCap", budget.hard_cap),
+              ("lease", budget.lease), ("adminContact", budget.admin_contact))
+    if budget.unlimited:
+        return [(f"{path}.{f}", "not allowed with unlimited: true (an unlimited rule "
+                                "declares no cap)") for f, v in fields if v is not None]
+    out: list[Problem] = []
+    if budget.limit_milli_usd is None:
+        out.append((f"{path}.limitMilliUSD", "required (or unlimited: true)"))
+    if budget.window is None:
+        out.append((f"{path}.window", "required: day or month"))
+    if budget.lease is not None:
+        if duration_ms(budget.lease.renew_interval) < _MIN_RENEW_MS:
+            out.append((f"{path}.lease.renewInterval", "must be at least 1s"))
+        limit = budget.limit_milli_usd
+        if limit is not None and budget.lease.grant > limit:
+            out.append((f"{path}.lease.grant", "must not exceed limitMilliUSD"))
+    return out
+
+
+def _subject_problems(rule: Rule, path: str) -> list[Problem]:
+    s, out = rule.subject, []
+    needs_team = s.kind in ("team", "team-user")
+    needs_user = s.kind in ("user", "team-user")
+    for field, needed, value in (("team", needs_team, s.team), ("user", needs_user, s.user)):
+        if needed and value is None:
+            out.append((f"{path}.subject.{field}", f"required for kind {s.kind} "
+                                                   "(a name, or * for all)"))
+        elif not needed and value is not None:
+            out.append((f"{path}.subject.{field}", f"not allowed for kind {s.kind}"))
+    return out
+
+
+def _rule_problems(rule: Rule, path: str) -> list[Problem]:
+    out = _subject_problems(rule, path)
+    kinds = [k for k, v in (("rate", rule.rate), ("budget", rule.budget),
+                            ("tokenQuota", rule.token_quota)) if v is not None]
+    if len(kinds) != 1:
+        found = ", ".join(kinds) or "none"
+        out.append((path, f"exactly one of rate, budget, tokenQuota is required "
+                          f"(found: {found})"))
+    if rule.rate is not None:
+        out += _rate_problems(rule.rate, f"{path}.rate")
+    if rule.budget is not None:
+        out += _budget_problems(rule.budget, f"{path}.budget")
+    if rule.token_quota is not None:
+        q = rule.token_quota
+        if q.day is None and q.month is None:
+            out.append((f"{path}.tokenQuota", "limits neither day nor month"))
+        if rule.failure_policy != "FailClosed":
+            # A quota that fails open while storage is down would not be a quota.
+            out.append((f"{path}.failurePolicy", "tokenQuota rules require FailClosed"))
+    return out
+
+
+def _sound_rule_problems(doc: Any, structural: list[Problem]) -> list[Problem]:
+    """Semantic problems of the rules that are structurally sound in a broken document.
+
+    So one typo elsewhere does not hide a contradiction in a rule (every problem, at once).
+    """
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    rules = spec.get("rules") if isinstance(spec, dict) else None
+    if not isinstance(rules, list):
+        return []
+    out: list[Problem] = []
+    for i, raw in enumerate(rules):
+        path = f"spec.rules[{i}]"
+        if any(p == path or p.startswith((f"{path}.", f"{path}[")) for p, _ in structural):
+            continue
+        out += _rule_problems(msgspec.convert(raw, Rule), path)
+    return out
+
+
+def validate_document(doc: Any) -> tuple[GovernancePolicy | None, list[Problem]]:
+    """Check one document; returns the decoded policy (if structurally sound) and problems.
+
+    Paths are relative to the document (``spec.rules[2].budget.limitMilliUSD``).
+    """
+    if isinstance(doc, GovernancePolicy):
+        doc = msgspec.to_builtins(doc)
+    problems: list[Problem] = []
+    _check(doc, _POLICY_TYPE, "", problems)
+    if problems:
+        return None, problems + _sound_rule_problems(doc, problems)
+    try:
+        policy = msgspec.convert(doc, GovernancePolicy)
+    except msgspec.ValidationError as exc:  # the walker should have caught it; be safe
+        return None, [("$", str(exc))]
+    names: dict[str, int] = {}
+    for i, rule in enumerate(policy.spec.rules):
+        path = f"spec.rules[{i}]"
+        problems += _rule_problems(rule, path)
+        if rule.name in names:
+            problems.append((f"{path}.name", f"duplicate rule name {rule.name!r} "
+                                             f"(also spec.rules[{names[rule.name]}])"))
+        names.setdefault(rule.name, i)
+    return policy, problems
+
+
+def document_label(doc: Any, index: int) -> str:
+    """How a document is named in problem paths: its metadata.name, else its position."""
+    if isinstance(doc, GovernancePolicy):
+        return doc.metadata.name
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) and name else f"documents[{index}]"
+
+
+def validate_documents(docs: Sequence[Any]) -> tuple[list[GovernancePolicy], list[Problem]]:
+    """Check a whole set; every path is prefixed with its document (``name:path``)."""
+    policies: list[GovernancePolicy] = []
+    problems: list[Problem] = []
+    seen_names: dict[str, int] = {}
+    seen_uids: dict[str, str] = {}
+    for i, doc in enumerate(docs):
+        label = document_label(doc, i)
+        policy, doc_problems = validate_document(doc)
+        problems += [(f"{label}:{p}", m) for p, m in doc_problems]
+        if policy is None:
+            continue
+        name = policy.metadata.name
+        if name in seen_names:
+            problems.append((f"{label}:metadata.name", f"duplicate policy name {name!r} "
+                                                       f"(also documents[{seen_names[name]}])"))
+        seen_names.setdefault(name, i)
+        for j, rule in enumerate(policy.spec.rules):
+            uid, where = rule_uid(name, rule), f"{label}:spec.rules[{j}]"
+            if uid in seen_uids:
+                problems.append((f"{where}.uid", f"duplicate rule uid {uid!r} "
+                                                 f"(also {seen_uids[uid]})"))
+            seen_uids.setdefault(uid, where)
+        if not doc_problems:
+            policies.append(policy)
+    return policies, problems

@@ -1,0 +1,164 @@
+"""GovernancePolicy wire types (``apiVersion: inferplane.dev/v1alpha1``).
+
+The YAML/JSON shape operators write, defined once as msgspec Structs and imported by both
+``mayu`` and ``inferplaned`` (ADR-031). Field names are camelCase as in a Kubernetes CRD;
+unknown fields are forbidden at every level so a typo, or a rule type this build cannot
+enforce, is an error with its path instead of being silently ignored.
+
+Bounds that are pure field constraints live here as ``msgspec.Meta`` annotations, so the
+structural checker in :mod:`gateway.policy._validate` and msgspec agree on them; rules that
+relate several fields (``unlimited`` versus limits, exactly one rule type, ...) live in
+the validator.
+
+Example::
+
+    apiVersion: inferplane.dev/v1alpha1
+    kind: GovernancePolicy
+    metadata: {name: platform}
+    spec:
+      rules:
+        - name: rate
+          subject: {kind: team, team: platform}
+          failurePolicy: FailOpen
+          rate: {rpm: 600, tpm: 200000}
+        - name: monthly-spend
+          uid: platform-spend-2026        # optional; default "<policy>/<rule name>"
+          subject: {kind: team, team: platform}
+          failurePolicy: FailClosed
+          budget: {limitMilliUSD: 500000, window: month, hardCap: true}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+API_VERSION = "inferplane.dev/v1alpha1"
+KIND = "GovernancePolicy"
+
+# int64 bounds: µUSD and scaled bucket balances are Postgres bigints. A bucket keeps
+# capacity * 60_000_000 units (BUCKET_SCALE), so rpm/tpm stay below 1e11 to never overflow.
+MAX_MILLI_USD = (2**63 - 1) // 1000 // 4
+MAX_PER_MINUTE = 100_000_000_000
+MAX_TOKENS = 10**15
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+UID_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$"
+DURATION_PATTERN = r"^([0-9]+(ms|s|m|h))+$"
+
+PolicyName = Annotated[str, msgspec.Meta(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+RuleName = Annotated[str, msgspec.Meta(min_length=1, max_length=63, pattern=DNS_LABEL)]
+RuleUid = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=UID_PATTERN)]
+SubjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+Duration = Annotated[str, msgspec.Meta(max_length=32, pattern=DURATION_PATTERN)]
+PerMinute = Annotated[int, msgspec.Meta(gt=0, le=MAX_PER_MINUTE)]
+Tokens = Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
+MilliUSD = Annotated[int, msgspec.Meta(gt=0, le=MAX_MILLI_USD)]
+
+
+class _Wire(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,
+            omit_defaults=True):
+    pass
+
+
+class ObjectMeta(_Wire):
+    name: PolicyName
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class Subject(_Wire):
+    """Who a rule applies to; ``*`` as a name means every team (or every user)."""
+
+    kind: Literal["team", "user", "team-user"]
+    team: SubjectName | None = None
+    user: SubjectName | None = None
+
+
+class RateRule(_Wire):
+    """Token buckets: requests and/or tokens per minute, or ``unlimited: true``."""
+
+    unlimited: bool = False
+    rpm: PerMinute | None = None
+    tpm: PerMinute | None = None
+
+
+class Lease(_Wire):
+    """Budget lease knobs (ADR-034): grant size in milliUSD, heartbeat interval."""
+
+    grant: MilliUSD
+    renew_interval: Duration = msgspec.field(name="renewInterval")
+
+
+class BudgetRule(_Wire):
+    """A monetary budget per calendar window, or ``unlimited: true``."""
+
+    unlimited: bool = False
+    limit_milli_usd: MilliUSD | None = msgspec.field(default=None, name="limitMilliUSD")
+    window: Literal["day", "month"] | None = None
+    hard_cap: bool | None = msgspec.field(default=None, name="hardCap")
+    """Absent means ``true``; presence is tracked so ``unlimited`` can refuse it."""
+    lease: Lease | None = None
+    admin_contact: Annotated[str, msgspec.Meta(min_length=1, max_length=253)] | None = (
+        msgspec.field(default=None, name="adminContact"))
+
+
+class TokenQuota(_Wire):
+    """Token quotas per UTC day and/or month (counts cache tokens too, ADR-039)."""
+
+    day: Tokens | None = None
+    month: Tokens | None = None
+
+
+class Rule(_Wire):
+    name: RuleName
+    subject: Subject
+    failure_policy: Literal["FailOpen", "FailClosed"] = msgspec.field(name="failurePolicy")
+    uid: RuleUid | None = None
+    """Stable identity of the rule's counters; default ``<policy name>/<rule name>``."""
+    rate: RateRule | None = None
+    budget: BudgetRule | None = None
+    token_quota: TokenQuota | None = msgspec.field(default=None, name="tokenQuota")
+
+
+class PolicySpec(_Wire):
+    rules: list[Rule]
+    description: str | None = None
+
+
+class GovernancePolicy(_Wire):
+    api_version: Literal["inferplane.dev/v1alpha1"] = msgspec.field(name="apiVersion")
+    kind: Literal["GovernancePolicy"]
+    metadata: ObjectMeta
+    spec: PolicySpec
+
+
+def rule_uid(policy: str, rule: Rule) -> str:
+    """The rule's stable uid: explicit, else derived from policy and rule name.
+
+    Deriving it from names keeps it stable across edits, reorderings and restarts; renaming
+    a rule (or its policy) without an explicit ``uid`` starts fresh counters, which is why
+    operators who rename should pin ``uid``.
+    """
+    return rule.uid if rule.uid is not None else f"{policy}/{rule.name}"
+
+
+def duration_ms(text: str) -> int:
+    """``"1m30s"`` → 90000. The text already matched :data:`DURATION_PATTERN`."""
+    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+    total, number = 0, ""
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit():
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        total += int(number) * units[unit]
+        number = ""
+        i += len(unit)
+    return total
