@@ -1,0 +1,50 @@
+"""alembic environment: the database URL comes from ``INFERPLANE_DATABASE_URL``.
+
+The URL is the plain libpq form the gateway uses (``postgresql://...``); SQLAlchemy needs
+its psycopg 3 driver spelled out, so it is rewritten to ``postgresql+psycopg://``.
+Migrations are raw SQL (the schema has no ORM models), so there is no metadata to
+autogenerate from.
+"""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from gateway.errors import ConfigError
+
+URL_ENV = "INFERPLANE_DATABASE_URL"
+
+
+def sqlalchemy_url() -> str:
+    url = context.config.get_main_option("sqlalchemy.url") or os.environ.get(URL_ENV)
+    if not url:
+        raise ConfigError(f"{URL_ENV}: not set (the Postgres URL to migrate)")
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def run_offline() -> None:
+    context.configure(url=sqlalchemy_url(), literal_binds=True, transactional_ddl=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    # NullPool: no connection outlives the migration (a template database must have none).
+    engine = create_engine(sqlalchemy_url(), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(connection=connection, transactional_ddl=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

@@ -1,0 +1,52 @@
+"""The SQL that does the governance work, as reviewed ``.sql`` files (procrastinate style).
+
+- ``queries.sql``: named queries, each introduced by a ``-- name: <name>`` line and
+  exposed through :data:`queries` (``%(param)s`` placeholders only).
+- ``schema_v1.sql``, ``admit_v1.sql``, ``settle_v1.sql``: DDL and PL/pgSQL functions
+  installed by the alembic migrations via :func:`script`. A released file is frozen: a
+  change is a new ``_v2`` file installed by a new revision.
+
+Files are read once with :mod:`importlib.resources`, so they ship as package data.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import LiteralString, cast
+
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def script(name: str) -> LiteralString:
+    """The text of ``sql/<name>.sql`` (a migration script or function definition)."""
+    text = resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    return cast(LiteralString, text)
+
+
+def _parse(text: str) -> dict[str, LiteralString]:
+    parts = _NAME.split(text)
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    named = zip(parts[1::2], parts[2::2], strict=True)
+    return {name: cast(LiteralString, body.strip()) for name, body in named}
+
+
+@cache
+def _queries() -> dict[str, LiteralString]:
+    return _parse(script("queries"))
+
+
+class _Queries:
+    """``queries["name"]``: a named query from ``queries.sql`` (KeyError if unknown)."""
+
+    def __getitem__(self, name: str) -> LiteralString:
+        return _queries()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in _queries()
+
+
+queries = _Queries()
+
+__all__ = ["queries", "script"]
