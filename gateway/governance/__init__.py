@@ -29,12 +29,15 @@ from gateway.governance._plan import (
     settled_amounts,
     utc_windows,
 )
+from gateway.governance._local import CounterState, LocalGovernanceStore
 
 __all__ = [
     "BUCKET_SCALE",
     "AdmissionRequest",
     "Charge",
+    "CounterState",
     "GovernanceStore",
+    "LocalGovernanceStore",
     "Outcome",
     "OutcomeKind",
     "Permit",

@@ -54,9 +54,11 @@ CREATE INDEX IF NOT EXISTS keys_team ON keys(team_id);
 
 _TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
 _KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
-# SQLite INTEGER is 64-bit; limits beyond this are typos, and keeping them well below
-# 2**63 leaves the governance arithmetic (scaled buckets, sums) room not to overflow.
-MAX_LIMIT = 1 << 40
+# SQLite INTEGER is 64-bit; limits beyond these are typos, and keeping them well below
+# 2**63 leaves the governance arithmetic room: a bucket holds capacity * 60e6 scaled
+# units (2**36 * 2**26 = 2**62), windows sum µUSD and tokens (2**50 µUSD = $1.1e9).
+MAX_LIMIT = 1 << 50
+MAX_RATE = 1 << 36
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -136,8 +138,9 @@ def _check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise BadRequest(f"{where}.{name}: must be a non-negative integer, got {value!r}")
-        if value > MAX_LIMIT:
-            raise BadRequest(f"{where}.{name}: {value} is above the maximum {MAX_LIMIT}")
+        ceiling = MAX_RATE if name in ("rpm", "tpm") else MAX_LIMIT
+        if value > ceiling:
+            raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")
 
 
 def _team(row: sqlite3.Row) -> Team:
