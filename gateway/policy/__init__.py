@@ -6,6 +6,7 @@ error rather than a surprise in production.
 
 from gateway.policy._compile import canonical_json, compile_documents, decode_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
+from gateway.policy._files import FilePolicySource
 from gateway.policy._merge import EffectiveLimits, effective_limits, tightest_renew_ms
 from gateway.policy._source import PolicySource, StaticPolicySource
 from gateway.policy._validate import PolicyInvalid, validate_document, validate_documents
@@ -45,6 +46,7 @@ __all__ = [
     "EMPTY_SNAPSHOT",
     "CompiledRule",
     "EffectiveLimits",
+    "FilePolicySource",
     "PolicySnapshot",
     "PolicySource",
     "StaticPolicySource",

@@ -54,24 +54,24 @@ def compile_rule(policy: str, rule: Rule) -> CompiledRule:
         admin_contact=b.admin_contact, **common)
 
 
-def decode_documents(docs: Sequence[dict[str, Any] | GovernancePolicy]
-                     ) -> list[GovernancePolicy]:
+def decode_documents(docs: Sequence[dict[str, Any] | GovernancePolicy], *,
+                     origins: Sequence[str] | None = None) -> list[GovernancePolicy]:
     """Validate a set and return its typed documents sorted by name, or raise."""
-    policies, problems = validate_documents(docs)
+    policies, problems = validate_documents(docs, origins=origins)
     if problems:
         raise PolicyInvalid(problems)
     return sorted(policies, key=lambda p: p.metadata.name)
 
 
-def compile_documents(docs: Sequence[dict[str, Any] | GovernancePolicy]
-                      ) -> tuple[CompiledRule, ...]:
+def compile_documents(docs: Sequence[dict[str, Any] | GovernancePolicy], *,
+                      origins: Sequence[str] | None = None) -> tuple[CompiledRule, ...]:
     """Validate and compile a whole policy set, all or nothing.
 
     Rules come out ordered by policy name, then document order, whatever order the
     documents were given in, so equal sets compile to equal tuples.
     """
     return tuple(compile_rule(p.metadata.name, rule)
-                 for p in decode_documents(docs) for rule in p.spec.rules)
+                 for p in decode_documents(docs, origins=origins) for rule in p.spec.rules)
 
 
 def canonical_json(docs: Sequence[dict[str, Any] | GovernancePolicy]) -> bytes:

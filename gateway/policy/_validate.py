@@ -271,14 +271,21 @@ def document_label(doc: Any, index: int) -> str:
     return name if isinstance(name, str) and name else f"documents[{index}]"
 
 
-def validate_documents(docs: Sequence[Any]) -> tuple[list[GovernancePolicy], list[Problem]]:
-    """Check a whole set; every path is prefixed with its document (``name:path``)."""
+def validate_documents(docs: Sequence[Any], *, origins: Sequence[str] | None = None
+                       ) -> tuple[list[GovernancePolicy], list[Problem]]:
+    """Check a whole set; every path is prefixed with its document (``name:path``).
+
+    ``origins`` (one per document, e.g. ``policies/a.yaml``) is prepended to the label
+    so a problem also names the file it is in (``policies/a.yaml:name:path``).
+    """
     policies: list[GovernancePolicy] = []
     problems: list[Problem] = []
-    seen_names: dict[str, int] = {}
+    seen_names: dict[str, str] = {}
     seen_uids: dict[str, str] = {}
     for i, doc in enumerate(docs):
         label = document_label(doc, i)
+        if origins is not None:
+            label = f"{origins[i]}:{label}"
         policy, doc_problems = validate_document(doc)
         problems += [(f"{label}:{p}", m) for p, m in doc_problems]
         if policy is None:
@@ -286,8 +293,8 @@ def validate_documents(docs: Sequence[Any]) -> tuple[list[GovernancePolicy], lis
         name = policy.metadata.name
         if name in seen_names:
             problems.append((f"{label}:metadata.name", f"duplicate policy name {name!r} "
-                                                       f"(also documents[{seen_names[name]}])"))
-        seen_names.setdefault(name, i)
+                                                       f"(also {seen_names[name]})"))
+        seen_names.setdefault(name, label)
         for j, rule in enumerate(policy.spec.rules):
             uid, where = rule_uid(name, rule), f"{label}:spec.rules[{j}]"
             if uid in seen_uids:
