@@ -1,0 +1,229 @@
+"""inferplaned's HTTP API: GovernancePolicy documents published as numbered generations.
+
+``create_app(config)`` builds the Litestar app; its lifespan opens and closes the psycopg
+pool. Every accepted write goes through :func:`gateway.policy.publish` (the shared
+Postgres policy store), which validates the *whole* resulting set with
+``compile_documents`` before bumping the generation, so an invalid document (422, every
+problem with its path) never disturbs what is published. Each write is attributed to
+the name of the token that made it.
+
+Routes: ``PUT/GET/DELETE /v1alpha1/policies/{name}``, ``GET /v1alpha1/policies``,
+``GET /v1alpha1/generation``, ``GET /v1alpha1/changes?since=N``, ``/healthz``, ``/readyz``.
+Errors are JSON ``{"error": {"message", "problems": [{"path", "message"}]}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import yaml
+from litestar import Litestar, Request, Response, delete, get, put
+from litestar.exceptions import HTTPException
+
+from controlplane.auth import Identity, TokenAuth
+from controlplane.settings import ControlPlaneConfig, resolve_tokens
+from gateway.db import open_pool, wrap_exceptions
+from gateway.errors import BadRequest, InferplaneError, PayloadTooLarge
+from gateway.policy import PolicyInvalid, validate_document
+
+log = logging.getLogger("inferplaned")
+_WHAT = "policy database"
+
+
+class PolicyNotFound(InferplaneError):
+    """No policy with that name is published."""
+
+    status = 404
+    code = "not_found"
+
+
+def _error(status: int, message: str, problems: list[tuple[str, str]] | None = None,
+           headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
+    body = {"error": {"message": message,
+                      "problems": [{"path": p, "message": m} for p, m in problems or []]}}
+    return Response(body, status_code=status, headers=headers or {})
+
+
+def _on_inferplane_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    assert isinstance(exc, InferplaneError)
+    if exc.status >= 500:
+        log.error("%s: %s", type(exc).__name__, exc.message)
+    headers = exc.headers()
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="inferplaned"'
+    problems = exc.problems if isinstance(exc, PolicyInvalid) else None
+    return _error(exc.status, exc.message, problems, headers)
+
+
+def _on_http_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    assert isinstance(exc, HTTPException)
+    return _error(exc.status_code, str(exc.detail), headers=dict(exc.headers or {}))
+
+
+def _auth(request: Request[Any, Any, Any], *, write: bool) -> Identity:
+    auth: TokenAuth = request.app.state.auth
+    return auth.require(request.headers.get("authorization"), write=write)
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _field(obj: Any, name: str) -> Any:
+    """Read a field from the policy store's result, row dict or struct alike."""
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
+
+
+def _parse_document(body: bytes, content_type: str) -> dict[str, Any]:
+    """A JSON or YAML document (YAML is a superset of JSON; JSON is tried first)."""
+    try:
+        doc = json.loads(body) if "json" in content_type else yaml.safe_load(body)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise BadRequest(f"body: not a valid JSON or YAML document ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise BadRequest("body: must be one GovernancePolicy document (a mapping)")
+    return doc
+
+
+def _check_document(name: str, doc: dict[str, Any]) -> None:
+    """Per-document validation before touching the database; raises with every problem."""
+    _, problems = validate_document(doc)
+    meta = doc.get("metadata")
+    doc_name = meta.get("name") if isinstance(meta, dict) else None
+    if doc_name != name:
+        problems.insert(0, ("metadata.name", f"must equal the name in the URL ({name!r}); "
+                                              f"got {doc_name!r}"))
+    if problems:
+        raise PolicyInvalid([(f"{name}:{p}", m) for p, m in problems])
+
+
+async def _current(request: Request[Any, Any, Any]) -> Any:
+    from gateway.policy import current
+
+    async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
+        return await current(conn)
+
+
+def _generation(info: Any) -> dict[str, Any]:
+    return {"namespace": _field(info, "namespace"), "generation": _field(info, "generation"),
+            "fingerprint": _field(info, "fingerprint")}
+
+
+@put("/v1alpha1/policies/{name:str}", status_code=200)
+async def put_policy(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+    from gateway.policy import publish
+
+    identity = _auth(request, write=True)
+    body = await request.body()
+    if len(body) > request.app.state.config.max_body_bytes:
+        raise PayloadTooLarge(f"body: larger than max_body_bytes "
+                              f"({request.app.state.config.max_body_bytes})")
+    doc = _parse_document(body, request.headers.get("content-type", ""))
+    _check_document(name, doc)
+    async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
+        info = await publish(conn, put={name: doc}, author=identity.name)
+    log.info("generation %s published by %s: put %s", _field(info, "generation"),
+             identity.name, name)
+    return {"name": name, "action": "put", "author": identity.name, **_generation(info)}
+
+
+@delete("/v1alpha1/policies/{name:str}", status_code=200)
+async def delete_policy(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+    from gateway.policy import publish
+
+    identity = _auth(request, write=True)
+    if name not in _field(await _current(request), "documents"):
+        raise PolicyNotFound(f"policy {name!r} is not published")
+    async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
+        info = await publish(conn, delete=[name], author=identity.name)
+    log.info("generation %s published by %s: delete %s", _field(info, "generation"),
+             identity.name, name)
+    return {"name": name, "action": "delete", "author": identity.name, **_generation(info)}
+
+
+@get("/v1alpha1/policies/{name:str}")
+async def get_policy(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+    _auth(request, write=False)
+    state = await _current(request)
+    doc = _field(state, "documents").get(name)
+    if doc is None:
+        raise PolicyNotFound(f"policy {name!r} is not published")
+    return Response(doc, headers={"X-Inferplane-Generation": str(_field(state, "generation"))})
+
+
+@get("/v1alpha1/policies")
+async def list_policies(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    _auth(request, write=False)
+    state = await _current(request)
+    docs = _field(state, "documents")
+    return {**_generation(state), "items": [docs[n] for n in sorted(docs)]}
+
+
+@get("/v1alpha1/generation")
+async def generation(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    _auth(request, write=False)
+    return _generation(await _current(request))
+
+
+@get("/v1alpha1/changes")
+async def list_changes(request: Request[Any, Any, Any], since: int = 0) -> dict[str, Any]:
+    from gateway.policy import changes
+
+    _auth(request, write=False)
+    if since < 0:
+        raise BadRequest("since: must be >= 0")
+    async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
+        rows = await changes(conn, since=since)
+    fields = ("generation", "name", "action", "author", "at", "before", "after")
+    return {"since": since,
+            "changes": [{f: _jsonable(_field(r, f)) for f in fields} for r in rows]}
+
+
+@get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/readyz")
+async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
+    try:
+        async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
+            await conn.execute("SELECT 1")
+    except InferplaneError as exc:
+        return _error(503, exc.message)
+    return Response({"status": "ready"})
+
+
+def create_app(config: ControlPlaneConfig) -> Litestar:
+    """The inferplaned app for ``config`` (tokens resolved now: a bad ref fails here)."""
+    writers, readers = resolve_tokens(config.auth)
+    auth = TokenAuth(writers, readers)
+    pool = open_pool(config.database, name="inferplaned")
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await pool.open(wait=False)
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = Litestar(
+        route_handlers=[put_policy, delete_policy, get_policy, list_policies, generation,
+                        list_changes, healthz, readyz],
+        lifespan=[lifespan],
+        exception_handlers={InferplaneError: _on_inferplane_error,
+                            HTTPException: _on_http_error},
+        # The handler enforces max_body_bytes with a clear message; this is the backstop.
+        request_max_body_size=config.max_body_bytes + 1,
+        openapi_config=None,
+    )
+    app.state.config = config
+    app.state.auth = auth
+    app.state.pool = pool
+    return app

@@ -1,0 +1,79 @@
+"""Bearer-token authentication and the writer/reader split for inferplaned.
+
+Every configured token has a *name* (the config key), and that name is the author
+recorded with each published generation, so ``/v1alpha1/changes`` says who changed what
+(the gap ADR-039's follow-up names). Writers may publish and read; readers may only
+read. A presented token is compared with ``hmac.compare_digest`` against *every*
+configured token, without stopping at a match, so the time taken does not reveal which
+token (or how much of one) matched.
+
+With no token configured at all the control plane runs unauthenticated: every caller is
+the writer ``unauthenticated``, and :mod:`controlplane.cli` refuses to bind anything but
+loopback in that mode (ADR-034 §6).
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Literal
+
+import msgspec
+
+from gateway.errors import Forbidden, Unauthenticated
+
+Role = Literal["writer", "reader"]
+UNAUTHENTICATED = "unauthenticated"
+
+
+class Identity(msgspec.Struct, frozen=True):
+    name: str
+    role: Role
+
+
+class NotAuthenticated(Unauthenticated):
+    """Missing or unknown bearer token."""
+
+    code = "unauthenticated"
+
+
+class ReadOnlyToken(Forbidden):
+    """This token may only read; publishing needs a writer token."""
+
+    code = "forbidden"
+
+
+class TokenAuth:
+    """Maps an ``Authorization: Bearer`` header to an :class:`Identity`."""
+
+    def __init__(self, writers: dict[str, str], readers: dict[str, str]) -> None:
+        self._tokens: list[tuple[bytes, Identity]] = [
+            *((t.encode(), Identity(n, "writer")) for n, t in writers.items()),
+            *((t.encode(), Identity(n, "reader")) for n, t in readers.items())]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._tokens)
+
+    def identify(self, authorization: str | None) -> Identity:
+        """The caller's identity; raises :class:`NotAuthenticated` if unknown."""
+        if not self._tokens:
+            return Identity(UNAUTHENTICATED, "writer")
+        scheme, _, presented = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not presented.strip():
+            raise NotAuthenticated("missing bearer token (Authorization: Bearer <token>)")
+        given = presented.strip().encode()
+        found: Identity | None = None
+        for token, identity in self._tokens:
+            # No early exit: every comparison runs whatever matched before.
+            if hmac.compare_digest(given, token):
+                found = identity
+        if found is None:
+            raise NotAuthenticated("unknown bearer token")
+        return found
+
+    def require(self, authorization: str | None, *, write: bool) -> Identity:
+        identity = self.identify(authorization)
+        if write and identity.role != "writer":
+            raise ReadOnlyToken(f"token {identity.name!r} is a reader token and may not "
+                                "publish policies")
+        return identity

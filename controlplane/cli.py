@@ -1,0 +1,126 @@
+"""``inferplaned``: the control plane's command line (console script).
+
+``inferplaned serve --config FILE`` runs the HTTP API; ``inferplaned check-config
+--config FILE`` resolves and checks the config without serving. With no token configured
+at all the server is unauthenticated: it logs a loud ``UNAUTHENTICATED`` warning and
+refuses to bind anything but a loopback address (ADR-034 §6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from controlplane.settings import ControlPlaneConfig, is_loopback, load_config, resolve_tokens
+from gateway.errors import ConfigError, InferplaneError
+
+log = logging.getLogger("inferplaned")
+
+DESCRIPTION = """\
+inferplane control plane: stores GovernancePolicy documents (inferplane.dev/v1alpha1)
+in Postgres and publishes every accepted write as a numbered generation that shared-mode
+gateways enforce without restart.
+
+HTTP API (Authorization: Bearer <token>; writers publish and read, readers only read):
+  PUT    /v1alpha1/policies/{name}   publish a document (JSON or YAML body)
+  GET    /v1alpha1/policies/{name}   one published document
+  DELETE /v1alpha1/policies/{name}   remove a document (a new generation)
+  GET    /v1alpha1/policies          every published document
+  GET    /v1alpha1/generation        namespace, generation, fingerprint
+  GET    /v1alpha1/changes?since=N   who changed what, when
+  GET    /healthz, /readyz           liveness; readiness (database reachable)
+"""
+
+CONFIG_HELP = """\
+YAML config file. Keys (all optional):
+  database.dsn_ref            env:NAME or file:PATH (default env:INFERPLANE_DATABASE_URL)
+  database.pool_min_size / pool_max_size / pool_timeout_s / connect_timeout_s
+  listen.host / listen.port   (default 127.0.0.1:8470)
+  auth.writer_tokens_ref      map token name -> env:NAME | file:PATH
+  auth.reader_tokens_ref      map token name -> env:NAME | file:PATH
+  max_body_bytes              largest accepted document (default 1048576)
+Token names are recorded as the author of each change."""
+
+
+def check_bind(config: ControlPlaneConfig, host: str) -> bool:
+    """True when authenticated; raises if unauthenticated on a non-loopback host."""
+    writers, readers = resolve_tokens(config.auth)
+    if writers or readers:
+        return True
+    if not is_loopback(host):
+        raise ConfigError(
+            f"listen.host: {host} is not a loopback address and no token is configured "
+            "(auth.writer_tokens_ref / auth.reader_tokens_ref); refusing to serve an "
+            "unauthenticated control plane on the network")
+    return False
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from controlplane.app import create_app
+
+    config = load_config(args.config)
+    host = args.host or config.listen.host
+    port = args.port or config.listen.port
+    if not check_bind(config, host):
+        log.warning("UNAUTHENTICATED: no inferplaned token is configured; anyone who can "
+                    "reach %s:%d can publish policies. Bound to loopback only.", host, port)
+    app = create_app(config)
+    log.info("inferplaned listening on http://%s:%d", host, port)
+    uvicorn.run(app, host=host, port=port, log_level=args.log_level, access_log=False)
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    authenticated = check_bind(config, config.listen.host)
+    writers, readers = resolve_tokens(config.auth)
+    print(f"ok  {args.config}: listen {config.listen.host}:{config.listen.port}, "
+          f"{len(writers)} writer and {len(readers)} reader tokens"
+          + ("" if authenticated else " (UNAUTHENTICATED, loopback only)"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inferplaned", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    serve = sub.add_parser(
+        "serve", help="run the control plane HTTP API",
+        description="Run the control plane HTTP API.\n\n" + CONFIG_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--config", metavar="FILE", default=None,
+                       help="YAML config file (default: built-in loopback defaults)")
+    serve.add_argument("--host", default=None, help="override listen.host")
+    serve.add_argument("--port", type=int, default=None, help="override listen.port")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=_serve)
+    check = sub.add_parser(
+        "check-config", help="check a config file (resolves token references)",
+        description="Load and check a config file without serving.\n\n" + CONFIG_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("--config", metavar="FILE", required=True, help="YAML config file")
+    check.set_defaults(func=_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(args, "log_level", "info").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except InferplaneError as exc:
+        print(f"inferplaned: error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""inferplaned configuration: one YAML file, decoded with msgspec, errors name the key.
+
+Example::
+
+    database:
+      dsn_ref: env:INFERPLANE_DATABASE_URL
+    listen:
+      host: 0.0.0.0
+      port: 8470
+    auth:
+      writer_tokens_ref:            # token name -> reference; the name is the change author
+        ci: env:INFERPLANED_CI_TOKEN
+      reader_tokens_ref:
+        dashboards: file:/run/secrets/inferplaned-reader
+
+Tokens are never inline: each value is an ``env:NAME`` or ``file:PATH`` reference resolved
+by :func:`gateway.config.resolve_secret`. The database section is the gateway's own
+:class:`gateway.config.DatabaseSettings`, so both programs read a DSN the same way.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+import msgspec
+import yaml
+
+from gateway.config import DatabaseSettings, resolve_secret
+from gateway.config._load import _path_first
+from gateway.errors import ConfigError
+
+
+class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ListenSettings(_Base):
+    host: str = "127.0.0.1"
+    port: int = 8470
+
+
+class AuthSettings(_Base):
+    writer_tokens_ref: dict[str, str] = {}
+    """Token name → secret reference; writers may publish and read."""
+    reader_tokens_ref: dict[str, str] = {}
+    """Token name → secret reference; readers may only read."""
+
+
+class ControlPlaneConfig(_Base):
+    database: DatabaseSettings = DatabaseSettings()
+    listen: ListenSettings = ListenSettings()
+    auth: AuthSettings = AuthSettings()
+    max_body_bytes: int = 1024 * 1024
+    """Largest accepted policy document (bytes)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_config(path: str | os.PathLike[str] | None) -> ControlPlaneConfig:
+    """Read and check the config file (``None``: defaults, loopback, unauthenticated)."""
+    if path is None:
+        return ControlPlaneConfig()
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        config = msgspec.convert(raw, ControlPlaneConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{path}: {_path_first(str(exc))}") from exc
+    if not 0 < config.listen.port < 65536:
+        raise ConfigError(f"{path}: listen.port: must be 1-65535")
+    if config.max_body_bytes <= 0:
+        raise ConfigError(f"{path}: max_body_bytes: must be positive")
+    return config
+
+
+def resolve_tokens(auth: AuthSettings) -> tuple[dict[str, str], dict[str, str]]:
+    """(writers, readers) as name → token, every reference resolved and checked."""
+    resolved: list[dict[str, str]] = []
+    seen: dict[str, str] = {}
+    for section, refs in (("writer_tokens_ref", auth.writer_tokens_ref),
+                          ("reader_tokens_ref", auth.reader_tokens_ref)):
+        out: dict[str, str] = {}
+        for name, ref in refs.items():
+            key = f"auth.{section}.{name}"
+            if not name.strip():
+                raise ConfigError(f"auth.{section}: token names must not be empty")
+            token = resolve_secret(ref, key=key)
+            if len(token) < 16:
+                raise ConfigError(f"{key}: token must be at least 16 characters")
+            if token in seen:
+                raise ConfigError(f"{key}: same token as {seen[token]} (each token must "
+                                  "identify one writer or reader)")
+            seen[token] = key
+            out[name] = token
+        resolved.append(out)
+    if set(resolved[0]) & set(resolved[1]):
+        dup = sorted(set(resolved[0]) & set(resolved[1]))[0]
+        raise ConfigError(f"auth.reader_tokens_ref.{dup}: name also used by a writer token "
+                          "(names attribute changes, so they must be unique)")
+    return resolved[0], resolved[1]
