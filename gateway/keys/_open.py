@@ -7,8 +7,10 @@ it) never needs a database driver to be importable or a server to be reachable.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from gateway.config import Settings
+from gateway.errors import ConfigError
 from gateway.keys._model import KeyStore
 from gateway.keys._sqlite import SqliteKeyStore
 
@@ -18,17 +20,47 @@ def sqlite_path(settings: Settings, configured: str | None) -> str:
     return os.path.expanduser(configured or os.path.join(settings.data_dir, "mayu.db"))
 
 
-async def open_key_store(settings: Settings) -> KeyStore:
-    """Open the key store ``settings.key_store`` selects; the caller closes it."""
-    if settings.key_store.type == "postgres":
-        from gateway.db import open_pool
-        from gateway.keys import PostgresKeyStore  # type: ignore[attr-defined]
+class _OwningStore:
+    """A Postgres key store that also owns (and on close, closes) its own pool."""
 
-        if settings.database is None:  # load_settings already refuses this; be explicit
-            from gateway.errors import ConfigError
-            raise ConfigError("database: required when key_store.type is postgres")
-        pool = await open_pool(settings.database)
-        return PostgresKeyStore(pool)  # type: ignore[no-any-return]
-    store = SqliteKeyStore(sqlite_path(settings, settings.key_store.path))
-    await store.open()
-    return store
+    def __init__(self, store: Any, pool: Any) -> None:
+        self._store, self._pool = store, pool
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def close(self) -> None:
+        try:
+            await self._store.close()
+        finally:
+            await self._pool.close()
+
+
+async def open_key_store(settings: Settings, *, pool: Any = None) -> KeyStore:
+    """Open the key store ``settings.key_store`` selects; the caller closes it.
+
+    In shared mode the app passes its own open ``pool``; without one (the CLI) a pool
+    is opened here and closed with the store.
+    """
+    if settings.key_store.type != "postgres":
+        store = SqliteKeyStore(sqlite_path(settings, settings.key_store.path))
+        await store.open()
+        return store
+    from gateway import keys
+    from gateway.db import open_pool, wrap_exceptions
+
+    if settings.database is None:  # load_settings already refuses this; be explicit
+        raise ConfigError("database: required when key_store.type is postgres")
+    postgres_store = getattr(keys, "PostgresKeyStore", None)
+    if postgres_store is None:
+        raise ConfigError("key_store.type: postgres is not available in this build")
+    if pool is not None:
+        return postgres_store(pool)  # type: ignore[no-any-return]
+    own = open_pool(settings.database, name="mayu-cli")
+    try:
+        async with wrap_exceptions("key store database"):
+            await own.open(wait=True, timeout=settings.database.connect_timeout_s + 5)
+    except BaseException:
+        await own.close()
+        raise
+    return _OwningStore(postgres_store(own), own)  # type: ignore[return-value]

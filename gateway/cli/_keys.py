@@ -1,0 +1,288 @@
+"""``mayu teams …`` and ``mayu keys …``: manage teams and virtual keys.
+
+Works on the configured key store (``--config FILE``; without one, the local profile's
+SQLite file under ``.mayu``). Money flags take dollars as an exact decimal string
+(``--usd-per-day 1.50``, parsed with :class:`decimal.Decimal`) or integer µUSD
+(``--usd-micros-per-day 1500000``); a float never touches money. A new key's plaintext
+is printed once and never stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any, TypeVar
+
+import msgspec
+
+from gateway.config import load_settings
+from gateway.keys import KeyLimits, KeyRecord, KeyStore, Team, TeamLimits, open_key_store
+
+T = TypeVar("T")
+MICROS = 1_000_000
+
+
+# -- argument types -------------------------------------------------------------------
+
+def _count(text: str) -> int:
+    """A non-negative integer (limits are whole requests, tokens or µUSD)."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def parse_usd(text: str) -> int:
+    """Dollars as an exact decimal string (``1.50``) to integer µUSD."""
+    try:
+        amount = Decimal(text.strip().removeprefix("$"))
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not a dollar amount: {text!r}") from None
+    if not amount.is_finite() or amount < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative dollar amount: {text!r}")
+    micros = amount * MICROS
+    if micros != micros.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r}: more precise than one µUSD "
+                                         "(at most 6 decimal places)")
+    return int(micros)
+
+
+def format_usd(micros: int | None) -> str:
+    if micros is None:
+        return "-"
+    whole, frac = divmod(micros, MICROS)
+    return f"${whole}.{f'{frac:06d}'.rstrip('0').ljust(2, '0')}"
+
+
+# -- shared plumbing ------------------------------------------------------------------
+
+def _run(args: argparse.Namespace, action: Callable[[KeyStore], Awaitable[T]]) -> T:
+    async def _main() -> T:
+        store = await open_key_store(load_settings(args.config))
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+    return asyncio.run(_main())
+
+
+def _money(args: argparse.Namespace, period: str) -> int | None:
+    value: int | None = getattr(args, f"usd_per_{period}")
+    micros: int | None = getattr(args, f"usd_micros_per_{period}")
+    return value if value is not None else micros
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(msgspec.to_builtins(value), indent=2, sort_keys=True))
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _limits_text(limits: TeamLimits | KeyLimits) -> str:
+    parts = [f"{name}={value}" for name in ("rpm", "tpm", "tokens_per_day")
+             if (value := getattr(limits, name, None)) is not None]
+    for period in ("day", "month"):
+        micros = getattr(limits, f"usd_micros_per_{period}")
+        if micros is not None:
+            parts.append(f"usd/{period}={format_usd(micros)}")
+    return ", ".join(parts) or "no limits"
+
+
+# -- teams ----------------------------------------------------------------------------
+
+def _teams_create(args: argparse.Namespace) -> int:
+    limits = TeamLimits(rpm=args.rpm, tpm=args.tpm, tokens_per_day=args.tokens_per_day,
+                        usd_micros_per_day=_money(args, "day"),
+                        usd_micros_per_month=_money(args, "month"))
+    team = _run(args, lambda s: s.create_team(name=args.name, limits=limits))
+    if args.json:
+        _print_json(team)
+    else:
+        print(f"created team {team.name} (id {team.id}, revision {team.revision}): "
+              f"{_limits_text(team.limits)}")
+    return 0
+
+
+def _teams_list(args: argparse.Namespace) -> int:
+    teams: list[Team] = _run(args, lambda s: s.list_teams())
+    if args.json:
+        _print_json(teams)
+        return 0
+    if not teams:
+        print("no teams (create one with: mayu teams create NAME)")
+        return 0
+    _table(("NAME", "ID", "REV", "RPM", "TPM", "TOKENS/DAY", "USD/DAY", "USD/MONTH"),
+           [(t.name, t.id, str(t.revision), _opt(t.limits.rpm), _opt(t.limits.tpm),
+             _opt(t.limits.tokens_per_day), format_usd(t.limits.usd_micros_per_day),
+             format_usd(t.limits.usd_micros_per_month)) for t in teams])
+    return 0
+
+
+def _opt(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+# -- keys -----------------------------------------------------------------------------
+
+def _keys_create(args: argparse.Namespace) -> int:
+    models = None
+    if args.models is not None:
+        models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    expires = None
+    if args.expires_in_days is not None:
+        expires = datetime.now(UTC) + timedelta(days=args.expires_in_days)
+    limits = KeyLimits(rpm=args.rpm, tpm=args.tpm, usd_micros_per_day=_money(args, "day"),
+                       usd_micros_per_month=_money(args, "month"))
+    plaintext, record = _run(args, lambda s: s.create_key(
+        team=args.team, name=args.name, user=args.user, allowed_models=models,
+        limits=limits, expires_at=expires))
+    if args.json:
+        _print_json({"key": plaintext, "record": record})
+        return 0
+    print(f"created key {record.id} (team {args.team}, prefix {record.display_prefix}"
+          f"{', user ' + record.user if record.user else ''})")
+    print(f"limits: {_limits_text(record.limits)}; models: "
+          f"{', '.join(record.allowed_models) if record.allowed_models is not None else 'all'}"
+          f"{'; expires ' + record.expires_at.isoformat() if record.expires_at else ''}")
+    print()
+    print(f"    {plaintext}")
+    print()
+    print("Store this key now: it is shown only once and cannot be recovered.",
+          file=sys.stderr)
+    return 0
+
+
+def _key_status(key: KeyRecord, now: datetime) -> str:
+    if key.revoked_at is not None:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    return "active"
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    async def _load(store: KeyStore) -> tuple[list[KeyRecord], dict[str, str]]:
+        keys = await store.list_keys(team=args.team, include_revoked=args.all)
+        return keys, {t.id: t.name for t in await store.list_teams()}
+    keys, team_names = _run(args, _load)
+    if args.json:
+        _print_json(keys)
+        return 0
+    if not keys:
+        print("no keys" + ("" if args.all else " (revoked keys are shown with --all)"))
+        return 0
+    now = datetime.now(UTC)
+    _table(("ID", "PREFIX", "TEAM", "NAME", "USER", "MODELS", "STATUS", "REV"),
+           [(k.id, k.display_prefix, team_names.get(k.team_id, k.team_id), k.name or "-",
+             k.user or "-", ",".join(k.allowed_models) if k.allowed_models is not None
+             else "all", _key_status(k, now), str(k.revision)) for k in keys])
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    record = _run(args, lambda s: s.revoke_key(args.id,
+                                               expected_revision=args.expected_revision))
+    if args.json:
+        _print_json(record)
+    else:
+        print(f"revoked key {record.id} ({record.display_prefix}) at "
+              f"{record.revoked_at.isoformat() if record.revoked_at else '?'}; "
+              f"revision {record.revision}")
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------
+
+def _common(parser: argparse.ArgumentParser, *, json_help: str) -> None:
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="gateway config file (default: none, the local profile with "
+                             "its data in .mayu)")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def _money_args(parser: argparse.ArgumentParser, what: str) -> None:
+    for period in ("day", "month"):
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument(f"--usd-per-{period}", type=parse_usd, metavar="DOLLARS",
+                           help=f"{what} spending limit per UTC {period}, in dollars as an "
+                                "exact decimal (e.g. 1.50)")
+        group.add_argument(f"--usd-micros-per-{period}", type=_count, metavar="MICROS",
+                           help=f"the same limit in integer µUSD (1500000 = $1.50)")
+
+
+def _rate_args(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--rpm", type=_count, help=f"{what} requests per minute")
+    parser.add_argument("--tpm", type=_count, help=f"{what} tokens per minute")
+
+
+def _add(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
+         json_help: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=summary)
+    _common(parser, json_help=json_help)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _register_teams(subparsers: Any) -> None:
+    teams = subparsers.add_parser("teams", help="create and list teams",
+                                  description="Create and list teams (every key belongs to "
+                                              "one team; team limits bind all its keys).")
+    sub = teams.add_subparsers(dest="teams_command", metavar="COMMAND", required=True)
+    create = _add(sub, "create", _teams_create, "create a team with its limits "
+                  "(omitted limits are uncapped)", "print the new team as JSON")
+    create.add_argument("name", metavar="NAME", help="unique team name")
+    _rate_args(create, "team")
+    create.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
+    _money_args(create, "team")
+    _add(sub, "list", _teams_list, "list teams and their limits", "print JSON")
+
+
+def _register_keys(subparsers: Any) -> None:
+    keys = subparsers.add_parser("keys", help="create, list and revoke virtual keys",
+                                 description="Create, list and revoke virtual keys. Keys are "
+                                             "stored as SHA-256 hashes; the plaintext is "
+                                             "shown once, at creation.")
+    sub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
+    create = _add(sub, "create", _keys_create, "create a key and print it once",
+                  "print {key, record} as JSON (the key is still shown only this once)")
+    create.add_argument("--team", required=True, help="team name or id")
+    create.add_argument("--name", default="", help="a label for the key")
+    create.add_argument("--user", default=None, help="the user the key belongs to")
+    create.add_argument("--models", metavar="A,B", default=None,
+                        help="comma-separated models the key may use (default: all)")
+    _rate_args(create, "key")
+    _money_args(create, "key")
+    create.add_argument("--expires-in-days", type=_positive, metavar="DAYS",
+                        help="the key stops working after this many days")
+    listing = _add(sub, "list", _keys_list, "list keys (never their plaintext)", "print JSON")
+    listing.add_argument("--team", default=None, help="only this team's keys (name or id)")
+    listing.add_argument("--all", action="store_true", help="include revoked keys")
+    revoke = _add(sub, "revoke", _keys_revoke, "revoke a key (it stays listed as revoked)",
+                  "print the revoked record as JSON")
+    revoke.add_argument("id", metavar="ID", help="key id (see mayu keys list)")
+    revoke.add_argument("--expected-revision", type=_positive, metavar="N",
+                        help="refuse unless the key is still at this revision")
+
+
+def register(subparsers: Any) -> None:
+    _register_teams(subparsers)
+    _register_keys(subparsers)
