@@ -1,0 +1,125 @@
+"""The app factory and its lifespan: stores, pool, providers and policy source.
+
+:func:`create_app` builds the Litestar app; the lifespan opens everything the request
+path needs and closes it in reverse order. The component factory picks stores by
+profile: local (SQLite key store + local governance in ``<data_dir>/mayu.db``) or shared
+(Postgres, imported lazily so the local profile needs no database driver or server).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from litestar import Litestar
+
+from gateway.audit import AuditLog, default_audit_path
+from gateway.config import Settings, resolve_secret
+from gateway.governance import GovernanceStore
+from gateway.ingress import ROUTES, Gateway, error_handler
+from gateway.keys import KeyStore
+from gateway.metrics import Metrics
+from gateway.policy import PolicySource, StaticPolicySource
+from gateway.providers import Provider, build_providers
+
+log = logging.getLogger("mayu")
+
+
+@dataclass
+class Components:
+    """What the request path talks to; supplied by tests, else built from settings."""
+
+    key_store: KeyStore
+    governance: GovernanceStore
+    policy: PolicySource
+    providers: dict[str, Provider] | None = None
+
+
+def _local_path(settings: Settings, configured: str | None) -> str:
+    return os.path.expanduser(configured or os.path.join(settings.data_dir, "mayu.db"))
+
+
+async def build_components(settings: Settings, stack: AsyncExitStack) -> Components:
+    """Open the profile's stores; ``stack`` closes them at shutdown."""
+    if settings.shared:
+        return await _shared_components(settings, stack)
+    from gateway.governance import LocalGovernanceStore
+    from gateway.keys import SqliteKeyStore
+
+    os.makedirs(os.path.expanduser(settings.data_dir), exist_ok=True)
+    keys = SqliteKeyStore(_local_path(settings, settings.key_store.path))
+    await keys.open()
+    stack.push_async_callback(keys.close)
+    governance = LocalGovernanceStore(_local_path(settings, settings.governance_store.path))
+    await governance.open()
+    stack.push_async_callback(governance.close)
+    return Components(key_store=keys, governance=governance, policy=_policy_source(settings))
+
+
+async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Components:
+    from gateway.db import open_pool
+    from gateway.governance import (  # type: ignore[attr-defined]
+        PostgresGovernanceStore,
+        PostgresPolicySource,
+    )
+    from gateway.keys import PostgresKeyStore  # type: ignore[attr-defined]
+
+    assert settings.database is not None  # load_settings refuses shared mode without it
+    pool = open_pool(settings.database)
+    await pool.open(wait=True, timeout=settings.database.connect_timeout_s + 5)
+    stack.push_async_callback(pool.close)
+    policy: PolicySource = (_policy_source(settings) if settings.policies else
+                            PostgresPolicySource(pool,
+                                                 refresh_s=settings.database.policy_refresh_s))
+    return Components(key_store=PostgresKeyStore(pool),
+                      governance=PostgresGovernanceStore(pool), policy=policy)
+
+
+def _policy_source(settings: Settings) -> PolicySource:
+    if settings.policies:
+        from gateway.policy import FilePolicySource  # type: ignore[attr-defined]
+
+        source: PolicySource = FilePolicySource(settings.policies)
+        return source
+    return StaticPolicySource()
+
+
+def audit_path(settings: Settings) -> str:
+    return os.path.expanduser(settings.server.audit_path or default_audit_path(
+        os.path.expanduser(settings.data_dir), settings.server.replica_id))
+
+
+def create_app(settings: Settings, *, components: Components | None = None) -> Litestar:
+    """The gateway as an ASGI app; the lifespan owns whatever it opens."""
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            comps = components or await build_components(settings, stack)
+            providers = comps.providers or build_providers(settings.providers)
+            for provider in providers.values():
+                await provider.start()
+                stack.push_async_callback(provider.close)
+            await comps.policy.start()
+            stack.push_async_callback(comps.policy.stop)
+            audit = AuditLog(audit_path(settings))
+            audit.open()
+            stack.callback(audit.close)
+            admin = (resolve_secret(settings.server.admin_token_ref,
+                                    key="server.admin_token_ref")
+                     if settings.server.admin_token_ref else None)
+            app.state.gateway = Gateway(
+                settings=settings, key_store=comps.key_store, governance=comps.governance,
+                policy=comps.policy, providers=providers, metrics=Metrics(), audit=audit,
+                admin_token=admin)
+            stack.callback(setattr, app.state, "gateway", None)
+            log.info("mayu ready: %s profile, audit %s",
+                     "shared" if settings.shared else "local", audit.path)
+            yield
+
+    return Litestar(route_handlers=ROUTES, lifespan=[lifespan],
+                    exception_handlers={Exception: error_handler},
+                    request_max_body_size=None, openapi_config=None, logging_config=None)

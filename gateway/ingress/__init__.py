@@ -1,0 +1,16 @@
+"""The OpenAI- and Anthropic-shaped HTTP surface and the request path behind it."""
+
+from gateway.ingress._attempt import Attempt, Call, outcome_for
+from gateway.ingress._context import Gateway
+from gateway.ingress._dispatch import InvalidUpstreamUsage, dispatch
+from gateway.ingress._routes import ROUTES, error_handler
+
+__all__ = [
+    "ROUTES",
+    "Attempt",
+    "Call",
+    "Gateway",
+    "InvalidUpstreamUsage",
+    "dispatch",
+    "error_handler",
+]

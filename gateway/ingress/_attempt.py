@@ -1,0 +1,172 @@
+"""One attempt: admit → dispatch → settle exactly once, with audit and metrics.
+
+Settlement follows what was observed (DESIGN §5): ``complete`` when every class is known
+and priced, ``tokens_known`` when a cache write's TTL is missing, ``uncertain`` when the
+outcome is partial or ambiguous (stream cut, timeout after dispatch, client disconnect:
+the bounds are kept), ``invalid`` for negative or absurd usage (nothing committed, the
+accounts frozen, the client gets a 502), ``cancelled`` when nothing was dispatched. An
+upstream HTTP error status is a definite answer with no generated tokens: it settles
+``complete`` with zero usage (one request counted, no money).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from gateway.config import Deployment, ModelSettings
+from gateway.errors import (
+    BudgetExhausted,
+    GovernanceUnavailable,
+    InferplaneError,
+    RateLimited,
+)
+from gateway.governance import (
+    Outcome,
+    OutcomeKind,
+    Permit,
+    Refusal,
+    SettleResult,
+    build_request,
+    commits_for,
+)
+from gateway.ingress._context import Gateway
+from gateway.keys import Principal
+from gateway.pricing import Usage, cost_micro_usd
+from gateway.providers import Provider
+from gateway.usage import Endpoint
+
+log = logging.getLogger("mayu.ingress")
+
+
+@dataclass
+class Call:
+    """One client request, after authentication, parsing, routing and bounding."""
+
+    gw: Gateway
+    principal: Principal
+    endpoint: Endpoint
+    model: ModelSettings
+    doc: dict[str, Any]
+    body: bytes
+    stream: bool
+    input_bound: int
+    output_bound: int
+    usd_bound: int
+    client_headers: dict[str, str]
+    request_id: str = field(default_factory=lambda: f"req_{time.time_ns():x}")
+
+    @property
+    def token_bound(self) -> int:
+        return self.input_bound + self.output_bound
+
+
+def outcome_for(usage: Usage | None, call: Call, *, detail: str = "") -> Outcome:
+    if usage is None:
+        return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail or "upstream reported no usage")
+    if not usage.price_certain:
+        return Outcome(kind=OutcomeKind.TOKENS_KNOWN, usage=usage,
+                       detail=detail or "cache-write TTL not reported: price kept at bound")
+    return Outcome(kind=OutcomeKind.COMPLETE, usage=usage,
+                   cost_micro_usd=cost_micro_usd(usage, call.model.price), detail=detail)
+
+
+def refusal_error(refusal: Refusal) -> InferplaneError:
+    if refusal.status == 429:
+        return RateLimited(refusal.reason, retry_after=refusal.retry_after or 1)
+    if refusal.status == 402:
+        return BudgetExhausted(refusal.reason)
+    return GovernanceUnavailable(refusal.reason, retry_after=refusal.retry_after or 1)
+
+
+@dataclass
+class Attempt:
+    call: Call
+    deployment: Deployment
+    provider: Provider
+    index: int
+    permit: Permit | None = None
+    result: SettleResult | None = None
+    settled: bool = False
+
+    @property
+    def request_id(self) -> str:
+        rid = self.call.request_id
+        return rid if self.index == 0 else f"{rid}.{self.index}"
+
+    def headers(self) -> dict[str, str]:
+        h = {"x-inferplane-request-id": self.call.request_id,
+             "x-inferplane-token-bound": str(self.call.token_bound),
+             "x-inferplane-usd-bound": str(self.call.usd_bound)}
+        if self.permit is not None:
+            h["x-inferplane-permit"] = self.permit.id
+        return h
+
+    async def admit(self) -> Permit:
+        call, gw = self.call, self.call.gw
+        request = build_request(call.principal, gw.policy.snapshot(),
+                                request_id=self.request_id, model=call.model.name,
+                                token_bound=call.token_bound, usd_bound=call.usd_bound,
+                                now=datetime.now(UTC))
+        started = time.perf_counter()
+        try:
+            decision = (await gw.governance.admit([request]))[0]
+        except InferplaneError:
+            gw.metrics.admissions.labels("error").inc()
+            raise
+        except Exception as exc:
+            gw.metrics.admissions.labels("error").inc()
+            log.error("admission failed: %s", exc)
+            raise GovernanceUnavailable("governance store unavailable") from exc
+        finally:
+            gw.metrics.admission_latency.observe(time.perf_counter() - started)
+        if isinstance(decision, Refusal):
+            gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
+            self.audit(status=decision.status, refusal=decision.reason,
+                       counter=decision.counter)
+            raise refusal_error(decision)
+        gw.metrics.admissions.labels("admitted").inc()
+        gw.metrics.reserved_usd.inc(call.usd_bound)
+        self.permit = decision
+        return decision
+
+    async def finish(self, outcome: Outcome, *, status: int) -> SettleResult | None:
+        """Settle this attempt's permit (once) and write its audit line."""
+        if self.settled or self.permit is None:
+            return self.result
+        self.settled = True
+        gw = self.call.gw
+        error = None
+        try:
+            self.result = await gw.governance.settle(
+                self.permit.id, outcome, commits_for(self.permit.request, outcome))
+        except Exception as exc:
+            # The permit stays pending and keeps binding its bounds (DESIGN §5).
+            error = f"{type(exc).__name__}: {exc}"
+            log.error("settlement of permit %s failed: %s", self.permit.id, error)
+        gw.metrics.settlements.labels(str(outcome.kind)).inc()
+        if self.result is not None:
+            gw.metrics.committed_usd.inc(self.result.usd_committed)
+        self.audit(status=status, outcome=str(outcome.kind), detail=outcome.detail,
+                   usage=None if outcome.usage is None else msgspec.to_builtins(outcome.usage),
+                   cost_micro_usd=outcome.cost_micro_usd, settle_error=error,
+                   tokens_committed=self.result and self.result.tokens_committed,
+                   usd_committed=self.result and self.result.usd_committed)
+        return self.result
+
+    def audit(self, **fields: Any) -> None:
+        call = self.call
+        self.call.gw.audit.write({
+            "request_id": self.request_id, "attempt": self.index,
+            "permit": self.permit.id if self.permit else None,
+            "key_id": call.principal.key_id, "team_id": call.principal.team_id,
+            "user": call.principal.user, "model": call.model.name,
+            "provider": self.provider.name,
+            "upstream_model": self.deployment.upstream_model or call.model.name,
+            "endpoint": call.endpoint, "stream": call.stream,
+            "token_bound": call.token_bound, "usd_bound": call.usd_bound, **fields})

@@ -1,0 +1,29 @@
+"""The running gateway's components, as the request path sees them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.audit import AuditLog
+from gateway.config import ModelSettings, Settings
+from gateway.governance import GovernanceStore
+from gateway.keys import KeyStore
+from gateway.metrics import Metrics
+from gateway.policy import PolicySource
+from gateway.providers import Provider
+
+
+@dataclass
+class Gateway:
+    settings: Settings
+    key_store: KeyStore
+    governance: GovernanceStore
+    policy: PolicySource
+    providers: dict[str, Provider]
+    metrics: Metrics
+    audit: AuditLog
+    admin_token: str | None = None
+    models: dict[str, ModelSettings] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.models = {m.name: m for m in self.settings.models}

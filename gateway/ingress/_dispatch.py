@@ -1,0 +1,146 @@
+"""Dispatch with fallback, and the two ways an answer goes back: JSON or relayed SSE.
+
+A fallback is tried only while no byte has reached the client: after a connect error,
+a timeout, or a retryable status (429/5xx). Each attempt has its own permit and is
+settled before the next one is admitted.
+
+Streams are relayed event by event as they arrive. Settlement runs in the relay's
+``finally`` (shielded from the cancellation a client disconnect delivers), and the
+response's background task closes the relay, so a disconnect while the relay is parked
+at a ``yield`` still settles — as ``uncertain``, keeping the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from litestar import Response
+from litestar.background_tasks import BackgroundTask
+from litestar.response import Stream
+
+from gateway.errors import UpstreamUnavailable
+from gateway.governance import Outcome, OutcomeKind
+from gateway.ingress._attempt import Attempt, Call, outcome_for
+from gateway.ingress._prepare import upstream_body
+from gateway.pricing import InvalidUsage, Usage
+from gateway.providers import RETRYABLE_STATUS, UpstreamFailure, UpstreamResponse
+from gateway.usage import StreamMeter, extract_json
+
+
+class InvalidUpstreamUsage(UpstreamUnavailable):
+    """The upstream reported invalid usage; nothing was committed."""
+
+    code = "invalid_upstream_usage"
+
+
+def _error_outcome(status: int) -> Outcome:
+    return Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(), cost_micro_usd=0,
+                   detail=f"upstream answered HTTP {status}")
+
+
+async def dispatch(call: Call) -> Response[Any]:
+    deployments = call.model.deployments
+    targets = [(d, call.gw.providers[d.provider]) for d in deployments]
+    targets = [(d, p) for d, p in targets
+               if p.speaks("anthropic" if call.endpoint == "messages" else "openai")]
+    for index, (deployment, provider) in enumerate(targets):
+        last = index == len(targets) - 1
+        attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index)
+        await attempt.admit()
+        body, strip = upstream_body(call.body, call.doc, deployment, call.endpoint,
+                                    stream=call.stream)
+        try:
+            upstream = await provider.send(call.endpoint, body, headers=call.client_headers)
+        except UpstreamFailure as exc:
+            kind = OutcomeKind.UNCERTAIN if exc.dispatched else OutcomeKind.CANCELLED
+            await attempt.finish(Outcome(kind=kind, detail=str(exc)), status=502)
+            if last:
+                raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
+            continue
+        call.gw.metrics.upstream_latency.labels(provider.name).observe(upstream.elapsed_s)
+        if upstream.status in RETRYABLE_STATUS and not last:
+            await _discard(upstream)
+            await attempt.finish(_error_outcome(upstream.status), status=upstream.status)
+            continue
+        if call.stream and upstream.status == 200:
+            return _stream_response(attempt, upstream, strip)
+        try:
+            return await _json_response(attempt, upstream)
+        except UpstreamFailure as exc:
+            await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN, detail=str(exc)),
+                                 status=502)
+            if last:
+                raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
+    raise UpstreamUnavailable("no deployment could be tried")  # pragma: no cover
+
+
+async def _discard(upstream: UpstreamResponse) -> None:
+    try:
+        await upstream.read()
+    except UpstreamFailure:
+        await upstream.close()
+
+
+async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Response[Any]:
+    data = await upstream.read()
+    if 200 <= upstream.status < 300:
+        try:
+            outcome = outcome_for(extract_json(attempt.call.endpoint, data), attempt.call)
+        except InvalidUsage as exc:
+            await attempt.finish(Outcome(kind=OutcomeKind.INVALID, detail=str(exc)),
+                                 status=502)
+            raise InvalidUpstreamUsage(f"the upstream reported invalid usage ({exc}); "
+                                       "nothing was charged and the account is frozen "
+                                       "for review") from exc
+    else:
+        outcome = _error_outcome(upstream.status)
+    await attempt.finish(outcome, status=upstream.status)
+    headers = attempt.headers()
+    if outcome.kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd is not None:
+        headers["x-inferplane-cost-micro-usd"] = str(outcome.cost_micro_usd)
+    return Response(data, status_code=upstream.status, media_type=upstream.content_type,
+                    headers=headers)
+
+
+def _stream_response(attempt: Attempt, upstream: UpstreamResponse,
+                     strip: bool) -> Stream:
+    meter = StreamMeter(attempt.call.endpoint, strip_usage_chunk=strip)
+    relay = _relay(attempt, upstream, meter)
+    return Stream(relay, status_code=200, media_type="text/event-stream",
+                  headers={**attempt.headers(), "cache-control": "no-cache"},
+                  background=BackgroundTask(relay.aclose))
+
+
+async def _relay(attempt: Attempt, upstream: UpstreamResponse,
+                 meter: StreamMeter) -> AsyncIterator[bytes]:
+    ended, detail = False, "client disconnected mid-stream"
+    try:
+        async for chunk in upstream.chunks:
+            out = meter.feed(chunk)
+            if out:
+                yield out
+        tail = meter.flush()
+        if tail:
+            yield tail
+        ended = True
+    except UpstreamFailure as exc:
+        detail = f"upstream stream cut: {exc}"
+    finally:
+        with anyio.CancelScope(shield=True):
+            await upstream.close()
+            await attempt.finish(_stream_outcome(attempt, meter, ended, detail), status=200)
+
+
+def _stream_outcome(attempt: Attempt, meter: StreamMeter, ended: bool,
+                    detail: str) -> Outcome:
+    try:
+        usage = meter.usage()
+    except InvalidUsage as exc:
+        return Outcome(kind=OutcomeKind.INVALID, detail=str(exc))
+    if not meter.complete:
+        if not ended:
+            return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail)
+        return Outcome(kind=OutcomeKind.UNCERTAIN, detail="stream ended without its end marker")
+    return outcome_for(usage, attempt.call)

@@ -1,0 +1,162 @@
+"""Everything decided before admission: who, which body, which model, which bounds.
+
+The token bound is conservative: every byte of the body may be an input token (no
+tokenizer makes more tokens than bytes of text), and the output is what the request
+allows (``max_tokens`` and its variants, times ``n`` choices) or the model's ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from litestar import Request
+
+from gateway.config import Deployment, ModelSettings
+from gateway.errors import (
+    BadRequest,
+    Forbidden,
+    GovernanceUnavailable,
+    PayloadTooLarge,
+    Unauthenticated,
+    UnknownModel,
+)
+from gateway.ingress._context import Gateway
+from gateway.keys import Principal, hash_key
+from gateway.providers import Protocol_, Provider
+from gateway.usage import Endpoint
+
+_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+_MAX_CHOICES = 128
+
+
+def presented_key(request: Request[Any, Any, Any]) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth[:7].lower() == "bearer " and auth[7:].strip():
+        return auth[7:].strip()
+    return request.headers.get("x-api-key") or None
+
+
+async def authenticate(gw: Gateway, request: Request[Any, Any, Any]) -> Principal:
+    key = presented_key(request)
+    if key is None:
+        raise Unauthenticated("missing API key (Authorization: Bearer or x-api-key)")
+    try:
+        principal = await gw.key_store.resolve(hash_key(key))
+    except Exception as exc:
+        raise GovernanceUnavailable("key store unavailable") from exc
+    if principal is None:
+        raise Unauthenticated()
+    return principal
+
+
+async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
+    """The body, refused with 413 as soon as it exceeds ``server.max_body_bytes``."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds "
+                              f"server.max_body_bytes ({limit})")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds server.max_body_bytes ({limit})")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise BadRequest("request body must be a JSON object")
+    return doc
+
+
+@dataclass(frozen=True)
+class Target:
+    model: ModelSettings
+    deployments: list[tuple[Deployment, Provider]]
+
+
+def route(gw: Gateway, principal: Principal, doc: dict[str, Any],
+          protocol: Protocol_) -> Target:
+    name = doc.get("model")
+    if not isinstance(name, str) or not name:
+        raise BadRequest("model: required (a string)", param="model")
+    model = gw.models.get(name)
+    if model is None:
+        raise UnknownModel(f"model {name!r} is not configured on this gateway", param="model")
+    if not principal.may_use(name):
+        raise Forbidden(f"this key may not use model {name!r}", param="model")
+    deployments = [(d, gw.providers[d.provider]) for d in model.deployments
+                   if gw.providers[d.provider].speaks(protocol)]
+    if not deployments:
+        raise UnknownModel(f"model {name!r} has no {protocol}-compatible deployment",
+                           param="model")
+    return Target(model=model, deployments=deployments)
+
+
+def _int_field(doc: dict[str, Any], name: str, *, ceiling: int) -> int | None:
+    value = doc.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRequest(f"{name}: must be a non-negative integer, got {value!r}", param=name)
+    if value > ceiling:
+        raise BadRequest(f"{name}: {value} exceeds this gateway's ceiling "
+                         f"(server.max_output_tokens = {ceiling})", param=name)
+    return value
+
+
+def output_bound(doc: dict[str, Any], endpoint: Endpoint, model: ModelSettings, *,
+                 ceiling: int) -> int:
+    """The most output tokens this request can produce."""
+    if endpoint == "embeddings":
+        return 0
+    asked = [v for f in _OUTPUT_FIELDS
+             if (v := _int_field(doc, f, ceiling=ceiling)) is not None]
+    per_choice = max(asked) if asked else model.max_output_tokens
+    choices = 1
+    if endpoint == "chat" and doc.get("n") is not None:
+        n = doc["n"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _MAX_CHOICES:
+            raise BadRequest(f"n: must be an integer between 1 and {_MAX_CHOICES}", param="n")
+        choices = n
+    return per_choice * choices
+
+
+def upstream_body(body: bytes, doc: dict[str, Any], deployment: Deployment,
+                  endpoint: Endpoint, *, stream: bool) -> tuple[bytes, bool]:
+    """The bytes to send upstream, and whether the usage-only chunk must be stripped.
+
+    The body is forwarded verbatim unless the model name must change or a chat stream
+    lacks ``stream_options.include_usage`` (added so the cost is known; the resulting
+    usage-only chunk is stripped from what the client sees). Only then is it re-encoded.
+    """
+    changes: dict[str, Any] = {}
+    if deployment.upstream_model and deployment.upstream_model != doc.get("model"):
+        changes["model"] = deployment.upstream_model
+    strip = False
+    if endpoint == "chat" and stream:
+        opts = doc.get("stream_options")
+        if not (isinstance(opts, dict) and opts.get("include_usage") is True):
+            changes["stream_options"] = {**(opts if isinstance(opts, dict) else {}),
+                                         "include_usage": True}
+            strip = True
+    if not changes:
+        return body, False
+    return msgspec.json.encode({**doc, **changes}), strip
+
+
+def wants_stream(doc: dict[str, Any], endpoint: Endpoint) -> bool:
+    if endpoint == "embeddings":
+        return False
+    value = doc.get("stream", False)
+    if not isinstance(value, bool):
+        raise BadRequest("stream: must be a boolean", param="stream")
+    return value

@@ -1,0 +1,182 @@
+"""The HTTP surface: OpenAI- and Anthropic-shaped routes, reports and health.
+
+Every generation route runs the same path (DESIGN §3): authenticate → read the body
+within ``server.max_body_bytes`` → parse → route → bound → admit → dispatch → settle.
+Errors are rendered once, by :func:`error_handler`, in the calling protocol's shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response, get, post
+from litestar.exceptions import HTTPException
+
+from gateway.errors import (
+    BadRequest,
+    GovernanceUnavailable,
+    InferplaneError,
+    Unauthenticated,
+    anthropic_error_body,
+    openai_error_body,
+)
+from gateway.governance import utc_windows
+from gateway.ingress._attempt import Call
+from gateway.ingress._context import Gateway
+from gateway.ingress._dispatch import dispatch
+from gateway.ingress._prepare import (
+    authenticate,
+    output_bound,
+    parse_json,
+    presented_key,
+    read_body,
+    route,
+    wants_stream,
+)
+from gateway.pricing import cost_bound_micro_usd
+from gateway.usage import Endpoint, estimate_tokens, prompt_text
+
+log = logging.getLogger("mayu.ingress")
+_FORWARDED = ("anthropic-version", "anthropic-beta")
+
+AnyRequest = Request[Any, Any, Any]
+
+
+def gateway_of(request: AnyRequest) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
+    gw = gateway_of(request)
+    principal = await authenticate(gw, request)
+    body = await read_body(request, gw.settings.server.max_body_bytes)
+    doc = parse_json(body)
+    protocol = "anthropic" if endpoint == "messages" else "openai"
+    target = route(gw, principal, doc, protocol)
+    out = output_bound(doc, endpoint, target.model, ceiling=gw.settings.server.max_output_tokens)
+    call = Call(gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,
+                body=body, stream=wants_stream(doc, endpoint), input_bound=len(body),
+                output_bound=out,
+                usd_bound=cost_bound_micro_usd(len(body), out, target.model.price),
+                client_headers={h: request.headers[h] for h in _FORWARDED
+                                if h in request.headers})
+    return await dispatch(call)
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(request: AnyRequest) -> Response[Any]:
+    return await _generate(request, "chat")
+
+
+@post("/v1/responses", status_code=200)
+async def responses(request: AnyRequest) -> Response[Any]:
+    return await _generate(request, "responses")
+
+
+@post("/v1/embeddings", status_code=200)
+async def embeddings(request: AnyRequest) -> Response[Any]:
+    return await _generate(request, "embeddings")
+
+
+@post("/v1/messages", status_code=200)
+async def messages(request: AnyRequest) -> Response[Any]:
+    return await _generate(request, "messages")
+
+
+@post("/v1/messages/count_tokens", status_code=200)
+async def count_tokens(request: AnyRequest) -> dict[str, int]:
+    """Answered locally with the deterministic estimate: no provider call, no admission."""
+    gw = gateway_of(request)
+    principal = await authenticate(gw, request)
+    doc = parse_json(await read_body(request, gw.settings.server.max_body_bytes))
+    route(gw, principal, doc, "anthropic")
+    return {"input_tokens": estimate_tokens(prompt_text(doc))}
+
+
+@get("/v1/models")
+async def list_models(request: AnyRequest) -> dict[str, Any]:
+    """Configured models this key may use, in a shape both SDKs accept."""
+    gw = gateway_of(request)
+    principal = await authenticate(gw, request)
+    names = [m for m in gw.models if principal.may_use(m)]
+    data = [{"id": n, "object": "model", "type": "model", "created": 0,
+             "created_at": "1970-01-01T00:00:00Z", "display_name": n,
+             "owned_by": "inferplane"} for n in names]
+    return {"object": "list", "data": data, "has_more": False,
+            "first_id": names[0] if names else None, "last_id": names[-1] if names else None}
+
+
+@get("/v1/usage")
+async def usage_report(request: AnyRequest) -> dict[str, Any]:
+    """Committed and reserved tokens and µUSD: a key sees itself and its team; the admin
+    token (``server.admin_token_ref``) sees everything."""
+    gw = gateway_of(request)
+    day, month = utc_windows(datetime.now(UTC))
+    day = request.query_params.get("day", day)
+    month = request.query_params.get("month", month)
+    key = presented_key(request)
+    scope: dict[str, str | None] = {"key_id": None, "team_id": None}
+    if not (gw.admin_token and key == gw.admin_token):
+        principal = await authenticate(gw, request)
+        scope = {"key_id": principal.key_id, "team_id": principal.team_id}
+    try:
+        rows = await gw.governance.usage(day=day, month=month, **scope)
+    except InferplaneError:
+        raise
+    except Exception as exc:
+        raise GovernanceUnavailable("governance store unavailable") from exc
+    return {"object": "usage", "day": day, "month": month, **scope,
+            "data": msgspec.to_builtins(rows)}
+
+
+@get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/readyz")
+async def readyz(request: AnyRequest) -> Response[dict[str, str]]:
+    ready = getattr(request.app.state, "gateway", None) is not None
+    return Response({"status": "ready" if ready else "starting"},
+                    status_code=200 if ready else 503)
+
+
+@get("/metrics", media_type="text/plain")
+async def metrics(request: AnyRequest) -> Response[bytes]:
+    gw = gateway_of(request)
+    return Response(gw.metrics.render(), media_type=gw.metrics.content_type)
+
+
+def _anthropic_shaped(request: AnyRequest) -> bool:
+    return request.url.path.startswith("/v1/messages")
+
+
+def _as_inferplane(exc: Exception) -> InferplaneError:
+    if isinstance(exc, InferplaneError):
+        return exc
+    if isinstance(exc, HTTPException):
+        mapped: InferplaneError = (Unauthenticated(str(exc.detail)) if exc.status_code == 401
+                                   else BadRequest(str(exc.detail)))
+        mapped.status = exc.status_code  # type: ignore[misc]
+        return mapped
+    log.exception("unhandled error", exc_info=exc)
+    return InferplaneError()
+
+
+def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
+    """The one renderer of errors: status, headers and the ingress's own body shape."""
+    err = _as_inferplane(exc)
+    body = anthropic_error_body(err) if _anthropic_shaped(request) else openai_error_body(err)
+    gw = getattr(request.app.state, "gateway", None)
+    if gw is not None:
+        gw.metrics.requests.labels(request.url.path, str(err.status)).inc()
+    return Response(body, status_code=err.status, headers=err.headers(),
+                    media_type=MediaType.JSON)
+
+
+ROUTES = [chat_completions, responses, embeddings, messages, count_tokens, list_models,
+          usage_report, healthz, readyz, metrics]

@@ -1,0 +1,95 @@
+"""``mayu mock-upstream``: the mock model served over real HTTP, with its own ledger.
+
+OpenAI-compatible (``/v1/chat/completions``, ``/v1/responses``, ``/v1/embeddings``,
+``/v1/models``) and Anthropic-compatible (``/v1/messages``), real SSE for streams. The
+ledger (``GET``/``DELETE /__mock/ledger``) is the upstream's own record of the usage it
+reported, one entry per response; tests and benches price from it, independently of
+the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response, delete, get, post
+from litestar.response import Stream
+
+from gateway.mock._wire import plan_reply, play
+from gateway.usage import Endpoint
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+
+    def record(self, entry: dict[str, Any]) -> None:
+        self.entries.append(entry)
+
+
+def _bad(message: str) -> Response[bytes]:
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                      "code": None}}
+    return Response(msgspec.json.encode(body), status_code=400, media_type="application/json")
+
+
+def create_mock_app(*, latency_ms: int = 0) -> Litestar:
+    """The mock upstream as an ASGI app (``latency_ms`` before first byte and per chunk)."""
+    ledger = Ledger()
+    latency_s = latency_ms / 1000
+
+    async def answer(request: Request[Any, Any, Any], endpoint: Endpoint) -> Any:
+        try:
+            body = msgspec.json.decode(await request.body())
+        except msgspec.DecodeError:
+            return _bad("request body is not valid JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            return _bad("model: required")
+        reply = plan_reply(endpoint, body)
+        if reply.events:
+            return Stream(play(reply, latency_s=latency_s, record=ledger.record),
+                          media_type="text/event-stream", status_code=reply.status,
+                          headers={"cache-control": "no-cache"})
+        if latency_s:
+            await asyncio.sleep(latency_s)
+        if reply.entry is not None:
+            ledger.record(reply.entry)
+        return Response(reply.body or b"", status_code=reply.status,
+                        media_type="application/json")
+
+    @post("/v1/chat/completions", status_code=200)
+    async def chat(request: Request[Any, Any, Any]) -> Any:
+        return await answer(request, "chat")
+
+    @post("/v1/responses", status_code=200)
+    async def responses(request: Request[Any, Any, Any]) -> Any:
+        return await answer(request, "responses")
+
+    @post("/v1/embeddings", status_code=200)
+    async def embeddings(request: Request[Any, Any, Any]) -> Any:
+        return await answer(request, "embeddings")
+
+    @post("/v1/messages", status_code=200)
+    async def messages(request: Request[Any, Any, Any]) -> Any:
+        return await answer(request, "messages")
+
+    @get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [
+            {"id": "mock", "object": "model", "created": 0, "owned_by": "mock"}]}
+
+    @get("/__mock/ledger")
+    async def read_ledger() -> list[dict[str, Any]]:
+        return ledger.entries
+
+    @delete("/__mock/ledger", status_code=204)
+    async def clear_ledger() -> None:
+        ledger.entries.clear()
+
+    @get(["/healthz", "/readyz"])
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return Litestar([chat, responses, embeddings, messages, models, read_ledger,
+                     clear_ledger, health], openapi_config=None, request_max_body_size=None)

@@ -1,0 +1,73 @@
+"""What a provider is to the request path: send bytes, get a status and a byte stream.
+
+Failures are classified by whether the request may have reached the upstream, because
+that decides settlement: :class:`NotDispatched` (connect error, pool timeout — nothing
+was sent, full refund) versus :class:`DispatchFailed` (timeout or broken connection after
+sending — the upstream may have done and billed the work, so bounds are kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from gateway.usage import Endpoint
+
+Protocol_ = Literal["openai", "anthropic"]
+
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
+"""Upstream statuses after which a fallback deployment is tried."""
+
+
+class UpstreamFailure(Exception):
+    """The upstream call failed without an HTTP answer."""
+
+    dispatched = True
+
+
+class NotDispatched(UpstreamFailure):
+    """Nothing reached the upstream (connect error, pool timeout)."""
+
+    dispatched = False
+
+
+class DispatchFailed(UpstreamFailure):
+    """The request may have reached the upstream (timeout, connection broken)."""
+
+
+async def _nothing() -> None:
+    return None
+
+
+@dataclass
+class UpstreamResponse:
+    """An upstream answer whose body is read lazily (``read``) or relayed (``chunks``)."""
+
+    status: int
+    content_type: str
+    chunks: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]] = field(default=_nothing)
+    elapsed_s: float = 0.0
+    """Time to response headers."""
+
+    async def read(self) -> bytes:
+        parts = [chunk async for chunk in self.chunks]
+        await self.close()
+        return b"".join(parts)
+
+
+class Provider(Protocol):
+    name: str
+    kind: str
+
+    def speaks(self, protocol: Protocol_) -> bool:
+        """Whether this provider accepts that ingress protocol's bodies verbatim."""
+
+    async def send(self, endpoint: Endpoint, body: bytes, *,
+                   headers: dict[str, str]) -> UpstreamResponse:
+        """Send one request; raise :class:`UpstreamFailure` when there is no HTTP answer."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...

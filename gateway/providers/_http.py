@@ -1,0 +1,98 @@
+"""``openai`` and ``anthropic`` provider kinds: one pooled httpx client per provider.
+
+Bodies go upstream as bytes; the response body is relayed with ``aiter_bytes`` as it
+arrives (never buffered for streams). ``accept-encoding: identity`` keeps the relayed
+bytes equal to what the usage meter reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+
+from gateway.config import ProviderSettings, resolve_secret
+from gateway.providers._base import (
+    DispatchFailed,
+    NotDispatched,
+    Protocol_,
+    UpstreamResponse,
+)
+from gateway.usage import Endpoint
+
+_OPENAI_PATHS = {"chat": "/chat/completions", "responses": "/responses",
+                 "embeddings": "/embeddings"}
+_ANTHROPIC_VERSION = "2023-06-01"
+
+
+class HttpProvider:
+    """A provider reached over HTTP; ``kind`` is ``openai`` or ``anthropic``."""
+
+    def __init__(self, settings: ProviderSettings, *, index: int = 0) -> None:
+        self.name = settings.name
+        self.kind = settings.kind
+        self._settings = settings
+        self._where = f"providers[{index}]"
+        self._client: httpx.AsyncClient | None = None
+        self._auth: dict[str, str] = {}
+
+    def speaks(self, protocol: Protocol_) -> bool:
+        return protocol == self.kind
+
+    async def start(self) -> None:
+        s = self._settings
+        if s.api_key_ref:
+            secret = resolve_secret(s.api_key_ref, key=f"{self._where}.api_key_ref")
+            self._auth = ({"x-api-key": secret} if s.kind == "anthropic"
+                          else {"authorization": f"Bearer {secret}"})
+        self._client = httpx.AsyncClient(
+            base_url=(s.base_url or "").rstrip("/"),
+            timeout=httpx.Timeout(s.timeout_s, connect=s.connect_timeout_s),
+            limits=httpx.Limits(max_connections=s.max_connections,
+                                max_keepalive_connections=s.max_connections),
+            headers={"accept-encoding": "identity", "content-type": "application/json"})
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _path(self, endpoint: Endpoint) -> str:
+        return "/v1/messages" if self.kind == "anthropic" else _OPENAI_PATHS[endpoint]
+
+    def _headers(self, client_headers: dict[str, str]) -> dict[str, str]:
+        headers = dict(self._auth)
+        if self.kind == "anthropic":
+            headers["anthropic-version"] = client_headers.get("anthropic-version",
+                                                              _ANTHROPIC_VERSION)
+            if "anthropic-beta" in client_headers:
+                headers["anthropic-beta"] = client_headers["anthropic-beta"]
+        return headers
+
+    async def send(self, endpoint: Endpoint, body: bytes, *,
+                   headers: dict[str, str]) -> UpstreamResponse:
+        if self._client is None:
+            raise NotDispatched(f"provider {self.name} is not started")
+        request = self._client.build_request("POST", self._path(endpoint), content=body,
+                                             headers=self._headers(headers))
+        started = time.perf_counter()
+        try:
+            response = await self._client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise NotDispatched(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise DispatchFailed(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        return UpstreamResponse(
+            status=response.status_code,
+            content_type=response.headers.get("content-type", "application/json"),
+            chunks=_relay(response, self.name), close=response.aclose,
+            elapsed_s=time.perf_counter() - started)
+
+
+async def _relay(response: httpx.Response, name: str) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in response.aiter_bytes():
+            yield chunk
+    except httpx.HTTPError as exc:
+        raise DispatchFailed(f"{name}: stream broken: {type(exc).__name__}: {exc}") from exc

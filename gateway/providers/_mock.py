@@ -1,0 +1,58 @@
+"""The built-in ``mock`` provider kind: the mock model answering in-process (no HTTP).
+
+It speaks both protocols and streams chunk by chunk with the configured latency, so
+demos, tests and benchmarks exercise the same relay and usage path as a real upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from gateway.config import ProviderSettings
+from gateway.mock import plan_reply, play
+from gateway.providers._base import Protocol_, UpstreamResponse
+from gateway.usage import Endpoint
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+class MockProvider:
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.name = settings.name
+        self.kind = "mock"
+        self._latency_s = settings.latency_ms / 1000
+        self.ledger: deque[dict[str, Any]] = deque(maxlen=1000)
+        """The last reports, for debugging; bounded so a long run cannot grow it."""
+
+    def speaks(self, protocol: Protocol_) -> bool:
+        return True
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def send(self, endpoint: Endpoint, body: bytes, *,
+                   headers: dict[str, str]) -> UpstreamResponse:
+        started = time.perf_counter()
+        reply = plan_reply(endpoint, msgspec.json.decode(body))
+        if reply.events:
+            return UpstreamResponse(status=reply.status, content_type="text/event-stream",
+                                    chunks=play(reply, latency_s=self._latency_s,
+                                                record=self.ledger.append))
+        if self._latency_s:
+            await asyncio.sleep(self._latency_s)
+        if reply.entry is not None:
+            self.ledger.append(reply.entry)
+        return UpstreamResponse(status=reply.status, content_type="application/json",
+                                chunks=_once(reply.body or b""),
+                                elapsed_s=time.perf_counter() - started)

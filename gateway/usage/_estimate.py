@@ -1,0 +1,32 @@
+"""A deterministic, provider-free token estimate of a request's prompt text.
+
+Used by ``/v1/messages/count_tokens`` (answered locally, no provider call) and by the
+mock model, so the two agree. Roughly four UTF-8 bytes per token; never below one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Fields of a request body whose string values are prompt text (not model names,
+# ids or parameters).
+_TEXT_FIELDS = ("messages", "input", "system", "prompt", "instructions", "tools")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """All prompt text of a request body, concatenated."""
+    return "".join(s for field in _TEXT_FIELDS for s in _strings(body.get(field)))
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, len(text.encode("utf-8")) // 4)

@@ -1,0 +1,80 @@
+"""Mapping each protocol's usage object onto :class:`gateway.pricing.Usage`.
+
+Upstream usage is untrusted input: a class that is not an integer, is negative or is
+absurdly large raises :class:`gateway.pricing.InvalidUsage` (settled INVALID, never
+committed). A missing usage object maps to ``None`` (settled UNCERTAIN: bounds kept).
+``null`` for an individual class means "none of that class" (Anthropic sends
+``cache_creation_input_tokens: null`` when caching is not used).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.pricing import InvalidUsage, Usage
+
+
+def _count(obj: Any, field: str, *, where: str) -> int:
+    """One token count: absent or null is 0; anything not a plain int is invalid."""
+    if not isinstance(obj, dict):
+        return 0
+    value = obj.get(field)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidUsage(f"{where}.{field} is not an integer: {value!r}")
+    if value < 0:
+        raise InvalidUsage(f"{where}.{field} is negative: {value}")
+    return value
+
+
+def from_openai(usage: Any) -> Usage | None:
+    """Chat completions and embeddings: ``prompt_tokens`` includes the cached part."""
+    if not isinstance(usage, dict):
+        return None
+    prompt = _count(usage, "prompt_tokens", where="usage")
+    output = _count(usage, "completion_tokens", where="usage")
+    cached = _count(usage.get("prompt_tokens_details"), "cached_tokens",
+                    where="usage.prompt_tokens_details")
+    if cached > prompt:
+        raise InvalidUsage(f"usage.prompt_tokens_details.cached_tokens ({cached}) exceeds "
+                           f"usage.prompt_tokens ({prompt})")
+    return Usage(input=prompt - cached, output=output, cache_read=cached).validate()
+
+
+def from_responses(usage: Any) -> Usage | None:
+    """Responses API: ``input_tokens`` includes ``input_tokens_details.cached_tokens``."""
+    if not isinstance(usage, dict):
+        return None
+    inp = _count(usage, "input_tokens", where="usage")
+    output = _count(usage, "output_tokens", where="usage")
+    cached = _count(usage.get("input_tokens_details"), "cached_tokens",
+                    where="usage.input_tokens_details")
+    if cached > inp:
+        raise InvalidUsage(f"usage.input_tokens_details.cached_tokens ({cached}) exceeds "
+                           f"usage.input_tokens ({inp})")
+    return Usage(input=inp - cached, output=output, cache_read=cached).validate()
+
+
+def from_anthropic(usage: Any) -> Usage | None:
+    """Messages API: input excludes cache reads and writes; writes split by TTL.
+
+    Cache writes the upstream did not attribute to a TTL (no ``cache_creation`` split, or
+    a split that covers less than ``cache_creation_input_tokens``) are counted as
+    ``cache_write_unknown``: tokens known, price uncertain.
+    """
+    if not isinstance(usage, dict):
+        return None
+    written = _count(usage, "cache_creation_input_tokens", where="usage")
+    split = usage.get("cache_creation")
+    w5 = _count(split, "ephemeral_5m_input_tokens", where="usage.cache_creation")
+    w1 = _count(split, "ephemeral_1h_input_tokens", where="usage.cache_creation")
+    if isinstance(split, dict) and w5 + w1 > written:
+        # The split is more detailed than the total; trust the detail.
+        written = w5 + w1
+    return Usage(
+        input=_count(usage, "input_tokens", where="usage"),
+        output=_count(usage, "output_tokens", where="usage"),
+        cache_read=_count(usage, "cache_read_input_tokens", where="usage"),
+        cache_write_5m=w5, cache_write_1h=w1, cache_write_unknown=written - w5 - w1,
+    ).validate()
