@@ -1,8 +1,8 @@
 -- inferplane_settle_v1: settle one permit exactly once (DESIGN §5, ADR-039, ADR-046).
 --
 -- p_commits maps each charged counter to what it commits (gateway.governance.commits_for);
--- a counter missing from it commits its whole reservation (nothing uncertain is
--- refunded). p_tokens / p_usd are the permit's committed totals, NULL = its bounds.
+-- it must name exactly the permit's counters (else {"bad_commits": counter, "problem"},
+-- nothing changed). p_tokens / p_usd are the permit's committed totals, NULL = its bounds.
 -- Returns {"permit_id", "kind", "tokens_committed", "usd_committed", "replay"}, or
 -- {"conflict": true, "kind": <stored kind>} for a different second outcome, or
 -- {"unknown": true} for a permit this database never granted.
@@ -23,6 +23,7 @@ DECLARE
     v_commit bigint;
     v_tokens bigint;
     v_usd bigint;
+    v_bad text;
 BEGIN
     SELECT * INTO p FROM permits WHERE id = p_permit FOR UPDATE;
     IF NOT FOUND THEN
@@ -35,6 +36,24 @@ BEGIN
                                       'usd_committed', p.usd_committed, 'replay', true);
         END IF;
         RETURN jsonb_build_object('conflict', true, 'kind', p.status);
+    END IF;
+
+    IF p_kind <> 'invalid' THEN
+        SELECT ps.counter INTO v_bad FROM permit_segments ps
+         WHERE ps.permit_id = p_permit AND (p_commits -> ps.counter) IS NULL
+         ORDER BY ps.counter COLLATE "C" LIMIT 1;
+        IF v_bad IS NOT NULL THEN
+            RETURN jsonb_build_object('bad_commits', v_bad,
+                                      'problem', 'missing for a charged counter');
+        END IF;
+        SELECT k INTO v_bad FROM jsonb_object_keys(p_commits) k
+         WHERE NOT EXISTS (SELECT 1 FROM permit_segments ps
+                            WHERE ps.permit_id = p_permit AND ps.counter = k)
+         ORDER BY k COLLATE "C" LIMIT 1;
+        IF v_bad IS NOT NULL THEN
+            RETURN jsonb_build_object('bad_commits', v_bad,
+                                      'problem', 'this permit did not charge that counter');
+        END IF;
     END IF;
 
     FOR s IN SELECT * FROM permit_segments WHERE permit_id = p_permit
@@ -60,7 +79,7 @@ BEGIN
     ELSE
         FOR s IN SELECT * FROM permit_segments WHERE permit_id = p_permit
                   ORDER BY counter COLLATE "C" LOOP
-            v_commit := coalesce((p_commits->>s.counter)::bigint, s.amount);
+            v_commit := (p_commits->>s.counter)::bigint;
             IF s.kind = 'bucket' THEN
                 -- Refill to now, then true up against the captured capacity: credit the
                 -- unused part (never above capacity) or debit the excess (debt).

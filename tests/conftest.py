@@ -119,3 +119,18 @@ def pg_empty_dsn(pg_server_dsn: str) -> Iterator[str]:
         yield dsn_for(pg_server_dsn, name)
     finally:
         drop_database(pg_server_dsn, name)
+
+
+@pytest.fixture
+async def pg_pool(pg_dsn: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """An open gateway pool (:func:`gateway.db.open_pool`) on a fresh migrated database."""
+    from gateway.config import DatabaseSettings
+    from gateway.db import open_pool
+
+    monkeypatch.setenv("INFERPLANE_DATABASE_URL", pg_dsn)
+    pool = open_pool(DatabaseSettings(pool_min_size=1, pool_max_size=8))
+    await pool.open(wait=True)
+    try:
+        yield pool
+    finally:
+        await pool.close()

@@ -30,6 +30,7 @@ from gateway.governance._plan import (
     utc_windows,
 )
 from gateway.governance._local import CounterState, LocalGovernanceStore
+from gateway.governance._postgres import PostgresGovernanceStore
 
 __all__ = [
     "BUCKET_SCALE",
@@ -41,6 +42,7 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Permit",
+    "PostgresGovernanceStore",
     "Refusal",
     "SettleResult",
     "UsageRow",

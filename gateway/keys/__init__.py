@@ -14,12 +14,14 @@ from gateway.keys._model import (
 from gateway.keys._bootstrap import ensure_demo, ensure_teams
 from gateway.keys._open import open_key_store
 from gateway.keys._sqlite import SqliteKeyStore
+from gateway.keys._postgres import PostgresKeyStore
 
 __all__ = [
     "KEY_PREFIX",
     "KeyLimits",
     "KeyRecord",
     "KeyStore",
+    "PostgresKeyStore",
     "Principal",
     "Team",
     "SqliteKeyStore",

@@ -1,0 +1,181 @@
+"""The shared-profile governance store: admission and settlement in Postgres (ADR-046).
+
+Python plans (:func:`gateway.governance.plan_charges`, :func:`commits_for`); the database
+executes each step as ONE statement calling a versioned PL/pgSQL function
+(``sql/admit_v1.sql``, ``sql/settle_v1.sql``), so an admission or a settlement is one
+round trip and one transaction, under READ COMMITTED with explicit row locks taken in
+one sorted order. Semantics match the local store (:mod:`gateway.governance._local`):
+same refusal statuses, same outcome fingerprint, same commit validation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import msgspec
+
+import sql
+from gateway.db import Pool, fetch_all, fetch_one, wrap_exceptions
+from gateway.errors import BadRequest, SettlementConflict, UnknownPermit
+from gateway.governance._model import (
+    AdmissionRequest,
+    Outcome,
+    OutcomeKind,
+    Permit,
+    Refusal,
+    SettleResult,
+    UsageRow,
+)
+from gateway.pricing import InvalidUsage
+
+# Same input ceilings as the local store: every stored value stays exact in BIGINT.
+MAX_BUCKET_CAPACITY = 1 << 36
+MAX_AMOUNT = 1 << 50
+
+
+def fingerprint(kind: OutcomeKind, commits: dict[str, int]) -> str:
+    """What makes two settlements "the same" (kind and per-counter commits)."""
+    body = json.dumps([str(kind), sorted(commits.items())], separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validate(req: AdmissionRequest) -> None:
+    """Refuse plans whose numbers could not be stored exactly (a caller bug)."""
+    for i, c in enumerate(req.charges):
+        where = f"charges[{i}] ({c.counter})"
+        if not _is_int(c.amount) or not 0 <= c.amount <= MAX_AMOUNT:
+            raise BadRequest(f"{where}.amount: must be an integer in 0..{MAX_AMOUNT}")
+        if c.limit is not None and (not _is_int(c.limit) or c.limit < 0):
+            raise BadRequest(f"{where}.limit: must be a non-negative integer")
+        if c.kind == "bucket" and not (c.limit and c.limit <= MAX_BUCKET_CAPACITY):
+            raise BadRequest(f"{where}.limit: bucket capacity must be in 1..{MAX_BUCKET_CAPACITY}")
+        if c.kind != "bucket" and c.limit is not None and c.limit > MAX_AMOUNT:
+            raise BadRequest(f"{where}.limit: above {MAX_AMOUNT}")
+    if len({c.counter for c in req.charges}) != len(req.charges):
+        raise BadRequest(f"request {req.request_id}: a counter is charged twice")
+
+
+def _refusal(raw: dict[str, Any]) -> Refusal:
+    """A refusal with the same wording as the local store's."""
+    counter, code = raw.get("counter"), raw["reason"]
+    reason = {
+        "snapshot_mismatch": f"{counter}: changed since the request was authenticated or "
+                             "routed (snapshot mismatch); retry",
+        "rate_limited": f"{counter}: per minute limit exhausted",
+        "account_frozen": f"{counter}: account is frozen after invalid usage was reported; "
+                          "an operator must resolve it",
+        "budget_exhausted": f"{counter}: spending limit would be exceeded",
+        "token_quota_exhausted": f"{counter}: token quota would be exceeded",
+    }.get(code, f"{counter}: {code}")
+    retry = raw.get("retry_after")
+    if raw["status"] == 503 and retry is None:
+        retry = 1
+    return Refusal(status=int(raw["status"]), reason=reason, counter=counter,
+                   retry_after=None if retry is None else int(retry))
+
+
+def _check_commits(commits: dict[str, int]) -> None:
+    for name, value in commits.items():
+        if not _is_int(value) or not 0 <= value <= MAX_AMOUNT:
+            raise InvalidUsage(f"commits[{name!r}]: must be an integer in 0..{MAX_AMOUNT}, "
+                               f"got {value!r}")
+
+
+def _totals(outcome: Outcome) -> tuple[int | None, int | None]:
+    """(tokens, µUSD) the permit commits; None = its bound (mirrors settled_amounts)."""
+    kind = outcome.kind
+    if kind in (OutcomeKind.CANCELLED, OutcomeKind.INVALID):
+        return 0, 0
+    if kind in (OutcomeKind.COMPLETE, OutcomeKind.TOKENS_KNOWN) and outcome.usage is not None:
+        tokens = outcome.usage.total_tokens()
+        if kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd is not None:
+            return tokens, outcome.cost_micro_usd
+        return tokens, None
+    return None, None
+
+
+class PostgresGovernanceStore:
+    """:class:`gateway.governance.GovernanceStore` on the shared Postgres database."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
+        if not requests:
+            return []
+        for req in requests:
+            _validate(req)
+        payload = msgspec.json.encode(requests).decode()
+        async with wrap_exceptions(), self._pool.connection() as conn:
+            row = await fetch_one(conn, sql.queries["admit"], {"requests": payload})
+        assert row is not None
+        out: list[Permit | Refusal] = []
+        for req, raw in zip(requests, row["results"], strict=True):
+            if "permit_id" in raw:
+                out.append(Permit(id=raw["permit_id"], request=req))
+            else:
+                out.append(_refusal(raw))
+        return out
+
+    async def settle(self, permit_id: str, outcome: Outcome,
+                     commits: dict[str, int]) -> SettleResult:
+        if outcome.kind is not OutcomeKind.INVALID:
+            _check_commits(commits)
+        tokens, usd = _totals(outcome)
+        params = {"permit_id": permit_id, "kind": str(outcome.kind),
+                  "fingerprint": fingerprint(outcome.kind, commits),
+                  "commits": json.dumps(commits), "detail": outcome.detail,
+                  "tokens": tokens, "usd": usd}
+        async with wrap_exceptions(), self._pool.connection() as conn:
+            row = await fetch_one(conn, sql.queries["settle"], params)
+        assert row is not None
+        return _settle_result(permit_id, outcome, row["result"])
+
+    async def current_generation(self) -> int:
+        async with wrap_exceptions(), self._pool.connection() as conn:
+            row = await fetch_one(conn, sql.queries["current_generation"])
+        assert row is not None
+        return int(row["generation"])
+
+    async def usage(self, *, day: str, month: str, key_id: str | None = None,
+                    team_id: str | None = None) -> list[UsageRow]:
+        params = {"day": day, "month": month, "key_id": key_id, "team_id": team_id}
+        async with wrap_exceptions(), self._pool.connection() as conn:
+            rows = await fetch_all(conn, sql.queries["usage"], params)
+        return [UsageRow(**r) for r in rows]
+
+    async def counter(self, name: str) -> dict[str, Any] | None:
+        """A counter or account row as stored (buckets not refilled), or None."""
+        async with wrap_exceptions(), self._pool.connection() as conn:
+            return await fetch_one(conn, sql.queries["counter"], {"key": name})
+
+    async def pending_permits(self) -> list[str]:
+        """Ids of permits admitted and not yet settled (they keep binding the limits)."""
+        async with wrap_exceptions(), self._pool.connection() as conn:
+            rows = await fetch_all(conn, sql.queries["pending_permits"])
+        return [r["id"] for r in rows]
+
+    async def close(self) -> None:
+        """The pool belongs to the app lifespan, which closes it."""
+        return None
+
+
+def _settle_result(permit_id: str, outcome: Outcome, raw: dict[str, Any]) -> SettleResult:
+    if raw.get("unknown"):
+        raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
+    if raw.get("conflict"):
+        raise SettlementConflict(
+            f"permit {permit_id} was already settled as {raw['kind']}; a different "
+            f"outcome ({outcome.kind}) is refused")
+    if raw.get("bad_commits"):
+        raise InvalidUsage(f"commits[{raw['bad_commits']!r}]: {raw['problem']}")
+    return SettleResult(permit_id=permit_id, kind=OutcomeKind(raw["kind"]),
+                        tokens_committed=int(raw["tokens_committed"]),
+                        usd_committed=int(raw["usd_committed"]),
+                        replay=bool(raw["replay"]))

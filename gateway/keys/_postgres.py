@@ -1,0 +1,203 @@
+"""The shared-profile key store: teams and keys in Postgres (ADR-046 "Shared identity").
+
+Every replica reads the same rows, so a key revoked through one gateway is refused by
+the next admission on any other (admission re-checks the revision the Principal was
+resolved at, inside the admission transaction). Keys are stored as SHA-256 hashes with a
+display prefix; revocation is a tombstone. Edits lock the row ``FOR UPDATE`` and compare
+``expected_revision`` in the same transaction; admission holds the row ``FOR SHARE``, so
+an edit serialises against in-flight admissions and never interleaves with one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection
+
+import sql
+from gateway.db import Pool, fetch_all, fetch_one, wrap_exceptions
+from gateway.errors import BadRequest, NotFound, RevisionConflict
+from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
+
+_TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
+_KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
+# Same ceilings as the local store, so a config valid in one profile is valid in both:
+# a bucket holds capacity * 60e6 scaled units, which must stay far inside BIGINT.
+MAX_RATE = 1 << 36
+MAX_LIMIT = 1 << 50
+_NO_TEAM_LIMITS = TeamLimits()
+_NO_KEY_LIMITS = KeyLimits()
+
+
+def _check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
+    for name in names:
+        value = getattr(limits, name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest(f"{where}.{name}: must be a non-negative integer, got {value!r}")
+        if name in ("rpm", "tpm") and value == 0:
+            raise BadRequest(f"{where}.{name}: must be positive (omit it for no cap)")
+        ceiling = MAX_RATE if name in ("rpm", "tpm") else MAX_LIMIT
+        if value > ceiling:
+            raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")
+
+
+def team_from_row(row: dict[str, Any]) -> Team:
+    return Team(id=row["id"], name=row["name"],
+                limits=TeamLimits(**{n: row[n] for n in _TEAM_LIMITS}),
+                revision=row["revision"], region=row["region"],
+                guardrails=tuple(row["guardrails"] or ()), created_at=row["created_at"])
+
+
+def key_from_row(row: dict[str, Any]) -> KeyRecord:
+    models = row["allowed_models"]
+    return KeyRecord(
+        id=row["id"], team_id=row["team_id"], key_hash=row["key_hash"],
+        display_prefix=row["display_prefix"], name=row["name"], user=row["user_name"],
+        allowed_models=None if models is None else tuple(models),
+        limits=KeyLimits(**{n: row[n] for n in _KEY_LIMITS}),
+        expires_at=row["expires_at"], revoked_at=row["revoked_at"],
+        revision=row["revision"], created_at=row["created_at"])
+
+
+def _principal(row: dict[str, Any]) -> Principal:
+    team = Team(id=row["team_id"], name=row["team_name"],
+                limits=TeamLimits(**{n: row[n] for n in _TEAM_LIMITS}),
+                revision=row["team_revision"], region=row["region"],
+                guardrails=tuple(row["guardrails"] or ()), created_at=row["team_created_at"])
+    models = row["allowed_models"]
+    return Principal(
+        key_id=row["key_id"], key_prefix=row["display_prefix"],
+        key_revision=row["key_revision"],
+        key_limits=KeyLimits(rpm=row["key_rpm"], tpm=row["key_tpm"],
+                             usd_micros_per_day=row["key_usd_day"],
+                             usd_micros_per_month=row["key_usd_month"]),
+        allowed_models=None if models is None else tuple(models), team=team,
+        user=row["user_name"])
+
+
+def _compare(what: str, current: int, expected: int | None) -> None:
+    if expected is not None and expected != current:
+        raise RevisionConflict(f"{what} is at revision {current}, not {expected}; "
+                               "re-read it and retry")
+
+
+async def _one(conn: AsyncConnection[Any], query: str, **params: Any) -> dict[str, Any] | None:
+    return await fetch_one(conn, sql.queries[query], params)
+
+
+class PostgresKeyStore:
+    """:class:`gateway.keys.KeyStore` on the shared Postgres database."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def resolve(self, key_hash: str) -> Principal | None:
+        # One statement reads key and team from one MVCC snapshot (what a read-only
+        # repeatable-read transaction would give) in a single round trip; expiry is
+        # compared with database time, not this replica's clock.
+        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+            row = await _one(conn, "resolve_key", key_hash=key_hash)
+        return None if row is None else _principal(row)
+
+    async def create_team(self, *, name: str, limits: TeamLimits = _NO_TEAM_LIMITS,
+                          region: str | None = None,
+                          guardrails: tuple[str, ...] = ()) -> Team:
+        if not name or not name.strip():
+            raise BadRequest("team name: must not be empty")
+        _check_limits(limits, _TEAM_LIMITS, "team limits")
+        async with wrap_exceptions("key store"), self._pool.connection() as conn, \
+                conn.transaction():
+            if await _one(conn, "find_team", name_or_id=name) is not None:
+                raise BadRequest(f"team {name!r} already exists")
+            row = await _one(conn, "insert_team", id="team_" + uuid.uuid4().hex[:16],
+                             name=name, region=region, guardrails=list(guardrails),
+                             **{n: getattr(limits, n) for n in _TEAM_LIMITS})
+        assert row is not None
+        return team_from_row(row)
+
+    async def update_team(self, name_or_id: str, *, limits: TeamLimits,
+                          expected_revision: int | None = None) -> Team:
+        """Replace a team's limits, bumping its revision (compared in the transaction)."""
+        _check_limits(limits, _TEAM_LIMITS, "team limits")
+        async with wrap_exceptions("key store"), self._pool.connection() as conn, \
+                conn.transaction():
+            row = await _one(conn, "find_team_for_update", name_or_id=name_or_id)
+            if row is None:
+                raise NotFound(f"team {name_or_id!r} does not exist")
+            _compare(f"team {row['name']!r}", row["revision"], expected_revision)
+            row = await _one(conn, "update_team_limits", id=row["id"],
+                             **{n: getattr(limits, n) for n in _TEAM_LIMITS})
+        assert row is not None
+        return team_from_row(row)
+
+    async def get_team(self, name_or_id: str) -> Team | None:
+        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+            row = await _one(conn, "find_team", name_or_id=name_or_id)
+        return None if row is None else team_from_row(row)
+
+    async def list_teams(self) -> list[Team]:
+        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+            rows = await fetch_all(conn, sql.queries["list_teams"])
+        return [team_from_row(r) for r in rows]
+
+    async def create_key(self, *, team: str, name: str = "", user: str | None = None,
+                         allowed_models: tuple[str, ...] | None = None,
+                         limits: KeyLimits = _NO_KEY_LIMITS,
+                         expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
+        _check_limits(limits, _KEY_LIMITS, "key limits")
+        if expires_at is not None and expires_at.tzinfo is None:
+            raise BadRequest("key expires_at: must be timezone-aware (UTC)")
+        plaintext, key_hash, prefix = new_key()
+        async with wrap_exceptions("key store"), self._pool.connection() as conn, \
+                conn.transaction():
+            team_row = await _one(conn, "find_team", name_or_id=team)
+            if team_row is None:
+                raise NotFound(f"team {team!r} does not exist")
+            row = await _one(
+                conn, "insert_key", id="key_" + uuid.uuid4().hex[:16],
+                team_id=team_row["id"], key_hash=key_hash, display_prefix=prefix,
+                name=name, user_name=user,
+                allowed_models=None if allowed_models is None else list(allowed_models),
+                expires_at=expires_at, **{n: getattr(limits, n) for n in _KEY_LIMITS})
+        assert row is not None
+        return plaintext, key_from_row(row)
+
+    async def get_key(self, key_id: str) -> KeyRecord | None:
+        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+            row = await _one(conn, "get_key", id=key_id)
+        return None if row is None else key_from_row(row)
+
+    async def list_keys(self, *, team: str | None = None,
+                        include_revoked: bool = False) -> list[KeyRecord]:
+        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+            team_id = None
+            if team is not None:
+                team_row = await _one(conn, "find_team", name_or_id=team)
+                if team_row is None:
+                    raise NotFound(f"team {team!r} does not exist")
+                team_id = team_row["id"]
+            rows = await fetch_all(conn, sql.queries["list_keys"],
+                                   {"team_id": team_id, "include_revoked": include_revoked})
+        return [key_from_row(r) for r in rows]
+
+    async def revoke_key(self, key_id: str, *,
+                         expected_revision: int | None = None) -> KeyRecord:
+        """Tombstone a key; FOR UPDATE waits out admissions holding it FOR SHARE."""
+        async with wrap_exceptions("key store"), self._pool.connection() as conn, \
+                conn.transaction():
+            row = await _one(conn, "get_key_for_update", id=key_id)
+            if row is None:
+                raise NotFound(f"key {key_id!r} does not exist")
+            _compare(f"key {key_id!r}", row["revision"], expected_revision)
+            if row["revoked_at"] is None:
+                row = await _one(conn, "revoke_key", id=key_id)
+        assert row is not None
+        return key_from_row(row)
+
+    async def close(self) -> None:
+        """The pool belongs to the app lifespan, which closes it."""
+        return None

@@ -1,0 +1,164 @@
+-- Named queries used by the Postgres stores (gateway/keys/_postgres.py,
+-- gateway/governance/_postgres.py, gateway/policy/_pgstore.py).
+-- Each query starts with a "-- name: <name>" line; parameters are %(name)s.
+
+-- name: resolve_key
+-- Key and team in one statement = one MVCC snapshot; expiry against database time.
+SELECT k.id AS key_id, k.display_prefix, k.revision AS key_revision, k.user_name,
+       k.allowed_models, k.rpm AS key_rpm, k.tpm AS key_tpm,
+       k.usd_micros_per_day AS key_usd_day, k.usd_micros_per_month AS key_usd_month,
+       t.id AS team_id, t.name AS team_name, t.rpm, t.tpm, t.tokens_per_day,
+       t.usd_micros_per_day, t.usd_micros_per_month, t.region, t.guardrails,
+       t.revision AS team_revision, t.created_at AS team_created_at
+  FROM keys k JOIN teams t ON t.id = k.team_id
+ WHERE k.key_hash = %(key_hash)s
+   AND k.revoked_at IS NULL
+   AND (k.expires_at IS NULL OR k.expires_at > clock_timestamp())
+
+-- name: insert_team
+INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,
+                   usd_micros_per_month, region, guardrails)
+VALUES (%(id)s, %(name)s, %(rpm)s, %(tpm)s, %(tokens_per_day)s, %(usd_micros_per_day)s,
+        %(usd_micros_per_month)s, %(region)s, %(guardrails)s)
+RETURNING *
+
+-- name: find_team
+SELECT * FROM teams WHERE id = %(name_or_id)s OR name = %(name_or_id)s
+ ORDER BY id = %(name_or_id)s DESC LIMIT 1
+
+-- name: find_team_for_update
+SELECT * FROM teams WHERE id = %(name_or_id)s OR name = %(name_or_id)s
+ ORDER BY id = %(name_or_id)s DESC LIMIT 1 FOR UPDATE
+
+-- name: update_team_limits
+UPDATE teams SET rpm = %(rpm)s, tpm = %(tpm)s, tokens_per_day = %(tokens_per_day)s,
+       usd_micros_per_day = %(usd_micros_per_day)s,
+       usd_micros_per_month = %(usd_micros_per_month)s,
+       revision = revision + 1, updated_at = clock_timestamp()
+ WHERE id = %(id)s
+RETURNING *
+
+-- name: list_teams
+SELECT * FROM teams ORDER BY name
+
+-- name: insert_key
+INSERT INTO keys (id, team_id, key_hash, display_prefix, name, user_name, allowed_models,
+                  rpm, tpm, usd_micros_per_day, usd_micros_per_month, expires_at)
+VALUES (%(id)s, %(team_id)s, %(key_hash)s, %(display_prefix)s, %(name)s, %(user_name)s,
+        %(allowed_models)s, %(rpm)s, %(tpm)s, %(usd_micros_per_day)s,
+        %(usd_micros_per_month)s, %(expires_at)s)
+RETURNING *
+
+-- name: get_key
+SELECT * FROM keys WHERE id = %(id)s
+
+-- name: get_key_for_update
+SELECT * FROM keys WHERE id = %(id)s FOR UPDATE
+
+-- name: list_keys
+SELECT * FROM keys
+ WHERE (%(team_id)s::text IS NULL OR team_id = %(team_id)s)
+   AND (%(include_revoked)s OR revoked_at IS NULL)
+ ORDER BY created_at, id
+
+-- name: revoke_key
+UPDATE keys SET revoked_at = clock_timestamp(), revision = revision + 1
+ WHERE id = %(id)s AND revoked_at IS NULL
+RETURNING *
+
+-- name: admit
+SELECT inferplane_admit_v1(%(requests)s::jsonb) AS results
+
+-- name: settle
+SELECT inferplane_settle_v1(%(permit_id)s::uuid, %(kind)s, %(fingerprint)s,
+                            %(commits)s::jsonb, %(detail)s, %(tokens)s, %(usd)s) AS result
+
+-- name: current_generation
+SELECT generation FROM policy_state
+
+-- name: permit_commit_keys
+SELECT counter FROM permit_segments WHERE permit_id = %(permit_id)s::uuid
+
+-- name: usage
+-- Per scope and window, from the permits' captured day/month: pending and invalid
+-- permits count their bounds as reserved (they still bind), settled ones what they
+-- committed; a request cancelled before dispatch is not counted.
+WITH p AS (
+    SELECT key_id, team_id, user_name, day, month, status, token_bound, usd_bound,
+           tokens_committed, usd_committed, status NOT IN ('pending', 'invalid') AS settled
+      FROM permits
+     WHERE day = %(day)s OR month = %(month)s
+), scoped AS (
+    SELECT 'key' AS scope, key_id AS sid, * FROM p
+    UNION ALL SELECT 'team', team_id, * FROM p
+    UNION ALL SELECT 'user', user_name, * FROM p WHERE user_name IS NOT NULL
+), windowed AS (
+    SELECT 'day' AS win, %(day)s AS period, * FROM scoped WHERE day = %(day)s
+    UNION ALL
+    SELECT 'month', %(month)s, * FROM scoped WHERE month = %(month)s
+)
+SELECT scope, sid AS id, win AS window, period,
+       coalesce(sum(CASE WHEN settled THEN tokens_committed ELSE 0 END), 0)::bigint
+           AS tokens_committed,
+       coalesce(sum(CASE WHEN settled THEN 0 ELSE token_bound END), 0)::bigint
+           AS tokens_reserved,
+       coalesce(sum(CASE WHEN settled THEN usd_committed ELSE 0 END), 0)::bigint
+           AS usd_committed,
+       coalesce(sum(CASE WHEN settled THEN 0 ELSE usd_bound END), 0)::bigint
+           AS usd_reserved,
+       count(*) FILTER (WHERE status <> 'cancelled')::bigint AS requests
+  FROM windowed
+ WHERE CASE
+         WHEN scope = 'team' AND %(team_id)s::text IS NOT NULL THEN team_id = %(team_id)s
+         WHEN scope = 'team' AND %(key_id)s::text IS NOT NULL THEN team_id IN
+              (SELECT k.team_id FROM keys k WHERE k.id = %(key_id)s)
+         WHEN %(key_id)s::text IS NOT NULL THEN key_id = %(key_id)s
+         WHEN %(team_id)s::text IS NOT NULL THEN team_id = %(team_id)s
+         ELSE true
+       END
+ GROUP BY scope, sid, win, period
+ ORDER BY CASE scope WHEN 'key' THEN 0 WHEN 'team' THEN 1 ELSE 2 END,
+          CASE win WHEN 'day' THEN 0 ELSE 1 END, sid
+
+-- name: counter
+SELECT key, kind, dimension, "limit", balance, updated_us, "window", reserved, committed,
+       frozen, 0::bigint AS leased_outstanding
+  FROM counters WHERE key = %(key)s
+UNION ALL
+SELECT key, 'account', 'usd', "limit", NULL, NULL, window_period, reserved, committed,
+       frozen, leased_outstanding
+  FROM authority_accounts WHERE key = %(key)s
+
+-- name: pending_permits
+SELECT id::text AS id FROM permits WHERE status = 'pending' ORDER BY created_at, id
+
+-- name: policy_state_for_update
+SELECT s.generation, s.fingerprint, n.namespace::text AS namespace,
+       coalesce(g.documents, '{}'::jsonb) AS documents
+  FROM policy_state s CROSS JOIN authority_namespace n
+  LEFT JOIN policy_generations g ON g.generation = s.generation
+   FOR UPDATE OF s
+
+-- name: policy_current
+SELECT s.generation, s.fingerprint, n.namespace::text AS namespace,
+       coalesce(g.documents, '{}'::jsonb) AS documents, g.author, g.created_at
+  FROM policy_state s CROSS JOIN authority_namespace n
+  LEFT JOIN policy_generations g ON g.generation = s.generation
+
+-- name: policy_insert_generation
+INSERT INTO policy_generations (generation, fingerprint, documents, author)
+VALUES (%(generation)s, %(fingerprint)s, %(documents)s, %(author)s)
+
+-- name: policy_insert_change
+INSERT INTO policy_changes (generation, name, action, author, before, after)
+VALUES (%(generation)s, %(name)s, %(action)s, %(author)s, %(before)s, %(after)s)
+
+-- name: policy_set_state
+UPDATE policy_state SET generation = %(generation)s, fingerprint = %(fingerprint)s
+
+-- name: policy_changes_since
+SELECT id, generation, name, action, author, at, before, after
+  FROM policy_changes WHERE generation > %(since)s ORDER BY id
+
+-- name: policy_notify
+SELECT pg_notify('inferplane_policy', %(payload)s)
