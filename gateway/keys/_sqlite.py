@@ -138,6 +138,9 @@ def _check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise BadRequest(f"{where}.{name}: must be a non-negative integer, got {value!r}")
+        if name in ("rpm", "tpm") and value == 0:
+            # A zero-capacity bucket would silently mean "no cap" to the planner.
+            raise BadRequest(f"{where}.{name}: must be positive (omit it for no cap)")
         ceiling = MAX_RATE if name in ("rpm", "tpm") else MAX_LIMIT
         if value > ceiling:
             raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")

@@ -127,6 +127,8 @@ async def test_bad_input_names_the_field(store):
         await store.create_team(name="u", limits=TeamLimits(rpm=-1))
     with pytest.raises(BadRequest, match=r"key limits\.tpm"):
         await store.create_key(team="t", limits=KeyLimits(tpm=1 << 40))
+    with pytest.raises(BadRequest, match=r"team limits\.tpm: must be positive"):
+        await store.create_team(name="v", limits=TeamLimits(tpm=0))
 
 
 async def test_ensure_demo_only_on_first_run(store):
