@@ -49,8 +49,9 @@ def _with_defaults(settings: Settings) -> Settings:
 def _check(settings: Settings) -> None:
     names = [p.name for p in settings.providers]
     for i, p in enumerate(settings.providers):
-        if names.count(p.name) > 1:
-            raise ConfigError(f"providers[{i}].name: duplicate provider {p.name!r}")
+        if p.name in names[:i]:  # name the repeat, not the first (legitimate) one
+            raise ConfigError(f"providers[{i}].name: duplicate provider {p.name!r} "
+                              f"(first at providers[{names.index(p.name)}])")
         if p.kind in ("openai", "anthropic") and not p.base_url:
             raise ConfigError(f"providers[{i}].base_url: required for kind {p.kind}")
     for i, m in enumerate(settings.models):

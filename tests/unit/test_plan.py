@@ -1,0 +1,129 @@
+"""Planning: which counters a request charges, and what each outcome commits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from gateway.governance import (
+    Outcome,
+    OutcomeKind,
+    build_request,
+    commits_for,
+    plan_charges,
+    settled_amounts,
+    utc_windows,
+)
+from gateway.keys import KeyLimits, Principal, Team, TeamLimits
+from gateway.policy import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
+from gateway.pricing import Usage
+
+NOW = datetime(2026, 11, 29, 23, 30, tzinfo=UTC)
+
+
+def principal(team: TeamLimits = TeamLimits(), key: KeyLimits = KeyLimits(),
+              user: str | None = "alice") -> Principal:
+    return Principal(key_id="k1", key_prefix="sk-inf-x", key_revision=3, key_limits=key,
+                     allowed_models=None, team=Team(id="t1", name="ml", limits=team,
+                                                    revision=4), user=user)
+
+
+def test_utc_windows_use_utc_not_local_time():
+    """A local timestamp just after midnight east of UTC is still the previous UTC day."""
+    local = datetime(2026, 12, 1, 1, 0, tzinfo=timezone(timedelta(hours=2)))
+    assert utc_windows(local) == ("2026-11-30", "2026-11")
+
+
+def test_uncapped_principal_charges_nothing():
+    """With no limit anywhere, a request reserves against no counter."""
+    assert plan_charges(principal(), EMPTY_SNAPSHOT, token_bound=10, usd_bound=5,
+                        now=NOW) == ()
+
+
+def test_every_configured_limit_is_charged_once_in_lock_order():
+    """Key and team limits each produce one charge, sorted by counter key, with the
+    captured calendar window and the right amount per dimension."""
+    charges = plan_charges(
+        principal(TeamLimits(rpm=10, tpm=1000, tokens_per_day=5000, usd_micros_per_day=7,
+                             usd_micros_per_month=70),
+                  KeyLimits(rpm=2, tpm=100, usd_micros_per_day=3, usd_micros_per_month=30)),
+        EMPTY_SNAPSHOT, token_bound=40, usd_bound=6, now=NOW)
+    got = {c.counter: (c.kind, c.dimension, c.amount, c.limit, c.window) for c in charges}
+    assert got == {
+        "key:k1:rpm": ("bucket", "requests", 1, 2, None),
+        "key:k1:tpm": ("bucket", "tokens", 40, 100, None),
+        "key:k1:usd:day:2026-11-29": ("window", "usd", 6, 3, "2026-11-29"),
+        "key:k1:usd:month:2026-11": ("window", "usd", 6, 30, "2026-11"),
+        "team:t1:rpm": ("bucket", "requests", 1, 10, None),
+        "team:t1:tpm": ("bucket", "tokens", 40, 1000, None),
+        "team:t1:tokens:day:2026-11-29": ("window", "tokens", 40, 5000, "2026-11-29"),
+        "team:t1:usd:day:2026-11-29": ("window", "usd", 6, 7, "2026-11-29"),
+        "team:t1:usd:month:2026-11": ("window", "usd", 6, 70, "2026-11"),
+    }
+    assert [c.counter for c in charges] == sorted(got)
+
+
+def test_policy_rules_charge_their_own_scoped_counters():
+    """Rate, token-quota and budget rules each charge counters named by rule uid and
+    scope; unlimited rules and rules for other teams charge nothing."""
+    rules = (
+        CompiledRule(uid="r-rate", policy="p", kind="rate", subject="team", team="ml",
+                     tpm=500),
+        CompiledRule(uid="r-quota", policy="p", kind="tokenQuota", subject="user",
+                     user="*", tokens_per_month=9000),
+        CompiledRule(uid="r-budget", policy="p", kind="budget", subject="team-user",
+                     team="*", user="alice", limit_micro_usd=1000, window="month",
+                     hard_cap=False),
+        CompiledRule(uid="r-free", policy="p", kind="rate", subject="team", team="ml",
+                     unlimited=True),
+        CompiledRule(uid="r-other", policy="p", kind="rate", subject="team", team="ops",
+                     rpm=1),
+    )
+    charges = plan_charges(principal(), PolicySnapshot(generation=2, rules=rules),
+                           token_bound=40, usd_bound=6, now=NOW)
+    got = {c.counter: (c.kind, c.amount, c.limit, c.rule_uid, c.hard) for c in charges}
+    assert got == {
+        "rule:r-rate:team=ml:tpm": ("bucket", 40, 500, "r-rate", True),
+        "rule:r-quota:user=alice:tokens:month:2026-11": ("window", 40, 9000, "r-quota",
+                                                         True),
+        "account:r-budget:team=ml,user=alice:month:2026-11": ("account", 6, 1000,
+                                                              "r-budget", False),
+    }
+
+
+def test_build_request_captures_identity_revisions_and_generation():
+    """The admission request carries the revisions and generation it was planned at."""
+    req = build_request(principal(TeamLimits(rpm=1)), PolicySnapshot(generation=9),
+                        request_id="r", model="m", token_bound=5, usd_bound=2, now=NOW)
+    assert (req.key_revision, req.team_revision, req.policy_generation) == (3, 4, 9)
+    assert (req.day, req.month, req.user) == ("2026-11-29", "2026-11", "alice")
+
+
+REQ = build_request(principal(TeamLimits(rpm=5, tpm=1000, usd_micros_per_day=10**6)),
+                    EMPTY_SNAPSHOT, request_id="r", model="m", token_bound=900,
+                    usd_bound=5000, now=NOW)
+
+
+@pytest.mark.parametrize(("outcome", "expected"), [
+    (Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(input=100, cache_read=50, output=20),
+             cost_micro_usd=321), (170, 321)),
+    (Outcome(kind=OutcomeKind.TOKENS_KNOWN, usage=Usage(input=100, cache_write_unknown=7)),
+     (107, 5000)),
+    (Outcome(kind=OutcomeKind.UNCERTAIN), (900, 5000)),
+    (Outcome(kind=OutcomeKind.COMPLETE), (900, 5000)),
+    (Outcome(kind=OutcomeKind.CANCELLED), (0, 0)),
+])
+def test_settled_amounts_keep_bounds_wherever_anything_is_uncertain(outcome, expected):
+    """Complete commits actuals (cache tokens included); price-uncertain keeps the money
+    bound; partial/missing keeps both bounds; cancelled commits nothing."""
+    assert settled_amounts(REQ, outcome) == expected
+
+
+def test_commits_map_each_counter_by_dimension():
+    """Requests commit 1 (0 if cancelled), tokens and money their settled amounts."""
+    done = commits_for(REQ, Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(output=30),
+                                    cost_micro_usd=44))
+    assert done == {"team:t1:rpm": 1, "team:t1:tpm": 30, "team:t1:usd:day:2026-11-29": 44}
+    cancelled = commits_for(REQ, Outcome(kind=OutcomeKind.CANCELLED))
+    assert set(cancelled.values()) == {0}
