@@ -13,11 +13,15 @@ from typing import Any
 _TEXT_FIELDS = ("messages", "input", "system", "prompt", "instructions", "tools")
 
 
+# Structural keys whose values are labels, not text the model reads as prompt.
+_LABELS = frozenset({"role", "type", "cache_control", "id", "tool_use_id"})
+
+
 def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
+        return [s for k, v in value.items() if k not in _LABELS for s in _strings(v)]
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
     return []

@@ -1,0 +1,123 @@
+"""Real processes for end-to-end tests: ``mayu serve`` and ``mayu mock-upstream``.
+
+Each process runs from this checkout's interpreter on a free port with its output in a
+log file; :func:`wait_ready` polls ``/readyz`` and fails with the log if the process
+exits first. :meth:`Proc.stop` terminates (then kills) it; fixtures call it in their
+finalizers so no test leaves a process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def mayu_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gateway", *args]
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+
+
+def start(args: list[str], *, port: int, log_path: Path,
+          env: dict[str, str] | None = None) -> Proc:
+    log = log_path.open("wb")
+    popen = subprocess.Popen(mayu_cmd(*args), stdout=log, stderr=subprocess.STDOUT,
+                             env=_env(env), cwd=str(log_path.parent))
+    log.close()
+    return Proc(popen=popen, port=port, log_path=log_path)
+
+
+def wait_ready(proc: Proc, *, deadline_s: float = 60.0) -> Proc:
+    """Poll /readyz until 200; raise with the process log if it exits or never answers."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.popen.returncode}:\n{proc.logs()}")
+        try:
+            if httpx.get(f"{proc.url}/readyz", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.stop()
+    raise RuntimeError(f"process not ready after {deadline_s}s:\n{proc.logs()}")
+
+
+def start_mock_upstream(workdir: Path, *, latency_ms: int = 0) -> Proc:
+    port = free_port()
+    proc = start(["mock-upstream", "--port", str(port), "--latency-ms", str(latency_ms)],
+                 port=port, log_path=workdir / f"mock-upstream-{port}.log")
+    return wait_ready(proc)
+
+
+def start_gateway(config: Path, *, env: dict[str, str] | None = None) -> Proc:
+    port = free_port()
+    proc = start(["serve", "--config", str(config), "--port", str(port),
+                  "--log-level", "warning"], port=port,
+                 log_path=config.parent / f"gateway-{port}.log", env=env)
+    return wait_ready(proc)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(mayu_cmd(*args), capture_output=True, text=True, env=_env(env),
+                          timeout=60, check=False)
+
+
+def create_team(config: Path, name: str, *limits: str) -> dict[str, Any]:
+    done = run_cli("teams", "create", name, "--config", str(config), "--json", *limits)
+    assert done.returncode == 0, done.stderr
+    team: dict[str, Any] = json.loads(done.stdout)
+    return team
+
+
+def create_key(config: Path, team: str, *extra: str) -> str:
+    """A new key for ``team`` via ``mayu keys create``; the plaintext."""
+    done = run_cli("keys", "create", "--team", team, "--config", str(config), "--json", *extra)
+    assert done.returncode == 0, done.stderr
+    key: str = json.loads(done.stdout)["key"]
+    return key

@@ -1,0 +1,126 @@
+"""End-to-end fixtures: a real mock upstream and a real gateway in front of it.
+
+The gateway config has providers of every kind: ``openai`` and ``anthropic`` pointing at
+the ``mayu mock-upstream`` process, and the in-process ``mock``. Model names map to the
+mock's behaviour switches (``upstream_model``). ``PRICE`` is the tests' own copy of the
+price table; expected costs are computed from it and the upstream's ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gateway.pricing import ModelPrice, Usage, cost_micro_usd
+from tests.e2e._procs import Proc, create_key, create_team, start_gateway, start_mock_upstream
+
+PRICE = {"input": 1_000_000, "output": 4_000_000, "cache_read": 100_000,
+         "cache_write_5m": 1_250_000, "cache_write_1h": 2_000_000}
+ADMIN_TOKEN = "e2e-admin-token"
+MAX_BODY = 64 * 1024
+MAX_OUTPUT = 100_000
+
+_UPSTREAM = {  # gateway model -> (provider, upstream model)
+    "gpt-up": ("up-openai", "mock-gpt"),
+    "claude-up": ("up-anthropic", "mock-claude"),
+    "gpt-neg": ("up-openai", "mock-negative-usage"),
+    "gpt-missing": ("up-openai", "mock-missing-usage"),
+    "claude-neg": ("up-anthropic", "mock-negative-usage"),
+    "claude-nottl": ("up-anthropic", "mock-no-ttl"),
+    "gpt-slow": ("up-openai", "mock-slow-stream"),
+    "claude-slow": ("up-anthropic", "mock-slow-stream"),
+    "gpt-500": ("up-openai", "mock-error-500"),
+}
+
+
+def expected_cost(entry: dict[str, Any]) -> int:
+    """The price of one mock-upstream ledger entry, from the test's own price table."""
+    return cost_micro_usd(Usage(**entry["classes"]), ModelPrice(**PRICE))
+
+
+def gateway_config(workdir: Path, upstream: Proc) -> Path:
+    models: list[dict[str, Any]] = [
+        {"name": name, "price": PRICE,
+         "deployments": [{"provider": provider, "upstream_model": upstream_model}]}
+        for name, (provider, upstream_model) in _UPSTREAM.items()]
+    models += [
+        {"name": "gpt-local", "price": PRICE, "deployments": [{"provider": "in-process"}]},
+        {"name": "claude-local", "price": PRICE, "deployments": [{"provider": "in-process"}]},
+        {"name": "gpt-fallback", "price": PRICE, "deployments": [
+            {"provider": "up-openai", "upstream_model": "mock-error-500"},
+            {"provider": "up-openai", "upstream_model": "mock-gpt"}]},
+    ]
+    config = {
+        "data_dir": str(workdir / "data"), "demo": False,
+        "server": {"max_body_bytes": MAX_BODY, "max_output_tokens": MAX_OUTPUT,
+                   "admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
+        "providers": [
+            {"name": "up-openai", "kind": "openai", "base_url": f"{upstream.url}/v1",
+             "timeout_s": 30},
+            {"name": "up-anthropic", "kind": "anthropic", "base_url": upstream.url,
+             "timeout_s": 30},
+            {"name": "in-process", "kind": "mock"}],
+        "models": models}
+    path = workdir / "mayu.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass
+class Stack:
+    gateway: Proc
+    upstream: Proc
+    config: Path
+
+    def team_key(self, team: str, *limits: str) -> str:
+        create_team(self.config, team, *limits)
+        return create_key(self.config, team)
+
+    def ledger(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = httpx.get(f"{self.upstream.url}/__mock/ledger").json()
+        return entries
+
+    def clear_ledger(self) -> None:
+        httpx.delete(f"{self.upstream.url}/__mock/ledger").raise_for_status()
+
+    def usage(self, key: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """``/v1/usage`` as seen by ``key``: {(scope, window): row}."""
+        r = httpx.get(f"{self.gateway.url}/v1/usage",
+                      headers={"Authorization": f"Bearer {key}"})
+        r.raise_for_status()
+        return {(row["scope"], row["window"]): row for row in r.json()["data"]}
+
+    def team_usage(self, key: str) -> dict[str, Any]:
+        return self.usage(key).get(("team", "day"), {
+            "tokens_committed": 0, "tokens_reserved": 0, "usd_committed": 0,
+            "usd_reserved": 0, "requests": 0})
+
+    def audit(self) -> list[dict[str, Any]]:
+        import json
+        lines: list[dict[str, Any]] = []
+        for path in sorted((self.config.parent / "data").glob("audit-*.jsonl")):
+            lines += [json.loads(line) for line in path.read_text().splitlines() if line]
+        return lines
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("e2e")
+    upstream = start_mock_upstream(workdir)
+    try:
+        config = gateway_config(workdir, upstream)
+        gateway = start_gateway(config, env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN})
+    except BaseException:
+        upstream.stop()
+        raise
+    try:
+        yield Stack(gateway=gateway, upstream=upstream, config=config)
+    finally:
+        gateway.stop()
+        upstream.stop()
