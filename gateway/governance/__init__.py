@@ -31,6 +31,8 @@ from gateway.governance._plan import (
 )
 from gateway.governance._local import CounterState, LocalGovernanceStore
 from gateway.governance._postgres import PostgresGovernanceStore
+# Re-exported for the app factory, which picks every shared-mode component here.
+from gateway.policy._pgstore import PostgresPolicySource
 
 __all__ = [
     "BUCKET_SCALE",
@@ -43,6 +45,7 @@ __all__ = [
     "OutcomeKind",
     "Permit",
     "PostgresGovernanceStore",
+    "PostgresPolicySource",
     "Refusal",
     "SettleResult",
     "UsageRow",
