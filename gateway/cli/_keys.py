@@ -226,7 +226,7 @@ def _money_args(parser: argparse.ArgumentParser, what: str) -> None:
                            help=f"{what} spending limit per UTC {period}, in dollars as an "
                                 "exact decimal (e.g. 1.50)")
         group.add_argument(f"--usd-micros-per-{period}", type=_count, metavar="MICROS",
-                           help=f"the same limit in integer µUSD (1500000 = $1.50)")
+                           help="the same limit in integer µUSD (1500000 = $1.50)")
 
 
 def _rate_args(parser: argparse.ArgumentParser, what: str) -> None:

@@ -130,9 +130,8 @@ def _validate(req: AdmissionRequest) -> None:
             raise BadRequest(f"{where}.limit: must be a non-negative integer")
         if c.kind == "bucket" and c.limit is not None and c.limit > MAX_BUCKET_CAPACITY:
             raise BadRequest(f"{where}.limit: bucket capacity above {MAX_BUCKET_CAPACITY}")
-        if c.kind == "window" or c.kind == "account":
-            if c.limit is not None and c.limit > MAX_AMOUNT:
-                raise BadRequest(f"{where}.limit: above {MAX_AMOUNT}")
+        if c.kind in ("window", "account") and c.limit is not None and c.limit > MAX_AMOUNT:
+            raise BadRequest(f"{where}.limit: above {MAX_AMOUNT}")
     if len({c.counter for c in req.charges}) != len(req.charges):
         raise BadRequest(f"request {req.request_id}: a counter is charged twice")
 
@@ -234,7 +233,7 @@ class LocalGovernanceStore(SqliteBase):
                     team_id: str | None = None) -> list[UsageRow]:
         def _usage(conn: sqlite3.Connection) -> list[UsageRow]:
             return usage_rows(conn, day=day, month=month, key_id=key_id, team_id=team_id)
-        return await self._run(_usage)
+        return await self._run(_usage, write=False)
 
     async def counter(self, name: str) -> CounterState | None:
         """A counter as stored (buckets not refilled to now), or None if never charged."""
@@ -242,14 +241,14 @@ class LocalGovernanceStore(SqliteBase):
             row = conn.execute("SELECT * FROM gov_counters WHERE counter = ?",
                                (name,)).fetchone()
             return None if row is None else CounterState(**dict(row))
-        return await self._run(_get)
+        return await self._run(_get, write=False)
 
     async def pending_permits(self) -> list[str]:
         """Ids of permits admitted and not yet settled (they keep binding the limits)."""
         def _pending(conn: sqlite3.Connection) -> list[str]:
             return [r["id"] for r in conn.execute(
                 "SELECT id FROM gov_permits WHERE status = 'pending' ORDER BY created_us")]
-        return await self._run(_pending)
+        return await self._run(_pending, write=False)
 
     async def unfreeze(self, name: str) -> bool:
         """Operator action: lift a freeze after investigating the invalid usage."""

@@ -23,6 +23,9 @@ from gateway.errors import BadRequest, NotFound, RevisionConflict
 from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
 
 T = TypeVar("T")
+# Frozen structs, so one shared default instance is safe.
+_NO_TEAM_LIMITS = TeamLimits()
+_NO_KEY_LIMITS = KeyLimits()
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS teams (
@@ -99,14 +102,15 @@ class SqliteBase:
         if conn is not None:
             await asyncio.to_thread(conn.close)
 
-    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one write transaction (BEGIN IMMEDIATE takes the write lock now,
-        so the reads it makes cannot be invalidated before its writes)."""
+    def _tx(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
+        """Run ``fn`` in one transaction. A write transaction starts with BEGIN IMMEDIATE,
+        taking the file's write lock before its first read, so what it reads cannot change
+        before it writes; a read transaction is a WAL snapshot that blocks no writer."""
         if self._conn is None:
             raise RuntimeError(f"store {self.path!r} is not open (call await open())")
         with self._lock:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 result = fn(conn)
             except BaseException:
@@ -115,8 +119,8 @@ class SqliteBase:
             conn.execute("COMMIT")
             return result
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await asyncio.to_thread(self._tx, fn)
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        return await asyncio.to_thread(self._tx, fn, write)
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -198,9 +202,9 @@ class SqliteKeyStore(SqliteBase):
             return Principal(key_id=key.id, key_prefix=key.display_prefix,
                              key_revision=key.revision, key_limits=key.limits,
                              allowed_models=key.allowed_models, team=team, user=key.user)
-        return await self._run(_resolve)
+        return await self._run(_resolve, write=False)
 
-    async def create_team(self, *, name: str, limits: TeamLimits = TeamLimits(),
+    async def create_team(self, *, name: str, limits: TeamLimits = _NO_TEAM_LIMITS,
                           region: str | None = None,
                           guardrails: tuple[str, ...] = ()) -> Team:
         if not name or not name.strip():
@@ -243,16 +247,16 @@ class SqliteKeyStore(SqliteBase):
         def _get(conn: sqlite3.Connection) -> Team | None:
             row = _find_team(conn, name_or_id)
             return None if row is None else _team(row)
-        return await self._run(_get)
+        return await self._run(_get, write=False)
 
     async def list_teams(self) -> list[Team]:
         def _list(conn: sqlite3.Connection) -> list[Team]:
             return [_team(r) for r in conn.execute("SELECT * FROM teams ORDER BY name")]
-        return await self._run(_list)
+        return await self._run(_list, write=False)
 
     async def create_key(self, *, team: str, name: str = "", user: str | None = None,
                          allowed_models: tuple[str, ...] | None = None,
-                         limits: KeyLimits = KeyLimits(),
+                         limits: KeyLimits = _NO_KEY_LIMITS,
                          expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
         _check_limits(limits, _KEY_LIMITS, "key limits")
         plaintext, key_hash, prefix = new_key()
@@ -278,7 +282,7 @@ class SqliteKeyStore(SqliteBase):
         def _get(conn: sqlite3.Connection) -> KeyRecord | None:
             row = conn.execute("SELECT * FROM keys WHERE id = ?", (key_id,)).fetchone()
             return None if row is None else _key(row)
-        return await self._run(_get)
+        return await self._run(_get, write=False)
 
     async def list_keys(self, *, team: str | None = None,
                         include_revoked: bool = False) -> list[KeyRecord]:
@@ -293,7 +297,7 @@ class SqliteKeyStore(SqliteBase):
             if not include_revoked:
                 sql += " AND revoked_at IS NULL"
             return [_key(r) for r in conn.execute(sql + " ORDER BY created_at, id", args)]
-        return await self._run(_list)
+        return await self._run(_list, write=False)
 
     async def revoke_key(self, key_id: str, *,
                          expected_revision: int | None = None) -> KeyRecord:

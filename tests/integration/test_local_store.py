@@ -45,10 +45,10 @@ class Clock:
         self.now += timedelta(**kw)
 
 
-def principal(team: TeamLimits, key: KeyLimits = KeyLimits(), *, user: str | None = "alice",
+def principal(team: TeamLimits, key: KeyLimits | None = None, *, user: str | None = "alice",
               key_id: str = "key_1") -> Principal:
     return Principal(key_id=key_id, key_prefix="sk-inf-abcdef", key_revision=1,
-                     key_limits=key, allowed_models=None,
+                     key_limits=key or KeyLimits(), allowed_models=None,
                      team=Team(id="team_1", name="one", limits=team), user=user)
 
 
@@ -108,7 +108,8 @@ async def test_concurrent_admissions_never_overshoot_the_day_limit(store):
 
     rng = random.Random(7)
     costs = [rng.randint(0, bound) for _ in permits]
-    await asyncio.gather(*(settle(store, pm, complete(10, c)) for pm, c in zip(permits, costs)))
+    await asyncio.gather(*(settle(store, pm, complete(10, c))
+                           for pm, c in zip(permits, costs, strict=True)))
     state = await store.counter(DAY_USD)
     assert state.committed == sum(costs)
     assert state.reserved == 0

@@ -57,7 +57,7 @@ def test_debt_is_repaid_by_refill(b):
     cap, balance = b
     if balance >= 0:
         return
-    needed = -(-(-balance) // cap)
+    needed = -(balance // cap)  # ceil(debt / cap): balance is negative
     assert refill(balance, cap, needed) >= 0
     assert refill(balance, cap, needed - 1) < 0
 

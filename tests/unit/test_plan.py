@@ -22,11 +22,12 @@ from gateway.pricing import Usage
 NOW = datetime(2026, 11, 29, 23, 30, tzinfo=UTC)
 
 
-def principal(team: TeamLimits = TeamLimits(), key: KeyLimits = KeyLimits(),
+def principal(team: TeamLimits | None = None, key: KeyLimits | None = None,
               user: str | None = "alice") -> Principal:
-    return Principal(key_id="k1", key_prefix="sk-inf-x", key_revision=3, key_limits=key,
-                     allowed_models=None, team=Team(id="t1", name="ml", limits=team,
-                                                    revision=4), user=user)
+    return Principal(key_id="k1", key_prefix="sk-inf-x", key_revision=3,
+                     key_limits=key or KeyLimits(), allowed_models=None,
+                     team=Team(id="t1", name="ml", limits=team or TeamLimits(), revision=4),
+                     user=user)
 
 
 def test_utc_windows_use_utc_not_local_time():
