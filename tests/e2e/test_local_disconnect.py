@@ -1,0 +1,49 @@
+"""A client that disconnects mid-stream: the permit keeps its bound, nothing is refunded."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Stack
+
+pytestmark = pytest.mark.e2e
+
+
+def _wait_settled(stack: Stack, key: str) -> dict[str, object]:
+    """Poll /v1/usage until nothing is reserved (settlement follows the disconnect)."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        usage = stack.team_usage(key)
+        if usage["requests"] and not usage["usd_reserved"]:
+            return usage
+        time.sleep(0.1)
+    raise AssertionError(f"never settled: {stack.team_usage(key)}")
+
+
+@pytest.mark.parametrize("model,path", [("gpt-slow", "/v1/chat/completions"),
+                                        ("claude-slow", "/v1/messages")])
+def test_disconnect_mid_stream_commits_the_bound_as_uncertain(stack: Stack, model: str,
+                                                              path: str) -> None:
+    """Disconnecting after the first chunk settles uncertain: the whole bound is committed."""
+    key = stack.team_key(f"disconnect-{model}", "--usd-micros-per-day", "10000000")
+    stack.clear_ledger()
+    body = {"model": model, "max_tokens": 40, "stream": True,
+            "messages": [{"role": "user", "content": "a long story please"}]}
+    with httpx.Client(base_url=stack.gateway.url, timeout=60) as client:
+        with client.stream("POST", path, json=body,
+                           headers={"Authorization": f"Bearer {key}"}) as r:
+            assert r.status_code == 200
+            token_bound = int(r.headers["x-inferplane-token-bound"])
+            usd_bound = int(r.headers["x-inferplane-usd-bound"])
+            permit = r.headers["x-inferplane-permit"]
+            next(r.iter_bytes())
+        # leaving both blocks closes the connection mid-stream
+    usage = _wait_settled(stack, key)
+    assert usage["usd_committed"] == usd_bound
+    assert usage["tokens_committed"] == token_bound
+    audit = [a for a in stack.audit() if a.get("permit") == permit and "outcome" in a]
+    assert [a["outcome"] for a in audit] == ["uncertain"]
+    assert stack.ledger() == []  # the upstream never got to report usage
