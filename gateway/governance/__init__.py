@@ -29,7 +29,8 @@ from gateway.governance._plan import (
     settled_amounts,
     utc_windows,
 )
-from gateway.governance._local import CounterState, LocalGovernanceStore
+from gateway.governance._counters import CounterState
+from gateway.governance._local import LocalGovernanceStore
 from gateway.governance._postgres import PostgresGovernanceStore
 # Re-exported for the app factory, which picks every shared-mode component here.
 from gateway.policy._pgstore import PostgresPolicySource

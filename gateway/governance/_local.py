@@ -10,20 +10,27 @@ permits keep their reservations, which keep binding the limits).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sqlite3
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from dataclasses import replace as _replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import msgspec
 
 from gateway.errors import BadRequest, SettlementConflict, UnknownPermit
+from gateway.governance._counters import (
+    CounterState,
+    clamp,
+    load_counter,
+    reserve,
+    settle_counter,
+    store_counter,
+)
 from gateway.governance._model import (
-    BUCKET_SCALE,
     AdmissionRequest,
     Charge,
     Outcome,
@@ -33,13 +40,7 @@ from gateway.governance._model import (
     SettleResult,
     UsageRow,
 )
-from gateway.governance._plan import (
-    bucket_admits,
-    bucket_settle,
-    refill,
-    retry_after_seconds,
-    settled_amounts,
-)
+from gateway.governance._plan import commits_for, settled_amounts
 from gateway.governance._usage import usage_rows
 from gateway.keys._sqlite import SqliteBase
 from gateway.pricing import InvalidUsage
@@ -89,31 +90,10 @@ CREATE TABLE IF NOT EXISTS gov_settlements (
 """
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Stored values stay inside SQLite's signed 64-bit INTEGER: balances and sums saturate
-# here (ADR-039: positive accumulations saturate) instead of overflowing.
-_SATURATE = 1 << 62
 # Input ceilings: a bucket's capacity * BUCKET_SCALE must fit (2**36 * 2**26 = 2**62);
 # amounts far above any real request are caller bugs, refused before any counter moves.
 MAX_BUCKET_CAPACITY = 1 << 36
 MAX_AMOUNT = 1 << 50
-
-
-@dataclass(frozen=True, slots=True)
-class CounterState:
-    """One counter as stored (for operators, response headers and tests)."""
-
-    counter: str
-    kind: str
-    dimension: str
-    balance: int
-    updated_us: int
-    reserved: int
-    committed: int
-    frozen_by: str | None
-
-
-def _clamp(value: int) -> int:
-    return max(-_SATURATE, min(_SATURATE, value))
 
 
 def _is_int(value: object) -> bool:
@@ -141,10 +121,6 @@ def _fingerprint(kind: OutcomeKind, commits: dict[str, int]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def _status(charge: Charge) -> int:
-    return 402 if charge.dimension == "usd" else 429
-
-
 class LocalGovernanceStore(SqliteBase):
     """:class:`gateway.governance.GovernanceStore` on a SQLite file (one replica)."""
 
@@ -152,6 +128,8 @@ class LocalGovernanceStore(SqliteBase):
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         super().__init__(path)
         self._clock = clock
+        # Admissions whose caller was cancelled mid-transaction, and their refunds.
+        self._orphans: set[asyncio.Future[object]] = set()
 
     def _schema(self) -> str:
         return _SCHEMA
@@ -168,20 +146,52 @@ class LocalGovernanceStore(SqliteBase):
         def _admit(conn: sqlite3.Connection) -> list[Permit | Refusal]:
             now = self._now_us()
             return [self._admit_one(conn, req, now) for req in requests]
-        return await self._run(_admit)
+        # The worker thread cannot be interrupted: if the caller is cancelled (a client
+        # disconnect) the transaction may still commit permits nobody will dispatch or
+        # settle, which would bind the limits forever. Let it finish, then refund them.
+        task = asyncio.ensure_future(self._run(_admit))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._track(task)
+            task.add_done_callback(self._refund_orphans)
+            raise
+
+    def _track(self, future: asyncio.Future[Any]) -> None:
+        self._orphans.add(future)
+        future.add_done_callback(self._orphans.discard)
+
+    def _refund_orphans(self, task: asyncio.Future[list[Permit | Refusal]]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        for result in task.result():
+            if isinstance(result, Permit):
+                outcome = Outcome(kind=OutcomeKind.CANCELLED,
+                                  detail="caller cancelled during admission")
+                self._track(asyncio.ensure_future(
+                    self.settle(result.id, outcome, commits_for(result.request, outcome))))
+
+    async def drain(self) -> None:
+        """Wait for the refunds of admissions whose callers were cancelled."""
+        while self._orphans:
+            await asyncio.gather(*list(self._orphans), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.drain()
+        await super().close()
 
     def _admit_one(self, conn: sqlite3.Connection, req: AdmissionRequest,
                    now: int) -> Permit | Refusal:
         # Decide on every charge before writing any: all-or-none without savepoints.
         updates: list[tuple[Charge, CounterState]] = []
         for charge in req.charges:
-            state = _load(conn, charge, now)
-            decided = _reserve(charge, state, now)
+            state = load_counter(conn, charge, now)
+            decided = reserve(charge, state, now)
             if isinstance(decided, Refusal):
                 return decided
             updates.append((charge, decided))
         for _, state in updates:
-            _store(conn, state)
+            store_counter(conn, state)
         permit = Permit(id=uuid.uuid4().hex, request=req)
         _insert_permit(conn, permit, now)
         return permit
@@ -217,8 +227,8 @@ class LocalGovernanceStore(SqliteBase):
             conn.execute("INSERT INTO gov_settlements (permit_id, kind, fingerprint,"
                          " tokens_committed, usd_committed, detail, settled_us)"
                          " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (permit_id, str(outcome.kind), fingerprint, _clamp(tokens),
-                          _clamp(usd), outcome.detail, now))
+                         (permit_id, str(outcome.kind), fingerprint, clamp(tokens),
+                          clamp(usd), outcome.detail, now))
             return SettleResult(permit_id=permit_id, kind=outcome.kind,
                                 tokens_committed=tokens, usd_committed=usd)
         return await self._run(_settle)
@@ -259,66 +269,6 @@ class LocalGovernanceStore(SqliteBase):
         return await self._run(_unfreeze)
 
 
-def _load(conn: sqlite3.Connection, charge: Charge, now: int) -> CounterState:
-    row = conn.execute("SELECT * FROM gov_counters WHERE counter = ?",
-                       (charge.counter,)).fetchone()
-    if row is not None:
-        return CounterState(**dict(row))
-    # A bucket is born full; a window or account is born empty.
-    full = (charge.limit or 0) * BUCKET_SCALE if charge.kind == "bucket" else 0
-    return CounterState(counter=charge.counter, kind=charge.kind, dimension=charge.dimension,
-                        balance=full, updated_us=now, reserved=0, committed=0, frozen_by=None)
-
-
-def _refilled(state: CounterState, capacity: int, now: int) -> tuple[int, int]:
-    """(balance refilled to ``now`` and capped at the captured capacity, new timestamp).
-
-    A clock that steps backwards refills nothing and never rewinds the timestamp, so no
-    interval is ever refilled twice.
-    """
-    balance = refill(state.balance, capacity, now - state.updated_us)
-    return min(balance, capacity * BUCKET_SCALE), max(now, state.updated_us)
-
-
-def _reserve(charge: Charge, state: CounterState, now: int) -> CounterState | Refusal:
-    if charge.kind == "bucket":
-        if not charge.limit:
-            return state
-        balance, stamp = _refilled(state, charge.limit, now)
-        if not bucket_admits(balance, charge.limit, charge.amount):
-            return Refusal(
-                status=_status(charge), counter=charge.counter,
-                reason=f"{charge.counter}: {charge.dimension} per minute limit "
-                       f"{charge.limit} exhausted",
-                retry_after=retry_after_seconds(balance, charge.limit, charge.amount))
-        return _replace(state, balance=_clamp(balance - charge.amount * BUCKET_SCALE),
-                        updated_us=stamp)
-    if state.frozen_by is not None:
-        return Refusal(status=_status(charge), counter=charge.counter,
-                       reason=f"{charge.counter}: account is frozen after invalid usage was "
-                              f"reported for permit {state.frozen_by}; an operator must "
-                              "resolve it")
-    wanted = state.committed + state.reserved + charge.amount
-    if charge.limit is not None and charge.hard and wanted > charge.limit:
-        unit = "µUSD" if charge.dimension == "usd" else charge.dimension
-        return Refusal(status=_status(charge), counter=charge.counter,
-                       reason=f"{charge.counter}: limit {charge.limit} {unit} would be "
-                              f"exceeded (committed {state.committed} + reserved "
-                              f"{state.reserved} + this request {charge.amount})")
-    return _replace(state, reserved=_clamp(state.reserved + charge.amount))
-
-
-def _store(conn: sqlite3.Connection, s: CounterState) -> None:
-    conn.execute(
-        "INSERT INTO gov_counters (counter, kind, dimension, balance, updated_us, reserved,"
-        " committed, frozen_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (counter) DO UPDATE SET balance = excluded.balance,"
-        " updated_us = excluded.updated_us, reserved = excluded.reserved,"
-        " committed = excluded.committed, frozen_by = excluded.frozen_by",
-        (s.counter, s.kind, s.dimension, s.balance, s.updated_us, s.reserved, s.committed,
-         s.frozen_by))
-
-
 def _insert_permit(conn: sqlite3.Connection, permit: Permit, now: int) -> None:
     req = permit.request
     conn.execute(
@@ -326,7 +276,7 @@ def _insert_permit(conn: sqlite3.Connection, permit: Permit, now: int) -> None:
         " token_bound, usd_bound, request, status, created_us)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
         (permit.id, req.request_id, req.key_id, req.team_id, req.user, req.model, req.day,
-         req.month, _clamp(req.token_bound), _clamp(req.usd_bound),
+         req.month, clamp(req.token_bound), clamp(req.usd_bound),
          msgspec.json.encode(req), now))
     conn.executemany(
         'INSERT INTO gov_charges (permit_id, seq, counter, kind, dimension, amount, "limit",'
@@ -360,16 +310,8 @@ def _check_commits(req: AdmissionRequest, commits: dict[str, int]) -> None:
 
 def _commit(conn: sqlite3.Connection, permit_id: str, seq: int, charge: Charge,
             committed: int, now: int) -> None:
-    state = _load(conn, charge, now)
-    if charge.kind == "bucket":
-        if charge.limit:
-            balance, stamp = _refilled(state, charge.limit, now)
-            balance = bucket_settle(balance, charge.limit, charge.amount, committed)
-            state = _replace(state, balance=_clamp(balance), updated_us=stamp)
-    else:
-        state = _replace(state, reserved=_clamp(state.reserved - charge.amount),
-                         committed=_clamp(state.committed + committed))
-    _store(conn, state)
+    store_counter(conn, settle_counter(charge, load_counter(conn, charge, now), committed,
+                                       now))
     conn.execute("UPDATE gov_charges SET committed = ? WHERE permit_id = ? AND seq = ?",
                  (committed, permit_id, seq))
 

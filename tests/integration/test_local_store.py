@@ -355,3 +355,23 @@ async def test_oversized_amounts_are_refused_before_any_counter_moves(store):
     with pytest.raises(BadRequest, match="amount"):
         await store.admit([request(p, usd=1 << 60)])
     assert await store.counter(DAY_USD) is None
+
+
+async def test_admission_whose_caller_is_cancelled_is_refunded(store):
+    """If the caller is cancelled while its admission transaction runs, the permit it
+    committed is settled as cancelled, so it never binds the limits."""
+    p = principal(TeamLimits(usd_micros_per_day=100_000))
+    store._lock.acquire()  # hold the store so the admission is mid-flight when cancelled
+    try:
+        task = asyncio.ensure_future(admit_one(store, request(p, usd=60_000)))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        store._lock.release()
+    await store.drain()
+    assert await store.pending_permits() == []
+    state = await store.counter(DAY_USD)
+    assert (state.reserved, state.committed) == (0, 0)
+    assert isinstance(await admit_one(store, request(p, usd=60_000)), Permit)

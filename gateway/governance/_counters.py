@@ -1,0 +1,117 @@
+"""Counter rows of the local governance store and the arithmetic that moves them.
+
+A counter is a bucket (scaled balance refilled from the store's clock), or a window /
+account (reserved + committed against a limit, frozen after invalid usage). These
+functions decide one charge against one counter; :mod:`gateway.governance._local`
+applies them all-or-none inside its transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, replace
+
+from gateway.governance._model import BUCKET_SCALE, Charge, Refusal
+from gateway.governance._plan import bucket_admits, bucket_settle, refill, retry_after_seconds
+
+# Stored values stay inside SQLite's signed 64-bit INTEGER: balances and sums saturate
+# here (ADR-039: positive accumulations saturate) instead of overflowing.
+_SATURATE = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class CounterState:
+    """One counter as stored (for operators, response headers and tests)."""
+
+    counter: str
+    kind: str
+    dimension: str
+    balance: int
+    updated_us: int
+    reserved: int
+    committed: int
+    frozen_by: str | None
+
+
+def clamp(value: int) -> int:
+    return max(-_SATURATE, min(_SATURATE, value))
+
+
+def refusal_status(charge: Charge) -> int:
+    return 402 if charge.dimension == "usd" else 429
+
+
+def load_counter(conn: sqlite3.Connection, charge: Charge, now: int) -> CounterState:
+    row = conn.execute("SELECT * FROM gov_counters WHERE counter = ?",
+                       (charge.counter,)).fetchone()
+    if row is not None:
+        return CounterState(**dict(row))
+    # A bucket is born full; a window or account is born empty.
+    full = (charge.limit or 0) * BUCKET_SCALE if charge.kind == "bucket" else 0
+    return CounterState(counter=charge.counter, kind=charge.kind, dimension=charge.dimension,
+                        balance=full, updated_us=now, reserved=0, committed=0, frozen_by=None)
+
+
+def _refilled(state: CounterState, capacity: int, now: int) -> tuple[int, int]:
+    """(balance refilled to ``now`` and capped at the captured capacity, new timestamp).
+
+    A clock that steps backwards refills nothing and never rewinds the timestamp, so no
+    interval is ever refilled twice.
+    """
+    balance = refill(state.balance, capacity, now - state.updated_us)
+    return min(balance, capacity * BUCKET_SCALE), max(now, state.updated_us)
+
+
+def reserve(charge: Charge, state: CounterState, now: int) -> CounterState | Refusal:
+    """The counter after reserving ``charge``, or the refusal naming it (nothing written)."""
+    if charge.kind == "bucket":
+        if not charge.limit:
+            return state
+        balance, stamp = _refilled(state, charge.limit, now)
+        if not bucket_admits(balance, charge.limit, charge.amount):
+            return Refusal(
+                status=refusal_status(charge), counter=charge.counter,
+                reason=f"{charge.counter}: {charge.dimension} per minute limit "
+                       f"{charge.limit} exhausted",
+                retry_after=retry_after_seconds(balance, charge.limit, charge.amount))
+        return replace(state, balance=clamp(balance - charge.amount * BUCKET_SCALE),
+                       updated_us=stamp)
+    if state.frozen_by is not None:
+        return Refusal(status=refusal_status(charge), counter=charge.counter,
+                       reason=f"{charge.counter}: account is frozen after invalid usage was "
+                              f"reported for permit {state.frozen_by}; an operator must "
+                              "resolve it")
+    wanted = state.committed + state.reserved + charge.amount
+    if charge.limit is not None and charge.hard and wanted > charge.limit:
+        unit = "µUSD" if charge.dimension == "usd" else charge.dimension
+        return Refusal(status=refusal_status(charge), counter=charge.counter,
+                       reason=f"{charge.counter}: limit {charge.limit} {unit} would be "
+                              f"exceeded (committed {state.committed} + reserved "
+                              f"{state.reserved} + this request {charge.amount})")
+    return replace(state, reserved=clamp(state.reserved + charge.amount))
+
+
+def store_counter(conn: sqlite3.Connection, s: CounterState) -> None:
+    conn.execute(
+        "INSERT INTO gov_counters (counter, kind, dimension, balance, updated_us, reserved,"
+        " committed, frozen_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (counter) DO UPDATE SET balance = excluded.balance,"
+        " updated_us = excluded.updated_us, reserved = excluded.reserved,"
+        " committed = excluded.committed, frozen_by = excluded.frozen_by",
+        (s.counter, s.kind, s.dimension, s.balance, s.updated_us, s.reserved, s.committed,
+         s.frozen_by))
+
+
+def settle_counter(charge: Charge, state: CounterState, committed: int,
+                   now: int) -> CounterState:
+    """Settle one charge: a bucket is trued up after refilling to now (ADR-039: credit
+    capped at capacity, debit into debt); a window or account releases its reservation
+    and commits ``committed``."""
+    if charge.kind == "bucket":
+        if not charge.limit:
+            return state
+        balance, stamp = _refilled(state, charge.limit, now)
+        balance = bucket_settle(balance, charge.limit, charge.amount, committed)
+        return replace(state, balance=clamp(balance), updated_us=stamp)
+    return replace(state, reserved=clamp(state.reserved - charge.amount),
+                   committed=clamp(state.committed + committed))
