@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -281,6 +282,19 @@ def _register_keys(subparsers: Any) -> None:
     revoke.add_argument("id", metavar="ID", help="key id (see mayu keys list)")
     revoke.add_argument("--expected-revision", type=_positive, metavar="N",
                         help="refuse unless the key is still at this revision")
+    _register_import(sub)
+
+
+def _register_import(sub: Any) -> None:
+    """``mayu keys import`` lives with the Postgres import code (gateway/cli/_import.py,
+    optional): its ``register`` is handed the ``keys`` sub-commands and adds ``import``."""
+    try:
+        module = importlib.import_module("gateway.cli._import")
+    except ModuleNotFoundError as exc:
+        if exc.name != "gateway.cli._import":
+            raise
+        return
+    module.register(sub)
 
 
 def register(subparsers: Any) -> None:

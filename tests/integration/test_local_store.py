@@ -285,6 +285,44 @@ async def test_pending_permits_survive_reopen_and_keep_binding(tmp_path, clock):
     finally:
         await second.close()
 
+    third = LocalGovernanceStore(path, clock=clock)
+    await third.open()
+    try:
+        state = await third.counter(DAY_USD)
+        assert (state.committed, state.reserved) == (25_000, 60_000)
+    finally:
+        await third.close()
+
+
+async def test_key_store_and_governance_share_one_file(tmp_path, clock):
+    """The gateway opens both local stores on one file: concurrent key resolution and
+    admissions/settlements interleave without lock errors or lost counts."""
+    from gateway.keys import SqliteKeyStore, hash_key
+
+    path = str(tmp_path / "mayu.db")
+    keys, gov = SqliteKeyStore(path), LocalGovernanceStore(path, clock=clock)
+    await keys.open()
+    await gov.open()
+    try:
+        await keys.create_team(name="one", limits=TeamLimits(usd_micros_per_day=10**9))
+        plaintext, _ = await keys.create_key(team="one")
+
+        async def call(i: int) -> None:
+            found = await keys.resolve(hash_key(plaintext))
+            assert found is not None
+            permit = await admit_one(gov, request(principal(found.team.limits), usd=1000))
+            await settle(gov, permit, complete(1, 10))
+            if i % 10 == 0:
+                await keys.create_key(team="one")
+
+        await asyncio.gather(*(call(i) for i in range(100)))
+        state = await gov.counter(DAY_USD)
+        assert (state.committed, state.reserved) == (1000, 0)
+        assert len(await keys.list_keys()) == 11
+    finally:
+        await keys.close()
+        await gov.close()
+
 
 async def test_settlement_after_midnight_lands_in_the_captured_day(store, clock):
     """A permit admitted on day D settles into D's window even when settled on D+1."""
