@@ -24,22 +24,24 @@ from typing import Any
 import yaml
 from litestar import Litestar, Request, Response, delete, get, put
 from litestar.exceptions import HTTPException
+from litestar.params import FromPath, FromQuery
 
 from controlplane.auth import Identity, TokenAuth
 from controlplane.settings import ControlPlaneConfig, resolve_tokens
 from gateway.db import open_pool, wrap_exceptions
-from gateway.errors import BadRequest, InferplaneError, PayloadTooLarge
-from gateway.policy import PolicyInvalid, validate_document
+from gateway.errors import BadRequest, InferplaneError, NotFound, PayloadTooLarge
+from gateway.policy import (
+    CurrentPolicy,
+    GenerationInfo,
+    PolicyInvalid,
+    changes,
+    current,
+    publish,
+    validate_document,
+)
 
 log = logging.getLogger("inferplaned")
 _WHAT = "policy database"
-
-
-class PolicyNotFound(InferplaneError):
-    """No policy with that name is published."""
-
-    status = 404
-    code = "not_found"
 
 
 def _error(status: int, message: str, problems: list[tuple[str, str]] | None = None,
@@ -74,11 +76,6 @@ def _jsonable(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-def _field(obj: Any, name: str) -> Any:
-    """Read a field from the policy store's result, row dict or struct alike."""
-    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
-
-
 def _parse_document(body: bytes, content_type: str) -> dict[str, Any]:
     """A JSON or YAML document (YAML is a superset of JSON; JSON is tried first)."""
     try:
@@ -102,22 +99,18 @@ def _check_document(name: str, doc: dict[str, Any]) -> None:
         raise PolicyInvalid([(f"{name}:{p}", m) for p, m in problems])
 
 
-async def _current(request: Request[Any, Any, Any]) -> Any:
-    from gateway.policy import current
-
+async def _current(request: Request[Any, Any, Any]) -> CurrentPolicy:
     async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
         return await current(conn)
 
 
-def _generation(info: Any) -> dict[str, Any]:
-    return {"namespace": _field(info, "namespace"), "generation": _field(info, "generation"),
-            "fingerprint": _field(info, "fingerprint")}
+def _generation(info: GenerationInfo | CurrentPolicy) -> dict[str, Any]:
+    return {"namespace": info.namespace, "generation": info.generation,
+            "fingerprint": info.fingerprint}
 
 
 @put("/v1alpha1/policies/{name:str}", status_code=200)
-async def put_policy(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
-    from gateway.policy import publish
-
+async def put_policy(request: Request[Any, Any, Any], name: FromPath[str]) -> dict[str, Any]:
     identity = _auth(request, write=True)
     body = await request.body()
     if len(body) > request.app.state.config.max_body_bytes:
@@ -127,40 +120,37 @@ async def put_policy(request: Request[Any, Any, Any], name: str) -> dict[str, An
     _check_document(name, doc)
     async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
         info = await publish(conn, put={name: doc}, author=identity.name)
-    log.info("generation %s published by %s: put %s", _field(info, "generation"),
+    log.info("generation %s published by %s: put %s", info.generation,
              identity.name, name)
     return {"name": name, "action": "put", "author": identity.name, **_generation(info)}
 
 
 @delete("/v1alpha1/policies/{name:str}", status_code=200)
-async def delete_policy(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
-    from gateway.policy import publish
-
+async def delete_policy(request: Request[Any, Any, Any], name: FromPath[str]) -> dict[str, Any]:
     identity = _auth(request, write=True)
-    if name not in _field(await _current(request), "documents"):
-        raise PolicyNotFound(f"policy {name!r} is not published")
+    # publish raises NotFound (404) for a name that is not published, under its lock.
     async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
         info = await publish(conn, delete=[name], author=identity.name)
-    log.info("generation %s published by %s: delete %s", _field(info, "generation"),
+    log.info("generation %s published by %s: delete %s", info.generation,
              identity.name, name)
     return {"name": name, "action": "delete", "author": identity.name, **_generation(info)}
 
 
 @get("/v1alpha1/policies/{name:str}")
-async def get_policy(request: Request[Any, Any, Any], name: str) -> Response[Any]:
+async def get_policy(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[Any]:
     _auth(request, write=False)
     state = await _current(request)
-    doc = _field(state, "documents").get(name)
+    doc = state.documents.get(name)
     if doc is None:
-        raise PolicyNotFound(f"policy {name!r} is not published")
-    return Response(doc, headers={"X-Inferplane-Generation": str(_field(state, "generation"))})
+        raise NotFound(f"policy {name!r} is not published")
+    return Response(doc, headers={"X-Inferplane-Generation": str(state.generation)})
 
 
 @get("/v1alpha1/policies")
 async def list_policies(request: Request[Any, Any, Any]) -> dict[str, Any]:
     _auth(request, write=False)
     state = await _current(request)
-    docs = _field(state, "documents")
+    docs = state.documents
     return {**_generation(state), "items": [docs[n] for n in sorted(docs)]}
 
 
@@ -171,9 +161,8 @@ async def generation(request: Request[Any, Any, Any]) -> dict[str, Any]:
 
 
 @get("/v1alpha1/changes")
-async def list_changes(request: Request[Any, Any, Any], since: int = 0) -> dict[str, Any]:
-    from gateway.policy import changes
-
+async def list_changes(request: Request[Any, Any, Any],
+                       since: FromQuery[int] = 0) -> dict[str, Any]:
     _auth(request, write=False)
     if since < 0:
         raise BadRequest("since: must be >= 0")
@@ -181,7 +170,7 @@ async def list_changes(request: Request[Any, Any, Any], since: int = 0) -> dict[
         rows = await changes(conn, since=since)
     fields = ("generation", "name", "action", "author", "at", "before", "after")
     return {"since": since,
-            "changes": [{f: _jsonable(_field(r, f)) for f in fields} for r in rows]}
+            "changes": [{f: _jsonable(getattr(r, f)) for f in fields} for r in rows]}
 
 
 @get("/healthz")

@@ -24,9 +24,7 @@ from gateway.policy._wire import (
     DNS_SUBDOMAIN,
     DURATION_PATTERN,
     UID_PATTERN,
-    BudgetRule,
     GovernancePolicy,
-    RateRule,
     Rule,
     duration_ms,
     rule_uid,
@@ -153,86 +151,107 @@ def _check_int(value: Any, t: mi.IntType, path: str, out: list[Problem]) -> None
 _POLICY_TYPE = mi.type_info(GovernancePolicy)
 
 
-def _rate_problems(rate: RateRule, path: str) -> list[Problem]:
-    if rate.unlimited:
-        return [(f"{path}.{f}", "not allowed with unlimited: true (an unlimited rule "
-                                "declares no cap)")
-                for f, v in (("rpm", rate.rpm), ("tpm", rate.tpm)) if v is not None]
-    if rate.rpm is None and rate.tpm is None:
+# The semantic checks read the raw mappings by *presence* (a key with a non-null value),
+# like the CRD's CEL rules do, so they run on every rule, even one with a structural
+# error elsewhere: every problem is reported at once, not one layer at a time.
+
+_NO_CAP = "not allowed with unlimited: true (an unlimited rule declares no cap)"
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _has(obj: dict[str, Any], key: str) -> bool:
+    return obj.get(key) is not None
+
+
+def _rate_problems(rate: dict[str, Any], path: str) -> list[Problem]:
+    if rate.get("unlimited") is True:
+        return [(f"{path}.{f}", _NO_CAP) for f in ("rpm", "tpm") if _has(rate, f)]
+    if not (_has(rate, "rpm") or _has(rate, "tpm")):
         return [(path, "limits neither rpm nor tpm (set at least one, or unlimited: true)")]
     return []
 
 
-def _budget_problems(budget: BudgetRule, path: str) -> list[Problem]:
-    fields = (("limitMilliUSD", budget.limit_milli_usd), ("hardCap", budget.hard_cap),
-              ("lease", budget.lease), ("adminContact", budget.admin_contact))
-    if budget.unlimited:
-        return [(f"{path}.{f}", "not allowed with unlimited: true (an unlimited rule "
-                                "declares no cap)") for f, v in fields if v is not None]
+def _lease_problems(budget: dict[str, Any], path: str) -> list[Problem]:
+    lease, out = _obj(budget.get("lease")), []
+    renew, grant, limit = lease.get("renewInterval"), lease.get("grant"), budget.get(
+        "limitMilliUSD")
+    if isinstance(renew, str) and re.search(DURATION_PATTERN, renew) and (
+            duration_ms(renew) < _MIN_RENEW_MS):
+        out.append((f"{path}.lease.renewInterval", "must be at least 1s"))
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (grant, limit)) and (
+            grant > limit):
+        out.append((f"{path}.lease.grant", "must not exceed limitMilliUSD"))
+    return out
+
+
+def _budget_problems(budget: dict[str, Any], path: str) -> list[Problem]:
+    if budget.get("unlimited") is True:
+        return [(f"{path}.{f}", _NO_CAP)
+                for f in ("limitMilliUSD", "hardCap", "lease", "adminContact")
+                if _has(budget, f)]
     out: list[Problem] = []
-    if budget.limit_milli_usd is None:
+    if not _has(budget, "limitMilliUSD"):
         out.append((f"{path}.limitMilliUSD", "required (or unlimited: true)"))
-    if budget.window is None:
+    if not _has(budget, "window"):
         out.append((f"{path}.window", "required: day or month"))
-    if budget.lease is not None:
-        if duration_ms(budget.lease.renew_interval) < _MIN_RENEW_MS:
-            out.append((f"{path}.lease.renewInterval", "must be at least 1s"))
-        limit = budget.limit_milli_usd
-        if limit is not None and budget.lease.grant > limit:
-            out.append((f"{path}.lease.grant", "must not exceed limitMilliUSD"))
-    return out
+    return out + _lease_problems(budget, path)
 
 
-def _subject_problems(rule: Rule, path: str) -> list[Problem]:
-    s, out = rule.subject, []
-    needs_team = s.kind in ("team", "team-user")
-    needs_user = s.kind in ("user", "team-user")
-    for field, needed, value in (("team", needs_team, s.team), ("user", needs_user, s.user)):
-        if needed and value is None:
-            out.append((f"{path}.subject.{field}", f"required for kind {s.kind} "
+def _subject_problems(subject: dict[str, Any], path: str) -> list[Problem]:
+    kind, out = subject.get("kind"), []
+    if kind not in ("team", "user", "team-user"):
+        return []  # the structural pass reports the kind itself
+    for field, needed in (("team", kind != "user"), ("user", kind != "team")):
+        if needed and not _has(subject, field):
+            out.append((f"{path}.subject.{field}", f"required for kind {kind} "
                                                    "(a name, or * for all)"))
-        elif not needed and value is not None:
-            out.append((f"{path}.subject.{field}", f"not allowed for kind {s.kind}"))
+        elif not needed and _has(subject, field):
+            out.append((f"{path}.subject.{field}", f"not allowed for kind {kind}"))
     return out
 
 
-def _rule_problems(rule: Rule, path: str) -> list[Problem]:
-    out = _subject_problems(rule, path)
-    kinds = [k for k, v in (("rate", rule.rate), ("budget", rule.budget),
-                            ("tokenQuota", rule.token_quota)) if v is not None]
+def _rule_problems(rule: dict[str, Any], path: str) -> list[Problem]:
+    out = _subject_problems(_obj(rule.get("subject")), path)
+    kinds = [k for k in ("rate", "budget", "tokenQuota") if _has(rule, k)]
     if len(kinds) != 1:
         found = ", ".join(kinds) or "none"
         out.append((path, f"exactly one of rate, budget, tokenQuota is required "
                           f"(found: {found})"))
-    if rule.rate is not None:
-        out += _rate_problems(rule.rate, f"{path}.rate")
-    if rule.budget is not None:
-        out += _budget_problems(rule.budget, f"{path}.budget")
-    if rule.token_quota is not None:
-        q = rule.token_quota
-        if q.day is None and q.month is None:
+    if _has(rule, "rate"):
+        out += _rate_problems(_obj(rule["rate"]), f"{path}.rate")
+    if _has(rule, "budget"):
+        out += _budget_problems(_obj(rule["budget"]), f"{path}.budget")
+    if _has(rule, "tokenQuota"):
+        quota = _obj(rule["tokenQuota"])
+        if not (_has(quota, "day") or _has(quota, "month")):
             out.append((f"{path}.tokenQuota", "limits neither day nor month"))
-        if rule.failure_policy != "FailClosed":
+        if rule.get("failurePolicy") == "FailOpen":
             # A quota that fails open while storage is down would not be a quota.
             out.append((f"{path}.failurePolicy", "tokenQuota rules require FailClosed"))
     return out
 
 
-def _sound_rule_problems(doc: Any, structural: list[Problem]) -> list[Problem]:
-    """Semantic problems of the rules that are structurally sound in a broken document.
-
-    So one typo elsewhere does not hide a contradiction in a rule (every problem, at once).
-    """
-    spec = doc.get("spec") if isinstance(doc, dict) else None
-    rules = spec.get("rules") if isinstance(spec, dict) else None
+def _semantic_problems(doc: Any) -> list[Problem]:
+    spec = _obj(doc.get("spec") if isinstance(doc, dict) else None)
+    rules = spec.get("rules")
     if not isinstance(rules, list):
         return []
     out: list[Problem] = []
-    for i, raw in enumerate(rules):
-        path = f"spec.rules[{i}]"
-        if any(p == path or p.startswith((f"{path}.", f"{path}[")) for p, _ in structural):
+    names: dict[str, int] = {}
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict):
             continue
-        out += _rule_problems(msgspec.convert(raw, Rule), path)
+        path = f"spec.rules[{i}]"
+        out += _rule_problems(rule, path)
+        name = rule.get("name")
+        if isinstance(name, str) and name in names:
+            out.append((f"{path}.name", f"duplicate rule name {name!r} "
+                                        f"(also spec.rules[{names[name]}])"))
+        if isinstance(name, str):
+            names.setdefault(name, i)
     return out
 
 
@@ -243,22 +262,15 @@ def validate_document(doc: Any) -> tuple[GovernancePolicy | None, list[Problem]]
     """
     if isinstance(doc, GovernancePolicy):
         doc = msgspec.to_builtins(doc)
-    problems: list[Problem] = []
-    _check(doc, _POLICY_TYPE, "", problems)
-    if problems:
-        return None, problems + _sound_rule_problems(doc, problems)
+    structural: list[Problem] = []
+    _check(doc, _POLICY_TYPE, "", structural)
+    problems = structural + _semantic_problems(doc)
+    if structural:
+        return None, problems
     try:
         policy = msgspec.convert(doc, GovernancePolicy)
     except msgspec.ValidationError as exc:  # the walker should have caught it; be safe
         return None, [("$", str(exc))]
-    names: dict[str, int] = {}
-    for i, rule in enumerate(policy.spec.rules):
-        path = f"spec.rules[{i}]"
-        problems += _rule_problems(rule, path)
-        if rule.name in names:
-            problems.append((f"{path}.name", f"duplicate rule name {rule.name!r} "
-                                             f"(also spec.rules[{names[rule.name]}])"))
-        names.setdefault(rule.name, i)
     return policy, problems
 
 
@@ -284,7 +296,7 @@ def validate_documents(docs: Sequence[Any], *, origins: Sequence[str] | None = N
     seen_uids: dict[str, str] = {}
     for i, doc in enumerate(docs):
         label = document_label(doc, i)
-        if origins is not None:
+        if origins is not None and origins[i] != label:
             label = f"{origins[i]}:{label}"
         policy, doc_problems = validate_document(doc)
         problems += [(f"{label}:{p}", m) for p, m in doc_problems]
