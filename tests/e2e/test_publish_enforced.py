@@ -1,0 +1,87 @@
+"""Publishing through inferplaned changes what running shared-mode gateways enforce.
+
+Real processes: inferplaned and two ``mayu serve`` gateways in shared mode on one
+migrated database, called with the real ``openai`` SDK. No gateway is restarted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.e2e._controlplane import MODEL, SharedStack, budget_policy
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def shared(tmp_path: Path, pg_dsn: str) -> Iterator[SharedStack]:
+    stack = SharedStack.start(tmp_path, pg_dsn, gateways=2)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def call(client: openai.OpenAI) -> int:
+    """One chat completion; its HTTP status (402 when a budget refuses it)."""
+    try:
+        client.chat.completions.create(model=MODEL, max_tokens=1000,
+                                       messages=[{"role": "user", "content": "hi"}])
+    except openai.APIStatusError as exc:
+        return exc.status_code
+    return 200
+
+
+def wait_for_status(client: openai.OpenAI, status: int) -> int:
+    """Call until ``status`` is answered; the statuses seen before (bounded, no timing)."""
+    for _ in range(600):  # a hang guard, not a timing assertion
+        got = call(client)
+        if got == status:
+            return got
+        time.sleep(0.05)
+    return got
+
+
+def test_publish_and_delete_change_enforcement_without_restart(shared: SharedStack) -> None:
+    """A published hard budget refuses (402) on every gateway; deleting it re-admits."""
+    key = shared.team_key("e2e-team")
+    clients = [openai.OpenAI(base_url=f"{g.url}/v1", api_key=key, max_retries=0)
+               for g in shared.gateways]
+    assert [call(c) for c in clients] == [200, 200]
+    pids = [g.popen.pid for g in shared.gateways]
+
+    r = shared.publish("e2e-budget", budget_policy("e2e-budget", "e2e-team", 1))
+    assert r.status_code == 200, r.text
+    assert [wait_for_status(c, 402) for c in clients] == [402, 402]
+
+    assert shared.unpublish("e2e-budget").status_code == 200
+    assert [wait_for_status(c, 200) for c in clients] == [200, 200]
+    assert [g.popen.pid for g in shared.gateways] == pids
+    assert all(g.popen.poll() is None for g in shared.gateways)
+    changes = shared.control_get("/v1alpha1/changes")["changes"]
+    assert [(c["name"], c["action"], c["author"]) for c in changes] == [
+        ("e2e-budget", "put", "e2e"), ("e2e-budget", "delete", "e2e")]
+
+
+def test_rejected_document_leaves_enforcement_alone(shared: SharedStack) -> None:
+    """An invalid document is refused (422) and the gateways keep the published rules."""
+    key = shared.team_key("e2e-keep")
+    client = openai.OpenAI(base_url=f"{shared.gateways[0].url}/v1", api_key=key,
+                           max_retries=0)
+    assert shared.publish("keep", budget_policy("keep", "e2e-keep", 1)).status_code == 200
+    assert wait_for_status(client, 402) == 402
+    generation = shared.control_get("/v1alpha1/generation")["generation"]
+
+    bad = budget_policy("keep", "e2e-keep", 1)
+    bad["spec"]["rules"][0]["budget"]["unlimited"] = True  # contradicts limitMilliUSD
+    r = shared.publish("keep", bad)
+    assert r.status_code == 422
+    assert {p["path"] for p in r.json()["error"]["problems"]} == {
+        "keep:spec.rules[0].budget.limitMilliUSD", "keep:spec.rules[0].budget.hardCap"}
+    assert shared.control_get("/v1alpha1/generation")["generation"] == generation
+    assert call(client) == 402
