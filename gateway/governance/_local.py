@@ -41,6 +41,7 @@ from gateway.governance._model import (
     UsageRow,
 )
 from gateway.governance._plan import commits_for, settled_amounts
+from gateway.governance._snapshot import snapshot_refusal
 from gateway.governance._usage import usage_rows
 from gateway.keys._sqlite import SqliteBase
 from gateway.pricing import InvalidUsage
@@ -108,8 +109,9 @@ def _validate(req: AdmissionRequest) -> None:
             raise BadRequest(f"{where}.amount: must be an integer in 0..{MAX_AMOUNT}")
         if c.limit is not None and (not _is_int(c.limit) or c.limit < 0):
             raise BadRequest(f"{where}.limit: must be a non-negative integer")
-        if c.kind == "bucket" and c.limit is not None and c.limit > MAX_BUCKET_CAPACITY:
-            raise BadRequest(f"{where}.limit: bucket capacity above {MAX_BUCKET_CAPACITY}")
+        if c.kind == "bucket" and not (c.limit and c.limit <= MAX_BUCKET_CAPACITY):
+            raise BadRequest(f"{where}.limit: bucket capacity must be in "
+                             f"1..{MAX_BUCKET_CAPACITY}")
         if c.kind in ("window", "account") and c.limit is not None and c.limit > MAX_AMOUNT:
             raise BadRequest(f"{where}.limit: above {MAX_AMOUNT}")
     if len({c.counter for c in req.charges}) != len(req.charges):
@@ -182,6 +184,9 @@ class LocalGovernanceStore(SqliteBase):
 
     def _admit_one(self, conn: sqlite3.Connection, req: AdmissionRequest,
                    now: int) -> Permit | Refusal:
+        stale = snapshot_refusal(conn, req, self._clock())
+        if stale is not None:
+            return stale
         # Decide on every charge before writing any: all-or-none without savepoints.
         updates: list[tuple[Charge, CounterState]] = []
         for charge in req.charges:

@@ -310,13 +310,15 @@ async def test_key_store_and_governance_share_one_file(tmp_path, clock):
         async def call(i: int) -> None:
             found = await keys.resolve(hash_key(plaintext))
             assert found is not None
-            permit = await admit_one(gov, request(principal(found.team.limits), usd=1000))
+            permit = await admit_one(gov, request(found, usd=1000))
+            assert isinstance(permit, Permit), permit
             await settle(gov, permit, complete(1, 10))
             if i % 10 == 0:
                 await keys.create_key(team="one")
 
         await asyncio.gather(*(call(i) for i in range(100)))
-        state = await gov.counter(DAY_USD)
+        team = await keys.get_team("one")
+        state = await gov.counter(f"team:{team.id}:usd:day:2026-11-29")
         assert (state.committed, state.reserved) == (1000, 0)
         assert len(await keys.list_keys()) == 11
     finally:
@@ -413,3 +415,34 @@ async def test_admission_whose_caller_is_cancelled_is_refunded(store):
     state = await store.counter(DAY_USD)
     assert (state.reserved, state.committed) == (0, 0)
     assert isinstance(await admit_one(store, request(p, usd=60_000)), Permit)
+
+
+async def test_admission_rechecks_key_and_team_revisions_on_a_shared_file(tmp_path, clock):
+    """With the key store in the same file, a key revoked or a team edited between
+    authentication and admission is refused 503 (retryable), and nothing is reserved."""
+    from gateway.keys import SqliteKeyStore, hash_key
+
+    path = str(tmp_path / "mayu.db")
+    keys, gov = SqliteKeyStore(path, clock=clock), LocalGovernanceStore(path, clock=clock)
+    await keys.open()
+    await gov.open()
+    try:
+        team = await keys.create_team(name="one", limits=TeamLimits(usd_micros_per_day=10**6))
+        plaintext, record = await keys.create_key(team="one")
+        before = await keys.resolve(hash_key(plaintext))
+        assert isinstance(await admit_one(gov, request(before)), Permit)
+
+        await keys.update_team("one", limits=TeamLimits(usd_micros_per_day=10))
+        stale = await admit_one(gov, request(before))
+        assert isinstance(stale, Refusal) and (stale.status, stale.retry_after) == (503, 1)
+        assert stale.counter == f"team:{team.id}" and "snapshot mismatch" in stale.reason
+
+        fresh = await keys.resolve(hash_key(plaintext))
+        await keys.revoke_key(record.id)
+        revoked = await admit_one(gov, request(fresh))
+        assert isinstance(revoked, Refusal) and revoked.counter == f"key:{record.id}"
+        assert revoked.status == 503
+        assert len(await gov.pending_permits()) == 1
+    finally:
+        await keys.close()
+        await gov.close()

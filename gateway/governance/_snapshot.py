@@ -1,0 +1,48 @@
+"""Local admission re-checks the key and team a request was authenticated as.
+
+In the local profile the key store and the governance store normally share one SQLite
+file (``<data_dir>/mayu.db``). When they do, admission reads the key and team rows
+inside its own write transaction, exactly as the shared profile's SQL does: a key
+revoked, expired, moved or edited (and a team edited) between authentication and
+admission is refused with a retryable 503, never admitted under stale limits. With a
+separate governance file there are no key rows to read and the check is skipped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+
+from gateway.governance._model import AdmissionRequest, Refusal
+
+
+def _has_key_tables(conn: sqlite3.Connection) -> bool:
+    found = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                         " AND name IN ('keys', 'teams')").fetchone()
+    return bool(found[0] == 2)
+
+
+def _mismatch(counter: str) -> Refusal:
+    # Same wording and status as the shared store's snapshot_mismatch refusal.
+    return Refusal(status=503, counter=counter, retry_after=1,
+                   reason=f"{counter}: changed since the request was authenticated or "
+                          "routed (snapshot mismatch); retry")
+
+
+def snapshot_refusal(conn: sqlite3.Connection, req: AdmissionRequest,
+                     now: datetime) -> Refusal | None:
+    """A 503 refusal if the key or team changed since ``req`` was planned, else None."""
+    if not _has_key_tables(conn):
+        return None
+    key = conn.execute("SELECT team_id, revision, revoked_at, expires_at FROM keys"
+                       " WHERE id = ?", (req.key_id,)).fetchone()
+    if (key is None or key["revoked_at"] is not None or key["team_id"] != req.team_id
+            or key["revision"] != req.key_revision
+            or (key["expires_at"] is not None
+                and datetime.fromisoformat(key["expires_at"]) <= now)):
+        return _mismatch(f"key:{req.key_id}")
+    team = conn.execute("SELECT revision FROM teams WHERE id = ?",
+                        (req.team_id,)).fetchone()
+    if team is None or team["revision"] != req.team_revision:
+        return _mismatch(f"team:{req.team_id}")
+    return None
