@@ -18,14 +18,14 @@ from gateway.keys import SqliteKeyStore, hash_key
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def mayu(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def mayu(cwd: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra_env}
     return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
-def ok(cwd: Path, *args: str) -> str:
-    done = mayu(cwd, *args)
+def ok(cwd: Path, *args: str, **extra_env: str) -> str:
+    done = mayu(cwd, *args, **extra_env)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -151,3 +151,41 @@ def test_config_check_reports_the_bad_key_path(tmp_path):
     cfg.write_text("server:\n  port: high\n")
     done = mayu(tmp_path, "config", "check", "--config", str(cfg))
     assert done.returncode == 2 and "server.port" in done.stderr
+
+
+SHARED = """key_store: {type: postgres}
+governance_store: {type: postgres}
+database: {dsn_ref: env:B_CLI_TEST_DSN}
+"""
+
+
+def test_shared_config_manages_keys_in_postgres(tmp_path, pg_dsn):
+    """With a shared-profile config the same commands work on the Postgres key store
+    (a real migrated database), and the local data dir is never created."""
+    cfg = tmp_path / "shared.yaml"
+    cfg.write_text(SHARED)
+    env = {"B_CLI_TEST_DSN": pg_dsn}
+    ok(tmp_path, "teams", "create", "pg", "--tpm", "500", "--usd-per-month", "12.5",
+       "--config", str(cfg), **env)
+    [team] = json.loads(ok(tmp_path, "teams", "list", "--json", "--config", str(cfg), **env))
+    assert (team["name"], team["limits"]["usd_micros_per_month"]) == ("pg", 12_500_000)
+    created = json.loads(ok(tmp_path, "keys", "create", "--team", "pg", "--json",
+                            "--config", str(cfg), **env))
+    key_id = created["record"]["id"]
+    ok(tmp_path, "keys", "revoke", key_id, "--config", str(cfg), **env)
+    listed = json.loads(ok(tmp_path, "keys", "list", "--all", "--json", "--config", str(cfg),
+                           **env))
+    assert [(k["id"], k["revoked_at"] is not None) for k in listed] == [(key_id, True)]
+    assert not (tmp_path / ".mayu").exists()
+
+
+def test_shared_config_without_its_secret_exits_2(tmp_path):
+    """A shared config whose DSN reference is unset fails with the key path, exit 2."""
+    cfg = tmp_path / "shared.yaml"
+    cfg.write_text(SHARED)
+    env = {k: v for k, v in os.environ.items() if k != "B_CLI_TEST_DSN"}
+    done = subprocess.run([sys.executable, "-m", "gateway", "teams", "list", "--config",
+                           str(cfg)], cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "database.dsn_ref" in done.stderr and "B_CLI_TEST_DSN" in done.stderr
