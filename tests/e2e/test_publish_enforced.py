@@ -85,3 +85,44 @@ def test_rejected_document_leaves_enforcement_alone(shared: SharedStack) -> None
         "keep:spec.rules[0].budget.limitMilliUSD", "keep:spec.rules[0].budget.hardCap"}
     assert shared.control_get("/v1alpha1/generation")["generation"] == generation
     assert call(client) == 402
+
+
+def test_local_policy_files_hot_reload_in_a_running_gateway(tmp_path: Path) -> None:
+    """Local profile: editing a policy file changes enforcement without restart; an
+    invalid edit keeps the previous rules in force (all or nothing)."""
+    import yaml
+
+    from tests.e2e._controlplane import PRICE
+    from tests.e2e._procs import create_key, create_team, start_gateway
+
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    config = tmp_path / "mayu.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"), "demo": False,
+        "policies": [str(policies / "*.yaml")],
+        "providers": [{"name": "in-process", "kind": "mock"}],
+        "models": [{"name": MODEL, "price": PRICE,
+                    "deployments": [{"provider": "in-process"}]}]}))
+    (policies / "team.yaml").write_text(yaml.safe_dump(budget_policy("team", "local", 10**6)))
+    create_team(config, "local")
+    key = create_key(config, "local")
+    gateway = start_gateway(config)
+    try:
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+        assert call(client) == 200
+        (policies / "team.yaml").write_text(yaml.safe_dump(budget_policy("team", "local", 1)))
+        assert wait_for_status(client, 402) == 402
+        broken = budget_policy("team", "local", 10**6)
+        broken["spec"]["rules"][0]["budget"]["unlimited"] = True
+        (policies / "team.yaml").write_text(yaml.safe_dump(broken))
+        for _ in range(600):  # until the gateway has logged the rejection
+            if "limitMilliUSD" in gateway.logs():
+                break
+            time.sleep(0.05)
+        assert "spec.rules[0].budget.limitMilliUSD" in gateway.logs()
+        assert call(client) == 402
+        (policies / "team.yaml").unlink()
+        assert wait_for_status(client, 200) == 200
+    finally:
+        gateway.stop()
