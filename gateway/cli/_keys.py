@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from gateway.config import load_settings
+from gateway.errors import BadRequest, NotFound
 from gateway.keys import KeyLimits, KeyRecord, KeyStore, Team, TeamLimits, open_key_store
 
 T = TypeVar("T")
@@ -135,6 +136,51 @@ def _teams_list(args: argparse.Namespace) -> int:
            [(t.name, t.id, str(t.revision), _opt(t.limits.rpm), _opt(t.limits.tpm),
              _opt(t.limits.tokens_per_day), format_usd(t.limits.usd_micros_per_day),
              format_usd(t.limits.usd_micros_per_month)) for t in teams])
+    return 0
+
+
+_UNSET = {"rpm": "rpm", "tpm": "tpm", "tokens-per-day": "tokens_per_day",
+          "usd-per-day": "usd_micros_per_day", "usd-per-month": "usd_micros_per_month"}
+
+
+def _unset_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name not in _UNSET:
+            raise argparse.ArgumentTypeError(f"unknown limit {name!r} (one of: "
+                                             f"{', '.join(_UNSET)})")
+    return names
+
+
+def _teams_set(args: argparse.Namespace) -> int:
+    given = {"rpm": args.rpm, "tpm": args.tpm, "tokens_per_day": args.tokens_per_day,
+             "usd_micros_per_day": _money(args, "day"),
+             "usd_micros_per_month": _money(args, "month")}
+    changes = {k: v for k, v in given.items() if v is not None}
+    for flag in args.unset or ():
+        if _UNSET[flag] in changes:
+            raise BadRequest(f"--unset {flag}: also given a new value; choose one")
+        changes[_UNSET[flag]] = None
+    if not changes:
+        raise BadRequest("teams set: give at least one limit to change or --unset")
+
+    async def _update(store: KeyStore) -> Team:
+        team = await store.get_team(args.name)
+        if team is None:
+            raise NotFound(f"team {args.name!r} does not exist")
+        limits = msgspec.structs.replace(team.limits, **changes)
+        expected = team.revision if args.expected_revision is None else args.expected_revision
+        # Both stores implement update_team (comparing the revision in the write
+        # transaction); it is not part of the request-path KeyStore protocol.
+        updated: Team = await store.update_team(  # type: ignore[attr-defined]
+            team.id, limits=limits, expected_revision=expected)
+        return updated
+    team = _run(args, _update)
+    if args.json:
+        _print_json(team)
+    else:
+        print(f"updated team {team.name} (revision {team.revision}): "
+              f"{_limits_text(team.limits)}")
     return 0
 
 
@@ -255,6 +301,17 @@ def _register_teams(subparsers: Any) -> None:
     create.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
     _money_args(create, "team")
     _add(sub, "list", _teams_list, "list teams and their limits", "print JSON")
+    update = _add(sub, "set", _teams_set, "change some of a team's limits (the others are "
+                  "kept); the edit bumps the team's revision", "print the team as JSON")
+    update.add_argument("name", metavar="NAME", help="team name or id")
+    _rate_args(update, "team")
+    update.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
+    _money_args(update, "team")
+    update.add_argument("--unset", type=_unset_list, metavar="LIMIT[,LIMIT]",
+                        help="remove these caps: " + ", ".join(_UNSET))
+    update.add_argument("--expected-revision", type=_positive, metavar="N",
+                        help="refuse unless the team is still at this revision "
+                             "(default: the revision just read)")
 
 
 def _register_keys(subparsers: Any) -> None:

@@ -71,6 +71,20 @@ def test_team_and_key_lifecycle_in_the_default_data_dir(tmp_path):
     assert "revoked" in ok(tmp_path, "keys", "list", "--all")
 
 
+def test_teams_set_changes_only_the_given_limits_and_bumps_the_revision(tmp_path):
+    """teams set keeps unmentioned limits, removes --unset ones, bumps the revision, and
+    refuses a stale --expected-revision."""
+    ok(tmp_path, "teams", "create", "ml", "--rpm", "10", "--usd-per-day", "2")
+    team = json.loads(ok(tmp_path, "teams", "set", "ml", "--tpm", "500", "--unset",
+                         "usd-per-day", "--json"))
+    assert team["revision"] == 2
+    assert (team["limits"]["rpm"], team["limits"]["tpm"],
+            team["limits"]["usd_micros_per_day"]) == (10, 500, None)
+    stale = mayu(tmp_path, "teams", "set", "ml", "--rpm", "1", "--expected-revision", "1")
+    assert stale.returncode == 2 and "revision 2, not 1" in stale.stderr
+    assert json.loads(ok(tmp_path, "teams", "list", "--json"))[0]["limits"]["rpm"] == 10
+
+
 def test_key_create_prints_the_plaintext_once_clearly(tmp_path):
     """Without --json the key is printed on its own line with a shown-once warning."""
     ok(tmp_path, "teams", "create", "t")
@@ -125,7 +139,8 @@ def test_config_file_selects_the_store_path(tmp_path):
 
 def test_every_command_has_help(tmp_path):
     """--help works on every group and command and describes each option."""
-    for args in (("teams",), ("teams", "create"), ("teams", "list"), ("keys",),
+    for args in (("teams",), ("teams", "create"), ("teams", "list"), ("teams", "set"),
+                 ("keys",),
                  ("keys", "create"), ("keys", "list"), ("keys", "revoke"),
                  ("config",), ("config", "check")):
         out = ok(tmp_path, *args, "--help")
