@@ -13,9 +13,11 @@ one pool of 200 spent a third of the gateway's CPU in that scan.
 from __future__ import annotations
 
 import itertools
+import ssl
 import time
 from collections.abc import AsyncIterator
 
+import certifi
 import httpx
 
 from gateway.config import ProviderSettings, resolve_secret
@@ -57,9 +59,11 @@ class HttpProvider:
                           else {"authorization": f"Bearer {secret}"})
         shards = max(1, min(_MAX_SHARDS, s.max_connections // _PER_SHARD))
         per_shard = -(-s.max_connections // shards)
+        # One TLS context for every shard (httpx's default CA bundle): loading it is slow.
+        tls = ssl.create_default_context(cafile=certifi.where())
         self._clients = [httpx.AsyncClient(
             base_url=(s.base_url or "").rstrip("/"),
-            timeout=httpx.Timeout(s.timeout_s, connect=s.connect_timeout_s),
+            timeout=httpx.Timeout(s.timeout_s, connect=s.connect_timeout_s), verify=tls,
             limits=httpx.Limits(max_connections=per_shard,
                                 max_keepalive_connections=per_shard),
             headers={"accept-encoding": "identity", "content-type": "application/json"})
