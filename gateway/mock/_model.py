@@ -10,7 +10,9 @@ cache read and a cache write for every block that carries ``cache_control`` (1h 
 
 Special model names (substrings) switch on misbehaviour for tests: ``negative-usage``,
 ``missing-usage``, ``no-ttl`` (cache writes without the 5m/1h split), ``error-500``,
-``slow-stream`` (a long stream with a delay between chunks).
+``slow-stream`` (a long stream with a delay between chunks; a non-streamed answer waits
+as long as that stream would take), ``cut-stream`` (the connection breaks after the first
+events of a stream, before any usage is reported).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ DEFAULT_OUTPUT = 64
 SLOW_STREAM_CHUNKS = 40
 SLOW_STREAM_DELAY_S = 0.1
 
-FLAGS = ("negative-usage", "missing-usage", "no-ttl", "error-500", "slow-stream")
+FLAGS = ("negative-usage", "missing-usage", "no-ttl", "error-500", "slow-stream",
+         "cut-stream")
+CUT_AFTER_EVENTS = 2
 
 
 def flags_of(model: str) -> frozenset[str]:

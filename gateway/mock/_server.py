@@ -51,8 +51,8 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
             return Stream(play(reply, latency_s=latency_s, record=ledger.record),
                           media_type="text/event-stream", status_code=reply.status,
                           headers={"cache-control": "no-cache"})
-        if latency_s:
-            await asyncio.sleep(latency_s)
+        if latency_s + reply.body_delay_s:
+            await asyncio.sleep(latency_s + reply.body_delay_s)
         if reply.entry is not None:
             ledger.record(reply.entry)
         return Response(reply.body or b"", status_code=reply.status,

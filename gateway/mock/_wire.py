@@ -36,6 +36,14 @@ class MockReply:
     entry: dict[str, Any] | None = None
     delay_s: float = 0.0
     """Extra delay between stream events (slow-stream)."""
+    body_delay_s: float = 0.0
+    """Extra delay before a non-streamed body (slow-stream)."""
+    cut_after: int | None = None
+    """Break the stream after this many events (cut-stream)."""
+
+
+class MockStreamCut(ConnectionError):
+    """The mock breaks its stream on purpose (``cut-stream``)."""
 
 
 def _sse(data: Any, event: str | None = None) -> bytes:
@@ -80,6 +88,10 @@ def plan_reply(endpoint: Endpoint, body: dict[str, Any]) -> MockReply:
                    "classes": classes}
     if "slow-stream" in flags:
         reply.delay_s = m.SLOW_STREAM_DELAY_S
+        if not reply.events:
+            reply.body_delay_s = m.SLOW_STREAM_CHUNKS * m.SLOW_STREAM_DELAY_S
+    if "cut-stream" in flags and reply.events:
+        reply.cut_after = m.CUT_AFTER_EVENTS
     return reply
 
 
@@ -211,6 +223,8 @@ async def play(reply: MockReply, *, latency_s: float,
                record: Callable[[dict[str, Any]], None]) -> AsyncIterator[bytes]:
     """Emit a streamed reply: latency before the first event and between events."""
     for i, event in enumerate(reply.events):
+        if i == reply.cut_after:
+            raise MockStreamCut(f"mock stream cut after {i} events")
         delay = latency_s + (reply.delay_s if i else 0.0)
         if delay:
             await asyncio.sleep(delay)

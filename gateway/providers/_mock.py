@@ -16,12 +16,22 @@ import msgspec
 
 from gateway.config import ProviderSettings
 from gateway.mock import plan_reply, play
-from gateway.providers._base import Protocol_, UpstreamResponse
+from gateway.mock._wire import MockStreamCut
+from gateway.providers._base import DispatchFailed, Protocol_, UpstreamResponse
 from gateway.usage import Endpoint
 
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:
     yield body
+
+
+async def _cuttable(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A deliberate mock cut looks like a broken upstream connection to the relay."""
+    try:
+        async for event in events:
+            yield event
+    except MockStreamCut as exc:
+        raise DispatchFailed(f"mock: {exc}") from exc
 
 
 class MockProvider:
@@ -47,10 +57,10 @@ class MockProvider:
         reply = plan_reply(endpoint, msgspec.json.decode(body))
         if reply.events:
             return UpstreamResponse(status=reply.status, content_type="text/event-stream",
-                                    chunks=play(reply, latency_s=self._latency_s,
-                                                record=self.ledger.append))
-        if self._latency_s:
-            await asyncio.sleep(self._latency_s)
+                                    chunks=_cuttable(play(reply, latency_s=self._latency_s,
+                                                          record=self.ledger.append)))
+        if self._latency_s + reply.body_delay_s:
+            await asyncio.sleep(self._latency_s + reply.body_delay_s)
         if reply.entry is not None:
             self.ledger.append(reply.entry)
         return UpstreamResponse(status=reply.status, content_type="application/json",

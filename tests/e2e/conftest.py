@@ -18,7 +18,14 @@ import pytest
 import yaml
 
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd
-from tests.e2e._procs import Proc, create_key, create_team, start_gateway, start_mock_upstream
+from tests.e2e._procs import (
+    Proc,
+    create_key,
+    create_team,
+    free_port,
+    start_gateway,
+    start_mock_upstream,
+)
 
 PRICE = {"input": 1_000_000, "output": 4_000_000, "cache_read": 100_000,
          "cache_write_5m": 1_250_000, "cache_write_1h": 2_000_000}
@@ -36,6 +43,10 @@ _UPSTREAM = {  # gateway model -> (provider, upstream model)
     "gpt-slow": ("up-openai", "mock-slow-stream"),
     "claude-slow": ("up-anthropic", "mock-slow-stream"),
     "gpt-500": ("up-openai", "mock-error-500"),
+    "gpt-cut": ("up-openai", "mock-cut-stream"),
+    "claude-cut-local": ("in-process", "mock-cut-stream"),
+    "gpt-timeout": ("up-short", "mock-slow-stream"),
+    "gpt-down": ("down", "mock-gpt"),
 }
 
 
@@ -55,6 +66,8 @@ def gateway_config(workdir: Path, upstream: Proc) -> Path:
         {"name": "gpt-fallback", "price": PRICE, "deployments": [
             {"provider": "up-openai", "upstream_model": "mock-error-500"},
             {"provider": "up-openai", "upstream_model": "mock-gpt"}]},
+        {"name": "gpt-down-fallback", "price": PRICE, "deployments": [
+            {"provider": "down"}, {"provider": "up-openai", "upstream_model": "mock-gpt"}]},
     ]
     config = {
         "data_dir": str(workdir / "data"), "demo": False,
@@ -65,7 +78,13 @@ def gateway_config(workdir: Path, upstream: Proc) -> Path:
              "timeout_s": 30},
             {"name": "up-anthropic", "kind": "anthropic", "base_url": upstream.url,
              "timeout_s": 30},
-            {"name": "in-process", "kind": "mock"}],
+            {"name": "in-process", "kind": "mock"},
+            # Times out on the mock's slow answers (which take seconds).
+            {"name": "up-short", "kind": "openai", "base_url": f"{upstream.url}/v1",
+             "timeout_s": 1},
+            # Nothing listens there: every call fails to connect (nothing dispatched).
+            {"name": "down", "kind": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1",
+             "connect_timeout_s": 2}],
         "models": models}
     path = workdir / "mayu.yaml"
     path.write_text(yaml.safe_dump(config))

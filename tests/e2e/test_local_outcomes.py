@@ -1,0 +1,101 @@
+"""Each settlement outcome, observed end to end through /v1/usage and the audit file."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Stack, expected_cost
+
+pytestmark = pytest.mark.e2e
+
+HI = {"max_tokens": 30, "messages": [{"role": "user", "content": "tell me a story"}]}
+
+
+def _post(stack: Stack, key: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{stack.gateway.url}{path}", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {key}"})
+
+
+def _settled(stack: Stack, key: str) -> dict[str, Any]:
+    """/v1/usage once nothing is reserved any more (stream settlement may trail the body)."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        usage = stack.team_usage(key)
+        if not usage["usd_reserved"] and not usage["tokens_reserved"]:
+            return usage
+        time.sleep(0.05)
+    raise AssertionError(f"still reserved: {stack.team_usage(key)}")
+
+
+def _outcomes(stack: Stack, permit: str) -> list[str]:
+    return [a["outcome"] for a in stack.audit() if a.get("permit") == permit and "outcome" in a]
+
+
+@pytest.mark.parametrize("model,path", [("gpt-cut", "/v1/chat/completions"),
+                                        ("claude-cut-local", "/v1/messages")])
+def test_upstream_stream_cut_keeps_the_bound(stack: Stack, model: str, path: str) -> None:
+    """An upstream stream that breaks before reporting usage settles uncertain at the bound."""
+    key = stack.team_key(f"cut-{model}")
+    with httpx.stream("POST", f"{stack.gateway.url}{path}", timeout=60,
+                      json={"model": model, "stream": True, **HI},
+                      headers={"Authorization": f"Bearer {key}"}) as r:
+        assert r.status_code == 200
+        bound = int(r.headers["x-inferplane-usd-bound"]), int(r.headers["x-inferplane-token-bound"])
+        permit = r.headers["x-inferplane-permit"]
+        try:
+            r.read()
+        except httpx.HTTPError:
+            pass  # the relay may end the client's stream abruptly too
+    usage = _settled(stack, key)
+    assert (usage["usd_committed"], usage["tokens_committed"]) == bound
+    assert _outcomes(stack, permit) == ["uncertain"]
+
+
+def test_upstream_timeout_after_dispatch_is_502_and_keeps_the_bound(stack: Stack) -> None:
+    """A read timeout after the request was sent: 502, the bound committed as uncertain."""
+    key = stack.team_key("timeout")
+    r = _post(stack, key, "/v1/chat/completions", {"model": "gpt-timeout", **HI})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
+    usage = _settled(stack, key)
+    team_id = stack.usage(key)[("team", "day")]["id"]
+    [audit] = [a for a in stack.audit() if a["team_id"] == team_id and "outcome" in a]
+    assert audit["outcome"] == "uncertain"
+    assert audit["usd_committed"] == audit["usd_bound"] == usage["usd_committed"] > 0
+    assert audit["tokens_committed"] == audit["token_bound"] == usage["tokens_committed"]
+
+
+def test_connect_error_cancels_and_refunds_everything(stack: Stack) -> None:
+    """Nothing dispatched (connection refused): 502, and the permit is fully refunded."""
+    key = stack.team_key("down")
+    r = _post(stack, key, "/v1/chat/completions", {"model": "gpt-down", **HI})
+    assert r.status_code == 502
+    usage = _settled(stack, key)
+    assert usage["usd_committed"] == usage["tokens_committed"] == 0
+
+
+def test_connect_error_falls_back_to_the_next_deployment(stack: Stack) -> None:
+    """A deployment that cannot be reached is skipped; the next one answers and is charged."""
+    key = stack.team_key("down-fallback")
+    stack.clear_ledger()
+    r = _post(stack, key, "/v1/chat/completions", {"model": "gpt-down-fallback", **HI})
+    assert r.status_code == 200
+    [entry] = stack.ledger()
+    assert int(r.headers["x-inferplane-cost-micro-usd"]) == expected_cost(entry)
+    assert _settled(stack, key)["usd_committed"] == expected_cost(entry)
+
+
+def test_cache_write_without_ttl_settles_tokens_exactly_money_at_bound(stack: Stack) -> None:
+    """Unreported cache-write TTL: tokens settle exactly, money keeps its bound, no cost header."""
+    key = stack.team_key("no-ttl")
+    stack.clear_ledger()
+    r = _post(stack, key, "/v1/messages", {"model": "claude-nottl", **HI})
+    assert r.status_code == 200 and "x-inferplane-cost-micro-usd" not in r.headers
+    [entry] = stack.ledger()
+    usage = _settled(stack, key)
+    assert usage["tokens_committed"] == sum(entry["classes"].values())
+    assert usage["usd_committed"] == int(r.headers["x-inferplane-usd-bound"])
+    assert _outcomes(stack, r.headers["x-inferplane-permit"]) == ["tokens_known"]
