@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,10 @@ from gateway.usage import Endpoint
 log = logging.getLogger("mayu.ingress")
 
 
+def new_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
 @dataclass
 class Call:
     """One client request, after authentication, parsing, routing and bounding."""
@@ -59,7 +64,9 @@ class Call:
     output_bound: int
     usd_bound: int
     client_headers: dict[str, str]
-    request_id: str = field(default_factory=lambda: f"req_{time.time_ns():x}")
+    request_id: str = field(default_factory=new_request_id)
+    audited: bool = False
+    """Some attempt already wrote this request's audit line(s)."""
 
     @property
     def token_bound(self) -> int:
@@ -161,6 +168,7 @@ class Attempt:
 
     def audit(self, **fields: Any) -> None:
         call = self.call
+        call.audited = True
         self.call.gw.audit.write({
             "request_id": self.request_id, "attempt": self.index,
             "permit": self.permit.id if self.permit else None,

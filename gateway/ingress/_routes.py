@@ -24,7 +24,7 @@ from gateway.errors import (
     openai_error_body,
 )
 from gateway.governance import utc_windows
-from gateway.ingress._attempt import Call
+from gateway.ingress._attempt import Call, new_request_id
 from gateway.ingress._context import Gateway
 from gateway.ingress._dispatch import dispatch
 from gateway.ingress._prepare import (
@@ -52,7 +52,9 @@ def gateway_of(request: AnyRequest) -> Gateway:
 
 async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     gw = gateway_of(request)
+    request.state.request_id = rid = new_request_id()
     principal = await authenticate(gw, request)
+    request.state.principal = principal
     body = await read_body(request, gw.settings.server.max_body_bytes)
     doc = parse_json(body)
     protocol = "anthropic" if endpoint == "messages" else "openai"
@@ -63,8 +65,11 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
                 output_bound=out,
                 usd_bound=cost_bound_micro_usd(len(body), out, target.model.price),
                 client_headers={h: request.headers[h] for h in _FORWARDED
-                                if h in request.headers})
-    return await dispatch(call)
+                                if h in request.headers}, request_id=rid)
+    request.state.call = call
+    response = await dispatch(call)
+    gw.metrics.requests.labels(request.url.path, str(response.status_code)).inc()
+    return response
 
 
 @post("/v1/chat/completions", status_code=200)
@@ -168,14 +173,28 @@ def _as_inferplane(exc: Exception) -> InferplaneError:
 
 
 def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
-    """The one renderer of errors: status, headers and the ingress's own body shape."""
+    """The one renderer of errors: status, headers and the ingress's own body shape.
+
+    Errors raised before an attempt was admitted are audited here (refusals and upstream
+    failures were audited by their attempt), so every request leaves one audit line.
+    """
     err = _as_inferplane(exc)
     body = anthropic_error_body(err) if _anthropic_shaped(request) else openai_error_body(err)
-    gw = getattr(request.app.state, "gateway", None)
+    headers = err.headers()
+    gw: Gateway | None = getattr(request.app.state, "gateway", None)
+    rid = request.state.get("request_id")
+    if rid:
+        headers["x-inferplane-request-id"] = rid
     if gw is not None:
         gw.metrics.requests.labels(request.url.path, str(err.status)).inc()
-    return Response(body, status_code=err.status, headers=err.headers(),
-                    media_type=MediaType.JSON)
+        call: Call | None = request.state.get("call")
+        if rid and (call is None or not call.audited):
+            principal = request.state.get("principal")
+            gw.audit.write({"request_id": rid, "path": request.url.path,
+                            "key_id": principal.key_id if principal else None,
+                            "team_id": principal.team_id if principal else None,
+                            "status": err.status, "error": err.code, "detail": err.message})
+    return Response(body, status_code=err.status, headers=headers, media_type=MediaType.JSON)
 
 
 ROUTES = [chat_completions, responses, embeddings, messages, count_tokens, list_models,

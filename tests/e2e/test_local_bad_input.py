@@ -60,8 +60,12 @@ def _post(stack: Stack, key: str, path: str, content: bytes) -> httpx.Response:
 
 def test_malformed_json_is_400_in_each_shape(stack: Stack, key: str, unchanged: None) -> None:
     """Malformed JSON: 400, OpenAI shape on OpenAI routes, Anthropic shape on /v1/messages."""
-    err = _openai_error(_post(stack, key, "/v1/chat/completions", b'{"model": '), 400)
+    r = _post(stack, key, "/v1/chat/completions", b'{"model": ')
+    err = _openai_error(r, 400)
     assert "not valid JSON" in err["message"]
+    [line] = [a for a in stack.audit()
+              if a.get("request_id") == r.headers["x-inferplane-request-id"]]
+    assert line["status"] == 400 and line["error"] == "invalid_request" and line["key_id"]
     err = _anthropic_error(_post(stack, key, "/v1/messages", b"{nope"), 400)
     assert err["type"] == "invalid_request_error" and "not valid JSON" in err["message"]
 
