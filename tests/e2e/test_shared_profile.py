@@ -1,0 +1,269 @@
+"""Shared profile end to end: several ``mayu serve`` processes on ONE Postgres database.
+
+Real processes (gateways, mock upstream, a TCP proxy in front of Postgres), real
+``openai`` / ``anthropic`` SDK clients. The invariants (DESIGN §9): a hard µUSD budget
+is never over-committed across replicas; once everything settled the committed amount
+equals the cost computed independently from the upstream's ledger with nothing left
+reserved; a gateway killed mid-stream leaves its permit pending and binding; with the
+database gone requests fail fast with 503 and never reach the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import psycopg
+import pytest
+import yaml
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool
+
+from gateway.governance import BUCKET_SCALE
+from gateway.keys import PostgresKeyStore, TeamLimits
+from tests.conftest import ROOT, create_database, drop_database, dsn_for
+from tests.e2e._procs import Proc, free_port, run_cli, start_gateway, start_mock_upstream
+from tests.e2e.conftest import PRICE, expected_cost
+
+pytestmark = pytest.mark.e2e
+
+REPLICAS = 3
+
+
+class Proxy:
+    """The TCP proxy process between the gateways and Postgres (stoppable, restartable)."""
+
+    def __init__(self, port: int, host: str, target_port: int) -> None:
+        self.port, self._args = port, [str(port), host, str(target_port)]
+        self._popen: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self._popen = subprocess.Popen([sys.executable, "-m", "tests.e2e._tcpproxy",
+                                        *self._args], cwd=ROOT, stdout=subprocess.PIPE,
+                                       text=True)
+        assert self._popen.stdout is not None
+        assert self._popen.stdout.readline().strip() == "ready"
+
+    def stop(self) -> None:
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.kill()
+            self._popen.wait()
+
+
+@dataclass
+class Shared:
+    dsn: str
+    proxy: Proxy
+    upstream: Proc
+    gateways: list[Proc]
+    configs: list[Path]
+
+    def env(self) -> dict[str, str]:
+        return {"INFERPLANE_DATABASE_URL": self.dsn}
+
+    def cli(self, *args: str) -> str:
+        done = run_cli(*args, "--config", str(self.configs[0]), env=self.env())
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def team_key(self, team: str, *limits: str) -> tuple[str, str, str]:
+        """(team id, key id, key plaintext), created with the CLI on the shared database."""
+        made = json.loads(self.cli("teams", "create", team, "--json", *limits))
+        key = json.loads(self.cli("keys", "create", "--team", team, "--json"))
+        return made["id"], key["record"]["id"], key["key"]
+
+    def ledger(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = httpx.get(f"{self.upstream.url}/__mock/ledger").json()
+        return entries
+
+    def clear_ledger(self) -> None:
+        httpx.delete(f"{self.upstream.url}/__mock/ledger").raise_for_status()
+
+    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute(query, params).fetchall()
+
+    def team_usd_window(self, team_id: str) -> tuple[int, int]:
+        """(committed, reserved) of the team's µUSD day window(s), from the database."""
+        [(committed, reserved)] = self.sql(
+            "SELECT coalesce(sum(committed), 0), coalesce(sum(reserved), 0) FROM counters"
+            " WHERE key LIKE %s", f"team:{team_id}:usd:day:%")
+        return int(committed), int(reserved)
+
+
+def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
+    models = [
+        {"name": "gpt-up", "price": PRICE,
+         "deployments": [{"provider": "up-openai", "upstream_model": "mock-gpt"}]},
+        {"name": "claude-up", "price": PRICE,
+         "deployments": [{"provider": "up-anthropic", "upstream_model": "mock-claude"}]},
+        {"name": "gpt-slow", "price": PRICE,
+         "deployments": [{"provider": "up-openai", "upstream_model": "mock-slow-stream"}]},
+    ]
+    config = {
+        "data_dir": str(workdir / f"data-{replica}"), "demo": False,
+        "server": {"replica_id": f"r{replica}"},
+        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
+        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 2,
+                     "pool_max_size": 10, "pool_timeout_s": 2.0, "connect_timeout_s": 2.0},
+        "providers": [
+            {"name": "up-openai", "kind": "openai", "base_url": f"{upstream.url}/v1",
+             "timeout_s": 60},
+            {"name": "up-anthropic", "kind": "anthropic", "base_url": upstream.url,
+             "timeout_s": 60}],
+        "models": models}
+    path = workdir / f"mayu-{replica}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def shared(pg_server_dsn: str, pg_template: str,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    """One migrated database, a TCP proxy in front of it, 3 gateways behind the proxy."""
+    workdir = tmp_path_factory.mktemp("shared")
+    name = f"ipt_{os.getpid()}_shared"
+    create_database(pg_server_dsn, name, template=pg_template)
+    dsn = dsn_for(pg_server_dsn, name)
+    params = conninfo_to_dict(dsn)
+    host, port = str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))
+    proxy = Proxy(free_port(), host, port)
+    procs: list[Proc] = []
+    try:
+        proxy.start()
+        proxy_dsn = dsn.replace(f":{port}/", f":{proxy.port}/")
+        upstream = start_mock_upstream(workdir)
+        procs.append(upstream)
+        configs = [_config(workdir, upstream, i) for i in range(REPLICAS)]
+        gateways = [start_gateway(c, env={"INFERPLANE_DATABASE_URL": proxy_dsn})
+                    for c in configs]
+        procs += gateways
+        yield Shared(dsn=dsn, proxy=proxy, upstream=upstream, gateways=gateways,
+                     configs=configs)
+    finally:
+        for proc in procs:
+            proc.stop()
+        proxy.stop()
+        drop_database(pg_server_dsn, name)
+
+
+def test_replicas_start_and_serve(shared: Shared) -> None:
+    """Three replicas on one database authenticate the same key and share its usage."""
+    _, _, key = shared.team_key("smoke")
+    shared.clear_ledger()
+    for gw in shared.gateways:
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0)
+        reply = client.chat.completions.create(
+            model="gpt-up", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        assert reply.usage is not None
+    assert len(shared.ledger()) == REPLICAS
+
+
+N = 330
+BUDGET = 30_000
+TPM = 1_000_000  # burst 1: the budget binds
+TIGHT_TPM = 2_000  # burst 2: the bucket binds
+
+
+async def _set_team_limits(dsn: str, team_id: str, limits: TeamLimits) -> None:
+    async with AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False) as pool:
+        await PostgresKeyStore(pool).update_team(team_id, limits=limits)
+
+
+async def _call(gw: Proc, key: str, i: int, *, big_every: int = 3) -> int:
+    """One SDK call (4 shapes: OpenAI/Anthropic x stream/non-stream, with cache usage);
+    returns the HTTP status the SDK saw."""
+    prompt = f"shared request {i} " * (12 + i % 9)  # long enough for cached tokens
+    # Some calls ask for a large output they will not use: a large µUSD bound in flight.
+    out = 1_500 if big_every and i % big_every == 0 else 16 + i % 7
+    try:
+        if i % 4 in (0, 1):
+            await _openai_call(gw, key, prompt, out, stream=i % 4 == 1)
+        else:
+            ttl = {"ttl": "1h"} if i % 8 == 2 else {}
+            await _anthropic_call(gw, key, prompt, out, ttl, stream=i % 4 == 3)
+    except (openai.APIStatusError, anthropic.APIStatusError) as exc:
+        return exc.status_code
+    return 200
+
+
+async def _openai_call(gw: Proc, key: str, prompt: str, out: int, *, stream: bool) -> None:
+    messages: Any = [{"role": "user", "content": prompt}]
+    async with openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0,
+                                  timeout=120) as client:
+        if not stream:
+            await client.chat.completions.create(model="gpt-up", max_tokens=out,
+                                                 messages=messages)
+            return
+        chunks = await client.chat.completions.create(model="gpt-up", max_tokens=out,
+                                                      messages=messages, stream=True)
+        async for _ in chunks:
+            pass
+
+
+async def _anthropic_call(gw: Proc, key: str, prompt: str, out: int, ttl: dict[str, str],
+                          *, stream: bool) -> None:
+    system: Any = [{"type": "text", "text": prompt,
+                    "cache_control": {"type": "ephemeral", **ttl}}]
+    messages: Any = [{"role": "user", "content": "go"}]
+    async with anthropic.AsyncAnthropic(base_url=gw.url, api_key=key, max_retries=0,
+                                        timeout=120) as client:
+        if not stream:
+            await client.messages.create(model="claude-up", max_tokens=out, system=system,
+                                         messages=messages)
+            return
+        async with client.messages.stream(model="claude-up", max_tokens=out, system=system,
+                                          messages=messages) as events:
+            async for _ in events:
+                pass
+
+
+def test_hot_team_budget_and_tpm_hold_across_replicas(shared: Shared) -> None:
+    """330 + 200 concurrent SDK calls (stream and not, OpenAI and Anthropic, with cache
+    usage) spread over 3 replicas on one team: committed never exceeds the budget, and
+    after all settled committed == the cost of the upstream's ledger, nothing reserved."""
+    team_id, _, key = shared.team_key("hot", "--usd-micros-per-day", str(BUDGET),
+                                      "--tpm", str(TPM))
+    shared.clear_ledger()
+
+    async def burst(n: int, big_every: int) -> list[int]:
+        return await asyncio.gather(*(_call(shared.gateways[i % REPLICAS], key, i,
+                                            big_every=big_every) for i in range(n)))
+
+    # Burst 1: large bounds in flight exhaust the budget's headroom (402).
+    first = Counter(asyncio.run(burst(N, 3)))
+    assert first[402] > 0, first
+    # Burst 2: the team's TPM is tightened (an admin edit, new team revision), and small
+    # calls drain the bucket (429) while the budget still holds its committed spend.
+    asyncio.run(_set_team_limits(shared.dsn, team_id, TeamLimits(
+        usd_micros_per_day=BUDGET, tpm=TIGHT_TPM)))
+    second = Counter(asyncio.run(burst(200, 0)))
+    assert second[429] > 0, second
+    statuses = first + second
+    committed, reserved = shared.team_usd_window(team_id)
+    ledger = shared.ledger()
+    reported = sum(expected_cost(e) for e in ledger)
+    print(f"\nstatuses {dict(first)} then {dict(second)}: committed {committed} of {BUDGET}")
+    assert set(statuses) <= {200, 402, 429}, statuses
+    assert statuses[200] == len(ledger)
+    assert reserved == 0
+    assert committed == reported
+    assert committed <= BUDGET
+    [(balance, cap)] = shared.sql('SELECT balance, "limit" FROM counters WHERE key = %s',
+                                  f"team:{team_id}:tpm")
+    assert cap == TIGHT_TPM and balance <= TIGHT_TPM * BUCKET_SCALE
+    # Every replica served part of the load and audited it in its own file.
+    for r in range(REPLICAS):
+        audit = shared.configs[r].parent / f"data-{r}" / f"audit-r{r}.jsonl"
+        assert audit.read_text().count("\n") > N // (2 * REPLICAS), audit
