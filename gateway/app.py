@@ -61,11 +61,11 @@ async def build_components(settings: Settings, stack: AsyncExitStack) -> Compone
 
 async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Components:
     from gateway.db import open_pool
-    from gateway.governance import (  # type: ignore[attr-defined]
+    from gateway.governance import (
         PostgresGovernanceStore,
         PostgresPolicySource,
     )
-    from gateway.keys import PostgresKeyStore  # type: ignore[attr-defined]
+    from gateway.keys import PostgresKeyStore
 
     assert settings.database is not None  # load_settings refuses shared mode without it
     pool = open_pool(settings.database)
@@ -80,7 +80,7 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
 
 def _policy_source(settings: Settings) -> PolicySource:
     if settings.policies:
-        from gateway.policy import FilePolicySource  # type: ignore[attr-defined]
+        from gateway.policy import FilePolicySource
 
         source: PolicySource = FilePolicySource(settings.policies)
         return source

@@ -11,6 +11,7 @@ __all__ = [
     "Call",
     "Gateway",
     "InvalidUpstreamUsage",
+    "outcome_for",
     "dispatch",
     "error_handler",
 ]

@@ -12,7 +12,7 @@ at a ``yield`` still settles — as ``uncertain``, keeping the bound.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -114,7 +114,7 @@ def _stream_response(attempt: Attempt, upstream: UpstreamResponse,
 
 
 async def _relay(attempt: Attempt, upstream: UpstreamResponse,
-                 meter: StreamMeter) -> AsyncIterator[bytes]:
+                 meter: StreamMeter) -> AsyncGenerator[bytes, None]:
     ended, detail = False, "client disconnected mid-stream"
     try:
         async for chunk in upstream.chunks:

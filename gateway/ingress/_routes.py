@@ -37,6 +37,7 @@ from gateway.ingress._prepare import (
     wants_stream,
 )
 from gateway.pricing import cost_bound_micro_usd
+from gateway.providers import Protocol_
 from gateway.usage import Endpoint, estimate_tokens, prompt_text
 
 log = logging.getLogger("mayu.ingress")
@@ -57,7 +58,7 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     request.state.principal = principal
     body = await read_body(request, gw.settings.server.max_body_bytes)
     doc = parse_json(body)
-    protocol = "anthropic" if endpoint == "messages" else "openai"
+    protocol: Protocol_ = "anthropic" if endpoint == "messages" else "openai"
     target = route(gw, principal, doc, protocol)
     out = output_bound(doc, endpoint, target.model, ceiling=gw.settings.server.max_output_tokens)
     call = Call(gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,

@@ -41,7 +41,7 @@ class HttpProvider:
 
     def __init__(self, settings: ProviderSettings, *, index: int = 0) -> None:
         self.name = settings.name
-        self.kind = settings.kind
+        self.kind: str = settings.kind
         self._settings = settings
         self._where = f"providers[{index}]"
         self._clients: list[httpx.AsyncClient] = []

@@ -137,8 +137,8 @@ def test_negative_upstream_usage_is_502_commits_nothing_and_freezes(stack: Stack
     for model, path, shape in (("gpt-neg", "/v1/chat/completions", _openai_error),
                                ("claude-neg", "/v1/messages", _anthropic_error)):
         key = stack.team_key(f"negative-{model}", "--usd-micros-per-day", "50000000")
-        body = ('{"model": "%s", "max_tokens": 5, "messages": '
-                '[{"role": "user", "content": "hi"}]}' % model).encode()
+        body = (f'{{"model": "{model}", "max_tokens": 5, "messages": '
+                '[{"role": "user", "content": "hi"}]}').encode()
         before = stack.team_usage(key)
         err = shape(_post(stack, key, path, body), 502)
         assert "invalid usage" in err["message"]

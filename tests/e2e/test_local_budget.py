@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
@@ -15,13 +16,13 @@ LIMIT = 6_000  # µUSD per day: room for a couple of dozen of these requests, no
 N = 200
 
 
-async def _one(client: httpx.AsyncClient, i: int) -> tuple[int, dict[str, object] | None]:
+async def _one(client: httpx.AsyncClient, i: int) -> tuple[int, dict[str, Any] | None]:
     body = {"model": "gpt-up", "max_tokens": 16 + i % 5,
             "messages": [{"role": "user", "content": f"request number {i} " * (1 + i % 3)}]}
     if i % 4 == 0:  # a quarter stream: settled when their stream ends
         body["stream"] = True
         async with client.stream("POST", "/v1/chat/completions", json=body) as r:
-            raw = await r.aread()
+            await r.aread()
         return r.status_code, (r.json() if r.status_code != 200 else None)
     r = await client.post("/v1/chat/completions", json=body)
     return r.status_code, (r.json() if r.status_code != 200 else None)
@@ -34,7 +35,7 @@ def test_concurrent_requests_never_overshoot_and_settle_to_the_ledger(stack: Sta
     key = stack.team_key("budget", "--usd-micros-per-day", str(LIMIT))
     stack.clear_ledger()
 
-    async def run() -> list[tuple[int, dict[str, object] | None]]:
+    async def run() -> list[tuple[int, dict[str, Any] | None]]:
         limits = httpx.Limits(max_connections=N, max_keepalive_connections=N)
         async with httpx.AsyncClient(base_url=stack.gateway.url, limits=limits, timeout=120,
                                      headers={"Authorization": f"Bearer {key}"}) as client:
@@ -46,8 +47,8 @@ def test_concurrent_requests_never_overshoot_and_settle_to_the_ledger(stack: Sta
     assert admitted and refused, "the limit should admit some and refuse others"
     for status, body in refused:
         assert status == 402, body
-        assert body is not None and body["error"]["type"] == "insufficient_quota"  # type: ignore[index]
-        assert set(body["error"]) == {"message", "type", "param", "code"}  # type: ignore[arg-type]
+        assert body is not None and body["error"]["type"] == "insufficient_quota"
+        assert set(body["error"]) == {"message", "type", "param", "code"}
 
     ledger = stack.ledger()
     assert len(ledger) == len(admitted)

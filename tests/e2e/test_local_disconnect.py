@@ -32,15 +32,15 @@ def test_disconnect_mid_stream_commits_the_bound_as_uncertain(stack: Stack, mode
     stack.clear_ledger()
     body = {"model": model, "max_tokens": 40, "stream": True,
             "messages": [{"role": "user", "content": "a long story please"}]}
-    with httpx.Client(base_url=stack.gateway.url, timeout=60) as client:
-        with client.stream("POST", path, json=body,
-                           headers={"Authorization": f"Bearer {key}"}) as r:
-            assert r.status_code == 200
-            token_bound = int(r.headers["x-inferplane-token-bound"])
-            usd_bound = int(r.headers["x-inferplane-usd-bound"])
-            permit = r.headers["x-inferplane-permit"]
-            next(r.iter_bytes())
-        # leaving both blocks closes the connection mid-stream
+    with httpx.Client(base_url=stack.gateway.url, timeout=60) as client, \
+            client.stream("POST", path, json=body,
+                          headers={"Authorization": f"Bearer {key}"}) as r:
+        assert r.status_code == 200
+        token_bound = int(r.headers["x-inferplane-token-bound"])
+        usd_bound = int(r.headers["x-inferplane-usd-bound"])
+        permit = r.headers["x-inferplane-permit"]
+        next(r.iter_bytes())
+        # leaving the block closes the connection mid-stream
     usage = _wait_settled(stack, key)
     assert usage["usd_committed"] == usd_bound
     assert usage["tokens_committed"] == token_bound

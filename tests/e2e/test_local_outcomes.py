@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -44,12 +45,11 @@ def test_upstream_stream_cut_keeps_the_bound(stack: Stack, model: str, path: str
                       json={"model": model, "stream": True, **HI},
                       headers={"Authorization": f"Bearer {key}"}) as r:
         assert r.status_code == 200
-        bound = int(r.headers["x-inferplane-usd-bound"]), int(r.headers["x-inferplane-token-bound"])
+        bound = (int(r.headers["x-inferplane-usd-bound"]),
+                 int(r.headers["x-inferplane-token-bound"]))
         permit = r.headers["x-inferplane-permit"]
-        try:
-            r.read()
-        except httpx.HTTPError:
-            pass  # the relay may end the client's stream abruptly too
+        with contextlib.suppress(httpx.HTTPError):
+            r.read()  # the relay may end the client's stream abruptly too
     usage = _settled(stack, key)
     assert (usage["usd_committed"], usage["tokens_committed"]) == bound
     assert _outcomes(stack, permit) == ["uncertain"]
