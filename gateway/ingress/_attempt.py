@@ -64,6 +64,8 @@ class Call:
     output_bound: int
     usd_bound: int
     client_headers: dict[str, str]
+    deployments: list[tuple[Deployment, Provider]]
+    """The model's deployments that speak this ingress's protocol, in fallback order."""
     request_id: str = field(default_factory=new_request_id)
     audited: bool = False
     """Some attempt already wrote this request's audit line(s)."""

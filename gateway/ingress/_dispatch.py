@@ -41,12 +41,8 @@ def _error_outcome(status: int) -> Outcome:
 
 
 async def dispatch(call: Call) -> Response[Any]:
-    deployments = call.model.deployments
-    targets = [(d, call.gw.providers[d.provider]) for d in deployments]
-    targets = [(d, p) for d, p in targets
-               if p.speaks("anthropic" if call.endpoint == "messages" else "openai")]
-    for index, (deployment, provider) in enumerate(targets):
-        last = index == len(targets) - 1
+    for index, (deployment, provider) in enumerate(call.deployments):
+        last = index == len(call.deployments) - 1
         attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index)
         await attempt.admit()
         body, strip = upstream_body(call.body, call.doc, deployment, call.endpoint,

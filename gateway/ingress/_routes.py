@@ -66,7 +66,8 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
                 output_bound=out,
                 usd_bound=cost_bound_micro_usd(len(body), out, target.model.price),
                 client_headers={h: request.headers[h] for h in _FORWARDED
-                                if h in request.headers}, request_id=rid)
+                                if h in request.headers},
+                deployments=target.deployments, request_id=rid)
     request.state.call = call
     response = await dispatch(call)
     gw.metrics.requests.labels(request.url.path, str(response.status_code)).inc()
