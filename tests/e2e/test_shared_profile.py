@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -267,3 +268,78 @@ def test_hot_team_budget_and_tpm_hold_across_replicas(shared: Shared) -> None:
     for r in range(REPLICAS):
         audit = shared.configs[r].parent / f"data-{r}" / f"audit-r{r}.jsonl"
         assert audit.read_text().count("\n") > N // (2 * REPLICAS), audit
+
+
+def _chat(gw: Proc, key: str, max_tokens: int) -> httpx.Response:
+    return httpx.post(f"{gw.url}/v1/chat/completions", timeout=60,
+                      headers={"Authorization": f"Bearer {key}"},
+                      json={"model": "gpt-up", "max_tokens": max_tokens,
+                            "messages": [{"role": "user", "content": "hello"}]})
+
+
+def test_revoked_on_one_replica_is_refused_on_the_others(shared: Shared) -> None:
+    """A key revoked with the CLI on the shared database is refused (401) by every replica
+    at its next request, with no upstream call."""
+    _, key_id, key = shared.team_key("revoked")
+    assert _chat(shared.gateways[1], key, 8).status_code == 200
+    shared.cli("keys", "revoke", key_id)
+    shared.clear_ledger()
+    for gw in shared.gateways:
+        r = _chat(gw, key, 8)
+        assert r.status_code == 401, r.text
+    assert shared.ledger() == []
+
+
+CRASH_BUDGET = 20_000
+
+
+def test_killed_replica_leaves_pending_permit_that_binds(shared: Shared) -> None:
+    """SIGKILL a replica mid-stream: its permit stays pending with its whole bound reserved,
+    and the other replicas refuse what would fit without it (402)."""
+    team_id, _, key = shared.team_key("crash", "--usd-micros-per-day", str(CRASH_BUDGET))
+    victim = shared.gateways.pop()  # later tests use the survivors
+    body = {"model": "gpt-slow", "max_tokens": 4_500, "stream": True,
+            "messages": [{"role": "user", "content": "a long story please"}]}
+    with httpx.Client(base_url=victim.url, timeout=60) as client, client.stream(
+            "POST", "/v1/chat/completions", json=body,
+            headers={"Authorization": f"Bearer {key}"}) as r:
+        assert r.status_code == 200
+        permit, usd_bound = r.headers["x-inferplane-permit"], int(
+            r.headers["x-inferplane-usd-bound"])
+        next(r.iter_bytes())
+        victim.popen.send_signal(signal.SIGKILL)
+        victim.popen.wait()
+    victim.stop()
+    [(status,)] = shared.sql("SELECT status FROM permits WHERE id = %s", permit)
+    assert status == "pending"
+    assert shared.team_usd_window(team_id) == (0, usd_bound)
+    # 1000 output tokens at $4/Mtok alone is 4000 µUSD: it fits the empty budget, but not
+    # beside the dead replica's pending reservation.
+    assert usd_bound + 4_000 > CRASH_BUDGET >= 4_000 * 2
+    for gw in shared.gateways:
+        r = _chat(gw, key, 1_000)
+        assert r.status_code == 402, r.text
+    assert shared.team_usd_window(team_id) == (0, usd_bound)
+    assert [p for (p,) in shared.sql("SELECT id::text FROM permits WHERE status = 'pending'"
+                                     " AND team_id = %s", team_id)] == [permit]
+
+
+def test_database_down_fails_fast_without_upstream_calls(shared: Shared) -> None:
+    """With the database unreachable every request is refused with 503 + Retry-After and
+    the upstream receives nothing; when it comes back the replicas serve again."""
+    _, _, key = shared.team_key("outage")
+    shared.clear_ledger()
+    shared.proxy.stop()
+    try:
+        for gw in shared.gateways:
+            for _ in range(3):
+                r = _chat(gw, key, 8)
+                assert r.status_code == 503, r.text
+                assert r.headers.get("retry-after") is not None
+                assert r.json()["error"]["code"] == "governance_unavailable"
+        assert shared.ledger() == []
+    finally:
+        shared.proxy.start()
+    for gw in shared.gateways:
+        statuses = [_chat(gw, key, 8).status_code for _ in range(5)]
+        assert statuses[-1] == 200, statuses
