@@ -12,6 +12,7 @@ original error stays attached as ``__cause__``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -55,6 +56,37 @@ async def wrap_exceptions(what: str = "governance database") -> AsyncIterator[No
         raise GovernanceUnavailable(f"{what}: database unavailable ({exc})") from exc
 
 
+_checks: dict[int, asyncio.Task[None]] = {}
+
+
+def _check_pool_soon(pool: Pool) -> None:
+    """Validate the pool's idle connections in the background (once at a time).
+
+    A database restart leaves every pooled connection broken, and the pool only notices
+    one per checkout; checking them all at the first failure makes the replica recover
+    after one failed request instead of ``max_size`` of them.
+    """
+    if id(pool) in _checks or pool.closed:
+        return
+    task = asyncio.get_running_loop().create_task(pool.check())
+    _checks[id(pool)] = task
+    task.add_done_callback(lambda t: (_checks.pop(id(pool), None),
+                                      t.cancelled() or t.exception()))
+
+
+@asynccontextmanager
+async def connection(pool: Pool, what: str = "governance database"
+                     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A pooled connection, with storage errors translated (:func:`wrap_exceptions`)."""
+    async with wrap_exceptions(what):
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            _check_pool_soon(pool)
+            raise
+
+
 async def fetch_one(conn: psycopg.AsyncConnection[Any], query: str,
                     params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """First row of ``query`` as a dict, whatever the connection's own row factory."""
@@ -71,4 +103,4 @@ async def fetch_all(conn: psycopg.AsyncConnection[Any], query: str,
         return await cur.fetchall()
 
 
-__all__ = ["Pool", "fetch_all", "fetch_one", "open_pool", "wrap_exceptions"]
+__all__ = ["Pool", "connection", "fetch_all", "fetch_one", "open_pool", "wrap_exceptions"]

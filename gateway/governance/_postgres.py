@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 import sql
-from gateway.db import Pool, fetch_all, fetch_one, wrap_exceptions
+from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import BadRequest, SettlementConflict, UnknownPermit
 from gateway.governance._model import (
     AdmissionRequest,
@@ -112,7 +112,7 @@ class PostgresGovernanceStore:
         for req in requests:
             _validate(req)
         payload = msgspec.json.encode(requests).decode()
-        async with wrap_exceptions(), self._pool.connection() as conn:
+        async with connection(self._pool) as conn:
             row = await fetch_one(conn, sql.queries["admit"], {"requests": payload})
         assert row is not None
         out: list[Permit | Refusal] = []
@@ -132,13 +132,13 @@ class PostgresGovernanceStore:
                   "fingerprint": fingerprint(outcome.kind, commits),
                   "commits": json.dumps(commits), "detail": outcome.detail,
                   "tokens": tokens, "usd": usd}
-        async with wrap_exceptions(), self._pool.connection() as conn:
+        async with connection(self._pool) as conn:
             row = await fetch_one(conn, sql.queries["settle"], params)
         assert row is not None
         return _settle_result(permit_id, outcome, row["result"])
 
     async def current_generation(self) -> int:
-        async with wrap_exceptions(), self._pool.connection() as conn:
+        async with connection(self._pool) as conn:
             row = await fetch_one(conn, sql.queries["current_generation"])
         assert row is not None
         return int(row["generation"])
@@ -146,18 +146,18 @@ class PostgresGovernanceStore:
     async def usage(self, *, day: str, month: str, key_id: str | None = None,
                     team_id: str | None = None) -> list[UsageRow]:
         params = {"day": day, "month": month, "key_id": key_id, "team_id": team_id}
-        async with wrap_exceptions(), self._pool.connection() as conn:
+        async with connection(self._pool) as conn:
             rows = await fetch_all(conn, sql.queries["usage"], params)
         return [UsageRow(**r) for r in rows]
 
     async def counter(self, name: str) -> dict[str, Any] | None:
         """A counter or account row as stored (buckets not refilled), or None."""
-        async with wrap_exceptions(), self._pool.connection() as conn:
+        async with connection(self._pool) as conn:
             return await fetch_one(conn, sql.queries["counter"], {"key": name})
 
     async def pending_permits(self) -> list[str]:
         """Ids of permits admitted and not yet settled (they keep binding the limits)."""
-        async with wrap_exceptions(), self._pool.connection() as conn:
+        async with connection(self._pool) as conn:
             rows = await fetch_all(conn, sql.queries["pending_permits"])
         return [r["id"] for r in rows]
 

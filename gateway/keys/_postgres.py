@@ -17,7 +17,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 import sql
-from gateway.db import Pool, fetch_all, fetch_one, wrap_exceptions
+from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import BadRequest, NotFound, RevisionConflict
 from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
 
@@ -99,7 +99,7 @@ class PostgresKeyStore:
         # One statement reads key and team from one MVCC snapshot (what a read-only
         # repeatable-read transaction would give) in a single round trip; expiry is
         # compared with database time, not this replica's clock.
-        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+        async with connection(self._pool, "key store") as conn:
             row = await _one(conn, "resolve_key", key_hash=key_hash)
         return None if row is None else _principal(row)
 
@@ -109,7 +109,7 @@ class PostgresKeyStore:
         if not name or not name.strip():
             raise BadRequest("team name: must not be empty")
         _check_limits(limits, _TEAM_LIMITS, "team limits")
-        async with wrap_exceptions("key store"), self._pool.connection() as conn, \
+        async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             if await _one(conn, "find_team", name_or_id=name) is not None:
                 raise BadRequest(f"team {name!r} already exists")
@@ -123,7 +123,7 @@ class PostgresKeyStore:
                           expected_revision: int | None = None) -> Team:
         """Replace a team's limits, bumping its revision (compared in the transaction)."""
         _check_limits(limits, _TEAM_LIMITS, "team limits")
-        async with wrap_exceptions("key store"), self._pool.connection() as conn, \
+        async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             row = await _one(conn, "find_team_for_update", name_or_id=name_or_id)
             if row is None:
@@ -135,12 +135,12 @@ class PostgresKeyStore:
         return team_from_row(row)
 
     async def get_team(self, name_or_id: str) -> Team | None:
-        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+        async with connection(self._pool, "key store") as conn:
             row = await _one(conn, "find_team", name_or_id=name_or_id)
         return None if row is None else team_from_row(row)
 
     async def list_teams(self) -> list[Team]:
-        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+        async with connection(self._pool, "key store") as conn:
             rows = await fetch_all(conn, sql.queries["list_teams"])
         return [team_from_row(r) for r in rows]
 
@@ -152,7 +152,7 @@ class PostgresKeyStore:
         if expires_at is not None and expires_at.tzinfo is None:
             raise BadRequest("key expires_at: must be timezone-aware (UTC)")
         plaintext, key_hash, prefix = new_key()
-        async with wrap_exceptions("key store"), self._pool.connection() as conn, \
+        async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             team_row = await _one(conn, "find_team", name_or_id=team)
             if team_row is None:
@@ -167,13 +167,13 @@ class PostgresKeyStore:
         return plaintext, key_from_row(row)
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
-        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+        async with connection(self._pool, "key store") as conn:
             row = await _one(conn, "get_key", id=key_id)
         return None if row is None else key_from_row(row)
 
     async def list_keys(self, *, team: str | None = None,
                         include_revoked: bool = False) -> list[KeyRecord]:
-        async with wrap_exceptions("key store"), self._pool.connection() as conn:
+        async with connection(self._pool, "key store") as conn:
             team_id = None
             if team is not None:
                 team_row = await _one(conn, "find_team", name_or_id=team)
@@ -187,7 +187,7 @@ class PostgresKeyStore:
     async def revoke_key(self, key_id: str, *,
                          expected_revision: int | None = None) -> KeyRecord:
         """Tombstone a key; FOR UPDATE waits out admissions holding it FOR SHARE."""
-        async with wrap_exceptions("key store"), self._pool.connection() as conn, \
+        async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             row = await _one(conn, "get_key_for_update", id=key_id)
             if row is None:

@@ -26,7 +26,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 import sql
-from gateway.db import Pool, fetch_all, fetch_one, wrap_exceptions
+from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import InferplaneError, NotFound
 from gateway.policy._compile import compile_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, PolicySnapshot
@@ -145,7 +145,7 @@ class PostgresPolicySource:
 
     async def refresh(self) -> bool:
         """Load the published generation if it is not the current snapshot's."""
-        async with wrap_exceptions("policy store"), self._pool.connection() as conn:
+        async with connection(self._pool, "policy store") as conn:
             generation = await fetch_one(conn, sql.queries["current_generation"])
             assert generation is not None
             if (generation["generation"] == self._snapshot.generation

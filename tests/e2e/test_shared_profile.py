@@ -340,6 +340,10 @@ def test_database_down_fails_fast_without_upstream_calls(shared: Shared) -> None
         assert shared.ledger() == []
     finally:
         shared.proxy.start()
+    # Pooled connections broke with the proxy: the first failure makes the replica check
+    # its whole pool, so it serves again after a few refusals (bounded, not timed).
     for gw in shared.gateways:
-        statuses = [_chat(gw, key, 8).status_code for _ in range(5)]
-        assert statuses[-1] == 200, statuses
+        statuses: list[int] = []
+        while len(statuses) < 20 and 200 not in statuses:
+            statuses.append(_chat(gw, key, 8).status_code)
+        assert statuses[-1] == 200 and set(statuses) <= {200, 503}, statuses
