@@ -12,7 +12,7 @@
 --      admission, admissions do not serialise on each other); policy_state FOR SHARE;
 --   2. every counter/account of the batch, in one byte-ordered (COLLATE "C", the same
 --      order as Python's sorted()) pass over the union of counter keys; a missing row is
---      created by INSERT ... ON CONFLICT DO UPDATE, which also takes its lock.
+--      created by INSERT ... ON CONFLICT DO NOTHING and then locked.
 -- Settlement locks the same rows in the same order, so the two never deadlock.
 -- Frozen once released; a change is inferplane_admit_v2 in a new file and revision.
 
@@ -66,7 +66,9 @@ BEGIN
 END
 $$;
 
--- Lock (creating if missing) one counter or account row named by a charge.
+-- Lock (creating if missing) one counter or account row named by a charge. The common
+-- case (the row exists) is a plain SELECT ... FOR UPDATE, which writes no new row
+-- version; a missing row is inserted (ON CONFLICT: a concurrent creator wins) and locked.
 CREATE FUNCTION inferplane_lock_charge_v1(ch jsonb, now_us bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -74,14 +76,23 @@ DECLARE
     v_key text := ch->>'counter';
 BEGIN
     IF ch->>'kind' = 'account' THEN
+        PERFORM 1 FROM authority_accounts WHERE key = v_key FOR UPDATE;
+        IF FOUND THEN
+            RETURN;
+        END IF;
         INSERT INTO authority_accounts AS a
                (key, rule_uid, scope, window_period, "limit", hard)
         VALUES (v_key, v_uid,
                 regexp_replace(substr(v_key, length('account:' || coalesce(v_uid, '') || ':') + 1),
                                ':(day|month):[^:]*$', ''),
                 ch->>'window', (ch->>'limit')::bigint, coalesce((ch->>'hard')::boolean, true))
-        ON CONFLICT (key) DO UPDATE SET "limit" = EXCLUDED."limit", hard = EXCLUDED.hard;
+        ON CONFLICT (key) DO NOTHING;
+        PERFORM 1 FROM authority_accounts WHERE key = v_key FOR UPDATE;
     ELSE
+        PERFORM 1 FROM counters WHERE key = v_key FOR UPDATE;
+        IF FOUND THEN
+            RETURN;
+        END IF;
         -- A new bucket starts full.
         INSERT INTO counters AS c
                (key, kind, dimension, "limit", balance, updated_us, "window")
@@ -90,7 +101,8 @@ BEGIN
                      THEN (ch->>'limit')::bigint * 60000000 END,
                 CASE WHEN ch->>'kind' = 'bucket' THEN now_us END,
                 ch->>'window')
-        ON CONFLICT (key) DO UPDATE SET "limit" = EXCLUDED."limit";
+        ON CONFLICT (key) DO NOTHING;
+        PERFORM 1 FROM counters WHERE key = v_key FOR UPDATE;
     END IF;
 END
 $$;
@@ -152,12 +164,17 @@ BEGIN
            SET balance = inferplane_refill_v1(balance, cap, now_us - updated_us)
                          - amount * 60000000,
                -- never move a bucket's clock backwards (refill would count twice)
-               updated_us = greatest(updated_us, now_us)
+               updated_us = greatest(updated_us, now_us),
+               "limit" = cap
          WHERE key = ch->>'counter';
     ELSIF ch->>'kind' = 'window' THEN
-        UPDATE counters SET reserved = reserved + amount WHERE key = ch->>'counter';
+        UPDATE counters SET reserved = reserved + amount, "limit" = cap
+         WHERE key = ch->>'counter';
     ELSE
-        UPDATE authority_accounts SET reserved = reserved + amount WHERE key = ch->>'counter';
+        UPDATE authority_accounts
+           SET reserved = reserved + amount, "limit" = cap,
+               hard = coalesce((ch->>'hard')::boolean, true)
+         WHERE key = ch->>'counter';
     END IF;
 END
 $$;
