@@ -7,7 +7,8 @@ settled before the next one is admitted.
 Streams are relayed event by event as they arrive. Settlement runs in the relay's
 ``finally`` (shielded from the cancellation a client disconnect delivers), and the
 response's background task closes the relay, so a disconnect while the relay is parked
-at a ``yield`` still settles — as ``uncertain``, keeping the bound.
+at a ``yield`` — or before it ever started — still settles: as ``uncertain``, keeping
+the bound.
 """
 
 from __future__ import annotations
@@ -106,7 +107,23 @@ def _stream_response(attempt: Attempt, upstream: UpstreamResponse,
     relay = _relay(attempt, upstream, meter)
     return Stream(relay, status_code=200, media_type="text/event-stream",
                   headers={**attempt.headers(), "cache-control": "no-cache"},
-                  background=BackgroundTask(relay.aclose))
+                  background=BackgroundTask(_after_stream, relay, attempt, upstream))
+
+
+async def _after_stream(relay: AsyncGenerator[bytes, None], attempt: Attempt,
+                        upstream: UpstreamResponse) -> None:
+    """Runs once the response is over, however it ended.
+
+    Closing the relay runs its ``finally`` if it is parked at a ``yield``. A relay that
+    never started (the client left before the first byte was asked for) has no
+    ``finally`` to run, so its attempt is settled here: dispatched, outcome unknown.
+    """
+    await relay.aclose()
+    if not attempt.settled:
+        await upstream.close()
+        await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN,
+                                     detail="client disconnected before the stream started"),
+                             status=200)
 
 
 async def _relay(attempt: Attempt, upstream: UpstreamResponse,

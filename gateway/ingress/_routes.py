@@ -19,6 +19,7 @@ from gateway.errors import (
     BadRequest,
     GovernanceUnavailable,
     InferplaneError,
+    NotFound,
     Unauthenticated,
     anthropic_error_body,
     openai_error_body,
@@ -166,8 +167,18 @@ def _as_inferplane(exc: Exception) -> InferplaneError:
     if isinstance(exc, InferplaneError):
         return exc
     if isinstance(exc, HTTPException):
-        mapped: InferplaneError = (Unauthenticated(str(exc.detail)) if exc.status_code == 401
-                                   else BadRequest(str(exc.detail)))
+        # Litestar's own refusals (no such route, wrong method, client gone mid-body):
+        # keep their status, pick the closest of our error kinds for type and code.
+        detail = str(exc.detail)
+        mapped: InferplaneError
+        if exc.status_code == 401:
+            mapped = Unauthenticated(detail)
+        elif exc.status_code in (404, 405):
+            mapped = NotFound(detail)
+        elif exc.status_code >= 500:
+            mapped = InferplaneError(detail)
+        else:
+            mapped = BadRequest(detail)
         mapped.status = exc.status_code  # type: ignore[misc]
         return mapped
     log.exception("unhandled error", exc_info=exc)

@@ -12,7 +12,8 @@ Special model names (substrings) switch on misbehaviour for tests: ``negative-us
 ``missing-usage``, ``no-ttl`` (cache writes without the 5m/1h split), ``error-500``,
 ``slow-stream`` (a long stream with a delay between chunks; a non-streamed answer waits
 as long as that stream would take), ``cut-stream`` (the connection breaks after the first
-events of a stream, before any usage is reported).
+events of a stream, before any usage is reported), ``slow-start`` (the answer — status
+and headers included — starts only after a pause).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ SLOW_STREAM_CHUNKS = 40
 SLOW_STREAM_DELAY_S = 0.1
 
 FLAGS = ("negative-usage", "missing-usage", "no-ttl", "error-500", "slow-stream",
-         "cut-stream")
+         "cut-stream", "slow-start")
 CUT_AFTER_EVENTS = 2
+SLOW_START_S = 2.0
 
 
 def flags_of(model: str) -> frozenset[str]:

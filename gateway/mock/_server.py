@@ -47,6 +47,8 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             return _bad("model: required")
         reply = plan_reply(endpoint, body)
+        if reply.start_delay_s:
+            await asyncio.sleep(reply.start_delay_s)
         if reply.events:
             return Stream(play(reply, latency_s=latency_s, record=ledger.record),
                           media_type="text/event-stream", status_code=reply.status,

@@ -38,6 +38,8 @@ class MockReply:
     """Extra delay between stream events (slow-stream)."""
     body_delay_s: float = 0.0
     """Extra delay before a non-streamed body (slow-stream)."""
+    start_delay_s: float = 0.0
+    """Delay before the answer starts, headers included (slow-start)."""
     cut_after: int | None = None
     """Break the stream after this many events (cut-stream)."""
 
@@ -90,6 +92,8 @@ def plan_reply(endpoint: Endpoint, body: dict[str, Any]) -> MockReply:
         reply.delay_s = m.SLOW_STREAM_DELAY_S
         if not reply.events:
             reply.body_delay_s = m.SLOW_STREAM_CHUNKS * m.SLOW_STREAM_DELAY_S
+    if "slow-start" in flags:
+        reply.start_delay_s = m.SLOW_START_S
     if "cut-stream" in flags and reply.events:
         reply.cut_after = m.CUT_AFTER_EVENTS
     return reply

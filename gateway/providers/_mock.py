@@ -55,6 +55,8 @@ class MockProvider:
                    headers: dict[str, str]) -> UpstreamResponse:
         started = time.perf_counter()
         reply = plan_reply(endpoint, msgspec.json.decode(body))
+        if reply.start_delay_s:
+            await asyncio.sleep(reply.start_delay_s)
         if reply.events:
             return UpstreamResponse(status=reply.status, content_type="text/event-stream",
                                     chunks=_cuttable(play(reply, latency_s=self._latency_s,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 
 import httpx
@@ -47,3 +49,31 @@ def test_disconnect_mid_stream_commits_the_bound_as_uncertain(stack: Stack, mode
     audit = [a for a in stack.audit() if a.get("permit") == permit and "outcome" in a]
     assert [a["outcome"] for a in audit] == ["uncertain"]
     assert stack.ledger() == []  # the upstream never got to report usage
+
+
+def test_disconnect_before_the_first_byte_still_settles(stack: Stack) -> None:
+    """A client gone before any byte of its stream: the attempt settles uncertain.
+
+    The upstream (mock-slow-start) pauses before answering; the client hangs up once the
+    admission is visible in /v1/usage, i.e. while the gateway still waits for upstream
+    headers. The permit must not stay pending.
+    """
+    key = stack.team_key("disconnect-early", "--usd-micros-per-day", "10000000")
+    stack.clear_ledger()
+    body = json.dumps({"model": "gpt-slow-start", "max_tokens": 40, "stream": True,
+                       "messages": [{"role": "user", "content": "never mind"}]}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", stack.gateway.port)) as sock:
+        sock.sendall(head + body)
+        end = time.monotonic() + 60
+        while not stack.team_usage(key)["usd_reserved"]:  # admitted, upstream not answered
+            assert time.monotonic() < end, "never admitted"
+            time.sleep(0.02)
+    usage = _wait_settled(stack, key)
+    team_id = stack.usage(key)[("team", "day")]["id"]
+    [line] = [a for a in stack.audit() if a["team_id"] == team_id and "outcome" in a]
+    assert line["outcome"] == "uncertain"
+    assert usage["usd_committed"] == line["usd_bound"]
+    assert usage["tokens_committed"] == line["token_bound"]
