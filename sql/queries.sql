@@ -162,3 +162,28 @@ SELECT id, generation, name, action, author, at, before, after
 
 -- name: policy_notify
 SELECT pg_notify('inferplane_policy', %(payload)s)
+
+-- name: import_team
+-- Copy one team verbatim (id, revision, timestamps); a clash on any unique column
+-- inserts nothing and the importer compares.
+INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,
+                   usd_micros_per_month, region, guardrails, revision, created_at)
+VALUES (%(id)s, %(name)s, %(rpm)s, %(tpm)s, %(tokens_per_day)s, %(usd_micros_per_day)s,
+        %(usd_micros_per_month)s, %(region)s, %(guardrails)s, %(revision)s, %(created_at)s)
+ON CONFLICT DO NOTHING
+RETURNING *
+
+-- name: import_key
+-- Copy one key verbatim: hash, prefix, revision, timestamps and tombstone; never plaintext.
+INSERT INTO keys (id, team_id, key_hash, display_prefix, name, user_name, allowed_models,
+                  rpm, tpm, usd_micros_per_day, usd_micros_per_month, expires_at,
+                  revoked_at, revision, created_at)
+VALUES (%(id)s, %(team_id)s, %(key_hash)s, %(display_prefix)s, %(name)s, %(user_name)s,
+        %(allowed_models)s, %(rpm)s, %(tpm)s, %(usd_micros_per_day)s,
+        %(usd_micros_per_month)s, %(expires_at)s, %(revoked_at)s, %(revision)s,
+        %(created_at)s)
+ON CONFLICT DO NOTHING
+RETURNING *
+
+-- name: team_by_id
+SELECT * FROM teams WHERE id = %(id)s

@@ -1,0 +1,112 @@
+"""Import a local-profile SQLite key store into the shared Postgres one (ADR-046, §7).
+
+Copies teams and keys verbatim — ids, SHA-256 hashes, display prefixes, limits,
+revisions, timestamps and revocation tombstones — in ONE destination transaction. It
+reads every stored record including revoked keys (``include_revoked=True``), and never
+sees or makes a plaintext. A row that already exists identically is skipped, so an
+identical retry is a no-op; any difference (same id with other values, or another row
+holding the same name or hash) is a conflict and rolls the whole import back.
+
+Operators must stop the old local writer before importing, or keys created after the
+import would be missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+import sql
+from gateway.db import Pool, connection, fetch_one
+from gateway.errors import InferplaneError, NotFound
+from gateway.keys._model import KeyRecord, Team
+from gateway.keys._postgres import key_from_row, team_from_row
+from gateway.keys._sqlite import SqliteKeyStore
+
+
+class ImportConflict(InferplaneError):
+    """The destination holds different data for an imported row; nothing was imported."""
+
+    status = 409
+    code = "import_conflict"
+
+
+class ImportReport(msgspec.Struct, frozen=True, kw_only=True):
+    teams_added: int
+    teams_unchanged: int
+    keys_added: int
+    keys_unchanged: int
+
+
+def _differences(a: msgspec.Struct, b: msgspec.Struct) -> list[str]:
+    ours, theirs = msgspec.structs.asdict(a), msgspec.structs.asdict(b)
+    return sorted(k for k in ours if ours[k] != theirs.get(k))
+
+
+async def read_sqlite(path: str) -> tuple[list[Team], list[KeyRecord]]:
+    """Every team and every key (revoked too) of a local-profile store file."""
+    if not Path(path).is_file():
+        raise NotFound(f"--from: {path} is not a file")
+    store = SqliteKeyStore(path)
+    await store.open()
+    try:
+        return await store.list_teams(), await store.list_keys(include_revoked=True)
+    finally:
+        await store.close()
+
+
+def _team_params(t: Team) -> dict[str, Any]:
+    return {"id": t.id, "name": t.name, "region": t.region, "guardrails": list(t.guardrails),
+            "revision": t.revision, "created_at": t.created_at,
+            **msgspec.structs.asdict(t.limits)}
+
+
+def _key_params(k: KeyRecord) -> dict[str, Any]:
+    return {"id": k.id, "team_id": k.team_id, "key_hash": k.key_hash,
+            "display_prefix": k.display_prefix, "name": k.name, "user_name": k.user,
+            "allowed_models": None if k.allowed_models is None else list(k.allowed_models),
+            "expires_at": k.expires_at, "revoked_at": k.revoked_at, "revision": k.revision,
+            "created_at": k.created_at, **msgspec.structs.asdict(k.limits)}
+
+
+async def import_records(pool: Pool, teams: list[Team], keys: list[KeyRecord], *,
+                         progress: Callable[[str], None] = lambda _: None) -> ImportReport:
+    """Copy ``teams`` and ``keys`` in one transaction (see the module docstring)."""
+    counts = {"teams_added": 0, "teams_unchanged": 0, "keys_added": 0, "keys_unchanged": 0}
+    async with connection(pool, "key store database") as conn, conn.transaction():
+        for i, team in enumerate(teams, 1):
+            row = await fetch_one(conn, sql.queries["import_team"], _team_params(team))
+            if row is None:
+                existing = await fetch_one(conn, sql.queries["team_by_id"], {"id": team.id})
+                if existing is None:
+                    raise ImportConflict(f"team {team.id} ({team.name!r}): another team "
+                                         "already has this name; nothing was imported")
+                diff = _differences(team, team_from_row(existing))
+                if diff:
+                    raise ImportConflict(f"team {team.id}: differs in {', '.join(diff)}; "
+                                         "nothing was imported")
+                counts["teams_unchanged"] += 1
+            else:
+                counts["teams_added"] += 1
+            if i % 500 == 0:
+                progress(f"teams: {i}/{len(teams)}")
+        for i, key in enumerate(keys, 1):
+            row = await fetch_one(conn, sql.queries["import_key"], _key_params(key))
+            if row is None:
+                existing = await fetch_one(conn, sql.queries["get_key"], {"id": key.id})
+                if existing is None:
+                    raise ImportConflict(f"key {key.id}: another key already has this hash; "
+                                         "nothing was imported")
+                diff = _differences(key, key_from_row(existing))
+                if diff:
+                    raise ImportConflict(f"key {key.id}: differs in {', '.join(diff)}; "
+                                         "nothing was imported")
+                counts["keys_unchanged"] += 1
+            else:
+                counts["keys_added"] += 1
+            if i % 500 == 0:
+                progress(f"keys: {i}/{len(keys)}")
+    return ImportReport(**counts)
