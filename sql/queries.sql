@@ -187,3 +187,14 @@ RETURNING *
 
 -- name: team_by_id
 SELECT * FROM teams WHERE id = %(id)s
+
+-- name: declare
+-- Register a replica's bootstrap declaration; returns a row only for the first one.
+INSERT INTO bootstrap_declarations (kind, name, fingerprint)
+VALUES (%(kind)s, %(name)s, %(fingerprint)s)
+ON CONFLICT DO NOTHING
+RETURNING fingerprint
+
+-- name: declaration_for_update
+SELECT fingerprint FROM bootstrap_declarations
+ WHERE kind = %(kind)s AND name = %(name)s FOR UPDATE

@@ -38,6 +38,10 @@ async def ensure_teams(store: KeyStore, declared: Sequence[BootstrapTeam]) -> li
     exists with different limits refuses startup, naming the config key, because a
     silent overwrite would undo an operator's later edit.
     """
+    declare = getattr(store, "declare_teams", None)
+    if declare is not None:  # shared key store: immutable declarations (ADR-046)
+        names: list[str] = await declare(declared)
+        return names
     created = []
     for i, decl in enumerate(declared):
         fields = msgspec.structs.asdict(decl)

@@ -10,15 +10,20 @@ an edit serialises against in-flight admissions and never interleaves with one.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from psycopg import AsyncConnection
 
 import sql
+from gateway.config import BootstrapTeam
 from gateway.db import Pool, connection, fetch_all, fetch_one
-from gateway.errors import BadRequest, NotFound, RevisionConflict
+from gateway.errors import BadRequest, ConfigError, NotFound, RevisionConflict
 from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
 
 _TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
@@ -197,6 +202,41 @@ class PostgresKeyStore:
                 row = await _one(conn, "revoke_key", id=key_id)
         assert row is not None
         return key_from_row(row)
+
+    async def declare_teams(self, declared: Sequence[BootstrapTeam]) -> list[str]:
+        """Register config-declared teams by immutable fingerprint (ADR-046 bootstrap).
+
+        The first replica to declare a team creates it (unless it already exists) and
+        records the declaration's fingerprint. Repeating an identical declaration changes
+        nothing — it never overwrites a later admin edit. A different declaration for the
+        same team refuses startup, naming the config key. Returns the names created.
+        """
+        created = []
+        for i, decl in enumerate(declared):
+            fields = msgspec.structs.asdict(decl)
+            name = fields.pop("name")
+            body = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+            digest = hashlib.sha256(body.encode()).hexdigest()
+            where = {"kind": "team", "name": name, "fingerprint": digest}
+            async with connection(self._pool, "key store") as conn, conn.transaction():
+                if await _one(conn, "declare", **where) is None:
+                    first = await _one(conn, "declaration_for_update", **where)
+                    if first is not None and first["fingerprint"] != digest:
+                        raise ConfigError(
+                            f"bootstrap_teams[{i}]: team {name!r} was first declared with "
+                            "other limits; a declaration is immutable once registered "
+                            "(edit the team with `mayu teams set` and restore the original "
+                            "declaration)")
+                    continue
+                if await _one(conn, "find_team", name_or_id=name) is not None:
+                    continue
+                limits = TeamLimits(**fields)
+                _check_limits(limits, _TEAM_LIMITS, f"bootstrap_teams[{i}]")
+                await _one(conn, "insert_team", id="team_" + uuid.uuid4().hex[:16], name=name,
+                           region=None, guardrails=[],
+                           **{n: getattr(limits, n) for n in _TEAM_LIMITS})
+                created.append(name)
+        return created
 
     async def close(self) -> None:
         """The pool belongs to the app lifespan, which closes it."""
