@@ -47,7 +47,7 @@ _UPSTREAM = {  # gateway model -> (provider, upstream model)
     "claude-cut-local": ("in-process", "mock-cut-stream"),
     "gpt-timeout": ("up-short", "mock-slow-stream"),
     "gpt-down": ("down", "mock-gpt"),
-    "gpt-slow-start": ("up-openai", "mock-slow-start"),
+    "gpt-slow-start": ("up-openai", "mock-slow-start-slow-stream"),
 }
 
 

@@ -54,9 +54,9 @@ def test_disconnect_mid_stream_commits_the_bound_as_uncertain(stack: Stack, mode
 def test_disconnect_before_the_first_byte_still_settles(stack: Stack) -> None:
     """A client gone before any byte of its stream: the attempt settles uncertain.
 
-    The upstream (mock-slow-start) pauses before answering; the client hangs up once the
-    admission is visible in /v1/usage, i.e. while the gateway still waits for upstream
-    headers. The permit must not stay pending.
+    The upstream (mock-slow-start-slow-stream) pauses before answering, then streams
+    slowly; the client hangs up once the admission is visible in /v1/usage, i.e. while
+    the gateway still waits for upstream headers. The permit must not stay pending.
     """
     key = stack.team_key("disconnect-early", "--usd-micros-per-day", "10000000")
     stack.clear_ledger()
@@ -77,3 +77,4 @@ def test_disconnect_before_the_first_byte_still_settles(stack: Stack) -> None:
     assert line["outcome"] == "uncertain"
     assert usage["usd_committed"] == line["usd_bound"]
     assert usage["tokens_committed"] == line["token_bound"]
+    assert stack.ledger() == []  # the upstream never got to report usage
