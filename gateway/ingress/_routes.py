@@ -7,6 +7,7 @@ Errors are rendered once, by :func:`error_handler`, in the calling protocol's sh
 
 from __future__ import annotations
 
+import hmac
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -128,7 +129,9 @@ async def usage_report(request: AnyRequest) -> dict[str, Any]:
     month = request.query_params.get("month", month)
     key = presented_key(request)
     scope: dict[str, str | None] = {"key_id": None, "team_id": None}
-    if not (gw.admin_token and key == gw.admin_token):
+    is_admin = bool(gw.admin_token and key
+                    and hmac.compare_digest(key.encode(), gw.admin_token.encode()))
+    if not is_admin:
         principal = await authenticate(gw, request)
         scope = {"key_id": principal.key_id, "team_id": principal.team_id}
     try:
