@@ -18,6 +18,7 @@ from litestar import Litestar
 
 from gateway.audit import AuditLog, default_audit_path
 from gateway.config import Settings, resolve_secret
+from gateway.errors import ConfigError, InferplaneError
 from gateway.governance import GovernanceStore
 from gateway.ingress import ROUTES, Gateway, error_handler
 from gateway.keys import KeyStore
@@ -69,7 +70,13 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
 
     assert settings.database is not None  # load_settings refuses shared mode without it
     pool = open_pool(settings.database)
-    await pool.open(wait=True, timeout=settings.database.connect_timeout_s + 5)
+    wait_s = settings.database.connect_timeout_s + 5
+    try:
+        await pool.open(wait=True, timeout=wait_s)
+    except Exception as exc:
+        await pool.close()
+        raise ConfigError(f"database.dsn_ref: no connection to the database within "
+                          f"{wait_s:g}s ({type(exc).__name__}: {exc})") from exc
     stack.push_async_callback(pool.close)
     policy: PolicySource = (_policy_source(settings) if settings.policies else
                             PostgresPolicySource(pool,
@@ -95,29 +102,36 @@ def audit_path(settings: Settings) -> str:
 def create_app(settings: Settings, *, components: Components | None = None) -> Litestar:
     """The gateway as an ASGI app; the lifespan owns whatever it opens."""
 
+    async def start(app: Litestar, stack: AsyncExitStack) -> Gateway:
+        comps = components or await build_components(settings, stack)
+        providers = comps.providers or build_providers(settings.providers)
+        for provider in providers.values():
+            await provider.start()
+            stack.push_async_callback(provider.close)
+        await comps.policy.start()
+        stack.push_async_callback(comps.policy.stop)
+        audit = AuditLog(audit_path(settings))
+        audit.open()
+        stack.callback(audit.close)
+        admin = (resolve_secret(settings.server.admin_token_ref, key="server.admin_token_ref")
+                 if settings.server.admin_token_ref else None)
+        return Gateway(settings=settings, key_store=comps.key_store,
+                       governance=comps.governance, policy=comps.policy,
+                       providers=providers, metrics=Metrics(), audit=audit,
+                       admin_token=admin)
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            comps = components or await build_components(settings, stack)
-            providers = comps.providers or build_providers(settings.providers)
-            for provider in providers.values():
-                await provider.start()
-                stack.push_async_callback(provider.close)
-            await comps.policy.start()
-            stack.push_async_callback(comps.policy.stop)
-            audit = AuditLog(audit_path(settings))
-            audit.open()
-            stack.callback(audit.close)
-            admin = (resolve_secret(settings.server.admin_token_ref,
-                                    key="server.admin_token_ref")
-                     if settings.server.admin_token_ref else None)
-            app.state.gateway = Gateway(
-                settings=settings, key_store=comps.key_store, governance=comps.governance,
-                policy=comps.policy, providers=providers, metrics=Metrics(), audit=audit,
-                admin_token=admin)
+            try:
+                app.state.gateway = await start(app, stack)
+            except InferplaneError as exc:
+                # One plain line naming the config key, above the server's traceback.
+                log.error("startup failed: %s", exc.message)
+                raise
             stack.callback(setattr, app.state, "gateway", None)
             log.info("mayu ready: %s profile, audit %s",
-                     "shared" if settings.shared else "local", audit.path)
+                     "shared" if settings.shared else "local", app.state.gateway.audit.path)
             yield
 
     return Litestar(route_handlers=ROUTES, lifespan=[lifespan],
