@@ -159,7 +159,8 @@ def test_broken_config_exits_non_zero_naming_the_key(tmp_path: Path) -> None:
     bad.write_text("providers:\n  - {name: x, kind: openai}\nmodels: []\n")
     done = run_cli("serve", "--config", str(bad))
     assert done.returncode != 0 and "providers[0].base_url" in done.stderr
-    bad.write_text("server:\n  admin_token_ref: env:MAYU_E2E_SURELY_UNSET\n")
+    bad.write_text(f"data_dir: {tmp_path / 'data'}\n"
+                   "server:\n  admin_token_ref: env:MAYU_E2E_SURELY_UNSET\n")
     done = run_cli("serve", "--config", str(bad), "--port", "0")
     assert done.returncode != 0
     assert "startup failed: server.admin_token_ref" in done.stdout + done.stderr
