@@ -103,6 +103,9 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
     """The gateway as an ASGI app; the lifespan owns whatever it opens."""
 
     async def start(app: Litestar, stack: AsyncExitStack) -> Gateway:
+        # Secrets first: a bad reference fails before anything is opened or created.
+        admin = (resolve_secret(settings.server.admin_token_ref, key="server.admin_token_ref")
+                 if settings.server.admin_token_ref else None)
         comps = components or await build_components(settings, stack)
         providers = comps.providers or build_providers(settings.providers)
         for provider in providers.values():
@@ -113,8 +116,6 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
         audit = AuditLog(audit_path(settings))
         audit.open()
         stack.callback(audit.close)
-        admin = (resolve_secret(settings.server.admin_token_ref, key="server.admin_token_ref")
-                 if settings.server.admin_token_ref else None)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=Metrics(), audit=audit,
