@@ -19,18 +19,19 @@ depends_on = None
 _TABLES = ("permit_segments", "permits", "authority_accounts", "counters", "policy_changes",
            "policy_generations", "policy_state", "bootstrap_declarations", "keys", "teams",
            "authority_namespace")
-_FUNCTIONS = (
-    "inferplane_settle_v1(uuid, text, text, jsonb, text, bigint, bigint)",
-    "inferplane_admit_v1(jsonb)",
-    "inferplane_write_permit_v1(jsonb)",
-    "inferplane_reserve_charge_v1(jsonb, bigint)",
-    "inferplane_check_charge_v1(jsonb, bigint)",
-    "inferplane_lock_charge_v1(jsonb, bigint)",
-    "inferplane_check_snapshot_v1(jsonb, bigint)",
-    "inferplane_now_us_v1()",
-    "inferplane_retry_after_v1(bigint, bigint, bigint)",
-    "inferplane_refill_v1(bigint, bigint, bigint)",
-)
+# Every function of this schema is named inferplane_*: downgrade drops them all.
+_DROP_FUNCTIONS = """
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT oid::regprocedure FROM pg_proc
+              WHERE starts_with(proname, 'inferplane_')
+                AND pronamespace = current_schema()::regnamespace LOOP
+        EXECUTE 'DROP FUNCTION ' || f;
+    END LOOP;
+END
+$$
+"""
 
 
 def _run_script(text: str) -> None:
@@ -48,7 +49,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for signature in _FUNCTIONS:
-        op.execute(f"DROP FUNCTION IF EXISTS {signature}")
+    _run_script(_DROP_FUNCTIONS)
     for table in _TABLES:
         op.execute(f"DROP TABLE IF EXISTS {table}")
