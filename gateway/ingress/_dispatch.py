@@ -94,7 +94,7 @@ async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Respon
     else:
         outcome = _error_outcome(upstream.status)
     await attempt.finish(outcome, status=upstream.status)
-    headers = attempt.headers()
+    headers = {**upstream.headers, **attempt.headers()}
     if outcome.kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd is not None:
         headers["x-inferplane-cost-micro-usd"] = str(outcome.cost_micro_usd)
     return Response(data, status_code=upstream.status, media_type=upstream.content_type,
@@ -106,7 +106,9 @@ def _stream_response(attempt: Attempt, upstream: UpstreamResponse,
     meter = StreamMeter(attempt.call.endpoint, strip_usage_chunk=strip)
     relay = _relay(attempt, upstream, meter)
     return Stream(relay, status_code=200, media_type="text/event-stream",
-                  headers={**attempt.headers(), "cache-control": "no-cache"},
+                  headers={**upstream.headers, **attempt.headers(), "cache-control": "no-cache",
+                           # Reverse proxies must not buffer the stream.
+                           "x-accel-buffering": "no"},
                   background=BackgroundTask(_after_stream, relay, attempt, upstream))
 
 

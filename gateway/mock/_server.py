@@ -52,13 +52,13 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
         if reply.events:
             return Stream(play(reply, latency_s=latency_s, record=ledger.record),
                           media_type="text/event-stream", status_code=reply.status,
-                          headers={"cache-control": "no-cache"})
+                          headers={"cache-control": "no-cache", **reply.headers})
         if latency_s + reply.body_delay_s:
             await asyncio.sleep(latency_s + reply.body_delay_s)
         if reply.entry is not None:
             ledger.record(reply.entry)
         return Response(reply.body or b"", status_code=reply.status,
-                        media_type="application/json")
+                        media_type="application/json", headers=reply.headers)
 
     @post("/v1/chat/completions", status_code=200)
     async def chat(request: Request[Any, Any, Any]) -> Any:

@@ -38,6 +38,8 @@ class MockReply:
     """Extra delay between stream events (slow-stream)."""
     body_delay_s: float = 0.0
     """Extra delay before a non-streamed body (slow-stream)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Response headers (a 500 says when to retry, as real upstreams do)."""
     start_delay_s: float = 0.0
     """Delay before the answer starts, headers included (slow-start)."""
     cut_after: int | None = None
@@ -68,7 +70,7 @@ def _error(protocol: str) -> MockReply:
     else:
         body = {"error": {"message": "mock upstream failure", "type": "server_error",
                           "param": None, "code": "mock_error"}}
-    return MockReply(status=500, body=msgspec.json.encode(body))
+    return MockReply(status=500, body=msgspec.json.encode(body), headers={"retry-after": "1"})
 
 
 def plan_reply(endpoint: Endpoint, body: dict[str, Any]) -> MockReply:

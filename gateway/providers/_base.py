@@ -16,6 +16,10 @@ from gateway.usage import Endpoint
 
 Protocol_ = Literal["openai", "anthropic"]
 
+PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
+"""Upstream response headers relayed to the client: when to retry, and the upstream's
+own request id for support tickets."""
+
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
 """Upstream statuses after which a fallback deployment is tried."""
 
@@ -50,6 +54,8 @@ class UpstreamResponse:
     close: Callable[[], Awaitable[None]] = field(default=_nothing)
     elapsed_s: float = 0.0
     """Time to response headers."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Upstream headers worth passing to the client (see ``PASSED_HEADERS``)."""
 
     async def read(self) -> bytes:
         parts = [chunk async for chunk in self.chunks]

@@ -22,6 +22,7 @@ import httpx
 
 from gateway.config import ProviderSettings, resolve_secret
 from gateway.providers._base import (
+    PASSED_HEADERS,
     DispatchFailed,
     NotDispatched,
     Protocol_,
@@ -105,7 +106,8 @@ class HttpProvider:
             status=response.status_code,
             content_type=response.headers.get("content-type", "application/json"),
             chunks=_relay(response, self.name), close=response.aclose,
-            elapsed_s=time.perf_counter() - started)
+            elapsed_s=time.perf_counter() - started,
+            headers={h: response.headers[h] for h in PASSED_HEADERS if h in response.headers})
 
 
 async def _relay(response: httpx.Response, name: str) -> AsyncIterator[bytes]:

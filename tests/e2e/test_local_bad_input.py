@@ -112,6 +112,7 @@ def test_upstream_500_passes_through_and_charges_nothing(stack: Stack, key: str)
     r = _post(stack, key, "/v1/chat/completions",
               b'{"model": "gpt-500", "max_tokens": 5, "messages": []}')
     assert _openai_error(r, 500)["code"] == "mock_error"
+    assert r.headers["retry-after"] == "1"  # the upstream's own header is relayed
     after = stack.team_usage(key)
     assert (after["usd_committed"], after["usd_reserved"]) == (before["usd_committed"], 0)
 
