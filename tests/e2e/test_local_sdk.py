@@ -76,17 +76,21 @@ def test_chat_stream_with_include_usage_keeps_it(stack: Stack, oai: openai.OpenA
     assert usage_chunks[0].usage.completion_tokens == entry["classes"]["output"]  # type: ignore[index]
 
 
-def test_responses_api_json_and_stream(stack: Stack, oai: openai.OpenAI) -> None:
-    """Responses API, plain and streamed: cost header from the ledger; stream completes."""
+def test_responses_api_json_and_stream(stack: Stack, oai: openai.OpenAI, key: str) -> None:
+    """Responses API, plain and streamed: each charged exactly the ledger's price."""
     stack.clear_ledger()
     raw = oai.responses.with_raw_response.create(model="gpt-up", input=LONG,
                                                  max_output_tokens=16)
     response = raw.parse()
     assert response.output_text.startswith("w0")
     assert int(raw.headers["x-inferplane-cost-micro-usd"]) == expected_cost(_only_entry(stack))
-    events = list(oai.responses.create(model="gpt-up", input="hi", max_output_tokens=16,
+    before = stack.team_usage(key)
+    stack.clear_ledger()
+    events = list(oai.responses.create(model="gpt-up", input=LONG, max_output_tokens=16,
                                        stream=True))
     assert events[-1].type == "response.completed"
+    after = stack.team_usage(key)
+    assert after["usd_committed"] - before["usd_committed"] == expected_cost(_only_entry(stack))
 
 
 def test_embeddings_cost_header_matches_ledger(stack: Stack, oai: openai.OpenAI) -> None:
