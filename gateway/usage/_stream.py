@@ -26,6 +26,9 @@ from gateway.usage._map import from_anthropic, from_openai, from_responses
 Endpoint = Literal["chat", "responses", "embeddings", "messages"]
 
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+"""An "event" this long without a blank line is not SSE we can meter: it is passed on
+unparsed rather than held (memory stays bounded whatever the upstream sends)."""
 _RESPONSE_DONE = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -70,6 +73,7 @@ class StreamMeter:
         self.complete = False
         """The protocol's end-of-stream marker was seen."""
         self._buffer = b""
+        self._scan_from = 0
         self._raw_usage: dict[str, Any] | None = None
 
     def feed(self, chunk: bytes) -> bytes:
@@ -77,13 +81,19 @@ class StreamMeter:
         self._buffer += chunk
         out: list[bytes] = []
         while True:
-            match = _EVENT_END.search(self._buffer)
+            # Resume the search just before the old end: a delimiter may straddle chunks.
+            match = _EVENT_END.search(self._buffer, max(0, self._scan_from - 3))
             if match is None:
+                self._scan_from = len(self._buffer)
                 break
             event = self._buffer[: match.end()]
             self._buffer = self._buffer[match.end():]
+            self._scan_from = 0
             if self._observe(event):
                 out.append(event)
+        if len(self._buffer) > MAX_EVENT_BYTES:
+            out.append(self._buffer)
+            self._buffer, self._scan_from = b"", 0
         return b"".join(out)
 
     def flush(self) -> bytes:

@@ -162,3 +162,23 @@ def test_stream_with_negative_usage_raises_on_read() -> None:
     meter.feed(_sse({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": -5}}))
     with pytest.raises(InvalidUsage):
         meter.usage()
+
+
+def test_oversized_event_is_passed_on_unparsed() -> None:
+    """Bytes without an event boundary beyond MAX_EVENT_BYTES are forwarded, not held."""
+    from gateway.usage._stream import MAX_EVENT_BYTES
+
+    meter = StreamMeter("chat")
+    blob = b"data: " + b"x" * MAX_EVENT_BYTES
+    assert meter.feed(blob[:100]) == b""
+    assert meter.feed(blob[100:]) == blob
+    assert meter.feed(b"\n\n") == b"\n\n" and meter.usage() is None
+
+
+def test_event_boundary_split_across_chunks_one_byte_at_a_time() -> None:
+    """CRLF delimiters split byte by byte still frame events exactly."""
+    meter = StreamMeter("chat")
+    data = (b'data: {"choices": [], "usage": {"prompt_tokens": 4}}\r\n\r\n'
+            b"data: [DONE]\r\n\r\n")
+    out = b"".join(meter.feed(data[i:i + 1]) for i in range(len(data)))
+    assert out == data and meter.complete and meter.usage() == Usage(input=4)
