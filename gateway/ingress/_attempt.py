@@ -102,6 +102,8 @@ class Attempt:
     permit: Permit | None = None
     result: SettleResult | None = None
     settled: bool = False
+    dispatched: bool = False
+    """The request may have reached the upstream (decides cancelled vs uncertain)."""
 
     @property
     def request_id(self) -> str:

@@ -46,31 +46,51 @@ async def dispatch(call: Call) -> Response[Any]:
         last = index == len(call.deployments) - 1
         attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index)
         await attempt.admit()
-        body, strip = upstream_body(call.body, call.doc, deployment, call.endpoint,
-                                    stream=call.stream)
         try:
-            upstream = await provider.send(call.endpoint, body, headers=call.client_headers)
-        except UpstreamFailure as exc:
-            kind = OutcomeKind.UNCERTAIN if exc.dispatched else OutcomeKind.CANCELLED
-            await attempt.finish(Outcome(kind=kind, detail=str(exc)), status=502)
-            if last:
-                raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
-            continue
-        call.gw.metrics.upstream_latency.labels(provider.name).observe(upstream.elapsed_s)
-        if upstream.status in RETRYABLE_STATUS and not last:
-            await _discard(upstream)
-            await attempt.finish(_error_outcome(upstream.status), status=upstream.status)
-            continue
-        if call.stream and upstream.status == 200:
-            return _stream_response(attempt, upstream, strip)
-        try:
-            return await _json_response(attempt, upstream)
-        except UpstreamFailure as exc:
-            await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN, detail=str(exc)),
-                                 status=502)
-            if last:
-                raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
+            response = await _attempt(attempt, last=last)
+        except BaseException:
+            # Whatever went wrong (a bug, a shutdown cancelling the handler), the permit
+            # must not stay pending when this attempt can still say what happened.
+            if not attempt.settled:
+                with anyio.CancelScope(shield=True):
+                    kind = OutcomeKind.UNCERTAIN if attempt.dispatched else OutcomeKind.CANCELLED
+                    await attempt.finish(Outcome(kind=kind, detail="attempt aborted"),
+                                         status=500)
+            raise
+        if response is not None:
+            return response
     raise UpstreamUnavailable("no deployment could be tried")  # pragma: no cover
+
+
+async def _attempt(attempt: Attempt, *, last: bool) -> Response[Any] | None:
+    """One deployment: the response to return, or None to fall back to the next one."""
+    call, provider = attempt.call, attempt.provider
+    body, strip = upstream_body(call.body, call.doc, attempt.deployment, call.endpoint,
+                                stream=call.stream)
+    try:
+        attempt.dispatched = True
+        upstream = await provider.send(call.endpoint, body, headers=call.client_headers)
+    except UpstreamFailure as exc:
+        attempt.dispatched = exc.dispatched
+        await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN if exc.dispatched
+                                     else OutcomeKind.CANCELLED, detail=str(exc)), status=502)
+        if last:
+            raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
+        return None
+    call.gw.metrics.upstream_latency.labels(provider.name).observe(upstream.elapsed_s)
+    if upstream.status in RETRYABLE_STATUS and not last:
+        await _discard(upstream)
+        await attempt.finish(_error_outcome(upstream.status), status=upstream.status)
+        return None
+    if call.stream and upstream.status == 200:
+        return _stream_response(attempt, upstream, strip)
+    try:
+        return await _json_response(attempt, upstream)
+    except UpstreamFailure as exc:
+        await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN, detail=str(exc)), status=502)
+        if last:
+            raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
+        return None
 
 
 async def _discard(upstream: UpstreamResponse) -> None:
