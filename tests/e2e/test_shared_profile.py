@@ -306,12 +306,14 @@ def test_killed_replica_leaves_pending_permit_that_binds(shared: Shared) -> None
         assert r.status_code == 200
         permit, usd_bound = r.headers["x-inferplane-permit"], int(
             r.headers["x-inferplane-usd-bound"])
-        next(r.iter_bytes())
+        chunks = r.iter_bytes()  # held: dropping the generator could close the stream
+        next(chunks)
         victim.popen.send_signal(signal.SIGKILL)
         victim.popen.wait()
     victim.stop()
-    [(status,)] = shared.sql("SELECT status FROM permits WHERE id = %s", permit)
-    assert status == "pending"
+    [(status, detail)] = shared.sql("SELECT status, detail FROM permits WHERE id = %s",
+                                    permit)
+    assert status == "pending", detail
     assert shared.team_usd_window(team_id) == (0, usd_bound)
     # 1000 output tokens at $4/Mtok alone is 4000 µUSD: it fits the empty budget, but not
     # beside the dead replica's pending reservation.
