@@ -19,6 +19,7 @@ import msgspec
 import sql
 from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import BadRequest, SettlementConflict, UnknownPermit
+from gateway.governance._coalesce import Coalescer
 from gateway.governance._model import (
     AdmissionRequest,
     Outcome,
@@ -28,6 +29,7 @@ from gateway.governance._model import (
     SettleResult,
     UsageRow,
 )
+from gateway.governance._plan import commits_for
 from gateway.pricing import InvalidUsage
 
 # Same input ceilings as the local store: every stored value stays exact in BIGINT.
@@ -101,16 +103,32 @@ def _totals(outcome: Outcome) -> tuple[int | None, int | None]:
 
 
 class PostgresGovernanceStore:
-    """:class:`gateway.governance.GovernanceStore` on the shared Postgres database."""
+    """:class:`gateway.governance.GovernanceStore` on the shared Postgres database.
 
-    def __init__(self, pool: Pool) -> None:
+    ``coalesce``: at most this many admission calls in flight; admissions arriving while
+    they are all busy are sent together as one batch (:mod:`._coalesce`). 0 (default):
+    every ``admit`` is its own call.
+    """
+
+    def __init__(self, pool: Pool, *, coalesce: int = 0) -> None:
         self._pool = pool
+        self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce)
+                           if coalesce > 0 else None)
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         if not requests:
             return []
         for req in requests:
             _validate(req)
+        if self._coalescer is not None:
+            return await self._coalescer.admit(requests)
+        return await self._admit_now(requests)
+
+    async def _refund(self, permit: Permit) -> SettleResult:
+        cancel = Outcome(kind=OutcomeKind.CANCELLED, detail="admission caller cancelled")
+        return await self.settle(permit.id, cancel, commits_for(permit.request, cancel))
+
+    async def _admit_now(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         payload = msgspec.json.encode(requests).decode()
         async with connection(self._pool) as conn:
             row = await fetch_one(conn, sql.queries["admit"], {"requests": payload})

@@ -1,0 +1,91 @@
+"""Coalescing admissions: many concurrent ``admit`` calls, few database round trips.
+
+On one hot team every admission waits for the same row locks, so one gateway can admit
+at most one request per lock hold (DESIGN §4). ``inferplane_admit_v1`` decides a whole
+batch in one transaction, so the way past that bound is to send the requests that are
+waiting anyway as one batch. :class:`Coalescer` does it without adding latency: up to
+``max_in_flight`` calls go to the database at once; requests arriving while all of
+them are busy queue, and the next free slot sends everything queued as one call.
+
+A caller cancelled while its batch is in the database may still be granted a permit:
+that permit is settled CANCELLED (a full refund) in the background, so it never stays
+pending and binding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from gateway.governance._model import AdmissionRequest, Permit, Refusal
+
+log = logging.getLogger("mayu.governance")
+
+Decision = Permit | Refusal
+Send = Callable[[list[AdmissionRequest]], Awaitable[list[Decision]]]
+Refund = Callable[[Permit], Awaitable[object]]
+
+
+class Coalescer:
+    def __init__(self, send: Send, refund: Refund, *, max_in_flight: int,
+                 max_batch: int = 64) -> None:
+        self._send, self._refund = send, refund
+        self._max_in_flight, self._max_batch = max_in_flight, max_batch
+        self._in_flight = 0
+        self._queue: list[tuple[list[AdmissionRequest], asyncio.Future[list[Decision]]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def admit(self, requests: list[AdmissionRequest]) -> list[Decision]:
+        future: asyncio.Future[list[Decision]] = asyncio.get_running_loop().create_future()
+        self._queue.append((requests, future))
+        if self._in_flight < self._max_in_flight:
+            self._in_flight += 1
+            self._spawn(self._drain())
+        return await future
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self) -> None:
+        """Send queued requests, batch after batch, until the queue is empty."""
+        try:
+            while self._queue:
+                batch, size = [], 0
+                while self._queue and size < self._max_batch:
+                    item = self._queue.pop(0)
+                    batch.append(item)
+                    size += len(item[0])
+                await self._one_batch(batch)
+        finally:
+            self._in_flight -= 1
+
+    async def _one_batch(self, batch: list[tuple[list[AdmissionRequest],
+                                                 asyncio.Future[list[Decision]]]]) -> None:
+        flat = [r for reqs, _ in batch for r in reqs]
+        try:
+            decisions = await self._send(flat)
+        except Exception as exc:  # every caller of the batch sees the store's error
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        i = 0
+        for reqs, future in batch:
+            mine = decisions[i:i + len(reqs)]
+            i += len(reqs)
+            if future.done():  # the caller was cancelled: give back what it was granted
+                for d in mine:
+                    if isinstance(d, Permit):
+                        self._spawn(self._give_back(d))
+            else:
+                future.set_result(mine)
+
+    async def _give_back(self, permit: Permit) -> None:
+        try:
+            await self._refund(permit)
+        except Exception:
+            log.exception("permit %s of a cancelled admission could not be refunded; it "
+                          "stays pending", permit.id)

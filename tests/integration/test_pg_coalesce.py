@@ -1,0 +1,71 @@
+"""Coalesced admissions (PostgresGovernanceStore(coalesce=N)) on a real database."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.governance import Permit, PostgresGovernanceStore, Refusal
+from gateway.governance._coalesce import Coalescer
+from gateway.keys import PostgresKeyStore, TeamLimits
+from tests.integration._pg_helpers import principal, request
+
+
+async def test_concurrent_admissions_share_calls_and_keep_the_budget(pg_pool) -> None:  # type: ignore[no-untyped-def]
+    """40 concurrent admits through 2 slots: fewer than 40 database calls, each caller gets
+    the decision for its own request, and exactly budget/amount permits are granted."""
+    keys = PostgresKeyStore(pg_pool)
+    p = await principal(keys, limits=TeamLimits(usd_micros_per_day=10_000))
+    store = PostgresGovernanceStore(pg_pool)
+    calls: list[int] = []
+
+    async def counting_send(reqs):  # type: ignore[no-untyped-def]
+        calls.append(len(reqs))
+        return await store._admit_now(reqs)
+
+    coalescer = Coalescer(counting_send, store._refund, max_in_flight=2)
+    reqs = [request(p, usd=1_000, rid=f"r{i}") for i in range(40)]
+    decisions = await asyncio.gather(*(coalescer.admit([r]) for r in reqs))
+    assert sum(calls) == 40 and len(calls) < 40 and max(calls) > 1
+    granted = [d for [d] in decisions if isinstance(d, Permit)]
+    assert len(granted) == 10
+    assert all(isinstance(d, Refusal) and d.status == 402
+               for [d] in decisions if not isinstance(d, Permit))
+    for req, [d] in zip(reqs, decisions, strict=True):
+        if isinstance(d, Permit):
+            assert d.request is req
+
+
+async def test_permit_of_a_cancelled_caller_is_refunded(pg_pool) -> None:  # type: ignore[no-untyped-def]
+    """A caller cancelled while its batch is in the database: the permit it was granted is
+    settled CANCELLED in the background, so nothing stays pending or reserved."""
+    keys = PostgresKeyStore(pg_pool)
+    p = await principal(keys, limits=TeamLimits(usd_micros_per_day=10_000))
+    store = PostgresGovernanceStore(pg_pool)
+    release, sent = asyncio.Event(), asyncio.Event()
+
+    async def held_send(reqs):  # type: ignore[no-untyped-def]
+        sent.set()
+        await release.wait()
+        return await store._admit_now(reqs)
+
+    coalescer = Coalescer(held_send, store._refund, max_in_flight=1)
+    caller = asyncio.create_task(coalescer.admit([request(p, usd=4_000)]))
+    await sent.wait()
+    caller.cancel()
+    release.set()
+    while coalescer._tasks:
+        await asyncio.gather(*list(coalescer._tasks))
+    assert caller.cancelled()
+    assert await store.pending_permits() == []
+    window = await store.counter(f"team:{p.team.id}:usd:day:2026-11-29")
+    assert (window["reserved"], window["committed"]) == (0, 0)
+
+
+async def test_store_with_coalescing_admits_like_without(pg_pool) -> None:  # type: ignore[no-untyped-def]
+    """The store's coalesce option is transparent: same decisions as direct calls."""
+    keys = PostgresKeyStore(pg_pool)
+    p = await principal(keys, limits=TeamLimits(usd_micros_per_day=3_000))
+    store = PostgresGovernanceStore(pg_pool, coalesce=1)
+    decisions = await asyncio.gather(*(store.admit([request(p, usd=1_000, rid=str(i))])
+                                       for i in range(5)))
+    assert [isinstance(d, Permit) for [d] in decisions].count(True) == 3
