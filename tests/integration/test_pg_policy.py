@@ -100,3 +100,33 @@ async def test_source_follows_notify_and_admission_checks_generation(pg_pool, pg
     assert any(c.kind == "account" for c in fresh.request.charges)
     [over] = await gov.admit([request(p, usd=1, snapshot=after)])
     assert isinstance(over, Refusal) and over.status == 402
+
+
+async def test_settlement_after_the_rule_is_deleted_uses_the_captured_account(pg_pool) -> None:  # type: ignore[no-untyped-def]
+    """Admitted under a published budget rule, settled after that policy was deleted: the
+    rule's account still gets the commitment and its reservation back."""
+    from gateway.governance import Outcome, OutcomeKind, commits_for
+    from gateway.pricing import Usage
+
+    keys, gov = PostgresKeyStore(pg_pool), PostgresGovernanceStore(pg_pool)
+    p = await principal(keys, team="t1")
+    source = PostgresPolicySource(pg_pool, refresh_s=60.0)
+    async with pg_pool.connection() as conn:
+        await publish(conn, put={"a": doc("a", limitMilliUSD=10, window="month")},
+                      author="alice")
+    await source.refresh()
+    req = request(p, usd=4_000, snapshot=source.snapshot())
+    [permit] = await gov.admit([req])
+    assert isinstance(permit, Permit)
+    [account] = [c.counter for c in req.charges if c.kind == "account"]
+    async with pg_pool.connection() as conn:
+        await publish(conn, delete=["a"], author="bob")
+    await source.refresh()
+    assert source.snapshot().rules == ()
+    out = Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(input=10), cost_micro_usd=1_500)
+    await gov.settle(permit.id, out, commits_for(req, out))
+    row = await gov.counter(account)
+    assert (row["committed"], row["reserved"], row["limit"]) == (1_500, 0, 10_000)
+    [after] = await gov.admit([request(p, usd=4_000, snapshot=source.snapshot())])
+    assert isinstance(after, Permit)
+    assert not any(c.kind == "account" for c in after.request.charges)
