@@ -10,6 +10,7 @@ same refusal statuses, same outcome fingerprint, same commit validation.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any
@@ -112,6 +113,8 @@ class PostgresGovernanceStore:
 
     def __init__(self, pool: Pool, *, coalesce: int = 0) -> None:
         self._pool = pool
+        # Admissions whose caller was cancelled, and the refunds of their permits.
+        self._background: set[asyncio.Future[Any]] = set()
         self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce)
                            if coalesce > 0 else None)
 
@@ -122,7 +125,27 @@ class PostgresGovernanceStore:
             _validate(req)
         if self._coalescer is not None:
             return await self._coalescer.admit(requests)
-        return await self._admit_now(requests)
+        # Shielded: if the caller is cancelled (client gone) while the database decides,
+        # the admission still completes and any permit it granted is refunded, instead
+        # of staying pending and binding the budget with nobody to settle it.
+        task = asyncio.ensure_future(self._admit_now(requests))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._background.add(task)
+            # Refund first, so _background never looks empty between the two.
+            task.add_done_callback(self._refund_orphans)
+            task.add_done_callback(self._background.discard)
+            raise
+
+    def _refund_orphans(self, task: asyncio.Future[list[Permit | Refusal]]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        for decision in task.result():
+            if isinstance(decision, Permit):
+                refund = asyncio.ensure_future(self._refund(decision))
+                self._background.add(refund)
+                refund.add_done_callback(self._background.discard)
 
     async def _refund(self, permit: Permit) -> SettleResult:
         cancel = Outcome(kind=OutcomeKind.CANCELLED, detail="admission caller cancelled")

@@ -69,3 +69,34 @@ async def test_store_with_coalescing_admits_like_without(pg_pool) -> None:  # ty
     decisions = await asyncio.gather(*(store.admit([request(p, usd=1_000, rid=str(i))])
                                        for i in range(5)))
     assert [isinstance(d, Permit) for [d] in decisions].count(True) == 3
+
+
+async def test_cancelled_direct_admission_is_refunded(pg_pool, pg_dsn) -> None:  # type: ignore[no-untyped-def]
+    """A caller cancelled while its admission waits on a row lock: once the database
+    grants it, the permit is settled CANCELLED, so nothing stays pending or reserved."""
+    import psycopg
+
+    keys = PostgresKeyStore(pg_pool)
+    p = await principal(keys, limits=TeamLimits(usd_micros_per_day=10_000))
+    store = PostgresGovernanceStore(pg_pool)
+    [first] = await store.admit([request(p, usd=1_000)])  # creates the counter rows
+    window = f"team:{p.team.id}:usd:day:2026-11-29"
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as blocker:
+        await blocker.execute("SELECT 1 FROM counters WHERE key = %s FOR UPDATE", (window,))
+        caller = asyncio.create_task(store.admit([request(p, usd=2_000)]))
+        while True:  # until the admission is in the database, waiting on the lock
+            cur = await blocker.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%%inferplane_admit_v1%%'")
+            if (await cur.fetchone())[0]:  # type: ignore[index]
+                break
+            await asyncio.sleep(0.01)
+        caller.cancel()
+        await blocker.rollback()  # releases the lock: the admission now completes
+    while store._background or not caller.done():
+        await asyncio.sleep(0.01)
+        await asyncio.gather(*list(store._background))
+    assert caller.cancelled()
+    assert await store.pending_permits() == [first.id]  # type: ignore[union-attr]
+    row = await store.counter(window)
+    assert (row["reserved"], row["committed"]) == (1_000, 0)
