@@ -198,3 +198,10 @@ RETURNING fingerprint
 -- name: declaration_for_update
 SELECT fingerprint FROM bootstrap_declarations
  WHERE kind = %(kind)s AND name = %(name)s FOR UPDATE
+
+-- name: unfreeze
+-- Operator action after investigating invalid usage: lift a freeze (counter or account).
+WITH c AS (UPDATE counters SET frozen = false WHERE key = %(key)s AND frozen RETURNING 1),
+     a AS (UPDATE authority_accounts SET frozen = false WHERE key = %(key)s AND frozen
+           RETURNING 1)
+SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM a) AS lifted

@@ -196,6 +196,12 @@ class PostgresGovernanceStore:
         async with connection(self._pool) as conn:
             return await fetch_one(conn, sql.queries["counter"], {"key": name})
 
+    async def unfreeze(self, name: str) -> bool:
+        """Operator action: lift a freeze after investigating the invalid usage."""
+        async with connection(self._pool) as conn:
+            row = await fetch_one(conn, sql.queries["unfreeze"], {"key": name})
+        return bool(row and row["lifted"])
+
     async def pending_permits(self) -> list[str]:
         """Ids of permits admitted and not yet settled (they keep binding the limits)."""
         async with connection(self._pool) as conn:

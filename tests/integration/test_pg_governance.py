@@ -91,7 +91,8 @@ async def test_unknown_permit_and_bad_commits_are_refused(pg_pool) -> None:  # t
 
 
 async def test_invalid_usage_commits_nothing_and_freezes(pg_pool) -> None:  # type: ignore[no-untyped-def]
-    """INVALID changes no counter, freezes the money window, and the next request gets 402."""
+    """INVALID changes no counter, freezes the money window (next request 402) until an
+    operator unfreezes it."""
     keys, gov = PostgresKeyStore(pg_pool), PostgresGovernanceStore(pg_pool)
     p = await principal(keys, limits=BUDGET)
     req = request(p, usd=1_000)
@@ -105,6 +106,9 @@ async def test_invalid_usage_commits_nothing_and_freezes(pg_pool) -> None:  # ty
     [refused] = await gov.admit([request(p, usd=1)])
     assert isinstance(refused, Refusal) and refused.status == 402
     assert refused.counter == window
+    assert await gov.unfreeze(window) and not await gov.unfreeze(window)
+    [after] = await gov.admit([request(p, usd=1)])
+    assert isinstance(after, Permit)
 
 
 async def test_cancelled_refunds_everything_including_rpm(pg_pool) -> None:  # type: ignore[no-untyped-def]
