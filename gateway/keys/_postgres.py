@@ -23,36 +23,17 @@ from psycopg import AsyncConnection
 import sql
 from gateway.config import BootstrapTeam
 from gateway.db import Pool, connection, fetch_all, fetch_one
-from gateway.errors import BadRequest, ConfigError, NotFound, RevisionConflict
+from gateway.errors import BadRequest, ConfigError, NotFound
+from gateway.keys._limits import KEY_LIMITS, TEAM_LIMITS, check_limits, check_revision
 from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
 
-_TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
-_KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
-# Same ceilings as the local store, so a config valid in one profile is valid in both:
-# a bucket holds capacity * 60e6 scaled units, which must stay far inside BIGINT.
-MAX_RATE = 1 << 36
-MAX_LIMIT = 1 << 50
 _NO_TEAM_LIMITS = TeamLimits()
 _NO_KEY_LIMITS = KeyLimits()
 
 
-def _check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
-    for name in names:
-        value = getattr(limits, name)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise BadRequest(f"{where}.{name}: must be a non-negative integer, got {value!r}")
-        if name in ("rpm", "tpm") and value == 0:
-            raise BadRequest(f"{where}.{name}: must be positive (omit it for no cap)")
-        ceiling = MAX_RATE if name in ("rpm", "tpm") else MAX_LIMIT
-        if value > ceiling:
-            raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")
-
-
 def team_from_row(row: dict[str, Any]) -> Team:
     return Team(id=row["id"], name=row["name"],
-                limits=TeamLimits(**{n: row[n] for n in _TEAM_LIMITS}),
+                limits=TeamLimits(**{n: row[n] for n in TEAM_LIMITS}),
                 revision=row["revision"], region=row["region"],
                 guardrails=tuple(row["guardrails"] or ()), created_at=row["created_at"])
 
@@ -63,14 +44,14 @@ def key_from_row(row: dict[str, Any]) -> KeyRecord:
         id=row["id"], team_id=row["team_id"], key_hash=row["key_hash"],
         display_prefix=row["display_prefix"], name=row["name"], user=row["user_name"],
         allowed_models=None if models is None else tuple(models),
-        limits=KeyLimits(**{n: row[n] for n in _KEY_LIMITS}),
+        limits=KeyLimits(**{n: row[n] for n in KEY_LIMITS}),
         expires_at=row["expires_at"], revoked_at=row["revoked_at"],
         revision=row["revision"], created_at=row["created_at"])
 
 
 def _principal(row: dict[str, Any]) -> Principal:
     team = Team(id=row["team_id"], name=row["team_name"],
-                limits=TeamLimits(**{n: row[n] for n in _TEAM_LIMITS}),
+                limits=TeamLimits(**{n: row[n] for n in TEAM_LIMITS}),
                 revision=row["team_revision"], region=row["region"],
                 guardrails=tuple(row["guardrails"] or ()), created_at=row["team_created_at"])
     models = row["allowed_models"]
@@ -82,12 +63,6 @@ def _principal(row: dict[str, Any]) -> Principal:
                              usd_micros_per_month=row["key_usd_month"]),
         allowed_models=None if models is None else tuple(models), team=team,
         user=row["user_name"])
-
-
-def _compare(what: str, current: int, expected: int | None) -> None:
-    if expected is not None and expected != current:
-        raise RevisionConflict(f"{what} is at revision {current}, not {expected}; "
-                               "re-read it and retry")
 
 
 async def _one(conn: AsyncConnection[Any], query: str, **params: Any) -> dict[str, Any] | None:
@@ -113,29 +88,29 @@ class PostgresKeyStore:
                           guardrails: tuple[str, ...] = ()) -> Team:
         if not name or not name.strip():
             raise BadRequest("team name: must not be empty")
-        _check_limits(limits, _TEAM_LIMITS, "team limits")
+        check_limits(limits, TEAM_LIMITS, "team limits")
         async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             if await _one(conn, "find_team", name_or_id=name) is not None:
                 raise BadRequest(f"team {name!r} already exists")
             row = await _one(conn, "insert_team", id="team_" + uuid.uuid4().hex[:16],
                              name=name, region=region, guardrails=list(guardrails),
-                             **{n: getattr(limits, n) for n in _TEAM_LIMITS})
+                             **{n: getattr(limits, n) for n in TEAM_LIMITS})
         assert row is not None
         return team_from_row(row)
 
     async def update_team(self, name_or_id: str, *, limits: TeamLimits,
                           expected_revision: int | None = None) -> Team:
         """Replace a team's limits, bumping its revision (compared in the transaction)."""
-        _check_limits(limits, _TEAM_LIMITS, "team limits")
+        check_limits(limits, TEAM_LIMITS, "team limits")
         async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             row = await _one(conn, "find_team_for_update", name_or_id=name_or_id)
             if row is None:
                 raise NotFound(f"team {name_or_id!r} does not exist")
-            _compare(f"team {row['name']!r}", row["revision"], expected_revision)
+            check_revision(f"team {row['name']!r}", row["revision"], expected_revision)
             row = await _one(conn, "update_team_limits", id=row["id"],
-                             **{n: getattr(limits, n) for n in _TEAM_LIMITS})
+                             **{n: getattr(limits, n) for n in TEAM_LIMITS})
         assert row is not None
         return team_from_row(row)
 
@@ -153,7 +128,7 @@ class PostgresKeyStore:
                          allowed_models: tuple[str, ...] | None = None,
                          limits: KeyLimits = _NO_KEY_LIMITS,
                          expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
-        _check_limits(limits, _KEY_LIMITS, "key limits")
+        check_limits(limits, KEY_LIMITS, "key limits")
         if expires_at is not None and expires_at.tzinfo is None:
             raise BadRequest("key expires_at: must be timezone-aware (UTC)")
         plaintext, key_hash, prefix = new_key()
@@ -167,7 +142,7 @@ class PostgresKeyStore:
                 team_id=team_row["id"], key_hash=key_hash, display_prefix=prefix,
                 name=name, user_name=user,
                 allowed_models=None if allowed_models is None else list(allowed_models),
-                expires_at=expires_at, **{n: getattr(limits, n) for n in _KEY_LIMITS})
+                expires_at=expires_at, **{n: getattr(limits, n) for n in KEY_LIMITS})
         assert row is not None
         return plaintext, key_from_row(row)
 
@@ -197,7 +172,7 @@ class PostgresKeyStore:
             row = await _one(conn, "get_key_for_update", id=key_id)
             if row is None:
                 raise NotFound(f"key {key_id!r} does not exist")
-            _compare(f"key {key_id!r}", row["revision"], expected_revision)
+            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
             if row["revoked_at"] is None:
                 row = await _one(conn, "revoke_key", id=key_id)
         assert row is not None
@@ -231,10 +206,10 @@ class PostgresKeyStore:
                 if await _one(conn, "find_team", name_or_id=name) is not None:
                     continue
                 limits = TeamLimits(**fields)
-                _check_limits(limits, _TEAM_LIMITS, f"bootstrap_teams[{i}]")
+                check_limits(limits, TEAM_LIMITS, f"bootstrap_teams[{i}]")
                 await _one(conn, "insert_team", id="team_" + uuid.uuid4().hex[:16], name=name,
                            region=None, guardrails=[],
-                           **{n: getattr(limits, n) for n in _TEAM_LIMITS})
+                           **{n: getattr(limits, n) for n in TEAM_LIMITS})
                 created.append(name)
         return created
 

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from gateway.errors import BadRequest, NotFound, RevisionConflict
+from gateway.errors import BadRequest, NotFound
+from gateway.keys._limits import KEY_LIMITS, TEAM_LIMITS, check_limits, check_revision
 from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
 
 T = TypeVar("T")
@@ -55,14 +56,6 @@ CREATE TABLE IF NOT EXISTS keys (
 );
 CREATE INDEX IF NOT EXISTS keys_team ON keys(team_id);
 """
-
-_TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
-_KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
-# SQLite INTEGER is 64-bit; limits beyond these are typos, and keeping them well below
-# 2**63 leaves the governance arithmetic room: a bucket holds capacity * 60e6 scaled
-# units (2**36 * 2**26 = 2**62), windows sum µUSD and tokens (2**50 µUSD = $1.1e9).
-MAX_LIMIT = 1 << 50
-MAX_RATE = 1 << 36
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -155,24 +148,9 @@ def _dt(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
-def _check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
-    for name in names:
-        value = getattr(limits, name)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise BadRequest(f"{where}.{name}: must be a non-negative integer, got {value!r}")
-        if name in ("rpm", "tpm") and value == 0:
-            # A zero-capacity bucket would silently mean "no cap" to the planner.
-            raise BadRequest(f"{where}.{name}: must be positive (omit it for no cap)")
-        ceiling = MAX_RATE if name in ("rpm", "tpm") else MAX_LIMIT
-        if value > ceiling:
-            raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")
-
-
 def _team(row: sqlite3.Row) -> Team:
     return Team(id=row["id"], name=row["name"],
-                limits=TeamLimits(**{n: row[n] for n in _TEAM_LIMITS}),
+                limits=TeamLimits(**{n: row[n] for n in TEAM_LIMITS}),
                 revision=row["revision"], region=row["region"],
                 guardrails=tuple(json.loads(row["guardrails"])),
                 created_at=_dt(row["created_at"]))
@@ -184,7 +162,7 @@ def _key(row: sqlite3.Row) -> KeyRecord:
         id=row["id"], team_id=row["team_id"], key_hash=row["key_hash"],
         display_prefix=row["display_prefix"], name=row["name"], user=row["user"],
         allowed_models=None if models is None else tuple(json.loads(models)),
-        limits=KeyLimits(**{n: row[n] for n in _KEY_LIMITS}),
+        limits=KeyLimits(**{n: row[n] for n in KEY_LIMITS}),
         expires_at=_dt(row["expires_at"]), revoked_at=_dt(row["revoked_at"]),
         revision=row["revision"], created_at=_dt(row["created_at"]))
 
@@ -229,7 +207,7 @@ class SqliteKeyStore(SqliteBase):
                           guardrails: tuple[str, ...] = ()) -> Team:
         if not name or not name.strip():
             raise BadRequest("team name: must not be empty")
-        _check_limits(limits, _TEAM_LIMITS, "team limits")
+        check_limits(limits, TEAM_LIMITS, "team limits")
 
         def _create(conn: sqlite3.Connection) -> Team:
             if _find_team(conn, name) is not None:
@@ -239,7 +217,7 @@ class SqliteKeyStore(SqliteBase):
                 "INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,"
                 " usd_micros_per_month, region, guardrails, revision, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
-                (team_id, name, *(getattr(limits, n) for n in _TEAM_LIMITS), region,
+                (team_id, name, *(getattr(limits, n) for n in TEAM_LIMITS), region,
                  json.dumps(list(guardrails)), _ts(self._clock())))
             return _team(conn.execute("SELECT * FROM teams WHERE id = ?",
                                       (team_id,)).fetchone())
@@ -248,17 +226,17 @@ class SqliteKeyStore(SqliteBase):
     async def update_team(self, name_or_id: str, *, limits: TeamLimits,
                           expected_revision: int | None = None) -> Team:
         """Replace a team's limits, bumping its revision (compared in the transaction)."""
-        _check_limits(limits, _TEAM_LIMITS, "team limits")
+        check_limits(limits, TEAM_LIMITS, "team limits")
 
         def _update(conn: sqlite3.Connection) -> Team:
             row = _find_team(conn, name_or_id)
             if row is None:
                 raise NotFound(f"team {name_or_id!r} does not exist")
-            _compare(f"team {row['name']!r}", row["revision"], expected_revision)
+            check_revision(f"team {row['name']!r}", row["revision"], expected_revision)
             conn.execute(
                 "UPDATE teams SET rpm = ?, tpm = ?, tokens_per_day = ?, usd_micros_per_day = ?,"
                 " usd_micros_per_month = ?, revision = revision + 1 WHERE id = ?",
-                (*(getattr(limits, n) for n in _TEAM_LIMITS), row["id"]))
+                (*(getattr(limits, n) for n in TEAM_LIMITS), row["id"]))
             return _team(conn.execute("SELECT * FROM teams WHERE id = ?",
                                       (row["id"],)).fetchone())
         return await self._run(_update)
@@ -278,7 +256,7 @@ class SqliteKeyStore(SqliteBase):
                          allowed_models: tuple[str, ...] | None = None,
                          limits: KeyLimits = _NO_KEY_LIMITS,
                          expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
-        _check_limits(limits, _KEY_LIMITS, "key limits")
+        check_limits(limits, KEY_LIMITS, "key limits")
         plaintext, key_hash, prefix = new_key()
         models = None if allowed_models is None else json.dumps(list(allowed_models))
 
@@ -293,7 +271,7 @@ class SqliteKeyStore(SqliteBase):
                 " expires_at, revoked_at, revision, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 1, ?)",
                 (key_id, row["id"], key_hash, prefix, name, user, models,
-                 *(getattr(limits, n) for n in _KEY_LIMITS), _ts(expires_at),
+                 *(getattr(limits, n) for n in KEY_LIMITS), _ts(expires_at),
                  _ts(self._clock())))
             return _key(conn.execute("SELECT * FROM keys WHERE id = ?", (key_id,)).fetchone())
         return plaintext, await self._run(_create)
@@ -325,15 +303,10 @@ class SqliteKeyStore(SqliteBase):
             row = conn.execute("SELECT * FROM keys WHERE id = ?", (key_id,)).fetchone()
             if row is None:
                 raise NotFound(f"key {key_id!r} does not exist")
-            _compare(f"key {key_id!r}", row["revision"], expected_revision)
+            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
             if row["revoked_at"] is None:
                 conn.execute("UPDATE keys SET revoked_at = ?, revision = revision + 1"
                              " WHERE id = ?", (_ts(self._clock()), key_id))
             return _key(conn.execute("SELECT * FROM keys WHERE id = ?", (key_id,)).fetchone())
         return await self._run(_revoke)
 
-
-def _compare(what: str, current: int, expected: int | None) -> None:
-    if expected is not None and expected != current:
-        raise RevisionConflict(f"{what} is at revision {current}, not {expected}; "
-                               "re-read it and retry")

@@ -1,0 +1,43 @@
+"""Checks both key stores apply before writing a team or a key.
+
+One copy, so a config valid in the local profile is valid in the shared one and the
+other way round: same limit names, same ceilings, same error wording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.errors import BadRequest, RevisionConflict
+
+TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
+KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
+# Both stores keep limits in 64-bit integers; values beyond these are typos, and keeping
+# them well below 2**63 leaves the governance arithmetic room: a bucket holds
+# capacity * 60e6 scaled units (2**36 * 2**26 = 2**62), windows sum µUSD and tokens
+# (2**50 µUSD = $1.1e9).
+MAX_RATE = 1 << 36
+MAX_LIMIT = 1 << 50
+
+
+def check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
+    """Refuse a limit that is not a non-negative integer within its ceiling."""
+    for name in names:
+        value = getattr(limits, name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest(f"{where}.{name}: must be a non-negative integer, got {value!r}")
+        if name in ("rpm", "tpm") and value == 0:
+            # A zero-capacity bucket would silently mean "no cap" to the planner.
+            raise BadRequest(f"{where}.{name}: must be positive (omit it for no cap)")
+        ceiling = MAX_RATE if name in ("rpm", "tpm") else MAX_LIMIT
+        if value > ceiling:
+            raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")
+
+
+def check_revision(what: str, current: int, expected: int | None) -> None:
+    """Refuse an edit made against a revision that is no longer the current one."""
+    if expected is not None and expected != current:
+        raise RevisionConflict(f"{what} is at revision {current}, not {expected}; "
+                               "re-read it and retry")
