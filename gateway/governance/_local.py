@@ -11,8 +11,6 @@ permits keep their reservations, which keep binding the limits).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -21,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.errors import BadRequest, SettlementConflict, UnknownPermit
+from gateway.errors import SettlementConflict, UnknownPermit
 from gateway.governance._counters import (
     CounterState,
     clamp,
@@ -40,7 +38,13 @@ from gateway.governance._model import (
     SettleResult,
     UsageRow,
 )
-from gateway.governance._plan import commits_for, settled_amounts
+from gateway.governance._plan import (
+    check_commit_values,
+    commits_for,
+    outcome_fingerprint,
+    settled_amounts,
+    validate_request,
+)
 from gateway.governance._snapshot import snapshot_refusal
 from gateway.governance._usage import usage_rows
 from gateway.keys._sqlite import SqliteBase
@@ -91,36 +95,6 @@ CREATE TABLE IF NOT EXISTS gov_settlements (
 """
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Input ceilings: a bucket's capacity * BUCKET_SCALE must fit (2**36 * 2**26 = 2**62);
-# amounts far above any real request are caller bugs, refused before any counter moves.
-MAX_BUCKET_CAPACITY = 1 << 36
-MAX_AMOUNT = 1 << 50
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _validate(req: AdmissionRequest) -> None:
-    """Refuse plans whose numbers could not be stored exactly (a caller bug)."""
-    for i, c in enumerate(req.charges):
-        where = f"charges[{i}] ({c.counter})"
-        if not _is_int(c.amount) or not 0 <= c.amount <= MAX_AMOUNT:
-            raise BadRequest(f"{where}.amount: must be an integer in 0..{MAX_AMOUNT}")
-        if c.limit is not None and (not _is_int(c.limit) or c.limit < 0):
-            raise BadRequest(f"{where}.limit: must be a non-negative integer")
-        if c.kind == "bucket" and not (c.limit and c.limit <= MAX_BUCKET_CAPACITY):
-            raise BadRequest(f"{where}.limit: bucket capacity must be in "
-                             f"1..{MAX_BUCKET_CAPACITY}")
-        if c.kind in ("window", "account") and c.limit is not None and c.limit > MAX_AMOUNT:
-            raise BadRequest(f"{where}.limit: above {MAX_AMOUNT}")
-    if len({c.counter for c in req.charges}) != len(req.charges):
-        raise BadRequest(f"request {req.request_id}: a counter is charged twice")
-
-
-def _fingerprint(kind: OutcomeKind, commits: dict[str, int]) -> str:
-    body = json.dumps([str(kind), sorted(commits.items())], separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()
 
 
 class LocalGovernanceStore(SqliteBase):
@@ -143,7 +117,7 @@ class LocalGovernanceStore(SqliteBase):
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         for req in requests:
-            _validate(req)
+            validate_request(req)
 
         def _admit(conn: sqlite3.Connection) -> list[Permit | Refusal]:
             now = self._now_us()
@@ -205,7 +179,7 @@ class LocalGovernanceStore(SqliteBase):
 
     async def settle(self, permit_id: str, outcome: Outcome,
                      commits: dict[str, int]) -> SettleResult:
-        fingerprint = _fingerprint(outcome.kind, commits)
+        fingerprint = outcome_fingerprint(outcome.kind, commits)
 
         def _settle(conn: sqlite3.Connection) -> SettleResult:
             row = conn.execute("SELECT request FROM gov_permits WHERE id = ?",
@@ -307,10 +281,7 @@ def _check_commits(req: AdmissionRequest, commits: dict[str, int]) -> None:
         raise InvalidUsage(f"commits[{name!r}]: missing for a charged counter")
     for name in sorted(commits.keys() - charged):
         raise InvalidUsage(f"commits[{name!r}]: this permit did not charge that counter")
-    for name, value in commits.items():
-        if not _is_int(value) or not 0 <= value <= MAX_AMOUNT:
-            raise InvalidUsage(f"commits[{name!r}]: must be an integer in 0..{MAX_AMOUNT}, "
-                               f"got {value!r}")
+    check_commit_values(commits)
 
 
 def _commit(conn: sqlite3.Connection, permit_id: str, seq: int, charge: Charge,

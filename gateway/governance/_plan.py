@@ -1,13 +1,17 @@
 """Which counters a request charges, and what a settlement commits to each.
 
 Pure functions shared by every store, so the local and shared profiles enforce the same
-limits with the same arithmetic; only the atomicity differs.
+limits with the same arithmetic, refuse the same malformed plans and commits, and
+fingerprint outcomes alike; only the atomicity differs.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime
 
+from gateway.errors import BadRequest
 from gateway.governance._model import (
     BUCKET_SCALE,
     AdmissionRequest,
@@ -17,6 +21,13 @@ from gateway.governance._model import (
 )
 from gateway.keys import Principal
 from gateway.policy import CompiledRule, PolicySnapshot
+from gateway.pricing import InvalidUsage
+
+# Input ceilings: a bucket's capacity * BUCKET_SCALE must fit (2**36 * 2**26 = 2**62);
+# amounts far above any real request are caller bugs, refused before any counter moves,
+# so every stored value stays exact in a 64-bit integer (SQLite INTEGER, Postgres BIGINT).
+MAX_BUCKET_CAPACITY = 1 << 36
+MAX_AMOUNT = 1 << 50
 
 
 def utc_windows(now: datetime) -> tuple[str, str]:
@@ -156,3 +167,38 @@ def retry_after_seconds(balance: int, capacity: int, amount: int) -> int:
         return 0
     micros = -(-need // capacity)
     return max(1, -(-micros // 1_000_000))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_request(req: AdmissionRequest) -> None:
+    """Refuse plans whose numbers could not be stored exactly (a caller bug)."""
+    for i, c in enumerate(req.charges):
+        where = f"charges[{i}] ({c.counter})"
+        if not _is_int(c.amount) or not 0 <= c.amount <= MAX_AMOUNT:
+            raise BadRequest(f"{where}.amount: must be an integer in 0..{MAX_AMOUNT}")
+        if c.limit is not None and (not _is_int(c.limit) or c.limit < 0):
+            raise BadRequest(f"{where}.limit: must be a non-negative integer")
+        if c.kind == "bucket" and not (c.limit and c.limit <= MAX_BUCKET_CAPACITY):
+            raise BadRequest(f"{where}.limit: bucket capacity must be in "
+                             f"1..{MAX_BUCKET_CAPACITY}")
+        if c.kind != "bucket" and c.limit is not None and c.limit > MAX_AMOUNT:
+            raise BadRequest(f"{where}.limit: above {MAX_AMOUNT}")
+    if len({c.counter for c in req.charges}) != len(req.charges):
+        raise BadRequest(f"request {req.request_id}: a counter is charged twice")
+
+
+def check_commit_values(commits: dict[str, int]) -> None:
+    """Refuse a commit that is not an integer a counter can store exactly."""
+    for name, value in commits.items():
+        if not _is_int(value) or not 0 <= value <= MAX_AMOUNT:
+            raise InvalidUsage(f"commits[{name!r}]: must be an integer in 0..{MAX_AMOUNT}, "
+                               f"got {value!r}")
+
+
+def outcome_fingerprint(kind: OutcomeKind, commits: dict[str, int]) -> str:
+    """What makes two settlements "the same" (kind and per-counter commits)."""
+    body = json.dumps([str(kind), sorted(commits.items())], separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()

@@ -11,7 +11,6 @@ same refusal statuses, same outcome fingerprint, same commit validation.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from typing import Any
 
@@ -19,7 +18,7 @@ import msgspec
 
 import sql
 from gateway.db import Pool, connection, fetch_all, fetch_one
-from gateway.errors import BadRequest, SettlementConflict, UnknownPermit
+from gateway.errors import SettlementConflict, UnknownPermit
 from gateway.governance._coalesce import Coalescer
 from gateway.governance._model import (
     AdmissionRequest,
@@ -30,38 +29,13 @@ from gateway.governance._model import (
     SettleResult,
     UsageRow,
 )
-from gateway.governance._plan import commits_for
+from gateway.governance._plan import (
+    check_commit_values,
+    commits_for,
+    outcome_fingerprint,
+    validate_request,
+)
 from gateway.pricing import InvalidUsage
-
-# Same input ceilings as the local store: every stored value stays exact in BIGINT.
-MAX_BUCKET_CAPACITY = 1 << 36
-MAX_AMOUNT = 1 << 50
-
-
-def fingerprint(kind: OutcomeKind, commits: dict[str, int]) -> str:
-    """What makes two settlements "the same" (kind and per-counter commits)."""
-    body = json.dumps([str(kind), sorted(commits.items())], separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _validate(req: AdmissionRequest) -> None:
-    """Refuse plans whose numbers could not be stored exactly (a caller bug)."""
-    for i, c in enumerate(req.charges):
-        where = f"charges[{i}] ({c.counter})"
-        if not _is_int(c.amount) or not 0 <= c.amount <= MAX_AMOUNT:
-            raise BadRequest(f"{where}.amount: must be an integer in 0..{MAX_AMOUNT}")
-        if c.limit is not None and (not _is_int(c.limit) or c.limit < 0):
-            raise BadRequest(f"{where}.limit: must be a non-negative integer")
-        if c.kind == "bucket" and not (c.limit and c.limit <= MAX_BUCKET_CAPACITY):
-            raise BadRequest(f"{where}.limit: bucket capacity must be in 1..{MAX_BUCKET_CAPACITY}")
-        if c.kind != "bucket" and c.limit is not None and c.limit > MAX_AMOUNT:
-            raise BadRequest(f"{where}.limit: above {MAX_AMOUNT}")
-    if len({c.counter for c in req.charges}) != len(req.charges):
-        raise BadRequest(f"request {req.request_id}: a counter is charged twice")
 
 
 def _refusal(raw: dict[str, Any]) -> Refusal:
@@ -81,13 +55,6 @@ def _refusal(raw: dict[str, Any]) -> Refusal:
         retry = 1
     return Refusal(status=int(raw["status"]), reason=reason, counter=counter,
                    retry_after=None if retry is None else int(retry))
-
-
-def _check_commits(commits: dict[str, int]) -> None:
-    for name, value in commits.items():
-        if not _is_int(value) or not 0 <= value <= MAX_AMOUNT:
-            raise InvalidUsage(f"commits[{name!r}]: must be an integer in 0..{MAX_AMOUNT}, "
-                               f"got {value!r}")
 
 
 def _totals(outcome: Outcome) -> tuple[int | None, int | None]:
@@ -122,7 +89,7 @@ class PostgresGovernanceStore:
         if not requests:
             return []
         for req in requests:
-            _validate(req)
+            validate_request(req)
         if self._coalescer is not None:
             return await self._coalescer.admit(requests)
         # Shielded: if the caller is cancelled (client gone) while the database decides,
@@ -167,10 +134,10 @@ class PostgresGovernanceStore:
     async def settle(self, permit_id: str, outcome: Outcome,
                      commits: dict[str, int]) -> SettleResult:
         if outcome.kind is not OutcomeKind.INVALID:
-            _check_commits(commits)
+            check_commit_values(commits)
         tokens, usd = _totals(outcome)
         params = {"permit_id": permit_id, "kind": str(outcome.kind),
-                  "fingerprint": fingerprint(outcome.kind, commits),
+                  "fingerprint": outcome_fingerprint(outcome.kind, commits),
                   "commits": json.dumps(commits), "detail": outcome.detail,
                   "tokens": tokens, "usd": usd}
         async with connection(self._pool) as conn:
