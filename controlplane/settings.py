@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from pathlib import Path
 
 import msgspec
-import yaml
 
-from gateway.config import DatabaseSettings, resolve_secret
-from gateway.config._load import _path_first
+from gateway.config import DatabaseSettings, decode_yaml_file, resolve_secret
 from gateway.errors import ConfigError
 
 
@@ -69,16 +66,7 @@ def load_config(path: str | os.PathLike[str] | None) -> ControlPlaneConfig:
     """Read and check the config file (``None``: defaults, loopback, unauthenticated)."""
     if path is None:
         return ControlPlaneConfig()
-    try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    try:
-        config = msgspec.convert(raw, ControlPlaneConfig)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{path}: {_path_first(str(exc))}") from exc
+    config = decode_yaml_file(path, ControlPlaneConfig)
     if not 0 < config.listen.port < 65536:
         raise ConfigError(f"{path}: listen.port: must be 1-65535")
     if config.max_body_bytes <= 0:

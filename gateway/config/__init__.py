@@ -1,6 +1,11 @@
 """Gateway configuration: typed settings, loading with path-named errors, secret refs."""
 
-from gateway.config._load import DEFAULT_MOCK_MODELS, load_settings, resolve_secret
+from gateway.config._load import (
+    DEFAULT_MOCK_MODELS,
+    decode_yaml_file,
+    load_settings,
+    resolve_secret,
+)
 from gateway.config._settings import (
     BootstrapTeam,
     ControlPlaneSettings,
@@ -26,6 +31,7 @@ __all__ = [
     "ProviderSettings",
     "ServerSettings",
     "Settings",
+    "decode_yaml_file",
     "load_settings",
     "resolve_secret",
 ]

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 import yaml
 
-from gateway.config._settings import ModelSettings, ProviderSettings, Settings, Deployment
+from gateway.config._settings import Deployment, ModelSettings, ProviderSettings, Settings
 from gateway.errors import ConfigError
 from gateway.pricing import ModelPrice
 
 DEFAULT_MOCK_MODELS = ("mock-gpt", "mock-claude")
+T = TypeVar("T")
 
 
 def resolve_secret(ref: str, *, key: str) -> str:
@@ -83,21 +85,28 @@ def _check(settings: Settings) -> None:
         raise ConfigError("server.max_body_bytes: must be positive")
 
 
+def decode_yaml_file(path: str | os.PathLike[str], type_: type[T]) -> T:
+    """Read a YAML file and decode it into ``type_``.
+
+    Every failure is a :class:`ConfigError` that starts with the file name; a decoding
+    error then leads with the bad key's path (``listen.port: Expected `int` ...``).
+    An empty file decodes as an empty mapping, so every field takes its default.
+    """
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        return msgspec.convert(raw, type_)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{path}: {_path_first(str(exc))}") from exc
+
+
 def load_settings(path: str | os.PathLike[str] | None) -> Settings:
     """Read, decode and check a config file (``None``: built-in local defaults)."""
-    if path is None:
-        settings = Settings()
-    else:
-        try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-        try:
-            settings = msgspec.convert(raw, Settings)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"{path}: {_path_first(str(exc))}") from exc
+    settings = Settings() if path is None else decode_yaml_file(path, Settings)
     settings = _with_defaults(settings)
     _check(settings)
     return settings
