@@ -11,7 +11,6 @@ generation increments only when the applied set actually changes (by fingerprint
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import glob
 import logging
 import os
@@ -23,6 +22,7 @@ import yaml
 
 from gateway.policy._compile import compile_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, PolicySnapshot
+from gateway.policy._tasks import cancel_and_wait
 from gateway.policy._validate import PolicyInvalid, Problem
 
 log = logging.getLogger("gateway.policy")
@@ -148,11 +148,8 @@ class FilePolicySource:
             self._task = asyncio.create_task(self._poll(), name="policy-file-poll")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _poll(self) -> None:
         while True:

@@ -15,7 +15,6 @@ generation and swaps its snapshot in one attribute assignment.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from datetime import datetime
@@ -30,6 +29,7 @@ from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import InferplaneError, NotFound
 from gateway.policy._compile import compile_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, PolicySnapshot
+from gateway.policy._tasks import cancel_and_wait
 
 log = logging.getLogger("mayu.policy")
 CHANNEL = "inferplane_policy"
@@ -168,11 +168,8 @@ class PostgresPolicySource:
             self._task = asyncio.create_task(self._follow(), name="policy-follow")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _follow(self) -> None:
         while True:
