@@ -34,6 +34,12 @@ class Metrics:
         self.upstream_latency = Histogram("mayu_upstream_seconds",
                                           "Time to upstream response headers, by provider.",
                                           ["provider"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.snapshot_retries = Counter(
+            "mayu_snapshot_retries", "Admissions re-planned after a snapshot mismatch, by "
+            "what changed (key, team, policy).", ["changed"], registry=r)
+        self.sync_errors = Counter("mayu_policy_sync_errors",
+                                   "Policy source refresh failures, by kind.", ["kind"],
+                                   registry=r)
         self.requests = Counter("mayu_requests", "Requests by route and status.",
                                 ["route", "status"], registry=r)
 

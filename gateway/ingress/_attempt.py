@@ -26,8 +26,10 @@ from gateway.errors import (
     GovernanceUnavailable,
     InferplaneError,
     RateLimited,
+    SnapshotMismatch,
 )
 from gateway.governance import (
+    AdmissionRequest,
     Outcome,
     OutcomeKind,
     Permit,
@@ -37,6 +39,12 @@ from gateway.governance import (
     commits_for,
 )
 from gateway.ingress._context import Gateway
+from gateway.ingress._renew import (
+    MAX_SNAPSHOT_RETRIES,
+    is_snapshot_mismatch,
+    mismatch_kind,
+    renew,
+)
 from gateway.keys import Principal
 from gateway.pricing import Usage, cost_micro_usd
 from gateway.providers import Provider
@@ -69,6 +77,8 @@ class Call:
     request_id: str = field(default_factory=new_request_id)
     audited: bool = False
     """Some attempt already wrote this request's audit line(s)."""
+    key_hash: str = ""
+    """SHA-256 of the presented key, to re-authenticate after a snapshot mismatch."""
 
     @property
     def token_bound(self) -> int:
@@ -90,6 +100,8 @@ def refusal_error(refusal: Refusal) -> InferplaneError:
         return RateLimited(refusal.reason, retry_after=refusal.retry_after or 1)
     if refusal.status == 402:
         return BudgetExhausted(refusal.reason)
+    if is_snapshot_mismatch(refusal):
+        return SnapshotMismatch(refusal.reason, retry_after=refusal.retry_after or 1)
     return GovernanceUnavailable(refusal.reason, retry_after=refusal.retry_after or 1)
 
 
@@ -119,23 +131,27 @@ class Attempt:
         return h
 
     async def admit(self) -> Permit:
+        """Admit this attempt, re-planning after a snapshot mismatch (bounded).
+
+        Each round plans from one Principal and one policy snapshot, so a permit is
+        always admitted entirely under one snapshot, never a mix.
+        """
         call, gw = self.call, self.call.gw
-        request = build_request(call.principal, gw.policy.snapshot(),
-                                request_id=self.request_id, model=call.model.name,
-                                token_bound=call.token_bound, usd_bound=call.usd_bound,
-                                now=datetime.now(UTC))
-        started = time.perf_counter()
-        try:
-            decision = (await gw.governance.admit([request]))[0]
-        except InferplaneError:
-            gw.metrics.admissions.labels("error").inc()
-            raise
-        except Exception as exc:
-            gw.metrics.admissions.labels("error").inc()
-            log.error("admission failed: %s", exc)
-            raise GovernanceUnavailable("governance store unavailable") from exc
-        finally:
-            gw.metrics.admission_latency.observe(time.perf_counter() - started)
+        for retry in range(MAX_SNAPSHOT_RETRIES + 1):
+            snapshot = gw.policy.snapshot()
+            decision = await self._decide(build_request(
+                call.principal, snapshot, request_id=self.request_id,
+                model=call.model.name, token_bound=call.token_bound,
+                usd_bound=call.usd_bound, now=datetime.now(UTC)))
+            if not is_snapshot_mismatch(decision) or retry == MAX_SNAPSHOT_RETRIES:
+                break
+            assert isinstance(decision, Refusal)
+            gw.metrics.snapshot_retries.labels(mismatch_kind(decision)).inc()
+            principal = await renew(gw, decision, key_hash=call.key_hash,
+                                    model=call.model.name,
+                                    used_generation=snapshot.generation)
+            if principal is not None:
+                call.principal = principal
         if isinstance(decision, Refusal):
             gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
             self.audit(status=decision.status, refusal=decision.reason,
@@ -145,6 +161,22 @@ class Attempt:
         gw.metrics.reserved_usd.inc(call.usd_bound)
         self.permit = decision
         return decision
+
+    async def _decide(self, request: AdmissionRequest) -> Permit | Refusal:
+        """One admission call to the store, timed; store failures become 503."""
+        gw = self.call.gw
+        started = time.perf_counter()
+        try:
+            return (await gw.governance.admit([request]))[0]
+        except InferplaneError:
+            gw.metrics.admissions.labels("error").inc()
+            raise
+        except Exception as exc:
+            gw.metrics.admissions.labels("error").inc()
+            log.error("admission failed: %s", exc)
+            raise GovernanceUnavailable("governance store unavailable") from exc
+        finally:
+            gw.metrics.admission_latency.observe(time.perf_counter() - started)
 
     async def finish(self, outcome: Outcome, *, status: int) -> SettleResult | None:
         """Settle this attempt's permit (once) and write its audit line."""

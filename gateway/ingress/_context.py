@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.audit import AuditLog
 from gateway.config import ModelSettings, Settings
@@ -24,6 +26,8 @@ class Gateway:
     audit: AuditLog
     admin_token: str | None = None
     models: dict[str, ModelSettings] = field(init=False)
+    policy_reload: asyncio.Future[Any] | None = field(default=None, init=False)
+    """The on-demand policy reload in flight, shared by every request that needs it."""
 
     def __post_init__(self) -> None:
         self.models = {m.name: m for m in self.settings.models}

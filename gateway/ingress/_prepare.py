@@ -42,8 +42,13 @@ async def authenticate(gw: Gateway, request: Request[Any, Any, Any]) -> Principa
     key = presented_key(request)
     if key is None:
         raise Unauthenticated("missing API key (Authorization: Bearer or x-api-key)")
+    return await resolve_principal(gw, hash_key(key))
+
+
+async def resolve_principal(gw: Gateway, key_hash: str) -> Principal:
+    """The key's current Principal; 401 if unknown, revoked or expired."""
     try:
-        principal = await gw.key_store.resolve(hash_key(key))
+        principal = await gw.key_store.resolve(key_hash)
     except Exception as exc:
         raise GovernanceUnavailable("key store unavailable") from exc
     if principal is None:

@@ -38,6 +38,7 @@ from gateway.ingress._prepare import (
     route,
     wants_stream,
 )
+from gateway.keys import hash_key
 from gateway.pricing import cost_bound_micro_usd
 from gateway.providers import Protocol_
 from gateway.usage import Endpoint, estimate_tokens, prompt_text
@@ -56,6 +57,7 @@ def gateway_of(request: AnyRequest) -> Gateway:
 async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     gw = gateway_of(request)
     request.state.request_id = rid = new_request_id()
+    key = presented_key(request)
     principal = await authenticate(gw, request)
     request.state.principal = principal
     body = await read_body(request, gw.settings.server.max_body_bytes)
@@ -69,7 +71,8 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
                 usd_bound=cost_bound_micro_usd(len(body), out, target.model.price),
                 client_headers={h: request.headers[h] for h in _FORWARDED
                                 if h in request.headers},
-                deployments=target.deployments, request_id=rid)
+                deployments=target.deployments, request_id=rid,
+                key_hash=hash_key(key) if key else "")
     request.state.call = call
     response = await dispatch(call)
     gw.metrics.requests.labels(request.url.path, str(response.status_code)).inc()

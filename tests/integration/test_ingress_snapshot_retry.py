@@ -1,0 +1,126 @@
+"""A key or team changed between authentication and admission is re-resolved, not 503'd.
+
+Real SQLite stores sharing one file (so admission re-checks the key and team rows), the
+real app factory, Litestar's in-process test client. The change is made by a governance
+store that performs a real key-store write just before its first admission, which is
+exactly the window a concurrent ``mayu keys revoke`` / ``mayu teams set`` can hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+from litestar.testing import AsyncTestClient
+
+from gateway.app import Components, create_app
+from gateway.config import load_settings
+from gateway.governance import AdmissionRequest, LocalGovernanceStore, Permit, Refusal
+from gateway.keys import SqliteKeyStore, TeamLimits
+from gateway.policy import StaticPolicySource
+
+BODY = {"model": "mock-gpt", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+
+
+class ChangeFirst(LocalGovernanceStore):
+    """The real local store, running one key-store write before its first admission."""
+
+    def __init__(self, path: str, change: Callable[[], Awaitable[object]]) -> None:
+        super().__init__(path)
+        self._change: Callable[[], Awaitable[object]] | None = change
+        self.decisions: list[Permit | Refusal] = []
+
+    async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
+        if self._change is not None:
+            change, self._change = self._change, None
+            await change()
+        out = await super().admit(requests)
+        self.decisions += out
+        return out
+
+
+@pytest.fixture
+async def keys(tmp_path: Path) -> AsyncIterator[SqliteKeyStore]:
+    store = SqliteKeyStore(str(tmp_path / "mayu.db"))
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def _call(tmp_path: Path, keys: SqliteKeyStore, governance: ChangeFirst,
+                key: str) -> tuple[int, dict[str, object], str]:
+    await governance.open()
+    settings = msgspec.structs.replace(load_settings(None), data_dir=str(tmp_path))
+    app = create_app(settings, components=Components(
+        key_store=keys, governance=governance, policy=StaticPolicySource()))
+    try:
+        async with AsyncTestClient(app=app) as client:
+            r = await client.post("/v1/chat/completions", json=BODY,
+                                  headers={"Authorization": f"Bearer {key}"})
+            metrics = (await client.get("/metrics")).text
+    finally:
+        await governance.close()
+    return r.status_code, r.json(), metrics
+
+
+async def test_key_revoked_before_admission_is_401(tmp_path: Path,
+                                                   keys: SqliteKeyStore) -> None:
+    """A key revoked between authentication and admission gets 401, not a 503 or a 200."""
+    await keys.create_team(name="t")
+    plaintext, record = await keys.create_key(team="t")
+    governance = ChangeFirst(str(tmp_path / "mayu.db"), lambda: keys.revoke_key(record.id))
+    status, body, metrics = await _call(tmp_path, keys, governance, plaintext)
+    assert status == 401 and body["error"]["code"] == "invalid_api_key"
+    assert [type(d) for d in governance.decisions] == [Refusal]
+    assert 'mayu_snapshot_retries_total{changed="key"} 1.0' in metrics
+
+
+async def test_team_edited_before_admission_is_admitted_with_new_limits(
+        tmp_path: Path, keys: SqliteKeyStore) -> None:
+    """A team edited between authentication and admission: re-planned with its new
+    revision and limits, admitted (200), the mismatch never reaches the client."""
+    await keys.create_team(name="t", limits=TeamLimits(usd_micros_per_day=10**9))
+    plaintext, _ = await keys.create_key(team="t")
+    governance = ChangeFirst(str(tmp_path / "mayu.db"), lambda: keys.update_team(
+        "t", limits=TeamLimits(usd_micros_per_day=2 * 10**9)))
+    status, _, metrics = await _call(tmp_path, keys, governance, plaintext)
+    assert status == 200
+    refusal, permit = governance.decisions
+    assert isinstance(refusal, Refusal) and refusal.status == 503
+    assert isinstance(permit, Permit) and permit.request.team_revision == 2
+    day = [c for c in permit.request.charges if c.counter.startswith("team:")
+           and ":usd:day:" in c.counter]
+    assert [c.limit for c in day] == [2 * 10**9]
+    assert 'mayu_snapshot_retries_total{changed="team"} 1.0' in metrics
+
+
+async def test_persistent_mismatch_is_503_snapshot_mismatch(tmp_path: Path,
+                                                            keys: SqliteKeyStore) -> None:
+    """A mismatch on every round ends, after the bounded retries, as a 503
+    snapshot_mismatch with Retry-After (the team is edited before every admission)."""
+    await keys.create_team(name="t")
+    plaintext, _ = await keys.create_key(team="t")
+    edits = iter(range(2, 100))
+
+    class EditAlways(ChangeFirst):
+        async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
+            self._change = lambda: keys.update_team("t", limits=TeamLimits(rpm=next(edits)))
+            return await super().admit(requests)
+
+    governance = EditAlways(str(tmp_path / "mayu.db"), lambda: keys.list_teams())
+    await governance.open()
+    settings = msgspec.structs.replace(load_settings(None), data_dir=str(tmp_path))
+    app = create_app(settings, components=Components(
+        key_store=keys, governance=governance, policy=StaticPolicySource()))
+    try:
+        async with AsyncTestClient(app=app) as client:
+            r = await client.post("/v1/chat/completions", json=BODY,
+                                  headers={"x-api-key": plaintext})
+    finally:
+        await governance.close()
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert r.json()["error"]["code"] == "snapshot_mismatch"
+    assert len(governance.decisions) == 4 and all(
+        isinstance(d, Refusal) for d in governance.decisions)
