@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
+from psycopg import AsyncConnection
 
 import sql
 from gateway.db import Pool, connection, fetch_one
@@ -72,41 +73,51 @@ def _key_params(k: KeyRecord) -> dict[str, Any]:
             "created_at": k.created_at, **msgspec.structs.asdict(k.limits)}
 
 
+class _Kind(NamedTuple):
+    """How one kind of record is copied: the same steps for teams and for keys."""
+
+    name: str
+    """``team`` or ``key``; also names the :class:`ImportReport` counters."""
+    insert: str
+    """Query inserting the row unless its id, name or hash is taken (then no row)."""
+    by_id: str
+    """Query reading the destination row with the same id."""
+    params: Callable[[Any], dict[str, Any]]
+    from_row: Callable[[dict[str, Any]], msgspec.Struct]
+    clash: Callable[[Any], str]
+    """The conflict when another row already holds the record's name or hash."""
+
+
+_TEAMS = _Kind("team", "import_team", "team_by_id", _team_params, team_from_row,
+               lambda t: f"team {t.id} ({t.name!r}): another team already has this name")
+_KEYS = _Kind("key", "import_key", "get_key", _key_params, key_from_row,
+              lambda k: f"key {k.id}: another key already has this hash")
+
+
+async def _copy(conn: AsyncConnection[Any], kind: _Kind, records: list[Any],
+                counts: dict[str, int], progress: Callable[[str], None]) -> None:
+    for i, record in enumerate(records, 1):
+        row = await fetch_one(conn, sql.queries[kind.insert], kind.params(record))
+        if row is None:
+            existing = await fetch_one(conn, sql.queries[kind.by_id], {"id": record.id})
+            if existing is None:
+                raise ImportConflict(f"{kind.clash(record)}; nothing was imported")
+            diff = _differences(record, kind.from_row(existing))
+            if diff:
+                raise ImportConflict(f"{kind.name} {record.id}: differs in "
+                                     f"{', '.join(diff)}; nothing was imported")
+            counts[f"{kind.name}s_unchanged"] += 1
+        else:
+            counts[f"{kind.name}s_added"] += 1
+        if i % 500 == 0:
+            progress(f"{kind.name}s: {i}/{len(records)}")
+
+
 async def import_records(pool: Pool, teams: list[Team], keys: list[KeyRecord], *,
                          progress: Callable[[str], None] = lambda _: None) -> ImportReport:
     """Copy ``teams`` and ``keys`` in one transaction (see the module docstring)."""
     counts = {"teams_added": 0, "teams_unchanged": 0, "keys_added": 0, "keys_unchanged": 0}
     async with connection(pool, "key store database") as conn, conn.transaction():
-        for i, team in enumerate(teams, 1):
-            row = await fetch_one(conn, sql.queries["import_team"], _team_params(team))
-            if row is None:
-                existing = await fetch_one(conn, sql.queries["team_by_id"], {"id": team.id})
-                if existing is None:
-                    raise ImportConflict(f"team {team.id} ({team.name!r}): another team "
-                                         "already has this name; nothing was imported")
-                diff = _differences(team, team_from_row(existing))
-                if diff:
-                    raise ImportConflict(f"team {team.id}: differs in {', '.join(diff)}; "
-                                         "nothing was imported")
-                counts["teams_unchanged"] += 1
-            else:
-                counts["teams_added"] += 1
-            if i % 500 == 0:
-                progress(f"teams: {i}/{len(teams)}")
-        for i, key in enumerate(keys, 1):
-            row = await fetch_one(conn, sql.queries["import_key"], _key_params(key))
-            if row is None:
-                existing = await fetch_one(conn, sql.queries["get_key"], {"id": key.id})
-                if existing is None:
-                    raise ImportConflict(f"key {key.id}: another key already has this hash; "
-                                         "nothing was imported")
-                diff = _differences(key, key_from_row(existing))
-                if diff:
-                    raise ImportConflict(f"key {key.id}: differs in {', '.join(diff)}; "
-                                         "nothing was imported")
-                counts["keys_unchanged"] += 1
-            else:
-                counts["keys_added"] += 1
-            if i % 500 == 0:
-                progress(f"keys: {i}/{len(keys)}")
+        await _copy(conn, _TEAMS, teams, counts, progress)
+        await _copy(conn, _KEYS, keys, counts, progress)
     return ImportReport(**counts)
