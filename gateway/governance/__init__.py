@@ -6,6 +6,8 @@ the permit is settled exactly once with an :class:`Outcome` (:func:`commits_for`
 what each counter keeps).
 """
 
+from gateway.governance._counters import CounterState
+from gateway.governance._local import LocalGovernanceStore
 from gateway.governance._model import (
     BUCKET_SCALE,
     AdmissionRequest,
@@ -29,9 +31,8 @@ from gateway.governance._plan import (
     settled_amounts,
     utc_windows,
 )
-from gateway.governance._counters import CounterState
-from gateway.governance._local import LocalGovernanceStore
 from gateway.governance._postgres import PostgresGovernanceStore
+
 # Re-exported for the app factory, which picks every shared-mode component here.
 from gateway.policy._pgstore import PostgresPolicySource
 

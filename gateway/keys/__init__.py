@@ -1,5 +1,6 @@
 """Virtual keys, teams and principals (the key-store interface and its stores)."""
 
+from gateway.keys._bootstrap import ensure_demo, ensure_teams
 from gateway.keys._model import (
     KEY_PREFIX,
     KeyLimits,
@@ -11,10 +12,9 @@ from gateway.keys._model import (
     hash_key,
     new_key,
 )
-from gateway.keys._bootstrap import ensure_demo, ensure_teams
 from gateway.keys._open import open_key_store
-from gateway.keys._sqlite import SqliteKeyStore
 from gateway.keys._postgres import PostgresKeyStore
+from gateway.keys._sqlite import SqliteKeyStore
 
 __all__ = [
     "KEY_PREFIX",

@@ -7,6 +7,7 @@ error rather than a surprise in production.
 from gateway.policy._compile import canonical_json, compile_documents, decode_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
 from gateway.policy._files import FilePolicySource
+from gateway.policy._merge import EffectiveLimits, effective_limits, tightest_renew_ms
 from gateway.policy._pgstore import (
     CurrentPolicy,
     GenerationInfo,
@@ -16,7 +17,6 @@ from gateway.policy._pgstore import (
     current,
     publish,
 )
-from gateway.policy._merge import EffectiveLimits, effective_limits, tightest_renew_ms
 from gateway.policy._source import PolicySource, StaticPolicySource
 from gateway.policy._validate import PolicyInvalid, validate_document, validate_documents
 from gateway.policy._wire import (

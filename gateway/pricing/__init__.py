@@ -5,9 +5,9 @@ from gateway.pricing._price import (
     InvalidUsage,
     ModelPrice,
     Usage,
-    cost_micro_usd,
     class_cost_micro_usd,
     cost_bound_micro_usd,
+    cost_micro_usd,
 )
 
 __all__ = [
