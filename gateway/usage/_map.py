@@ -28,32 +28,31 @@ def _count(obj: Any, field: str, *, where: str) -> int:
     return value
 
 
+def _cached_within(usage: dict[str, Any], input_field: str, output_field: str,
+                   details: str) -> Usage:
+    """OpenAI's shape: the input count includes ``<details>.cached_tokens``."""
+    inp = _count(usage, input_field, where="usage")
+    output = _count(usage, output_field, where="usage")
+    cached = _count(usage.get(details), "cached_tokens", where=f"usage.{details}")
+    if cached > inp:
+        raise InvalidUsage(f"usage.{details}.cached_tokens ({cached}) exceeds "
+                           f"usage.{input_field} ({inp})")
+    return Usage(input=inp - cached, output=output, cache_read=cached).validate()
+
+
 def from_openai(usage: Any) -> Usage | None:
     """Chat completions and embeddings: ``prompt_tokens`` includes the cached part."""
     if not isinstance(usage, dict):
         return None
-    prompt = _count(usage, "prompt_tokens", where="usage")
-    output = _count(usage, "completion_tokens", where="usage")
-    cached = _count(usage.get("prompt_tokens_details"), "cached_tokens",
-                    where="usage.prompt_tokens_details")
-    if cached > prompt:
-        raise InvalidUsage(f"usage.prompt_tokens_details.cached_tokens ({cached}) exceeds "
-                           f"usage.prompt_tokens ({prompt})")
-    return Usage(input=prompt - cached, output=output, cache_read=cached).validate()
+    return _cached_within(usage, "prompt_tokens", "completion_tokens",
+                          "prompt_tokens_details")
 
 
 def from_responses(usage: Any) -> Usage | None:
     """Responses API: ``input_tokens`` includes ``input_tokens_details.cached_tokens``."""
     if not isinstance(usage, dict):
         return None
-    inp = _count(usage, "input_tokens", where="usage")
-    output = _count(usage, "output_tokens", where="usage")
-    cached = _count(usage.get("input_tokens_details"), "cached_tokens",
-                    where="usage.input_tokens_details")
-    if cached > inp:
-        raise InvalidUsage(f"usage.input_tokens_details.cached_tokens ({cached}) exceeds "
-                           f"usage.input_tokens ({inp})")
-    return Usage(input=inp - cached, output=output, cache_read=cached).validate()
+    return _cached_within(usage, "input_tokens", "output_tokens", "input_tokens_details")
 
 
 def from_anthropic(usage: Any) -> Usage | None:
