@@ -36,6 +36,13 @@ def check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
             raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")
 
 
+def check_new_team(name: str, limits: Any) -> None:
+    """Refuse a team without a name or with an invalid limit."""
+    if not name or not name.strip():
+        raise BadRequest("team name: must not be empty")
+    check_limits(limits, TEAM_LIMITS, "team limits")
+
+
 def check_revision(what: str, current: int, expected: int | None) -> None:
     """Refuse an edit made against a revision that is no longer the current one."""
     if expected is not None and expected != current:

@@ -24,7 +24,13 @@ import sql
 from gateway.config import BootstrapTeam
 from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import BadRequest, ConfigError, NotFound
-from gateway.keys._limits import KEY_LIMITS, TEAM_LIMITS, check_limits, check_revision
+from gateway.keys._limits import (
+    KEY_LIMITS,
+    TEAM_LIMITS,
+    check_limits,
+    check_new_team,
+    check_revision,
+)
 from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
 
 _NO_TEAM_LIMITS = TeamLimits()
@@ -86,9 +92,7 @@ class PostgresKeyStore:
     async def create_team(self, *, name: str, limits: TeamLimits = _NO_TEAM_LIMITS,
                           region: str | None = None,
                           guardrails: tuple[str, ...] = ()) -> Team:
-        if not name or not name.strip():
-            raise BadRequest("team name: must not be empty")
-        check_limits(limits, TEAM_LIMITS, "team limits")
+        check_new_team(name, limits)
         async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             if await _one(conn, "find_team", name_or_id=name) is not None:

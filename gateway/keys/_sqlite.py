@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from gateway.errors import BadRequest, NotFound
-from gateway.keys._limits import KEY_LIMITS, TEAM_LIMITS, check_limits, check_revision
+from gateway.keys._limits import (
+    KEY_LIMITS,
+    TEAM_LIMITS,
+    check_limits,
+    check_new_team,
+    check_revision,
+)
 from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
 
 T = TypeVar("T")
@@ -205,9 +211,7 @@ class SqliteKeyStore(SqliteBase):
     async def create_team(self, *, name: str, limits: TeamLimits = _NO_TEAM_LIMITS,
                           region: str | None = None,
                           guardrails: tuple[str, ...] = ()) -> Team:
-        if not name or not name.strip():
-            raise BadRequest("team name: must not be empty")
-        check_limits(limits, TEAM_LIMITS, "team limits")
+        check_new_team(name, limits)
 
         def _create(conn: sqlite3.Connection) -> Team:
             if _find_team(conn, name) is not None:
