@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from controlplane.settings import ControlPlaneConfig, is_loopback, load_config, resolve_tokens
-from gateway.errors import ConfigError, InferplaneError
+from gateway.cli import run_command
+from gateway.errors import ConfigError
 
 log = logging.getLogger("inferplaned")
 
@@ -113,13 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "info").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return int(args.func(args) or 0)
-    except InferplaneError as exc:
-        print(f"inferplaned: error: {exc.message}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command("inferplaned", args)
 
 
 if __name__ == "__main__":

@@ -33,16 +33,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run_command(prog: str, args: argparse.Namespace) -> int:
+    """Run the chosen sub-command; the exit codes every inferplane program uses.
+
+    0 (or the command's own code) on success, 2 with ``<prog>: error: <message>`` on
+    stderr for an :class:`InferplaneError` (bad config, bad input), 130 on Ctrl-C.
+    """
     try:
         return int(args.func(args) or 0)
     except InferplaneError as exc:
-        print(f"mayu: error: {exc.message}", file=sys.stderr)
+        print(f"{prog}: error: {exc.message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    return run_command("mayu", parser.parse_args(argv))
 
 
 if __name__ == "__main__":
