@@ -82,7 +82,9 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
                             PostgresPolicySource(pool,
                                                  refresh_s=settings.database.policy_refresh_s))
     return Components(key_store=PostgresKeyStore(pool),
-                      governance=PostgresGovernanceStore(pool), policy=policy)
+                      governance=PostgresGovernanceStore(
+                          pool, coalesce=settings.database.admission_coalesce),
+                      policy=policy)
 
 
 def _policy_source(settings: Settings) -> PolicySource:

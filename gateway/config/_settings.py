@@ -6,7 +6,7 @@ Secrets are never inline: a field named ``*_ref`` or ``dsn`` holds a reference
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -52,6 +52,10 @@ class DatabaseSettings(_Base):
     pool_timeout_s: float = 2.0
     """How long a request waits for a pooled connection before a 503."""
     policy_refresh_s: float = 1.0
+    admission_coalesce: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Coalesce admissions: at most this many admission calls in flight per replica;
+    requests arriving while all are busy go together as the next call. 0: off (every
+    admission is its own call). See docs/shared-profile.md ("What one request does")."""
 
 
 class ProviderSettings(_Base):

@@ -117,7 +117,9 @@ def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
         "server": {"replica_id": f"r{replica}"},
         "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
         "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 2,
-                     "pool_max_size": 10, "pool_timeout_s": 2.0, "connect_timeout_s": 2.0},
+                     "pool_max_size": 10, "pool_timeout_s": 2.0, "connect_timeout_s": 2.0,
+                     # Coalesced admissions must keep every invariant below.
+                     "admission_coalesce": 2},
         "providers": [
             {"name": "up-openai", "kind": "openai", "base_url": f"{upstream.url}/v1",
              "timeout_s": 60},

@@ -1,0 +1,35 @@
+"""``database.admission_coalesce``: decoded, defaulted and checked with its key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import load_settings
+from gateway.errors import ConfigError
+
+SHARED = "key_store: {type: postgres}\ngovernance_store: {type: postgres}\n"
+
+
+def test_admission_coalesce_defaults_to_off(tmp_path: Path) -> None:
+    """Without the key, shared mode admits each request in its own call (0 = off)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(SHARED + "database: {}\n")
+    assert load_settings(path).database.admission_coalesce == 0  # type: ignore[union-attr]
+
+
+def test_admission_coalesce_is_read(tmp_path: Path) -> None:
+    """A configured value reaches the settings unchanged."""
+    path = tmp_path / "c.yaml"
+    path.write_text(SHARED + "database: {admission_coalesce: 3}\n")
+    assert load_settings(path).database.admission_coalesce == 3  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "yes"])
+def test_bad_admission_coalesce_names_the_key(tmp_path: Path, value: str) -> None:
+    """A negative or non-integer value is refused, naming database.admission_coalesce."""
+    path = tmp_path / "c.yaml"
+    path.write_text(SHARED + f"database: {{admission_coalesce: {value}}}\n")
+    with pytest.raises(ConfigError, match=r"database\.admission_coalesce"):
+        load_settings(path)
