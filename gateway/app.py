@@ -60,6 +60,18 @@ async def build_components(settings: Settings, stack: AsyncExitStack) -> Compone
     return Components(key_store=keys, governance=governance, policy=_policy_source(settings))
 
 
+def check_policy_source(settings: Settings) -> None:
+    """Refuse local policy files in the shared profile.
+
+    Shared admission compares each request's policy generation with the database's
+    ``policy_state``; a file source numbers its own generations, so every request would
+    be refused as a snapshot mismatch. The database is the one policy authority there.
+    """
+    if settings.shared and settings.policies:
+        raise ConfigError("policies: not used in the shared profile, whose policies live in "
+                          "the database (publish them with inferplaned); remove the key")
+
+
 async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Components:
     from gateway.db import open_pool
     from gateway.governance import (
@@ -69,6 +81,7 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
     from gateway.keys import PostgresKeyStore
 
     assert settings.database is not None  # load_settings refuses shared mode without it
+    check_policy_source(settings)
     pool = open_pool(settings.database)
     wait_s = settings.database.connect_timeout_s + 5
     try:
@@ -78,9 +91,7 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
         raise ConfigError(f"database.dsn_ref: no connection to the database within "
                           f"{wait_s:g}s ({type(exc).__name__}: {exc})") from exc
     stack.push_async_callback(pool.close)
-    policy: PolicySource = (_policy_source(settings) if settings.policies else
-                            PostgresPolicySource(pool,
-                                                 refresh_s=settings.database.policy_refresh_s))
+    policy = PostgresPolicySource(pool, refresh_s=settings.database.policy_refresh_s)
     return Components(key_store=PostgresKeyStore(pool),
                       governance=PostgresGovernanceStore(
                           pool, coalesce=settings.database.admission_coalesce),

@@ -1,7 +1,10 @@
-"""``mayu serve``: load settings, prepare the local profile, run the gateway (uvicorn).
+"""``mayu serve``: load settings, prepare the stores, run the gateway (uvicorn).
 
-On the local profile the first run creates a demo team and key (``demo: true``) and
-prints the key once, with a curl line ready to paste.
+Before the server starts: policy files are validated (one line per problem), teams
+declared in ``bootstrap_teams`` are registered (in shared mode as immutable
+declarations: a conflicting one refuses startup naming ``bootstrap_teams[i]``), and on
+the local profile the first run creates a demo team and key (``demo: true``) and prints
+the key once, with a curl line ready to paste.
 """
 
 from __future__ import annotations
@@ -9,10 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 
 import msgspec
 
 from gateway.config import Settings, load_settings
+from gateway.errors import ConfigError, GovernanceUnavailable
+from gateway.policy import PolicyInvalid
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,14 +40,31 @@ def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
     return msgspec.structs.replace(settings, server=server)
 
 
-async def _prepare_local(settings: Settings) -> str | None:
-    """Declared teams, then the demo key on first run (plaintext, or None)."""
+async def _prepare(settings: Settings) -> str | None:
+    """Everything checked or created before the server starts; the demo key or None.
+
+    Policy files are validated as one set; declared teams are registered (shared
+    profile: by immutable declaration, ``declare_teams``); on the local profile's first
+    run the demo team and key are created. A problem raises before uvicorn starts, so
+    it is reported as plain lines instead of a lifespan traceback.
+    """
+    from gateway.app import check_policy_source
     from gateway.keys import ensure_demo, ensure_teams, open_key_store
 
-    store = await open_key_store(settings)
+    check_policy_source(settings)
+    if settings.policies:
+        from gateway.policy import FilePolicySource
+
+        FilePolicySource(settings.policies, poll_s=0).reload(strict=True)
+    if settings.shared and not settings.bootstrap_teams:
+        return None  # nothing to declare: the lifespan opens the database itself
+    try:
+        store = await open_key_store(settings)
+    except GovernanceUnavailable as exc:
+        raise ConfigError(f"database.dsn_ref: {exc.message}") from exc
     try:
         await ensure_teams(store, settings.bootstrap_teams)
-        return await ensure_demo(store) if settings.demo else None
+        return await ensure_demo(store) if settings.demo and not settings.shared else None
     finally:
         await store.close()
 
@@ -66,10 +89,14 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _with_overrides(load_settings(args.config), args)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not settings.shared:
-        key = asyncio.run(_prepare_local(settings))
-        if key:
-            _announce_demo(key, settings)
+    try:
+        key = asyncio.run(_prepare(settings))
+    except PolicyInvalid as exc:
+        for path, message in exc.problems:  # one line per problem, no traceback
+            print(f"mayu: error: policies: {path}: {message}", file=sys.stderr)
+        return 2
+    if key:
+        _announce_demo(key, settings)
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.server.host, port=settings.server.port,
                             log_level=args.log_level, access_log=False, lifespan="on",
