@@ -110,8 +110,12 @@ def build_request(principal: Principal, snapshot: PolicySnapshot, *, request_id:
         day=day, month=month)
 
 
-def settled_amounts(request: AdmissionRequest, outcome: Outcome) -> tuple[int, int]:
-    """(tokens, µUSD) to commit for this outcome; bounds where anything is uncertain."""
+def known_amounts(outcome: Outcome) -> tuple[int | None, int | None]:
+    """(tokens, µUSD) this outcome proves; ``None`` where only the admitted bound is known.
+
+    A store that holds the bounds itself (the shared one keeps them in the permit row)
+    fills the ``None`` in; :func:`settled_amounts` does it from the request.
+    """
     kind = outcome.kind
     if kind is OutcomeKind.CANCELLED:
         return 0, 0
@@ -119,8 +123,15 @@ def settled_amounts(request: AdmissionRequest, outcome: Outcome) -> tuple[int, i
         tokens = outcome.usage.total_tokens()
         if kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd is not None:
             return tokens, outcome.cost_micro_usd
-        return tokens, request.usd_bound
-    return request.token_bound, request.usd_bound
+        return tokens, None
+    return None, None
+
+
+def settled_amounts(request: AdmissionRequest, outcome: Outcome) -> tuple[int, int]:
+    """(tokens, µUSD) to commit for this outcome; bounds where anything is uncertain."""
+    tokens, usd = known_amounts(outcome)
+    return (request.token_bound if tokens is None else tokens,
+            request.usd_bound if usd is None else usd)
 
 
 def commits_for(request: AdmissionRequest, outcome: Outcome) -> dict[str, int]:

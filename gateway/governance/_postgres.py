@@ -32,6 +32,7 @@ from gateway.governance._model import (
 from gateway.governance._plan import (
     check_commit_values,
     commits_for,
+    known_amounts,
     outcome_fingerprint,
     validate_request,
 )
@@ -58,16 +59,10 @@ def _refusal(raw: dict[str, Any]) -> Refusal:
 
 
 def _totals(outcome: Outcome) -> tuple[int | None, int | None]:
-    """(tokens, µUSD) the permit commits; None = its bound (mirrors settled_amounts)."""
-    kind = outcome.kind
-    if kind in (OutcomeKind.CANCELLED, OutcomeKind.INVALID):
-        return 0, 0
-    if kind in (OutcomeKind.COMPLETE, OutcomeKind.TOKENS_KNOWN) and outcome.usage is not None:
-        tokens = outcome.usage.total_tokens()
-        if kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd is not None:
-            return tokens, outcome.cost_micro_usd
-        return tokens, None
-    return None, None
+    """(tokens, µUSD) the permit commits; None = its bound, filled in by the database."""
+    if outcome.kind is OutcomeKind.INVALID:
+        return 0, 0  # invalid usage commits nothing; its money counters freeze instead
+    return known_amounts(outcome)
 
 
 class PostgresGovernanceStore:
