@@ -13,16 +13,17 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from litestar import Litestar
 
 from gateway.audit import AuditLog, default_audit_path
 from gateway.config import Settings, resolve_secret
 from gateway.errors import ConfigError, InferplaneError
-from gateway.governance import GovernanceStore
+from gateway.governance import GovernanceStore, utc_windows
 from gateway.ingress import ROUTES, Gateway, error_handler
 from gateway.keys import KeyStore
-from gateway.metrics import Metrics
+from gateway.metrics import POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
 from gateway.providers import Provider, build_providers
 
@@ -107,6 +108,24 @@ def _policy_source(settings: Settings) -> PolicySource:
     return StaticPolicySource()
 
 
+def _count_policy_errors(metrics: Metrics, stack: AsyncExitStack) -> None:
+    """Policy sources report sync failures by logging; count them as metrics."""
+    handler = metrics.policy_log_handler()
+    for name in POLICY_LOGGERS:
+        logging.getLogger(name).addHandler(handler)
+        stack.callback(logging.getLogger(name).removeHandler, handler)
+
+
+async def _seed_budget(metrics: Metrics, governance: GovernanceStore) -> None:
+    """Local profile: this process is the only admitter, so start the budget
+    utilisation from the store's totals for today (a restart does not reset it)."""
+    day, month = utc_windows(datetime.now(UTC))
+    try:
+        metrics.budget.seed(await governance.usage(day=day, month=month), day)
+    except Exception as exc:  # a metric must not stop the gateway from starting
+        log.warning("budget utilisation starts from zero: usage unavailable (%s)", exc)
+
+
 def audit_path(settings: Settings) -> str:
     return os.path.expanduser(settings.server.audit_path or default_audit_path(
         os.path.expanduser(settings.data_dir), settings.server.replica_id))
@@ -124,6 +143,10 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
         for provider in providers.values():
             await provider.start()
             stack.push_async_callback(provider.close)
+        metrics = Metrics()
+        _count_policy_errors(metrics, stack)
+        if not settings.shared:
+            await _seed_budget(metrics, comps.governance)
         await comps.policy.start()
         stack.push_async_callback(comps.policy.stop)
         audit = AuditLog(audit_path(settings))
@@ -131,7 +154,7 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
         stack.callback(audit.close)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
-                       providers=providers, metrics=Metrics(), audit=audit,
+                       providers=providers, metrics=metrics, audit=audit,
                        admin_token=admin)
 
     @asynccontextmanager

@@ -2,15 +2,32 @@
 
 Each app gets its own registry, so several apps in one process (tests) never collide.
 Money counters are integer µUSD; latency histograms are in seconds.
+
+Budget utilisation is computed from what the request path already knows — each permit's
+captured team day-µUSD charge (amount and limit) and each settlement's committed µUSD —
+so it costs no database round trip. It is this process's view: in the shared profile
+each replica reports the part of the team's day it admitted, so ``sum by (team_id)``
+over replicas is the team's utilisation from the traffic they served since they started.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+import logging
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gateway.governance import Permit, UsageRow
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                     1, 2.5, 5, 10, 30, 60)
+# The policy sources' failure log lines, by the sync error kind they count as.
+_SYNC_ERRORS = (("policy refresh failed", "refresh_failed"),
+                ("policy reload failed", "refresh_failed"),
+                ("policy files rejected", "rejected"),
+                ("policy LISTEN connection", "listen_failed"))
+POLICY_LOGGERS = ("mayu.policy", "gateway.policy")
 
 
 class Metrics:
@@ -28,6 +45,9 @@ class Metrics:
                                     "µUSD reserved by admitted permits (bounds).", registry=r)
         self.committed_usd = Counter("mayu_committed_micro_usd",
                                      "µUSD committed by settlements.", registry=r)
+        self.outstanding_usd = Gauge("mayu_reserved_outstanding_micro_usd",
+                                     "µUSD reserved by this process's permits not yet "
+                                     "settled.", registry=r)
         self.admission_latency = Histogram("mayu_admission_seconds",
                                            "Time to admit or refuse one attempt.",
                                            buckets=_LATENCY_BUCKETS, registry=r)
@@ -42,6 +62,107 @@ class Metrics:
                                    registry=r)
         self.requests = Counter("mayu_requests", "Requests by route and status.",
                                 ["route", "status"], registry=r)
+        self.budget = BudgetView(Gauge(
+            "mayu_budget_utilisation_ratio", "(committed + reserved) / limit of each team's "
+            "day µUSD window, from this process's admissions and settlements.",
+            ["team_id", "team"], registry=r))
+
+    def admitted(self, permit: Permit, team_name: str) -> None:
+        self.admissions.labels("admitted").inc()
+        self.reserved_usd.inc(permit.request.usd_bound)
+        self.outstanding_usd.inc(permit.request.usd_bound)
+        self.budget.admitted(permit, team_name)
+
+    def settled(self, permit: Permit, kind: str, usd_committed: int | None) -> None:
+        """``usd_committed`` None: the settlement failed, the permit stays pending."""
+        self.settlements.labels(kind).inc()
+        if usd_committed is None:
+            return
+        self.committed_usd.inc(usd_committed)
+        self.outstanding_usd.dec(permit.request.usd_bound)
+        self.budget.settled(permit, usd_committed)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def policy_log_handler(self) -> logging.Handler:
+        """A handler for the policy sources' loggers that counts their sync failures."""
+        return _SyncErrorCounter(self.sync_errors)
+
+
+class _SyncErrorCounter(logging.Handler):
+    def __init__(self, counter: Counter) -> None:
+        super().__init__(level=logging.WARNING)
+        self._counter = counter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = str(record.msg)
+        for prefix, kind in _SYNC_ERRORS:
+            if message.startswith(prefix):
+                self._counter.labels(kind).inc()
+                return
+
+
+@dataclass
+class _TeamDay:
+    day: str
+    limit: int | None = None
+    reserved: int = 0
+    committed: int = 0
+    name: str | None = None
+
+
+class BudgetView:
+    """Per team: this process's reserved and committed µUSD in the current UTC day."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self._gauge = gauge
+        self._teams: dict[str, _TeamDay] = {}
+
+    def seed(self, rows: list[UsageRow], day: str) -> None:
+        """Start from the store's totals (local profile: this process is the only one)."""
+        for row in rows:
+            if row.scope == "team" and row.window == "day" and row.period == day:
+                self._teams[row.id] = _TeamDay(day=day, reserved=row.usd_reserved,
+                                               committed=row.usd_committed)
+
+    @staticmethod
+    def _day_charge(permit: Permit) -> tuple[str, int, int | None] | None:
+        """(day, amount, limit) of the permit's team day-µUSD window, if it has one."""
+        prefix = f"team:{permit.request.team_id}:usd:day:"
+        for c in permit.request.charges:
+            if c.counter.startswith(prefix) and c.window is not None:
+                return c.window, c.amount, c.limit
+        return None
+
+    def _entry(self, team_id: str, day: str) -> _TeamDay:
+        entry = self._teams.get(team_id)
+        if entry is None or entry.day < day:  # a new UTC day starts from zero
+            entry = self._teams[team_id] = _TeamDay(day=day)
+        return entry
+
+    def admitted(self, permit: Permit, team_name: str) -> None:
+        charge = self._day_charge(permit)
+        if charge is None:
+            return
+        day, amount, limit = charge
+        entry = self._entry(permit.request.team_id, day)
+        if entry.day != day:  # admitted under a day that is already over here
+            return
+        entry.reserved += amount
+        entry.limit, entry.name = limit, team_name
+        self._publish(permit.request.team_id, entry)
+
+    def settled(self, permit: Permit, usd_committed: int) -> None:
+        charge = self._day_charge(permit)
+        entry = self._teams.get(permit.request.team_id)
+        if charge is None or entry is None or entry.day != charge[0]:
+            return
+        entry.reserved = max(0, entry.reserved - charge[1])
+        entry.committed += usd_committed
+        self._publish(permit.request.team_id, entry)
+
+    def _publish(self, team_id: str, entry: _TeamDay) -> None:
+        if entry.limit and entry.name is not None:
+            self._gauge.labels(team_id, entry.name).set(
+                (entry.committed + entry.reserved) / entry.limit)

@@ -24,7 +24,9 @@ class ServerSettings(_Base):
     max_output_tokens: int = 1_000_000
     """Absolute ceiling on ``max_tokens``; larger values are refused with 400."""
     audit_path: str | None = None
-    """Per-replica append-only audit file (JSON lines); default: <data_dir>/audit-<replica>.jsonl."""
+    """Per-replica append-only audit file (JSON lines).
+
+    Default: ``<data_dir>/audit-<replica>.jsonl``."""
     replica_id: str | None = None
     admin_token_ref: str | None = None
     """Reference to the admin token that may read every row of /v1/usage."""

@@ -157,8 +157,7 @@ class Attempt:
             self.audit(status=decision.status, refusal=decision.reason,
                        counter=decision.counter)
             raise refusal_error(decision)
-        gw.metrics.admissions.labels("admitted").inc()
-        gw.metrics.reserved_usd.inc(call.usd_bound)
+        gw.metrics.admitted(decision, call.principal.team.name)
         self.permit = decision
         return decision
 
@@ -192,9 +191,8 @@ class Attempt:
             # The permit stays pending and keeps binding its bounds (DESIGN §5).
             error = f"{type(exc).__name__}: {exc}"
             log.error("settlement of permit %s failed: %s", self.permit.id, error)
-        gw.metrics.settlements.labels(str(outcome.kind)).inc()
-        if self.result is not None:
-            gw.metrics.committed_usd.inc(self.result.usd_committed)
+        gw.metrics.settled(self.permit, str(outcome.kind),
+                           None if self.result is None else self.result.usd_committed)
         self.audit(status=status, outcome=str(outcome.kind), detail=outcome.detail,
                    usage=None if outcome.usage is None else msgspec.to_builtins(outcome.usage),
                    cost_micro_usd=outcome.cost_micro_usd, settle_error=error,
