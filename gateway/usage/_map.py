@@ -2,9 +2,11 @@
 
 Upstream usage is untrusted input: a class that is not an integer, is negative or is
 absurdly large raises :class:`gateway.pricing.InvalidUsage` (settled INVALID, never
-committed). A missing usage object maps to ``None`` (settled UNCERTAIN: bounds kept).
-``null`` for an individual class means "none of that class" (Anthropic sends
-``cache_creation_input_tokens: null`` when caching is not used).
+committed). A missing usage object, or one without the counts every response of its
+protocol carries (input and output tokens), maps to ``None`` (settled UNCERTAIN: bounds
+kept) — ``"usage": {}`` must never read as a free request. ``null`` for an optional
+class means "none of that class" (Anthropic sends ``cache_creation_input_tokens: null``
+when caching is not used).
 """
 
 from __future__ import annotations
@@ -28,23 +30,34 @@ def _count(obj: Any, field: str, *, where: str) -> int:
     return value
 
 
-def _cached_within(usage: dict[str, Any], input_field: str, output_field: str,
-                   details: str) -> Usage:
+def _has(usage: dict[str, Any], *fields: str) -> bool:
+    """Whether every required count is present (not absent, not null)."""
+    return all(usage.get(f) is not None for f in fields)
+
+
+def _cached_within(usage: dict[str, Any], input_field: str, output_field: str | None,
+                   details: str) -> Usage | None:
     """OpenAI's shape: the input count includes ``<details>.cached_tokens``."""
     inp = _count(usage, input_field, where="usage")
-    output = _count(usage, output_field, where="usage")
+    output = 0 if output_field is None else _count(usage, output_field, where="usage")
     cached = _count(usage.get(details), "cached_tokens", where=f"usage.{details}")
     if cached > inp:
         raise InvalidUsage(f"usage.{details}.cached_tokens ({cached}) exceeds "
                            f"usage.{input_field} ({inp})")
+    required = (input_field,) if output_field is None else (input_field, output_field)
+    if not _has(usage, *required):
+        return None
     return Usage(input=inp - cached, output=output, cache_read=cached).validate()
 
 
-def from_openai(usage: Any) -> Usage | None:
-    """Chat completions and embeddings: ``prompt_tokens`` includes the cached part."""
+def from_openai(usage: Any, *, embeddings: bool = False) -> Usage | None:
+    """Chat completions and embeddings: ``prompt_tokens`` includes the cached part.
+
+    Embeddings report no completion tokens; chat must report them.
+    """
     if not isinstance(usage, dict):
         return None
-    return _cached_within(usage, "prompt_tokens", "completion_tokens",
+    return _cached_within(usage, "prompt_tokens", None if embeddings else "completion_tokens",
                           "prompt_tokens_details")
 
 
@@ -71,9 +84,12 @@ def from_anthropic(usage: Any) -> Usage | None:
     if isinstance(split, dict) and w5 + w1 > written:
         # The split is more detailed than the total; trust the detail.
         written = w5 + w1
+    inp = _count(usage, "input_tokens", where="usage")
+    output = _count(usage, "output_tokens", where="usage")
+    if not _has(usage, "input_tokens", "output_tokens"):
+        return None
     return Usage(
-        input=_count(usage, "input_tokens", where="usage"),
-        output=_count(usage, "output_tokens", where="usage"),
+        input=inp, output=output,
         cache_read=_count(usage, "cache_read_input_tokens", where="usage"),
         cache_write_5m=w5, cache_write_1h=w1, cache_write_unknown=written - w5 - w1,
     ).validate()

@@ -49,7 +49,7 @@ def extract_json(endpoint: Endpoint, body: bytes) -> Usage | None:
         return from_anthropic(usage)
     if endpoint == "responses":
         return from_responses(usage)
-    return from_openai(usage)
+    return from_openai(usage, embeddings=endpoint == "embeddings")
 
 
 def _data_of(event: bytes) -> tuple[bytes | None, bytes]:
@@ -111,7 +111,7 @@ class StreamMeter:
             return from_anthropic(self._raw_usage)
         if self.endpoint == "responses":
             return from_responses(self._raw_usage)
-        return from_openai(self._raw_usage)
+        return from_openai(self._raw_usage, embeddings=self.endpoint == "embeddings")
 
     def _observe(self, event: bytes) -> bool:
         """Record usage from one event; False when the event must not be forwarded."""

@@ -178,7 +178,36 @@ def test_oversized_event_is_passed_on_unparsed() -> None:
 def test_event_boundary_split_across_chunks_one_byte_at_a_time() -> None:
     """CRLF delimiters split byte by byte still frame events exactly."""
     meter = StreamMeter("chat")
-    data = (b'data: {"choices": [], "usage": {"prompt_tokens": 4}}\r\n\r\n'
+    data = (b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 0}}\r\n\r\n'
             b"data: [DONE]\r\n\r\n")
     out = b"".join(meter.feed(data[i:i + 1]) for i in range(len(data)))
     assert out == data and meter.complete and meter.usage() == Usage(input=4)
+
+
+@pytest.mark.parametrize(("endpoint", "body"), [
+    ("chat", b'{"usage": {}}'),
+    ("chat", b'{"usage": "n/a"}'),
+    ("chat", b'{"usage": []}'),
+    ("chat", b'{"usage": {"prompt_tokens": 5}}'),
+    ("chat", b'{"usage": {"completion_tokens": 5}}'),
+    ("responses", b'{"usage": {"input_tokens": 5}}'),
+    ("embeddings", b'{"usage": {}}'),
+    ("messages", b'{"usage": {"output_tokens": 5}}'),
+    ("messages", b'{"usage": {"input_tokens": 5, "output_tokens": null}}'),
+])
+def test_usage_without_required_counts_is_unknown_not_free(endpoint: str, body: bytes) -> None:
+    """A usage object lacking input or output counts is missing usage (bounds kept), never zero."""
+    assert extract_json(endpoint, body) is None  # type: ignore[arg-type]
+
+
+def test_embeddings_need_no_completion_tokens() -> None:
+    """Embeddings report only prompt tokens, which is complete usage for them."""
+    assert extract_json("embeddings", b'{"usage": {"prompt_tokens": 3, "total_tokens": 3}}') \
+        == Usage(input=3)
+
+
+def test_stream_with_non_object_usage_is_unknown() -> None:
+    """A stream whose usage is not an object ends with unknown usage, not a free request."""
+    meter = StreamMeter("chat")
+    meter.feed(b'data: {"choices": [], "usage": "n/a"}\n\ndata: [DONE]\n\n')
+    assert meter.complete and meter.usage() is None
