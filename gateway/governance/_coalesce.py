@@ -42,7 +42,16 @@ class Coalescer:
         if self._in_flight < self._max_in_flight:
             self._in_flight += 1
             self._spawn(self._drain())
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Cancelled after the batch resolved but before this caller resumed: the
+            # result is already set, so _one_batch could not see the cancellation.
+            if future.done() and not future.cancelled() and future.exception() is None:
+                for d in future.result():
+                    if isinstance(d, Permit):
+                        self._spawn(self._give_back(d))
+            raise
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
