@@ -180,16 +180,16 @@ END
 $$;
 
 -- Write a granted permit and every segment it charged (with its captured window/limit).
-CREATE FUNCTION inferplane_write_permit_v1(req jsonb) RETURNS uuid
+CREATE FUNCTION inferplane_write_permit_v1(req jsonb, now_us bigint) RETURNS uuid
 LANGUAGE plpgsql AS $$
 DECLARE
     pid uuid := gen_random_uuid();
 BEGIN
     INSERT INTO permits (id, request_id, key_id, team_id, user_name, model, token_bound,
-                         usd_bound, generation, day, month)
+                         usd_bound, generation, day, month, admitted_us)
     VALUES (pid, req->>'request_id', req->>'key_id', req->>'team_id', req->>'user',
             req->>'model', (req->>'token_bound')::bigint, (req->>'usd_bound')::bigint,
-            (req->>'policy_generation')::bigint, req->>'day', req->>'month');
+            (req->>'policy_generation')::bigint, req->>'day', req->>'month', now_us);
     INSERT INTO permit_segments (permit_id, counter, kind, dimension, amount, "limit",
                                  "window", rule_uid, hard)
     SELECT pid, ch->>'counter', ch->>'kind', ch->>'dimension', (ch->>'amount')::bigint,
@@ -253,7 +253,7 @@ BEGIN
             PERFORM inferplane_reserve_charge_v1(ch, now_us);
         END LOOP;
         results[i] := jsonb_build_object('permit_id',
-                                         inferplane_write_permit_v1(requests->(i - 1)));
+                                         inferplane_write_permit_v1(requests->(i - 1), now_us));
     END LOOP;
     RETURN to_jsonb(results);
 END

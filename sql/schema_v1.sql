@@ -143,6 +143,9 @@ CREATE TABLE permits (
     detail              text,
     tokens_committed    bigint,
     usd_committed       bigint,
+    admitted_us         bigint NOT NULL,
+    -- Database time (µs) at which the buckets were charged: settlement reduces a credit
+    -- by the refill the reservation's lifetime could have added.
     created_at          timestamptz NOT NULL DEFAULT clock_timestamp(),
     settled_at          timestamptz
 );

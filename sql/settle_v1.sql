@@ -24,6 +24,8 @@ DECLARE
     v_tokens bigint;
     v_usd bigint;
     v_bad text;
+    v_delta numeric;
+    v_reserved_us bigint;
 BEGIN
     SELECT * INTO p FROM permits WHERE id = p_permit FOR UPDATE;
     IF NOT FOUND THEN
@@ -65,6 +67,7 @@ BEGIN
         END IF;
     END LOOP;
     now_us := inferplane_now_us_v1();
+    v_reserved_us := p.admitted_us;
 
     IF p_kind = 'invalid' THEN
         -- Change no counter; freeze every money window/account the permit charged.
@@ -82,12 +85,20 @@ BEGIN
             v_commit := (p_commits->>s.counter)::bigint;
             IF s.kind = 'bucket' THEN
                 -- Refill to now, then true up against the captured capacity: credit the
-                -- unused part (never above capacity) or debit the excess (debt).
+                -- unused part (never above capacity) or debit the excess (debt). A credit
+                -- is reduced by all the refill the reservation's lifetime could have
+                -- added, so an old reservation's release never hands a newer request
+                -- capacity it would not have had (ADR-046); same as _plan.bucket_settle.
+                v_delta := (s.amount - v_commit)::numeric * 60000000;
+                IF v_delta > 0 THEN
+                    v_delta := greatest(0, v_delta - s."limit"::numeric
+                                                     * greatest(0, now_us - v_reserved_us));
+                END IF;
                 UPDATE counters
                    SET balance = least(s."limit"::numeric * 60000000,
                                        inferplane_refill_v1(balance, s."limit",
                                                             now_us - updated_us)::numeric
-                                       + (s.amount - v_commit)::numeric * 60000000)::bigint,
+                                       + v_delta)::bigint,
                        updated_us = greatest(updated_us, now_us)
                  WHERE key = s.counter;
             ELSIF s.kind = 'window' THEN

@@ -103,7 +103,7 @@ def store_counter(conn: sqlite3.Connection, s: CounterState) -> None:
 
 
 def settle_counter(charge: Charge, state: CounterState, committed: int,
-                   now: int) -> CounterState:
+                   now: int, reserved_us: int) -> CounterState:
     """Settle one charge: a bucket is trued up after refilling to now (ADR-039: credit
     capped at capacity, debit into debt); a window or account releases its reservation
     and commits ``committed``."""
@@ -111,7 +111,8 @@ def settle_counter(charge: Charge, state: CounterState, committed: int,
         if not charge.limit:
             return state
         balance, stamp = _refilled(state, charge.limit, now)
-        balance = bucket_settle(balance, charge.limit, charge.amount, committed)
+        balance = bucket_settle(balance, charge.limit, charge.amount, committed,
+                                held_us=now - reserved_us)
         return replace(state, balance=clamp(balance), updated_us=stamp)
     return replace(state, reserved=clamp(state.reserved - charge.amount),
                    committed=clamp(state.committed + committed))

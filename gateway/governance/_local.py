@@ -182,7 +182,7 @@ class LocalGovernanceStore(SqliteBase):
         fingerprint = outcome_fingerprint(outcome.kind, commits)
 
         def _settle(conn: sqlite3.Connection) -> SettleResult:
-            row = conn.execute("SELECT request FROM gov_permits WHERE id = ?",
+            row = conn.execute("SELECT request, created_us FROM gov_permits WHERE id = ?",
                                (permit_id,)).fetchone()
             if row is None:
                 raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
@@ -200,7 +200,8 @@ class LocalGovernanceStore(SqliteBase):
                 _check_commits(req, commits)
                 tokens, usd = settled_amounts(req, outcome)
                 for seq, charge in enumerate(req.charges):
-                    _commit(conn, permit_id, seq, charge, commits[charge.counter], now)
+                    _commit(conn, permit_id, seq, charge, commits[charge.counter], now,
+                            row["created_us"])
                 status = "settled"
             conn.execute("UPDATE gov_permits SET status = ? WHERE id = ?", (status, permit_id))
             conn.execute("INSERT INTO gov_settlements (permit_id, kind, fingerprint,"
@@ -285,9 +286,9 @@ def _check_commits(req: AdmissionRequest, commits: dict[str, int]) -> None:
 
 
 def _commit(conn: sqlite3.Connection, permit_id: str, seq: int, charge: Charge,
-            committed: int, now: int) -> None:
+            committed: int, now: int, reserved_us: int) -> None:
     store_counter(conn, settle_counter(charge, load_counter(conn, charge, now), committed,
-                                       now))
+                                       now, reserved_us))
     conn.execute("UPDATE gov_charges SET committed = ? WHERE permit_id = ? AND seq = ?",
                  (committed, permit_id, seq))
 

@@ -166,9 +166,19 @@ def bucket_admits(balance: int, capacity: int, amount: int) -> bool:
     return balance >= min(amount, capacity) * BUCKET_SCALE
 
 
-def bucket_settle(balance: int, capacity: int, reserved: int, committed: int) -> int:
-    """True-up (ADR-039): credit back unused (never above capacity) or debit the excess."""
-    return min(capacity * BUCKET_SCALE, balance + (reserved - committed) * BUCKET_SCALE)
+def bucket_settle(balance: int, capacity: int, reserved: int, committed: int,
+                  held_us: int = 0) -> int:
+    """True-up (ADR-039): credit back unused (never above capacity) or debit the excess.
+
+    ``held_us`` is how long the reservation was held. Refill during that time may already
+    have repaid the reserved tokens, so a credit is reduced by everything refill could have
+    added meanwhile: an old reservation's release can never hand a newer request capacity
+    the bucket would not have had without it (ADR-046). Debits are never reduced.
+    """
+    delta = (reserved - committed) * BUCKET_SCALE
+    if delta > 0:
+        delta = max(0, delta - capacity * max(0, held_us))
+    return min(capacity * BUCKET_SCALE, balance + delta)
 
 
 def retry_after_seconds(balance: int, capacity: int, amount: int) -> int:

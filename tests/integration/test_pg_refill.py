@@ -32,12 +32,12 @@ async def test_bucket_follows_plan_arithmetic_and_never_exceeds_capacity(pg_pool
     p = await principal(keys, limits=TeamLimits(tpm=CAP))
     name = f"team:{p.team.id}:tpm"
     rng = random.Random(46)
-    open_permits: list[tuple[Permit, int]] = []
+    open_permits: list[tuple[Permit, int, int]] = []
     prev = None
     granted = refused = debt_seen = 0
     for i in range(200):
         if open_permits and rng.random() < 0.5:
-            permit, bound = open_permits.pop(rng.randrange(len(open_permits)))
+            permit, bound, admitted_us = open_permits.pop(rng.randrange(len(open_permits)))
             actual = rng.randint(0, bound * 2)  # sometimes more than reserved: debt
             out = Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(output=actual),
                           cost_micro_usd=0)
@@ -46,14 +46,14 @@ async def test_bucket_follows_plan_arithmetic_and_never_exceeds_capacity(pg_pool
             assert row["updated_us"] >= prev["updated_us"]
             expected = bucket_settle(
                 refill(prev["balance"], CAP, row["updated_us"] - prev["updated_us"]),
-                CAP, bound, actual)
+                CAP, bound, actual, held_us=row["updated_us"] - admitted_us)
         else:
             amount = rng.randint(1, CAP // 3)
             [decision] = await gov.admit([request(p, tokens=amount, rid=str(i))])
             row = await gov.counter(name)
             if isinstance(decision, Permit):
                 granted += 1
-                open_permits.append((decision, amount))
+                open_permits.append((decision, amount, row["updated_us"]))
                 if prev is None:  # a new bucket is born full at its first admission
                     prev = {"balance": CAP * BUCKET_SCALE, "updated_us": row["updated_us"]}
                 expected = refill(prev["balance"], CAP,

@@ -101,3 +101,28 @@ def test_oversize_requests_need_a_full_bucket_and_leave_debt():
     assert not bucket_admits(cap * BUCKET_SCALE - 1, cap, 250)
     assert not bucket_admits(50 * BUCKET_SCALE, cap, 51)
     assert bucket_admits(50 * BUCKET_SCALE, cap, 50)
+
+
+@given(bucket(), st.integers(min_value=0, max_value=1 << 20),
+       st.integers(min_value=0, max_value=1 << 20), st.integers(min_value=0, max_value=1 << 36))
+def test_release_never_beats_reserving_only_what_was_used(b, reserved, used, held_us):
+    """Settling a reservation leaves at most the balance a reservation of only the used
+    tokens would have left, however long it was held; settled at once, exactly that."""
+    cap, start = b
+    used = min(used, reserved)
+    held = refill(start - reserved * BUCKET_SCALE, cap, held_us)
+    settled = bucket_settle(held, cap, reserved, used, held_us=held_us)
+    assert settled <= refill(start - used * BUCKET_SCALE, cap, held_us)
+    if held_us == 0:
+        assert settled == min(cap * BUCKET_SCALE, start - used * BUCKET_SCALE)
+
+
+def test_old_reservation_refund_does_not_double_a_minute():
+    """A minute-old unused reservation, released after refill repaid it, adds nothing."""
+    cap = 1000
+    balance = cap * BUCKET_SCALE - cap * BUCKET_SCALE  # A reserves the whole bucket
+    balance = refill(balance, cap, 60_000_000)  # one minute later: full again
+    assert bucket_admits(balance, cap, cap)
+    balance -= cap * BUCKET_SCALE  # B takes it all
+    balance = bucket_settle(balance, cap, cap, 0, held_us=60_000_000)  # A used nothing
+    assert not bucket_admits(balance, cap, 1)  # C must wait
