@@ -92,3 +92,11 @@ def test_secrets_resolve_from_env_and_file_and_refuse_inline(tmp_path, monkeypat
         resolve_secret("env:B_TEST_UNSET_VARIABLE", key="providers[0].api_key_ref")
     with pytest.raises(ConfigError, match="never inline"):
         resolve_secret("sk-live-123", key="providers[0].api_key_ref")
+
+
+def test_control_plane_source_is_refused_until_the_lease_profile_exists(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A control_plane section is refused with its key named, never silently ignored."""
+    path = tmp_path / "cp.yaml"
+    path.write_text("control_plane: {url: 'http://cp:8080', token_ref: 'env:T'}\n")
+    with pytest.raises(ConfigError, match="^control_plane: the lease profile"):
+        load_settings(path)
