@@ -54,10 +54,11 @@ class DatabaseSettings(_Base):
     pool_timeout_s: float = 2.0
     """How long a request waits for a pooled connection before a 503."""
     policy_refresh_s: float = 1.0
-    admission_coalesce: Annotated[int, msgspec.Meta(ge=0)] = 0
+    admission_coalesce: Annotated[int, msgspec.Meta(ge=0)] = 1
     """Coalesce admissions: at most this many admission calls in flight per replica;
     requests arriving while all are busy go together as the next call. 0: off (every
-    admission is its own call). See docs/shared-profile.md ("What one request does")."""
+    admission is its own call). Default 1: best for a hot team in tests/bench/coalesce.py
+    (see docs/configuration.md)."""
 
 
 class ProviderSettings(_Base):

@@ -12,11 +12,11 @@ from gateway.errors import ConfigError
 SHARED = "key_store: {type: postgres}\ngovernance_store: {type: postgres}\n"
 
 
-def test_admission_coalesce_defaults_to_off(tmp_path: Path) -> None:
-    """Without the key, shared mode admits each request in its own call (0 = off)."""
+def test_admission_coalesce_defaults_to_one(tmp_path: Path) -> None:
+    """Without the key, shared mode coalesces with one admission call in flight."""
     path = tmp_path / "c.yaml"
     path.write_text(SHARED + "database: {}\n")
-    assert load_settings(path).database.admission_coalesce == 0  # type: ignore[union-attr]
+    assert load_settings(path).database.admission_coalesce == 1  # type: ignore[union-attr]
 
 
 def test_admission_coalesce_is_read(tmp_path: Path) -> None:
