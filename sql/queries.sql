@@ -205,3 +205,44 @@ WITH c AS (UPDATE counters SET frozen = false WHERE key = %(key)s AND frozen RET
      a AS (UPDATE authority_accounts SET frozen = false WHERE key = %(key)s AND frozen
            RETURNING 1)
 SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM a) AS lifted
+
+-- name: get_permit
+-- Operator tools (gateway/cli/_permits.py): a permit and, below, its segments, from which
+-- PostgresGovernanceStore.get_permit rebuilds the AdmissionRequest it was granted for.
+SELECT id::text AS id, request_id, key_id, team_id, user_name, model, token_bound,
+       usd_bound, generation, day, month
+  FROM permits WHERE id = %(permit_id)s::uuid
+
+-- name: get_permit_segments
+SELECT counter, kind, dimension, amount, "limit", "window", rule_uid, hard
+  FROM permit_segments WHERE permit_id = %(permit_id)s::uuid ORDER BY counter COLLATE "C"
+
+-- name: list_permits
+-- Oldest first; ages and the cut-off use database time, like admission does.
+SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
+       token_bound, usd_bound, status, created_at,
+       floor(extract(epoch FROM clock_timestamp() - created_at))::bigint AS age_s,
+       tokens_committed, usd_committed, detail
+  FROM permits
+ WHERE (NOT %(pending_only)s OR status = 'pending')
+   AND (%(older_than_s)s::bigint IS NULL
+        OR created_at <= clock_timestamp() - %(older_than_s)s::bigint * interval '1 second')
+   AND (%(permit_id)s::uuid IS NULL OR id = %(permit_id)s::uuid)
+ ORDER BY created_at, id
+ LIMIT %(limit)s
+
+-- name: frozen_counters
+-- Frozen money windows and policy accounts, each with the latest invalid permit that
+-- charged it (found from the invalid permits, then their segments by primary key).
+SELECT c.key AS counter, c.kind, c."limit", c.reserved, c.committed,
+       (SELECT p.id::text FROM permits p
+          JOIN permit_segments ps ON ps.permit_id = p.id AND ps.counter = c.key
+         WHERE p.status = 'invalid' ORDER BY p.settled_at DESC LIMIT 1) AS frozen_by
+  FROM counters c WHERE c.frozen
+UNION ALL
+SELECT a.key, 'account', a."limit", a.reserved, a.committed,
+       (SELECT p.id::text FROM permits p
+          JOIN permit_segments ps ON ps.permit_id = p.id AND ps.counter = a.key
+         WHERE p.status = 'invalid' ORDER BY p.settled_at DESC LIMIT 1)
+  FROM authority_accounts a WHERE a.frozen
+ ORDER BY counter

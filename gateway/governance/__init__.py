@@ -20,6 +20,7 @@ from gateway.governance._model import (
     SettleResult,
     UsageRow,
 )
+from gateway.governance._ops import FrozenCounter, PermitInfo
 from gateway.governance._plan import (
     bucket_admits,
     bucket_settle,
@@ -41,11 +42,13 @@ __all__ = [
     "AdmissionRequest",
     "Charge",
     "CounterState",
+    "FrozenCounter",
     "GovernanceStore",
     "LocalGovernanceStore",
     "Outcome",
     "OutcomeKind",
     "Permit",
+    "PermitInfo",
     "PostgresGovernanceStore",
     "PostgresPolicySource",
     "Refusal",

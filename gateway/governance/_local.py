@@ -38,6 +38,14 @@ from gateway.governance._model import (
     SettleResult,
     UsageRow,
 )
+from gateway.governance._ops import (
+    FrozenCounter,
+    PermitInfo,
+    local_frozen,
+    local_get_permit,
+    local_permit_info,
+    local_permits,
+)
 from gateway.governance._plan import (
     check_commit_values,
     commits_for,
@@ -239,6 +247,30 @@ class LocalGovernanceStore(SqliteBase):
             return [r["id"] for r in conn.execute(
                 "SELECT id FROM gov_permits WHERE status = 'pending' ORDER BY created_us")]
         return await self._run(_pending, write=False)
+
+    async def get_permit(self, permit_id: str) -> Permit | None:
+        """The permit and its AdmissionRequest (pending or settled), or None if unknown."""
+        def _get(conn: sqlite3.Connection) -> Permit | None:
+            return local_get_permit(conn, permit_id)
+        return await self._run(_get, write=False)
+
+    async def permit_info(self, permit_id: str) -> PermitInfo | None:
+        """One permit's operator view (status, bounds, settlement), or None if unknown."""
+        def _info(conn: sqlite3.Connection) -> PermitInfo | None:
+            return local_permit_info(conn, permit_id, self._now_us())
+        return await self._run(_info, write=False)
+
+    async def permits(self, *, pending_only: bool = False, older_than_s: int | None = None,
+                      limit: int | None = None) -> list[PermitInfo]:
+        """Permits oldest first (operators: what crashed gateways left pending)."""
+        def _list(conn: sqlite3.Connection) -> list[PermitInfo]:
+            return local_permits(conn, self._now_us(), pending_only=pending_only,
+                                 older_than_s=older_than_s, limit=limit)
+        return await self._run(_list, write=False)
+
+    async def frozen(self) -> list[FrozenCounter]:
+        """Counters frozen by invalid usage, with the permit that froze each."""
+        return await self._run(local_frozen, write=False)
 
     async def unfreeze(self, name: str) -> bool:
         """Operator action: lift a freeze after investigating the invalid usage."""

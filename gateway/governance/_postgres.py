@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import msgspec
@@ -22,6 +23,7 @@ from gateway.errors import SettlementConflict, UnknownPermit
 from gateway.governance._coalesce import Coalescer
 from gateway.governance._model import (
     AdmissionRequest,
+    Charge,
     Outcome,
     OutcomeKind,
     Permit,
@@ -29,6 +31,7 @@ from gateway.governance._model import (
     SettleResult,
     UsageRow,
 )
+from gateway.governance._ops import FrozenCounter, PermitInfo
 from gateway.governance._plan import (
     check_commit_values,
     commits_for,
@@ -170,9 +173,71 @@ class PostgresGovernanceStore:
             rows = await fetch_all(conn, sql.queries["pending_permits"])
         return [r["id"] for r in rows]
 
+    async def get_permit(self, permit_id: str) -> Permit | None:
+        """The permit with its AdmissionRequest, rebuilt from ``permits`` and its
+        ``permit_segments`` (pending or settled), or None if this database never granted
+        it. The key and team revisions are not stored and come back as 0: they only
+        matter to admission, never to settlement."""
+        if not _is_uuid(permit_id):
+            return None
+        params = {"permit_id": permit_id}
+        async with connection(self._pool) as conn, conn.transaction():
+            row = await fetch_one(conn, sql.queries["get_permit"], params)
+            segments = await fetch_all(conn, sql.queries["get_permit_segments"], params)
+        return None if row is None else _rebuild(row, segments)
+
+    async def permit_info(self, permit_id: str) -> PermitInfo | None:
+        """One permit's operator view (status, bounds, settlement), or None if unknown."""
+        if not _is_uuid(permit_id):
+            return None
+        found = await self._permits(permit_id=permit_id)
+        return found[0] if found else None
+
+    async def permits(self, *, pending_only: bool = False, older_than_s: int | None = None,
+                      limit: int | None = None) -> list[PermitInfo]:
+        """Permits oldest first (operators: what crashed gateways left pending)."""
+        return await self._permits(pending_only=pending_only, older_than_s=older_than_s,
+                                   limit=limit)
+
+    async def _permits(self, *, pending_only: bool = False, older_than_s: int | None = None,
+                       limit: int | None = None,
+                       permit_id: str | None = None) -> list[PermitInfo]:
+        params = {"pending_only": pending_only, "older_than_s": older_than_s,
+                  "limit": limit, "permit_id": permit_id}
+        async with connection(self._pool) as conn:
+            rows = await fetch_all(conn, sql.queries["list_permits"], params)
+        return [PermitInfo(**r) for r in rows]
+
+    async def frozen(self) -> list[FrozenCounter]:
+        """Frozen money windows and accounts, with the invalid permit that froze each."""
+        async with connection(self._pool) as conn:
+            rows = await fetch_all(conn, sql.queries["frozen_counters"])
+        return [FrozenCounter(**r) for r in rows]
+
     async def close(self) -> None:
         """The pool belongs to the app lifespan, which closes it."""
         return None
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _rebuild(row: dict[str, Any], segments: list[dict[str, Any]]) -> Permit:
+    charges = tuple(Charge(counter=s["counter"], kind=s["kind"], dimension=s["dimension"],
+                           amount=s["amount"], limit=s["limit"], window=s["window"],
+                           rule_uid=s["rule_uid"], hard=s["hard"]) for s in segments)
+    request = AdmissionRequest(
+        request_id=row["request_id"], key_id=row["key_id"], key_revision=0,
+        team_id=row["team_id"], team_revision=0, user=row["user_name"], model=row["model"],
+        token_bound=row["token_bound"], usd_bound=row["usd_bound"],
+        policy_generation=row["generation"], charges=charges, day=row["day"],
+        month=row["month"])
+    return Permit(id=row["id"], request=request)
 
 
 def _settle_result(permit_id: str, outcome: Outcome, raw: dict[str, Any]) -> SettleResult:

@@ -1,0 +1,125 @@
+"""What operators read about permits and frozen counters (``mayu permits`` / ``accounts``).
+
+Both governance stores answer these with the same shapes, so the operator CLI works the
+same on the local SQLite file and the shared Postgres database. The local store's SQL
+lives here too (the Postgres store's lives in ``sql/queries.sql``), which keeps the
+request-path module small.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+
+from gateway.governance._model import AdmissionRequest, Permit
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class PermitInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One permit as an operator sees it."""
+
+    id: str
+    request_id: str
+    key_id: str
+    team_id: str
+    user: str | None
+    model: str
+    token_bound: int
+    usd_bound: int
+    status: str
+    """``pending``, or the outcome kind it was settled with (``uncertain``, ``invalid``…)."""
+    created_at: datetime
+    age_s: int
+    """Seconds since admission, by the store's own clock (the database's in Postgres)."""
+    tokens_committed: int | None = None
+    usd_committed: int | None = None
+    detail: str | None = None
+    """The settlement's detail (for an operator resolution: who and why)."""
+
+
+class FrozenCounter(msgspec.Struct, frozen=True, kw_only=True):
+    """A money window or policy account frozen after invalid usage."""
+
+    counter: str
+    kind: str
+    limit: int | None
+    reserved: int
+    committed: int
+    frozen_by: str | None
+    """The permit whose invalid usage froze it, when the store knows."""
+
+
+def _at(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+# -- local (SQLite) ------------------------------------------------------------------------
+
+_LOCAL_PERMITS = """
+SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
+       p.usd_bound, p.created_us, coalesce(s.kind, 'pending') AS status,
+       s.tokens_committed, s.usd_committed, s.detail
+  FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
+"""
+
+
+def _permit_info(row: sqlite3.Row, now_us: int) -> PermitInfo:
+    pending = row["status"] == "pending"
+    return PermitInfo(
+        id=row["id"], request_id=row["request_id"], key_id=row["key_id"],
+        team_id=row["team_id"], user=row["user"], model=row["model"],
+        token_bound=row["token_bound"], usd_bound=row["usd_bound"], status=row["status"],
+        created_at=_at(row["created_us"]),
+        age_s=max(0, now_us - row["created_us"]) // 1_000_000,
+        tokens_committed=None if pending else row["tokens_committed"],
+        usd_committed=None if pending else row["usd_committed"],
+        detail=None if pending else row["detail"])
+
+
+def local_permits(conn: sqlite3.Connection, now_us: int, *, pending_only: bool,
+                  older_than_s: int | None, limit: int | None) -> list[PermitInfo]:
+    """Permits oldest first, optionally only pending ones admitted before a cut-off."""
+    where, params = [], []
+    if pending_only:
+        where.append("p.status = 'pending'")
+    if older_than_s is not None:
+        where.append("p.created_us <= ?")
+        params.append(now_us - older_than_s * 1_000_000)
+    query = _LOCAL_PERMITS + (" WHERE " + " AND ".join(where) if where else "")
+    query += " ORDER BY p.created_us, p.id"
+    if limit is not None:
+        query += " LIMIT ?"
+        params.append(limit)
+    return [_permit_info(r, now_us) for r in conn.execute(query, params)]
+
+
+def local_permit_info(conn: sqlite3.Connection, permit_id: str,
+                      now_us: int) -> PermitInfo | None:
+    row = conn.execute(_LOCAL_PERMITS + " WHERE p.id = ?", (permit_id,)).fetchone()
+    return None if row is None else _permit_info(row, now_us)
+
+
+def local_get_permit(conn: sqlite3.Connection, permit_id: str) -> Permit | None:
+    """The permit with the AdmissionRequest it was granted for (stored as JSON)."""
+    row = conn.execute("SELECT request FROM gov_permits WHERE id = ?",
+                       (permit_id,)).fetchone()
+    if row is None:
+        return None
+    return Permit(id=permit_id, request=msgspec.json.decode(row["request"],
+                                                            type=AdmissionRequest))
+
+
+def local_frozen(conn: sqlite3.Connection) -> list[FrozenCounter]:
+    """Every frozen counter (windows and policy accounts share ``gov_counters`` here)."""
+    # The captured limit lives on the charge that froze the counter, not the counter row.
+    rows = conn.execute(
+        'SELECT c.counter, c.kind, c.reserved, c.committed, c.frozen_by, g."limit"'
+        "  FROM gov_counters c LEFT JOIN gov_charges g"
+        "    ON g.permit_id = c.frozen_by AND g.counter = c.counter"
+        " WHERE c.frozen_by IS NOT NULL ORDER BY c.counter")
+    return [FrozenCounter(counter=r["counter"], kind=r["kind"], limit=r["limit"],
+                          reserved=r["reserved"], committed=r["committed"],
+                          frozen_by=r["frozen_by"]) for r in rows]
