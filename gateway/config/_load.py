@@ -44,7 +44,8 @@ def _with_defaults(settings: Settings) -> Settings:
     return msgspec.structs.replace(
         settings,
         providers=[ProviderSettings(name="mock", kind="mock")],
-        models=[ModelSettings(name=m, deployments=[Deployment(provider="mock")], price=price)
+        models=[ModelSettings(name=m, deployments=[Deployment(provider="mock")], price=price,
+                              max_input_tokens=200_000)
                 for m in DEFAULT_MOCK_MODELS])
 
 
@@ -68,6 +69,8 @@ def _check(settings: Settings) -> None:
                 raise ConfigError(f"models[{i}].price.{cls}: must not be negative")
         if m.max_output_tokens <= 0:
             raise ConfigError(f"models[{i}].max_output_tokens: must be positive")
+        if m.max_input_tokens is not None and m.max_input_tokens <= 0:
+            raise ConfigError(f"models[{i}].max_input_tokens: must be positive")
     if settings.policies is not None and settings.control_plane is not None:
         raise ConfigError("policies: mutually exclusive with control_plane "
                           "(one authoritative policy source)")

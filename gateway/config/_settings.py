@@ -86,6 +86,10 @@ class ModelSettings(_Base):
     price: ModelPrice = ModelPrice()
     max_output_tokens: int = 8192
     """Output ceiling used for the bound when the request does not set max_tokens."""
+    max_input_tokens: int | None = None
+    """The model's context window. Bounds the input of requests that make the provider add
+    input the body does not carry (previous_response_id, files, image URLs, server tools);
+    without it such requests are refused (400), since their cost cannot be bounded."""
 
 
 class ControlPlaneSettings(_Base):

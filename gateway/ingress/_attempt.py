@@ -11,6 +11,7 @@ upstream HTTP error status is a definite answer with no generated tokens: it set
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -46,11 +47,14 @@ from gateway.ingress._renew import (
     renew,
 )
 from gateway.keys import Principal
-from gateway.pricing import Usage, cost_micro_usd
+from gateway.pricing import InvalidUsage, Usage, cost_micro_usd
 from gateway.providers import Provider
 from gateway.usage import Endpoint
 
 log = logging.getLogger("mayu.ingress")
+
+# Pauses between settlement tries while the store is unavailable (None: give up).
+_SETTLE_RETRY_DELAYS = (0.05, 0.25, 1.0, None)
 
 
 def new_request_id() -> str:
@@ -86,13 +90,22 @@ class Call:
 
 
 def outcome_for(usage: Usage | None, call: Call, *, detail: str = "") -> Outcome:
+    """The settlement outcome of reported usage; raises InvalidUsage above the bounds.
+
+    The bounds are conservative, so usage above them is an absurd report (or a model
+    misconfigured with too small a ``max_input_tokens``): committing it could carry a
+    hard limit past its cap, so it is invalid — nothing committed, accounts frozen.
+    """
     if usage is None:
         return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail or "upstream reported no usage")
+    tokens, cost = usage.total_tokens(), cost_micro_usd(usage, call.model.price)
+    if tokens > call.token_bound or cost > call.usd_bound:
+        raise InvalidUsage(f"reported usage ({tokens} tokens, {cost} µUSD) exceeds the "
+                           f"admitted bound ({call.token_bound} tokens, {call.usd_bound} µUSD)")
     if not usage.price_certain:
         return Outcome(kind=OutcomeKind.TOKENS_KNOWN, usage=usage,
                        detail=detail or "cache-write TTL not reported: price kept at bound")
-    return Outcome(kind=OutcomeKind.COMPLETE, usage=usage,
-                   cost_micro_usd=cost_micro_usd(usage, call.model.price), detail=detail)
+    return Outcome(kind=OutcomeKind.COMPLETE, usage=usage, cost_micro_usd=cost, detail=detail)
 
 
 def refusal_error(refusal: Refusal) -> InferplaneError:
@@ -184,12 +197,24 @@ class Attempt:
         self.settled = True
         gw = self.call.gw
         error = None
-        try:
-            self.result = await gw.governance.settle(
-                self.permit.id, outcome, commits_for(self.permit.request, outcome))
-        except Exception as exc:
-            # The permit stays pending and keeps binding its bounds (DESIGN §5).
-            error = f"{type(exc).__name__}: {exc}"
+        commits = commits_for(self.permit.request, outcome)
+        for delay in _SETTLE_RETRY_DELAYS:
+            try:
+                self.result = await gw.governance.settle(self.permit.id, outcome, commits)
+                error = None
+                break
+            except GovernanceUnavailable as exc:
+                # Settlement is idempotent for one outcome, so retrying after an ambiguous
+                # failure either settles or replays; it never debits twice.
+                error = f"{type(exc).__name__}: {exc}"
+                if delay is not None:
+                    await asyncio.sleep(delay)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                break
+        if error is not None:
+            # The permit stays pending and keeps binding its bounds (DESIGN §5) until an
+            # operator resolves it (`mayu permits resolve`).
             log.error("settlement of permit %s failed: %s", self.permit.id, error)
         gw.metrics.settled(self.permit, str(outcome.kind),
                            None if self.result is None else self.result.usd_committed)

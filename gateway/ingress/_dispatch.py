@@ -36,7 +36,16 @@ class InvalidUpstreamUsage(UpstreamUnavailable):
     code = "invalid_upstream_usage"
 
 
+# Statuses a proxy or load balancer answers when it gave up waiting: the provider may
+# still have run (and billed) the request, so its bounds are kept (DESIGN §5: timeout
+# after dispatch). Other error statuses are the provider's own definite refusals.
+_AMBIGUOUS_STATUS = frozenset({408, 502, 504, 524})
+
+
 def _error_outcome(status: int) -> Outcome:
+    if status in _AMBIGUOUS_STATUS:
+        return Outcome(kind=OutcomeKind.UNCERTAIN,
+                       detail=f"upstream answered HTTP {status}: it may have run the request")
     return Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(), cost_micro_usd=0,
                    detail=f"upstream answered HTTP {status}")
 
@@ -172,10 +181,11 @@ def _stream_outcome(attempt: Attempt, meter: StreamMeter, ended: bool,
                     detail: str) -> Outcome:
     try:
         usage = meter.usage()
+        if not meter.complete:
+            if not ended:
+                return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail)
+            return Outcome(kind=OutcomeKind.UNCERTAIN,
+                           detail="stream ended without its end marker")
+        return outcome_for(usage, attempt.call)
     except InvalidUsage as exc:
         return Outcome(kind=OutcomeKind.INVALID, detail=str(exc))
-    if not meter.complete:
-        if not ended:
-            return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail)
-        return Outcome(kind=OutcomeKind.UNCERTAIN, detail="stream ended without its end marker")
-    return outcome_for(usage, attempt.call)

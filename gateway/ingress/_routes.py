@@ -27,6 +27,7 @@ from gateway.errors import (
 )
 from gateway.governance import utc_windows
 from gateway.ingress._attempt import Call, new_request_id
+from gateway.ingress._bounds import input_bound
 from gateway.ingress._context import Gateway
 from gateway.ingress._dispatch import dispatch
 from gateway.ingress._prepare import (
@@ -65,10 +66,11 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     protocol: Protocol_ = "anthropic" if endpoint == "messages" else "openai"
     target = route(gw, principal, doc, protocol)
     out = output_bound(doc, endpoint, target.model, ceiling=gw.settings.server.max_output_tokens)
+    inp = input_bound(body, doc, target.model)
     call = Call(gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,
-                body=body, stream=wants_stream(doc, endpoint), input_bound=len(body),
+                body=body, stream=wants_stream(doc, endpoint), input_bound=inp,
                 output_bound=out,
-                usd_bound=cost_bound_micro_usd(len(body), out, target.model.price),
+                usd_bound=cost_bound_micro_usd(inp, out, target.model.price),
                 client_headers={h: request.headers[h] for h in _FORWARDED
                                 if h in request.headers},
                 deployments=target.deployments, request_id=rid,

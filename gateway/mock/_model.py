@@ -13,7 +13,9 @@ Special model names (substrings) switch on misbehaviour for tests: ``negative-us
 ``slow-stream`` (a long stream with a delay between chunks; a non-streamed answer waits
 as long as that stream would take), ``cut-stream`` (the connection breaks after the first
 events of a stream, before any usage is reported), ``slow-start`` (the answer — status
-and headers included — starts only after a pause).
+and headers included — starts only after a pause), ``hidden-input`` (reports
+``HIDDEN_INPUT`` more input tokens than the body holds, as a provider does for a
+``previous_response_id`` or a file it adds: only a context-window bound covers it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ SLOW_STREAM_CHUNKS = 40
 SLOW_STREAM_DELAY_S = 0.1
 
 FLAGS = ("negative-usage", "missing-usage", "no-ttl", "error-500", "slow-stream",
-         "cut-stream", "slow-start")
+         "cut-stream", "slow-start", "hidden-input")
+HIDDEN_INPUT = 50_000
 CUT_AFTER_EVENTS = 2
 SLOW_START_S = 2.0
 
@@ -89,7 +92,7 @@ def _cache_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def openai_classes(body: dict[str, Any], *, embeddings: bool = False) -> Classes:
     flags = flags_of(str(body.get("model", "")))
-    prompt = estimate_tokens(prompt_text(body))
+    prompt = estimate_tokens(prompt_text(body)) + (HIDDEN_INPUT if "hidden-input" in flags else 0)
     cached = 0 if embeddings or prompt < 32 else prompt // 2
     output = 0 if embeddings else _output_tokens(body, prompt, flags)
     return Classes(input=prompt - cached, output=output, cache_read=cached)
@@ -97,7 +100,7 @@ def openai_classes(body: dict[str, Any], *, embeddings: bool = False) -> Classes
 
 def anthropic_classes(body: dict[str, Any]) -> Classes:
     flags = flags_of(str(body.get("model", "")))
-    prompt = estimate_tokens(prompt_text(body))
+    prompt = estimate_tokens(prompt_text(body)) + (HIDDEN_INPUT if "hidden-input" in flags else 0)
     read = w5 = w1 = unknown = 0
     for block in _cache_blocks(body):
         tokens = estimate_tokens("".join(_strings(

@@ -48,6 +48,7 @@ _UPSTREAM = {  # gateway model -> (provider, upstream model)
     "gpt-timeout": ("up-short", "mock-slow-stream"),
     "gpt-down": ("down", "mock-gpt"),
     "gpt-slow-start": ("up-openai", "mock-slow-start-slow-stream"),
+    "gpt-hidden": ("up-openai", "mock-hidden-input"),
 }
 
 
@@ -69,6 +70,8 @@ def gateway_config(workdir: Path, upstream: Proc) -> Path:
             {"provider": "up-openai", "upstream_model": "mock-gpt"}]},
         {"name": "gpt-down-fallback", "price": PRICE, "deployments": [
             {"provider": "down"}, {"provider": "up-openai", "upstream_model": "mock-gpt"}]},
+        {"name": "gpt-hidden-windowed", "price": PRICE, "max_input_tokens": 100_000,
+         "deployments": [{"provider": "up-openai", "upstream_model": "mock-hidden-input"}]},
     ]
     config = {
         "data_dir": str(workdir / "data"), "demo": False,
