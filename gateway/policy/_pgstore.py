@@ -153,6 +153,9 @@ class PostgresPolicySource:
                 return False
             published = await current(conn)
         rules = _compile(published.documents)
+        if published.generation < self._snapshot.generation:
+            # A slower concurrent refresh already installed a newer generation.
+            return False
         self._snapshot = PolicySnapshot(  # one assignment: readers never see a mix
             namespace=published.namespace, generation=published.generation,
             fingerprint=published.fingerprint, rules=rules)
