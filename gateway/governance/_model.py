@@ -79,6 +79,8 @@ class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     counter: str | None = None
     retry_after: int | None = None
+    code: str | None = None
+    """Machine-readable cause, e.g. ``snapshot_mismatch`` (re-plannable before dispatch)."""
 
 
 class OutcomeKind(enum.StrEnum):

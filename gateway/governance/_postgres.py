@@ -58,7 +58,7 @@ def _refusal(raw: dict[str, Any]) -> Refusal:
     if raw["status"] == 503 and retry is None:
         retry = 1
     return Refusal(status=int(raw["status"]), reason=reason, counter=counter,
-                   retry_after=None if retry is None else int(retry))
+                   retry_after=None if retry is None else int(retry), code=code)
 
 
 def _totals(outcome: Outcome) -> tuple[int | None, int | None]:

@@ -24,7 +24,7 @@ def _has_key_tables(conn: sqlite3.Connection) -> bool:
 
 def _mismatch(counter: str) -> Refusal:
     # Same wording and status as the shared store's snapshot_mismatch refusal.
-    return Refusal(status=503, counter=counter, retry_after=1,
+    return Refusal(status=503, counter=counter, retry_after=1, code="snapshot_mismatch",
                    reason=f"{counter}: changed since the request was authenticated or "
                           "routed (snapshot mismatch); retry")
 

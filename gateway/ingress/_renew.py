@@ -29,9 +29,7 @@ MAX_SNAPSHOT_RETRIES = 3
 
 
 def is_snapshot_mismatch(decision: object) -> bool:
-    # Both stores word this refusal the same way; no other 503 refusal says it.
-    return (isinstance(decision, Refusal) and decision.status == 503
-            and "snapshot mismatch" in decision.reason)
+    return isinstance(decision, Refusal) and decision.code == "snapshot_mismatch"
 
 
 def mismatch_kind(refusal: Refusal) -> str:
