@@ -29,23 +29,26 @@ from gateway.config import DatabaseSettings, decode_yaml_file, resolve_secret
 from gateway.errors import ConfigError
 
 
+# msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
+# (dataclass_transform), which does not inherit it; each subclass repeats frozen=True so
+# mypy knows the settings are immutable (msgspec issue #657).
 class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class ListenSettings(_Base):
+class ListenSettings(_Base, frozen=True):
     host: str = "127.0.0.1"
     port: int = 8470
 
 
-class AuthSettings(_Base):
+class AuthSettings(_Base, frozen=True):
     writer_tokens_ref: dict[str, str] = {}
     """Token name → secret reference; writers may publish and read."""
     reader_tokens_ref: dict[str, str] = {}
     """Token name → secret reference; readers may only read."""
 
 
-class ControlPlaneConfig(_Base):
+class ControlPlaneConfig(_Base, frozen=True):
     database: DatabaseSettings = DatabaseSettings()
     listen: ListenSettings = ListenSettings()
     auth: AuthSettings = AuthSettings()

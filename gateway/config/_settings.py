@@ -13,11 +13,14 @@ import msgspec
 from gateway.pricing import ModelPrice
 
 
+# msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
+# (dataclass_transform), which does not inherit it; each subclass repeats frozen=True so
+# mypy knows the settings are immutable (msgspec issue #657).
 class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class ServerSettings(_Base):
+class ServerSettings(_Base, frozen=True):
     host: str = "127.0.0.1"
     port: int = 4000
     max_body_bytes: int = 4 * 1024 * 1024
@@ -32,13 +35,13 @@ class ServerSettings(_Base):
     """Reference to the admin token that may read every row of /v1/usage."""
 
 
-class KeyStoreSettings(_Base):
+class KeyStoreSettings(_Base, frozen=True):
     type: Literal["sqlite", "postgres"] = "sqlite"
     path: str | None = None
     """SQLite file (local profile); default ``<data_dir>/mayu.db``."""
 
 
-class GovernanceStoreSettings(_Base):
+class GovernanceStoreSettings(_Base, frozen=True):
     type: Literal["local", "postgres"] = "local"
     path: str | None = None
     """SQLite file for local windows and permits; default ``<data_dir>/mayu.db``."""
@@ -46,7 +49,7 @@ class GovernanceStoreSettings(_Base):
     """A local journal; refused in shared mode (ADR-046)."""
 
 
-class DatabaseSettings(_Base):
+class DatabaseSettings(_Base, frozen=True):
     dsn_ref: str = "env:INFERPLANE_DATABASE_URL"
     pool_min_size: int = 2
     pool_max_size: int = 10
@@ -61,7 +64,7 @@ class DatabaseSettings(_Base):
     (see docs/configuration.md)."""
 
 
-class ProviderSettings(_Base):
+class ProviderSettings(_Base, frozen=True):
     name: str
     kind: Literal["openai", "anthropic", "mock"]
     base_url: str | None = None
@@ -73,13 +76,13 @@ class ProviderSettings(_Base):
     """mock only: delay before the first byte and between stream chunks."""
 
 
-class Deployment(_Base):
+class Deployment(_Base, frozen=True):
     provider: str
     upstream_model: str | None = None
     """The model name sent upstream (default: the gateway's model name)."""
 
 
-class ModelSettings(_Base):
+class ModelSettings(_Base, frozen=True):
     name: str
     deployments: list[Deployment]
     """Tried in order; each fallback attempt gets its own permit."""
@@ -92,12 +95,12 @@ class ModelSettings(_Base):
     without it such requests are refused (400), since their cost cannot be bounded."""
 
 
-class ControlPlaneSettings(_Base):
+class ControlPlaneSettings(_Base, frozen=True):
     url: str
     token_ref: str | None = None
 
 
-class BootstrapTeam(_Base):
+class BootstrapTeam(_Base, frozen=True):
     name: str
     rpm: int | None = None
     tpm: int | None = None
@@ -106,7 +109,7 @@ class BootstrapTeam(_Base):
     usd_micros_per_month: int | None = None
 
 
-class Settings(_Base):
+class Settings(_Base, frozen=True):
     data_dir: str = ".mayu"
     server: ServerSettings = ServerSettings()
     key_store: KeyStoreSettings = KeyStoreSettings()

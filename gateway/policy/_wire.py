@@ -58,19 +58,22 @@ Tokens = Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
 MilliUSD = Annotated[int, msgspec.Meta(gt=0, le=MAX_MILLI_USD)]
 
 
+# msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
+# (dataclass_transform), which does not inherit it; each subclass repeats frozen=True so
+# mypy knows the wire types are immutable (msgspec issue #657).
 class _Wire(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,
             omit_defaults=True):
     pass
 
 
-class ObjectMeta(_Wire):
+class ObjectMeta(_Wire, frozen=True):
     name: PolicyName
     namespace: str | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
 
 
-class Subject(_Wire):
+class Subject(_Wire, frozen=True):
     """Who a rule applies to; ``*`` as a name means every team (or every user)."""
 
     kind: Literal["team", "user", "team-user"]
@@ -78,7 +81,7 @@ class Subject(_Wire):
     user: SubjectName | None = None
 
 
-class RateRule(_Wire):
+class RateRule(_Wire, frozen=True):
     """Token buckets: requests and/or tokens per minute, or ``unlimited: true``."""
 
     unlimited: bool = False
@@ -86,14 +89,14 @@ class RateRule(_Wire):
     tpm: PerMinute | None = None
 
 
-class Lease(_Wire):
+class Lease(_Wire, frozen=True):
     """Budget lease knobs (ADR-034): grant size in milliUSD, heartbeat interval."""
 
     grant: MilliUSD
     renew_interval: Duration = msgspec.field(name="renewInterval")
 
 
-class BudgetRule(_Wire):
+class BudgetRule(_Wire, frozen=True):
     """A monetary budget per calendar window, or ``unlimited: true``."""
 
     unlimited: bool = False
@@ -106,14 +109,14 @@ class BudgetRule(_Wire):
         msgspec.field(default=None, name="adminContact"))
 
 
-class TokenQuota(_Wire):
+class TokenQuota(_Wire, frozen=True):
     """Token quotas per UTC day and/or month (counts cache tokens too, ADR-039)."""
 
     day: Tokens | None = None
     month: Tokens | None = None
 
 
-class Rule(_Wire):
+class Rule(_Wire, frozen=True):
     name: RuleName
     subject: Subject
     failure_policy: Literal["FailOpen", "FailClosed"] = msgspec.field(name="failurePolicy")
@@ -124,12 +127,12 @@ class Rule(_Wire):
     token_quota: TokenQuota | None = msgspec.field(default=None, name="tokenQuota")
 
 
-class PolicySpec(_Wire):
+class PolicySpec(_Wire, frozen=True):
     rules: list[Rule]
     description: str | None = None
 
 
-class GovernancePolicy(_Wire):
+class GovernancePolicy(_Wire, frozen=True):
     api_version: Literal["inferplane.dev/v1alpha1"] = msgspec.field(name="apiVersion")
     kind: Literal["GovernancePolicy"]
     metadata: ObjectMeta
