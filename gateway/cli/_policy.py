@@ -11,18 +11,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Sequence
 
 import msgspec
 
 from gateway.policy._compile import compile_documents
+from gateway.policy._compiled import CompiledRule
 from gateway.policy._files import check_files
 from gateway.policy._merge import effective_limits
 
 
-def _summary(rules: list[object]) -> str:
-    counts = Counter(getattr(r, "kind", "?") for r in rules)
+def _summary(rules: Sequence[CompiledRule]) -> str:
+    counts = Counter(r.kind for r in rules)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no rules"
-    unlimited = sum(1 for r in rules if getattr(r, "unlimited", False))
+    unlimited = sum(1 for r in rules if r.unlimited)
     return kinds + (f"; {unlimited} unlimited" if unlimited else "")
 
 

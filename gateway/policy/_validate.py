@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 from msgspec import inspect as mi
@@ -174,6 +174,11 @@ def _rate_problems(rate: dict[str, Any], path: str) -> list[Problem]:
     return []
 
 
+def _is_count(value: object) -> TypeGuard[int]:
+    """An int proper: YAML ``true`` is a bool, which Python also counts as an int."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _lease_problems(budget: dict[str, Any], path: str) -> list[Problem]:
     lease, out = _obj(budget.get("lease")), []
     renew, grant, limit = lease.get("renewInterval"), lease.get("grant"), budget.get(
@@ -181,8 +186,7 @@ def _lease_problems(budget: dict[str, Any], path: str) -> list[Problem]:
     if isinstance(renew, str) and re.search(DURATION_PATTERN, renew) and (
             duration_ms(renew) < _MIN_RENEW_MS):
         out.append((f"{path}.lease.renewInterval", "must be at least 1s"))
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in (grant, limit)) and (
-            grant > limit):
+    if _is_count(grant) and _is_count(limit) and grant > limit:
         out.append((f"{path}.lease.grant", "must not exceed limitMilliUSD"))
     return out
 
