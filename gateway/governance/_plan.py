@@ -16,6 +16,8 @@ from gateway.governance._model import (
     BUCKET_SCALE,
     AdmissionRequest,
     Charge,
+    CounterKind,
+    Dimension,
     Outcome,
     OutcomeKind,
 )
@@ -37,19 +39,20 @@ def utc_windows(now: datetime) -> tuple[str, str]:
 
 
 def _bucket(counter: str, capacity: int | None, amount: int, *, rule: str | None = None,
-            dimension: str = "tokens") -> list[Charge]:
+            dimension: Dimension = "tokens") -> list[Charge]:
     if not capacity:
         return []
-    return [Charge(counter=counter, kind="bucket", dimension=dimension,  # type: ignore[arg-type]
+    return [Charge(counter=counter, kind="bucket", dimension=dimension,
                    amount=amount, limit=capacity, rule_uid=rule)]
 
 
-def _window(counter: str, limit: int | None, amount: int, window: str, dimension: str,
-            *, rule: str | None = None, kind: str = "window", hard: bool = True) -> list[Charge]:
+def _window(counter: str, limit: int | None, amount: int, window: str, dimension: Dimension,
+            *, rule: str | None = None, kind: CounterKind = "window",
+            hard: bool = True) -> list[Charge]:
     if limit is None:
         return []
-    return [Charge(counter=f"{counter}:{window}", kind=kind,  # type: ignore[arg-type]
-                   dimension=dimension, amount=amount, limit=limit,  # type: ignore[arg-type]
+    return [Charge(counter=f"{counter}:{window}", kind=kind,
+                   dimension=dimension, amount=amount, limit=limit,
                    window=window, rule_uid=rule, hard=hard)]
 
 

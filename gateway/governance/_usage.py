@@ -10,10 +10,15 @@ is not counted as a request.
 from __future__ import annotations
 
 import sqlite3
+from typing import Literal
 
 from gateway.governance._model import UsageRow
 
-_SCOPES = (("key", "p.key_id"), ("team", "p.team_id"), ("user", "p.user"))
+_Scope = Literal["key", "team", "user"]
+_Window = Literal["day", "month"]
+
+_SCOPES: tuple[tuple[_Scope, str], ...] = (
+    ("key", "p.key_id"), ("team", "p.team_id"), ("user", "p.user"))
 
 _SELECT = """
 SELECT {column} AS id,
@@ -50,11 +55,12 @@ def usage_rows(conn: sqlite3.Connection, *, day: str, month: str, key_id: str | 
     rows: list[UsageRow] = []
     for scope, column in _SCOPES:
         where, args = _filter(scope, key_id, team_id)
-        for window, period in (("day", day), ("month", month)):
+        windows: tuple[tuple[_Window, str], ...] = (("day", day), ("month", month))
+        for window, period in windows:
             sql = _SELECT.format(column=column, period=window, where=where)
             for r in conn.execute(sql, [period, *args]):
                 rows.append(UsageRow(
-                    scope=scope, id=r["id"], window=window,  # type: ignore[arg-type]
+                    scope=scope, id=r["id"], window=window,
                     period=period, tokens_committed=r["tc"], tokens_reserved=r["tr"],
                     usd_committed=r["uc"], usd_reserved=r["ur"], requests=r["requests"]))
     return rows
