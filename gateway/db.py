@@ -91,7 +91,7 @@ async def fetch_one(conn: psycopg.AsyncConnection[Any], query: str,
                     params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """First row of ``query`` as a dict, whatever the connection's own row factory."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)  # type: ignore[arg-type]
+        await cur.execute(query, params)
         return await cur.fetchone()
 
 
@@ -99,7 +99,7 @@ async def fetch_all(conn: psycopg.AsyncConnection[Any], query: str,
                     params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every row of ``query`` as dicts, whatever the connection's own row factory."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)  # type: ignore[arg-type]
+        await cur.execute(query, params)
         return await cur.fetchall()
 
 

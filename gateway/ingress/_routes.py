@@ -187,6 +187,8 @@ def _as_inferplane(exc: Exception) -> InferplaneError:
             mapped = InferplaneError(detail)
         else:
             mapped = BadRequest(detail)
+        # status is a ClassVar (each kind's default); this one instance keeps Litestar's
+        # own status (405, 413, ...), which the renderer reads from the instance.
         mapped.status = exc.status_code  # type: ignore[misc]
         return mapped
     log.exception("unhandled error", exc_info=exc)

@@ -7,6 +7,7 @@ it) never needs a database driver to be importable or a server to be reachable.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from gateway.config import Settings
@@ -51,11 +52,11 @@ async def open_key_store(settings: Settings, *, pool: Any = None) -> KeyStore:
 
     if settings.database is None:  # load_settings already refuses this; be explicit
         raise ConfigError("database: required when key_store.type is postgres")
-    postgres_store = getattr(keys, "PostgresKeyStore", None)
+    postgres_store: Callable[[Any], KeyStore] | None = getattr(keys, "PostgresKeyStore", None)
     if postgres_store is None:
         raise ConfigError("key_store.type: postgres is not available in this build")
     if pool is not None:
-        return postgres_store(pool)  # type: ignore[no-any-return]
+        return postgres_store(pool)
     own = open_pool(settings.database, name="mayu-cli")
     try:
         async with wrap_exceptions("key store database"):
@@ -63,4 +64,5 @@ async def open_key_store(settings: Settings, *, pool: Any = None) -> KeyStore:
     except BaseException:
         await own.close()
         raise
-    return _OwningStore(postgres_store(own), own)  # type: ignore[return-value]
+    # _OwningStore satisfies KeyStore by delegating every other attribute (__getattr__).
+    return _OwningStore(postgres_store(own), own)

@@ -135,7 +135,11 @@ class PostgresPolicySource:
     """A :class:`gateway.policy.PolicySource` following the database's generations."""
 
     def __init__(self, pool: Pool, *, refresh_s: float = 1.0) -> None:
-        self._pool = pool
+        # The LISTEN connection is opened outside the pool from the pool's DSN; open_pool
+        # always builds pools from a string (psycopg_pool would also take a callable).
+        if not isinstance(pool.conninfo, str):
+            raise TypeError("PostgresPolicySource needs a pool built from a DSN string")
+        self._pool, self._conninfo = pool, pool.conninfo
         self._refresh_s = refresh_s
         self._snapshot = EMPTY_SNAPSHOT
         self._task: asyncio.Task[None] | None = None
@@ -177,7 +181,7 @@ class PostgresPolicySource:
     async def _follow(self) -> None:
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self._pool.conninfo,
+                conn = await psycopg.AsyncConnection.connect(self._conninfo,
                                                              autocommit=True)
             except psycopg.OperationalError as exc:
                 log.warning("policy LISTEN connection failed (%s); polling", exc)
