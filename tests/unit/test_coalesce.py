@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from gateway.governance import Permit
 from gateway.governance._coalesce import Coalescer
@@ -30,10 +31,8 @@ async def test_caller_cancelled_as_its_batch_resolves_gets_its_permit_refunded()
 
     coalescer._one_batch = answer_then_cancel  # type: ignore[method-assign]
     caller = asyncio.ensure_future(coalescer.admit(["req"]))  # type: ignore[list-item]
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await caller
-    except asyncio.CancelledError:
-        pass
     for _ in range(5):
         await asyncio.sleep(0)
     assert caller.cancelled()
