@@ -42,6 +42,19 @@ def open_pool(db: DatabaseSettings, *, name: str = "inferplane") -> Pool:
         reconnect_timeout=max(5.0, db.pool_timeout_s))
 
 
+async def open_pool_now(db: DatabaseSettings, *, name: str, what: str) -> Pool:
+    """An opened pool for a command-line tool: waits for its first connections, and on
+    failure closes it and raises GovernanceUnavailable naming ``what``."""
+    pool = open_pool(db, name=name)
+    try:
+        async with wrap_exceptions(what):
+            await pool.open(wait=True, timeout=db.connect_timeout_s + 5)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
+
+
 @asynccontextmanager
 async def wrap_exceptions(what: str = "governance database") -> AsyncIterator[None]:
     """Translate storage failures raised inside the block into GovernanceUnavailable."""

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from gateway.config import load_settings
-from gateway.db import open_pool, wrap_exceptions
+from gateway.db import open_pool_now
 from gateway.errors import ConfigError
 from gateway.keys._import import import_records, read_sqlite
 
@@ -35,10 +35,8 @@ def _import(args: argparse.Namespace) -> int:
         teams, keys = await read_sqlite(args.source)
         progress(f"read {len(teams)} teams and {len(keys)} keys "
                  f"({sum(k.revoked_at is not None for k in keys)} revoked) from {args.source}")
-        pool = open_pool(database, name="mayu-import")
+        pool = await open_pool_now(database, name="mayu-import", what="key store database")
         try:
-            async with wrap_exceptions("key store database"):
-                await pool.open(wait=True, timeout=database.connect_timeout_s + 5)
             return await import_records(pool, teams, keys, progress=progress)
         finally:
             await pool.close()

@@ -54,18 +54,12 @@ async def open_governance(settings: Settings) -> tuple[Any, Callable[[], Awaitab
 
 
 async def _open_postgres(settings: Settings) -> tuple[Any, Callable[[], Awaitable[None]]]:
-    from gateway.db import open_pool, wrap_exceptions
+    from gateway.db import open_pool_now
     from gateway.governance import PostgresGovernanceStore
 
     if settings.database is None:  # load_settings already refuses this; be explicit
         raise ConfigError("database: required when governance_store.type is postgres")
-    pool = open_pool(settings.database, name="mayu-cli")
-    try:
-        async with wrap_exceptions("governance database"):
-            await pool.open(wait=True, timeout=settings.database.connect_timeout_s + 5)
-    except BaseException:
-        await pool.close()
-        raise
+    pool = await open_pool_now(settings.database, name="mayu-cli", what="governance database")
     return PostgresGovernanceStore(pool), pool.close
 
 

@@ -48,7 +48,7 @@ async def open_key_store(settings: Settings, *, pool: Any = None) -> KeyStore:
         await store.open()
         return store
     from gateway import keys
-    from gateway.db import open_pool, wrap_exceptions
+    from gateway.db import open_pool_now
 
     if settings.database is None:  # load_settings already refuses this; be explicit
         raise ConfigError("database: required when key_store.type is postgres")
@@ -57,12 +57,6 @@ async def open_key_store(settings: Settings, *, pool: Any = None) -> KeyStore:
         raise ConfigError("key_store.type: postgres is not available in this build")
     if pool is not None:
         return postgres_store(pool)
-    own = open_pool(settings.database, name="mayu-cli")
-    try:
-        async with wrap_exceptions("key store database"):
-            await own.open(wait=True, timeout=settings.database.connect_timeout_s + 5)
-    except BaseException:
-        await own.close()
-        raise
+    own = await open_pool_now(settings.database, name="mayu-cli", what="key store database")
     # _OwningStore satisfies KeyStore by delegating every other attribute (__getattr__).
     return _OwningStore(postgres_store(own), own)
