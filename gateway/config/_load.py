@@ -69,6 +69,8 @@ def _check(settings: Settings) -> None:
                 raise ConfigError(f"models[{i}].price.{cls}: must not be negative")
         if m.max_output_tokens <= 0:
             raise ConfigError(f"models[{i}].max_output_tokens: must be positive")
+        if m.input_overhead_tokens < 0:
+            raise ConfigError(f"models[{i}].input_overhead_tokens: must not be negative")
         if m.max_input_tokens is not None and m.max_input_tokens <= 0:
             raise ConfigError(f"models[{i}].max_input_tokens: must be positive")
     if settings.policies is not None and settings.control_plane is not None:

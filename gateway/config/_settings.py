@@ -89,6 +89,10 @@ class ModelSettings(_Base, frozen=True):
     price: ModelPrice = ModelPrice()
     max_output_tokens: int = 8192
     """Output ceiling used for the bound when the request does not set max_tokens."""
+    input_overhead_tokens: int = 1024
+    """Input tokens a provider adds to any request beyond its body (chat template, the
+    tool-use system prompt: 346 tokens for Claude with tools); added to the body-length
+    input bound so an ordinary request with tools never reports more than its bound."""
     max_input_tokens: int | None = None
     """The model's context window. Bounds the input of requests that make the provider add
     input the body does not carry (previous_response_id, files, image URLs, server tools);

@@ -1,7 +1,9 @@
 """The input side of a request's token bound.
 
 Inline text never turns into more tokens than it has bytes, so the body's byte length
-bounds the input of a request that carries all of its input inline. Some requests make
+plus what the provider adds to every request (chat template, the tool-use system prompt:
+``models[].input_overhead_tokens``) bounds the input of a request that carries all of its
+input inline. Some requests make
 the provider add input the body does not carry: a previous response or conversation
 (Responses API), uploaded files, images fetched by URL, documents by URL or file id,
 server-side tools (web search, file search, code execution, MCP servers) whose results
@@ -73,7 +75,7 @@ def input_bound(body: bytes, doc: dict[str, Any], model: ModelSettings) -> int:
     """The most input tokens this request can be charged for (see the module docstring)."""
     reason = external_input(doc)
     if reason is None:
-        return len(body)
+        return len(body) + model.input_overhead_tokens
     if model.max_input_tokens is None:
         raise BadRequest(
             f"{reason}: this request makes the provider add input the body does not carry, "

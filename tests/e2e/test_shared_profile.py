@@ -300,7 +300,7 @@ def test_killed_replica_leaves_pending_permit_that_binds(shared: Shared) -> None
     and the other replicas refuse what would fit without it (402)."""
     team_id, _, key = shared.team_key("crash", "--usd-micros-per-day", str(CRASH_BUDGET))
     victim = shared.gateways.pop()  # later tests use the survivors
-    body = {"model": "gpt-slow", "max_tokens": 4_500, "stream": True,
+    body = {"model": "gpt-slow", "max_tokens": 4_000, "stream": True,
             "messages": [{"role": "user", "content": "a long story please"}]}
     with httpx.Client(base_url=victim.url, timeout=60) as client, client.stream(
             "POST", "/v1/chat/completions", json=body,

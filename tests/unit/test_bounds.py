@@ -25,7 +25,7 @@ UNWINDOWED = ModelSettings(name="m", deployments=[Deployment(provider="p")])
 def test_inline_requests_are_bounded_by_their_bytes(doc) -> None:  # type: ignore[no-untyped-def]
     """A request carrying all its input inline is bounded by its body length."""
     assert external_input(doc) is None
-    assert input_bound(b"x" * 321, doc, UNWINDOWED) == 321
+    assert input_bound(b"x" * 321, doc, UNWINDOWED) == 321 + UNWINDOWED.input_overhead_tokens
 
 
 @pytest.mark.parametrize(("doc", "where"), [
