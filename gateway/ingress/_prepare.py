@@ -38,11 +38,16 @@ def presented_key(request: Request[Any, Any, Any]) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
-async def authenticate(gw: Gateway, request: Request[Any, Any, Any]) -> Principal:
+def presented_key_hash(request: Request[Any, Any, Any]) -> str:
+    """SHA-256 of the presented key; 401 when none is presented."""
     key = presented_key(request)
     if key is None:
         raise Unauthenticated("missing API key (Authorization: Bearer or x-api-key)")
-    return await resolve_principal(gw, hash_key(key))
+    return hash_key(key)
+
+
+async def authenticate(gw: Gateway, request: Request[Any, Any, Any]) -> Principal:
+    return await resolve_principal(gw, presented_key_hash(request))
 
 
 async def resolve_principal(gw: Gateway, key_hash: str) -> Principal:

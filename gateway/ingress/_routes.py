@@ -35,11 +35,12 @@ from gateway.ingress._prepare import (
     output_bound,
     parse_json,
     presented_key,
+    presented_key_hash,
     read_body,
+    resolve_principal,
     route,
     wants_stream,
 )
-from gateway.keys import hash_key
 from gateway.pricing import cost_bound_micro_usd
 from gateway.providers import Protocol_
 from gateway.usage import Endpoint, estimate_tokens, prompt_text
@@ -58,8 +59,8 @@ def gateway_of(request: AnyRequest) -> Gateway:
 async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     gw = gateway_of(request)
     request.state.request_id = rid = new_request_id()
-    key = presented_key(request)
-    principal = await authenticate(gw, request)
+    key_hash = presented_key_hash(request)
+    principal = await resolve_principal(gw, key_hash)
     request.state.principal = principal
     body = await read_body(request, gw.settings.server.max_body_bytes)
     doc = parse_json(body)
@@ -74,7 +75,7 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
                 client_headers={h: request.headers[h] for h in _FORWARDED
                                 if h in request.headers},
                 deployments=target.deployments, request_id=rid,
-                key_hash=hash_key(key) if key else "")
+                key_hash=key_hash)
     request.state.call = call
     response = await dispatch(call)
     gw.metrics.requests.labels(request.url.path, str(response.status_code)).inc()
