@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd
+from tests.e2e._controlplane import SharedStack
 from tests.e2e._procs import (
     Proc,
     create_key,
@@ -147,3 +148,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         gateway.stop()
         upstream.stop()
+
+
+@pytest.fixture
+def two_gateways(tmp_path: Path, pg_dsn: str) -> Iterator[SharedStack]:
+    """inferplaned and two shared-mode gateways on one fresh migrated database."""
+    shared = SharedStack.start(tmp_path, pg_dsn, gateways=2)
+    try:
+        yield shared
+    finally:
+        shared.stop()

@@ -7,7 +7,6 @@ migrated database, called with the real ``openai`` SDK. No gateway is restarted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import openai
@@ -19,12 +18,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def shared(tmp_path: Path, pg_dsn: str) -> Iterator[SharedStack]:
-    stack = SharedStack.start(tmp_path, pg_dsn, gateways=2)
-    try:
-        yield stack
-    finally:
-        stack.stop()
+def shared(two_gateways: SharedStack) -> SharedStack:
+    return two_gateways
 
 
 def call(client: openai.OpenAI) -> int:

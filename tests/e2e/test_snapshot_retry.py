@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
@@ -30,12 +28,8 @@ PUBLISHES = 30
 
 
 @pytest.fixture
-def shared(tmp_path: Path, pg_dsn: str) -> Iterator[SharedStack]:
-    stack = SharedStack.start(tmp_path, pg_dsn, gateways=2)
-    try:
-        yield stack
-    finally:
-        stack.stop()
+def shared(two_gateways: SharedStack) -> SharedStack:
+    return two_gateways
 
 
 async def _worker(client: openai.AsyncOpenAI, stop: asyncio.Event,
