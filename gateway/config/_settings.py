@@ -33,6 +33,21 @@ class ServerSettings(_Base, frozen=True):
     replica_id: str | None = None
     admin_token_ref: str | None = None
     """Reference to the admin token that may read every row of /v1/usage."""
+    drain_on_disconnect_s: float = 0.0
+    """After a client disconnects mid-stream: 0 aborts the upstream request at once (what
+    the provider sees from a direct client); N > 0 keeps reading (and discarding) the
+    upstream for up to N seconds, so the exact usage can still be settled."""
+    journal_path: str | None = None
+    """Per-replica settlement journal (admission, dispatch, observed outcome); never
+    shared between replicas. Default: ``<data_dir>/journal-<replica>.jsonl``."""
+    journal_fsync: Literal["always", "interval"] = "interval"
+    """``always``: every dispatch/outcome record is fsynced before it is acted on, so a
+    machine crash loses none; ``interval``: fsync every ``journal_fsync_interval_s``
+    (a process crash loses nothing, a machine crash at most that interval)."""
+    journal_fsync_interval_s: float = 1.0
+    settle_wait_s: float = 0.5
+    """How long a finished request waits for the store to take its settlement before
+    leaving it to the journal's replay (the client's answer is never held longer)."""
 
 
 class KeyStoreSettings(_Base, frozen=True):
