@@ -4,6 +4,11 @@ The URL is the plain libpq form the gateway uses (``postgresql://...``); SQLAlch
 its psycopg 3 driver spelled out, so it is rewritten to ``postgresql+psycopg://``.
 Migrations are raw SQL (the schema has no ORM models), so there is no metadata to
 autogenerate from.
+
+``mayu migrate`` (:func:`gateway.schema.upgrade`) drives this same file programmatically:
+it sets ``sqlalchemy.url`` and passes a progress callback as the config attribute
+``on_version_apply``. Online runs take a transaction-scoped advisory lock first, so two
+concurrent migrators (two Jobs, a Job and an operator) run one after the other.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 import os
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import create_engine, pool, text
 
 from gateway.errors import ConfigError
 
 URL_ENV = "INFERPLANE_DATABASE_URL"
+# Any fixed 64-bit key: it only has to be the same for every migrator of this schema.
+_MIGRATION_LOCK = 4_651_238_117_001
 
 
 def sqlalchemy_url() -> str:
@@ -37,9 +44,15 @@ def run_offline() -> None:
 def run_online() -> None:
     # NullPool: no connection outlives the migration (a template database must have none).
     engine = create_engine(sqlalchemy_url(), poolclass=pool.NullPool)
+    progress = context.config.attributes.get("on_version_apply")
     with engine.connect() as connection:
-        context.configure(connection=connection, transactional_ddl=True)
+        context.configure(connection=connection, transactional_ddl=True,
+                          on_version_apply=progress)
         with context.begin_transaction():
+            # Before alembic reads the current revision: a second migrator waits here,
+            # then finds the work done.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                               {"key": _MIGRATION_LOCK})
             context.run_migrations()
     engine.dispose()
 

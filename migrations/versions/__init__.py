@@ -1,0 +1,1 @@
+"""Alembic revision modules (alembic skips ``__init__``; it only makes them packaged)."""
