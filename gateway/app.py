@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -20,7 +21,15 @@ from litestar import Litestar
 from gateway.audit import AuditLog, default_audit_path
 from gateway.config import Settings, resolve_secret
 from gateway.errors import ConfigError, InferplaneError
-from gateway.governance import GovernanceStore, utc_windows
+from gateway.governance import (
+    GovernanceStore,
+    Governor,
+    Journal,
+    Permit,
+    Settlement,
+    SettleResult,
+    utc_windows,
+)
 from gateway.ingress import ROUTES, Gateway, error_handler
 from gateway.keys import KeyStore
 from gateway.metrics import POLICY_LOGGERS, Metrics
@@ -126,6 +135,45 @@ async def _seed_budget(metrics: Metrics, governance: GovernanceStore) -> None:
         log.warning("budget utilisation starts from zero: usage unavailable (%s)", exc)
 
 
+def journal_path(settings: Settings) -> str:
+    replica = settings.server.replica_id or socket.gethostname()
+    return os.path.expanduser(settings.server.journal_path or os.path.join(
+        os.path.expanduser(settings.data_dir), f"journal-{replica}.jsonl"))
+
+
+async def _start_governor(settings: Settings, store: GovernanceStore, metrics: Metrics,
+                          audit: AuditLog, stack: AsyncExitStack) -> Governor:
+    """The permit owner, with this replica's journal; what a previous run left open is
+    resolved before the gateway serves (Governor.start)."""
+    server = settings.server
+    journal = Journal(journal_path(settings), fsync=server.journal_fsync,
+                      fsync_interval_s=server.journal_fsync_interval_s)
+
+    def settled(permit: Permit, settlement: Settlement, result: SettleResult | None,
+                error: str | None, late: bool) -> None:
+        metrics.settle_backlog.set(governor.backlog)
+        if result is not None:
+            metrics.settled(permit, settlement, stored=True)
+        if late and result is not None:
+            # The request's own audit line said "stored": false; this is the store's answer.
+            audit.write({"event": "settlement_replayed", "permit": permit.id,
+                         "request_id": permit.request.request_id,
+                         "outcome": str(settlement.kind),
+                         "tokens_committed": result.tokens_committed,
+                         "usd_committed": result.usd_committed,
+                         "tokens_liability": result.tokens_liability,
+                         "usd_liability": result.usd_liability,
+                         "detail": settlement.detail})
+
+    governor = Governor(store, journal=journal, settle_wait_s=server.settle_wait_s,
+                        on_settled=settled)
+    governor.admission_seconds = metrics.admission_latency.observe
+    await governor.start()
+    # Registered after the stores (closed first): open permits settle before they close.
+    stack.push_async_callback(governor.close)
+    return governor
+
+
 def audit_path(settings: Settings) -> str:
     return os.path.expanduser(settings.server.audit_path or default_audit_path(
         os.path.expanduser(settings.data_dir), settings.server.replica_id))
@@ -152,10 +200,11 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
         audit = AuditLog(audit_path(settings))
         audit.open()
         stack.callback(audit.close)
+        governor = await _start_governor(settings, comps.governance, metrics, audit, stack)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,
-                       admin_token=admin)
+                       admin_token=admin, governor=governor)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

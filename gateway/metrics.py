@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gateway.governance import Permit, UsageRow
+from gateway.governance import Permit, Settlement, UsageRow
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                     1, 2.5, 5, 10, 30, 60)
@@ -44,7 +44,19 @@ class Metrics:
         self.reserved_usd = Counter("mayu_reserved_micro_usd",
                                     "µUSD reserved by admitted permits (bounds).", registry=r)
         self.committed_usd = Counter("mayu_committed_micro_usd",
-                                     "µUSD committed by settlements.", registry=r)
+                                     "µUSD committed by settlements (what the upstream "
+                                     "reported, priced exactly).", registry=r)
+        self.liability_usd = Counter("mayu_liability_micro_usd",
+                                     "µUSD of liability left by uncertain settlements (the "
+                                     "unobserved remainder of their bounds; not spend).",
+                                     registry=r)
+        self.bound_exceeded = Counter("mayu_bound_exceeded",
+                                      "Settlements whose valid usage exceeded the admitted "
+                                      "bound (committed in full), by model.", ["model"],
+                                      registry=r)
+        self.settle_backlog = Gauge("mayu_settlement_backlog",
+                                    "Settlements journaled and waiting for the governance "
+                                    "store (replayed in order).", registry=r)
         self.outstanding_usd = Gauge("mayu_reserved_outstanding_micro_usd",
                                      "µUSD reserved by this process's permits not yet "
                                      "settled.", registry=r)
@@ -73,14 +85,15 @@ class Metrics:
         self.outstanding_usd.inc(permit.request.usd_bound)
         self.budget.admitted(permit, team_name)
 
-    def settled(self, permit: Permit, kind: str, usd_committed: int | None) -> None:
-        """``usd_committed`` None: the settlement failed, the permit stays pending."""
-        self.settlements.labels(kind).inc()
-        if usd_committed is None:
+    def settled(self, permit: Permit, settlement: Settlement, stored: bool) -> None:
+        """``stored`` False: the store has not taken it yet (the journal replays it)."""
+        self.settlements.labels(str(settlement.kind)).inc()
+        if not stored:
             return
-        self.committed_usd.inc(usd_committed)
+        self.committed_usd.inc(settlement.usd_committed)
+        self.liability_usd.inc(settlement.usd_liability)
         self.outstanding_usd.dec(permit.request.usd_bound)
-        self.budget.settled(permit, usd_committed)
+        self.budget.settled(permit, settlement.usd_committed + settlement.usd_liability)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

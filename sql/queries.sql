@@ -67,11 +67,13 @@ UPDATE keys SET revoked_at = clock_timestamp(), revision = revision + 1
 RETURNING *
 
 -- name: admit
-SELECT inferplane_admit_v1(%(requests)s::jsonb) AS results
+SELECT inferplane_admit_v2(%(requests)s::jsonb) AS results
 
 -- name: settle
-SELECT inferplane_settle_v1(%(permit_id)s::uuid, %(kind)s, %(fingerprint)s,
-                            %(commits)s::jsonb, %(detail)s, %(tokens)s, %(usd)s) AS result
+SELECT inferplane_settle_v2(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+
+-- name: resolve
+SELECT inferplane_resolve_v2(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
 -- name: current_generation
 SELECT generation FROM policy_state
@@ -82,10 +84,12 @@ SELECT counter FROM permit_segments WHERE permit_id = %(permit_id)s::uuid
 -- name: usage
 -- Per scope and window, from the permits' captured day/month: pending and invalid
 -- permits count their bounds as reserved (they still bind), settled ones what they
--- committed; a request cancelled before dispatch is not counted.
+-- committed and, apart, their liability; a request cancelled before dispatch is not
+-- counted.
 WITH p AS (
     SELECT key_id, team_id, user_name, day, month, status, token_bound, usd_bound,
-           tokens_committed, usd_committed, status NOT IN ('pending', 'invalid') AS settled
+           tokens_committed, usd_committed, tokens_liability, usd_liability,
+           status NOT IN ('pending', 'invalid') AS settled
       FROM permits
      WHERE day = %(day)s OR month = %(month)s
 ), scoped AS (
@@ -106,6 +110,10 @@ SELECT scope, sid AS id, win AS window, period,
            AS usd_committed,
        coalesce(sum(CASE WHEN settled THEN 0 ELSE usd_bound END), 0)::bigint
            AS usd_reserved,
+       coalesce(sum(CASE WHEN settled THEN coalesce(tokens_liability, 0) ELSE 0 END),
+                0)::bigint AS tokens_liability,
+       coalesce(sum(CASE WHEN settled THEN coalesce(usd_liability, 0) ELSE 0 END),
+                0)::bigint AS usd_liability,
        count(*) FILTER (WHERE status <> 'cancelled')::bigint AS requests
   FROM windowed
  WHERE CASE
@@ -122,11 +130,11 @@ SELECT scope, sid AS id, win AS window, period,
 
 -- name: counter
 SELECT key, kind, dimension, "limit", balance, updated_us, "window", reserved, committed,
-       frozen, 0::bigint AS leased_outstanding
+       frozen, 0::bigint AS leased_outstanding, liability
   FROM counters WHERE key = %(key)s
 UNION ALL
 SELECT key, 'account', 'usd', "limit", NULL, NULL, window_period, reserved, committed,
-       frozen, leased_outstanding
+       frozen, leased_outstanding, liability
   FROM authority_accounts WHERE key = %(key)s
 
 -- name: pending_permits
@@ -222,7 +230,8 @@ SELECT counter, kind, dimension, amount, "limit", "window", rule_uid, hard
 SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
        token_bound, usd_bound, status, created_at,
        floor(extract(epoch FROM clock_timestamp() - created_at))::bigint AS age_s,
-       tokens_committed, usd_committed, detail
+       tokens_committed, usd_committed, tokens_liability, usd_liability, bound_exceeded,
+       detail
   FROM permits
  WHERE (NOT %(pending_only)s OR status = 'pending')
    AND (%(older_than_s)s::bigint IS NULL

@@ -23,13 +23,21 @@ from gateway.cli._keys import _positive, _table, format_usd
 from gateway.config import Settings, load_settings
 from gateway.errors import BadRequest, ConfigError, NotFound, SettlementConflict, UnknownPermit
 from gateway.governance import (
+    JournalEntry,
     Outcome,
     OutcomeKind,
+    Permit,
     PermitInfo,
+    Settlement,
     SettleResult,
-    commits_for,
+    boot_id,
+    read_journal,
+    recovered_outcome,
+    settlement_for,
+    split_settlement,
 )
 from gateway.keys._open import sqlite_path
+from gateway.pricing import InvalidUsage, ModelPrice, Usage
 
 T = TypeVar("T")
 _AS = {"uncertain": OutcomeKind.UNCERTAIN, "cancelled": OutcomeKind.CANCELLED}
@@ -115,23 +123,82 @@ def _permits_list(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _resolve_one(store: Any, permit_id: str, kind: OutcomeKind,
-                       reason: str) -> SettleResult:
-    """Settle one permit through the store's normal path (exactly once)."""
-    permit = await store.get_permit(permit_id)
+async def _permit(store: Any, permit_id: str) -> Permit:
+    permit: Permit | None = await store.get_permit(permit_id)
     if permit is None:
         raise UnknownPermit(f"permit {permit_id!r}: no such permit in this governance "
                             "store (see mayu permits list)")
-    outcome = Outcome(kind=kind, detail=f"operator: {reason}")
+    return permit
+
+
+async def _apply(store: Any, permit_id: str, settlement: Settlement, *,
+                 exact: bool) -> SettleResult:
+    """Settle (or, with an exact figure, resolve) one permit through the store's own
+    path: exactly once, replays harmless, a different outcome refused."""
     try:
-        result: SettleResult = await store.settle(permit_id, outcome,
-                                                  commits_for(permit.request, outcome))
+        result: SettleResult = await (store.resolve(permit_id, settlement) if exact
+                                      else store.settle(permit_id, settlement))
     except SettlementConflict:
         stored = await store.permit_info(permit_id)
         raise SettlementConflict(
             f"permit {permit_id} was already settled as {_stored(stored)}; resolving it "
-            f"as {kind} is refused (a permit is settled exactly once)") from None
+            f"as {settlement.kind} is refused (a permit is settled exactly once; only an "
+            "uncertain or tokens-known one takes a later exact figure)") from None
     return result
+
+
+async def _resolve_one(store: Any, permit_id: str, kind: OutcomeKind,
+                       reason: str) -> SettleResult:
+    """Settle one pending permit as uncertain or cancelled (exactly once)."""
+    permit = await _permit(store, permit_id)
+    outcome = Outcome(kind=kind, detail=f"operator: {reason}")
+    return await _apply(store, permit_id, settlement_for(permit.request, outcome),
+                        exact=False)
+
+
+def _price_of(settings: Settings, model: str) -> ModelPrice:
+    for m in settings.models:
+        if m.name == model:
+            return m.price
+    raise ConfigError(f"models: no model {model!r} in this config, so its usage cannot be "
+                      "priced; pass --cost-micro-usd instead, or the config that served it")
+
+
+def _exact_settlement(permit: Permit, args: argparse.Namespace,
+                      settings: Settings) -> Settlement:
+    """The settlement at an exact figure: ``--usage`` (priced with the model's price) or
+    ``--cost-micro-usd`` (+ ``--tokens``; without it the tokens stay liability)."""
+    detail = f"operator: {args.reason}"
+    if args.usage is not None:
+        try:
+            usage = msgspec.json.decode(args.usage.encode(), type=Usage).validate()
+        except (msgspec.DecodeError, msgspec.ValidationError, InvalidUsage) as exc:
+            raise BadRequest(f"--usage: {exc} (e.g. '{{\"input\": 1200, \"output\": 300, "
+                             f"\"cache_read\": 0, \"cache_write_5m\": 0, "
+                             f"\"cache_write_1h\": 0}}')") from exc
+        return settlement_for(permit.request, Outcome(kind=OutcomeKind.COMPLETE, usage=usage,
+                                                      detail=detail),
+                              _price_of(settings, permit.request.model))
+    req, usd = permit.request, args.cost_micro_usd
+    tokens = args.tokens
+    base = Settlement(kind=OutcomeKind.COMPLETE if tokens is not None else OutcomeKind.UNCERTAIN,
+                      detail=detail, usd_committed=usd,
+                      tokens_committed=tokens or 0,
+                      tokens_liability=0 if tokens is not None else req.token_bound,
+                      bound_exceeded=usd > req.usd_bound or (tokens or 0) > req.token_bound)
+    return split_settlement(req, base)
+
+
+def _resolve_exact(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+
+    async def _exact(store: Any) -> SettleResult:
+        permit = await _permit(store, args.permit_id)
+        return await _apply(store, args.permit_id,
+                            _exact_settlement(permit, args, settings), exact=True)
+    result = _run(args, _exact)
+    print(_result_line(result))
+    return 0
 
 
 def _stored(info: PermitInfo | None) -> str:
@@ -143,6 +210,9 @@ def _stored(info: PermitInfo | None) -> str:
 
 def _result_line(result: SettleResult) -> str:
     what = _committed(result.kind, result.tokens_committed, result.usd_committed)
+    if result.usd_liability or result.tokens_liability:
+        what += (f", liability {result.tokens_liability} tokens, "
+                 f"{format_usd(result.usd_liability)}")
     if result.replay:
         return f"permit {result.permit_id} was already resolved as {what}; nothing changed"
     return f"resolved permit {result.permit_id} as {what}"
@@ -151,20 +221,52 @@ def _result_line(result: SettleResult) -> str:
 def _permits_resolve(args: argparse.Namespace) -> int:
     if (args.permit_id is None) == (args.all_older_than_minutes is None):
         raise BadRequest("permits resolve: give a PERMIT_ID or --all-older-than-minutes N "
-                       "(exactly one)")
+                         "(exactly one)")
+    exact = args.usage is not None or args.cost_micro_usd is not None
+    if args.usage is not None and args.cost_micro_usd is not None:
+        raise BadRequest("permits resolve: --usage or --cost-micro-usd, not both")
+    if args.tokens is not None and args.cost_micro_usd is None:
+        raise BadRequest("permits resolve: --tokens goes with --cost-micro-usd")
     if args.all_older_than_minutes is not None:
+        if exact:
+            raise BadRequest("--usage/--cost-micro-usd: one PERMIT_ID at a time")
         return _resolve_bulk(args)
+    if exact:
+        return _resolve_exact(args)
+    if args.as_ is None:
+        raise BadRequest("permits resolve PERMIT_ID: give --as uncertain|cancelled, "
+                         "--usage JSON or --cost-micro-usd N")
     kind = _AS[args.as_]
     result = _run(args, lambda s: _resolve_one(s, args.permit_id, kind, args.reason))
     print(_result_line(result))
     return 0
 
 
+def _journal_entries(paths: list[str]) -> dict[str, JournalEntry]:
+    entries: dict[str, JournalEntry] = {}
+    for path in paths:
+        if not os.path.exists(path):
+            raise ConfigError(f"--journal: no such file {path}")
+        entries.update(read_journal(path))
+    return entries
+
+
 def _resolve_bulk(args: argparse.Namespace) -> int:
-    if args.as_ != "uncertain":
+    if args.as_ not in (None, "uncertain"):
         raise BadRequest("--all-older-than-minutes: only with --as uncertain (cancelled "
-                          "refunds, which is only right per permit, when you know the "
-                          "request never reached the provider)")
+                         "refunds, which is only right per permit, when you know the "
+                         "request never reached the provider; a replica's --journal "
+                         "proves it)")
+    journal = _journal_entries(args.journal or [])
+    boot = boot_id()
+
+    async def _one(store: Any, permit_id: str) -> SettleResult:
+        entry = journal.get(permit_id)
+        if entry is None:
+            return await _resolve_one(store, permit_id, OutcomeKind.UNCERTAIN, args.reason)
+        settlement = entry.settlement or settlement_for(
+            entry.request, recovered_outcome(entry, boot))
+        return await _apply(store, permit_id, settlement, exact=False)
 
     async def _bulk(store: Any) -> int:
         stale = await store.permits(pending_only=True,
@@ -172,16 +274,16 @@ def _resolve_bulk(args: argparse.Namespace) -> int:
         failed = 0
         for n, info in enumerate(stale, 1):
             prefix = f"[{n}/{len(stale)}]"
+            source = " (from its journal)" if info.id in journal else ""
             try:
-                result = await _resolve_one(store, info.id, OutcomeKind.UNCERTAIN,
-                                            args.reason)
-                print(f"{prefix} {_result_line(result)}", flush=True)
+                result = await _one(store, info.id)
+                print(f"{prefix} {_result_line(result)}{source}", flush=True)
             except (SettlementConflict, NotFound) as exc:
                 # Its gateway may have settled it meanwhile: report it and go on.
                 failed += 1
                 print(f"{prefix} permit {info.id}: {exc.message}", flush=True)
         print(f"{len(stale) - failed} of {len(stale)} pending permits older than "
-              f"{args.all_older_than_minutes} min resolved as uncertain")
+              f"{args.all_older_than_minutes} min resolved")
         return 1 if failed else 0
     return _run(args, _bulk)
 
@@ -221,20 +323,31 @@ _CONFIG_HELP = ("gateway config file; its governance_store selects the local SQL
                 "or the shared Postgres database (default: none, the local profile with "
                 "its data in .mayu)")
 
-_RESOLVE = """Settle a pending permit as an operator, through the governance store's normal
+_RESOLVE = """Settle a permit as an operator, through the governance store's normal
 settle path: exactly once, with the same rules as a gateway's settlement (resolving again
 with the same outcome is a harmless replay; a different outcome is refused and the stored
 one is shown).
 
-  --as uncertain   keeps the token and µUSD bounds committed (nothing possibly spent is
-                   refunded). The safe choice for a crashed gateway.
+  --as uncertain   commits nothing unobserved: the bounds become liability (they keep
+                   binding the hard limits of their windows, but are not spend). The safe
+                   choice for a crashed gateway without a journal.
   --as cancelled   refunds everything, requests-per-minute included. Only right when you
-                   KNOW the request never reached the provider (e.g. the audit log or the
-                   provider's records show it was never sent).
+                   KNOW the request never reached the provider.
+  --usage JSON     settles at the exact usage (e.g. the provider's record), priced with
+                   the model's price from --config: '{"input": 1200, "output": 300,
+                   "cache_read": 0, "cache_write_5m": 0, "cache_write_1h": 0}'. Works on a
+                   pending permit and on one settled uncertain or tokens_known (its
+                   liability is replaced by the exact figure).
+  --cost-micro-usd N [--tokens T]
+                   the same with an exact µUSD figure; without --tokens the token count
+                   stays liability.
 
-With --all-older-than-minutes N, every permit still pending after N minutes is resolved as
-uncertain, one progress line per permit; choose N above your longest request timeout so
-no live request is resolved under its gateway."""
+With --all-older-than-minutes N, every permit still pending after N minutes is resolved,
+one progress line per permit; choose N above your longest request timeout so no live
+request is resolved under its gateway. Give the crashed replicas' journals with
+--journal FILE (repeatable): a permit found there is resolved from what its replica
+recorded (never dispatched -> cancelled, outcome observed -> settled as observed,
+dispatched -> uncertain); the others as uncertain."""
 
 
 def _add(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
@@ -245,6 +358,16 @@ def _add(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary
     parser.add_argument("--config", metavar="FILE", default=None, help=_CONFIG_HELP)
     parser.set_defaults(func=func)
     return parser
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _register_permits(subparsers: Any) -> None:
@@ -262,14 +385,24 @@ def _register_permits(subparsers: Any) -> None:
     listing.add_argument("--limit", type=_positive, metavar="N", default=200,
                          help="show at most N permits (default 200)")
     listing.add_argument("--json", action="store_true", help="print JSON")
-    resolve = _add(sub, "resolve", _permits_resolve, "settle a pending permit as uncertain "
-                   "(bounds kept) or cancelled (refund: only if it never reached the "
-                   "provider)", _RESOLVE)
+    resolve = _add(sub, "resolve", _permits_resolve, "settle a permit: uncertain (bounds "
+                   "become liability), cancelled (refund), or at an exact usage/cost",
+                   _RESOLVE)
     resolve.add_argument("permit_id", metavar="PERMIT_ID", nargs="?",
                          help="the permit (see mayu permits list --pending)")
-    resolve.add_argument("--as", dest="as_", required=True, choices=sorted(_AS),
-                         help="uncertain: keep the bounds committed; cancelled: refund "
+    resolve.add_argument("--as", dest="as_", choices=sorted(_AS),
+                         help="uncertain: the bounds become liability; cancelled: refund "
                               "everything, only when the request never reached the provider")
+    resolve.add_argument("--usage", metavar="JSON",
+                         help="settle at this exact usage (token classes), priced with the "
+                              "model's price from --config")
+    resolve.add_argument("--cost-micro-usd", type=_non_negative, metavar="N",
+                         help="settle at this exact cost in µUSD")
+    resolve.add_argument("--tokens", type=_non_negative, metavar="T",
+                         help="with --cost-micro-usd: the exact token count")
+    resolve.add_argument("--journal", action="append", metavar="FILE",
+                         help="with --all-older-than-minutes: a crashed replica's "
+                              "journal (repeatable)")
     resolve.add_argument("--reason", default="no reason given", metavar="TEXT",
                          help="why, recorded in the settlement's detail as 'operator: TEXT'")
     resolve.add_argument("--all-older-than-minutes", type=_positive, metavar="N",

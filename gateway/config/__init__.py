@@ -2,9 +2,24 @@
 
 from gateway.config._load import (
     DEFAULT_MOCK_MODELS,
+    check_secrets,
     decode_yaml_file,
+    is_reference,
     load_settings,
     resolve_secret,
+    secret_refs,
+)
+from gateway.config._ranges import (
+    MAX_AMOUNT,
+    MAX_LIMIT,
+    MAX_RATE,
+    MAX_SECONDS,
+    MAX_TOKENS_PER_CLASS,
+    Bytes,
+    PoolSize,
+    Port,
+    Seconds,
+    SecondsOrZero,
 )
 from gateway.config._settings import (
     BootstrapTeam,
@@ -21,17 +36,30 @@ from gateway.config._settings import (
 
 __all__ = [
     "DEFAULT_MOCK_MODELS",
+    "MAX_AMOUNT",
+    "MAX_LIMIT",
+    "MAX_RATE",
+    "MAX_SECONDS",
+    "MAX_TOKENS_PER_CLASS",
     "BootstrapTeam",
+    "Bytes",
     "ControlPlaneSettings",
     "DatabaseSettings",
     "Deployment",
     "GovernanceStoreSettings",
     "KeyStoreSettings",
     "ModelSettings",
+    "PoolSize",
+    "Port",
     "ProviderSettings",
+    "Seconds",
+    "SecondsOrZero",
     "ServerSettings",
     "Settings",
+    "check_secrets",
     "decode_yaml_file",
+    "is_reference",
     "load_settings",
     "resolve_secret",
+    "secret_refs",
 ]

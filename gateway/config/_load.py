@@ -9,6 +9,7 @@ from typing import TypeVar
 import msgspec
 import yaml
 
+from gateway.config._ranges import MAX_AMOUNT, PRICE_FIELDS
 from gateway.config._settings import Deployment, ModelSettings, ProviderSettings, Settings
 from gateway.errors import ConfigError
 from gateway.pricing import ModelPrice
@@ -33,6 +34,32 @@ def resolve_secret(ref: str, *, key: str) -> str:
             raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from exc
     raise ConfigError(f"{key}: secrets must be references (env:NAME or file:PATH), "
                       "never inline values")
+
+
+def is_reference(value: str) -> bool:
+    """``env:NAME`` or ``file:PATH``: safe to print (an inline value never is)."""
+    return value.startswith(("env:", "file:"))
+
+
+def secret_refs(settings: Settings) -> list[tuple[str, str]]:
+    """Every secret reference the gateway resolves at startup, as (key path, reference)."""
+    s = settings.server
+    refs = [("server.admin_token_ref", s.admin_token_ref),
+            ("server.metrics_token_ref", s.metrics_token_ref)]
+    if settings.shared and settings.database is not None:
+        refs.append(("database.dsn_ref", settings.database.dsn_ref))
+    refs += [(f"providers[{i}].api_key_ref", p.api_key_ref)
+             for i, p in enumerate(settings.providers)]
+    if settings.control_plane is not None:
+        refs.append(("control_plane.token_ref", settings.control_plane.token_ref))
+    return [(key, ref) for key, ref in refs if ref is not None]
+
+
+def check_secrets(settings: Settings) -> None:
+    """Resolve every secret reference now, so a bad one fails before anything starts;
+    the error names the key and the reference's source, never a value."""
+    for key, ref in secret_refs(settings):
+        resolve_secret(ref, key=key)
 
 
 def _with_defaults(settings: Settings) -> Settings:
@@ -64,15 +91,7 @@ def _check(settings: Settings) -> None:
             if d.provider not in names:
                 raise ConfigError(f"models[{i}].deployments[{j}].provider: unknown provider "
                                   f"{d.provider!r} (known: {', '.join(names) or 'none'})")
-        for cls in ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h"):
-            if getattr(m.price, cls) < 0:
-                raise ConfigError(f"models[{i}].price.{cls}: must not be negative")
-        if m.max_output_tokens <= 0:
-            raise ConfigError(f"models[{i}].max_output_tokens: must be positive")
-        if m.input_overhead_tokens < 0:
-            raise ConfigError(f"models[{i}].input_overhead_tokens: must not be negative")
-        if m.max_input_tokens is not None and m.max_input_tokens <= 0:
-            raise ConfigError(f"models[{i}].max_input_tokens: must be positive")
+        _check_price(f"models[{i}]", m)
     if settings.policies is not None and settings.control_plane is not None:
         raise ConfigError("policies: mutually exclusive with control_plane "
                           "(one authoritative policy source)")
@@ -92,8 +111,29 @@ def _check(settings: Settings) -> None:
                               "(Postgres is the only authority; ADR-046)")
         if settings.database is None:
             raise ConfigError("database: required when key_store/governance_store are postgres")
-    if settings.server.max_body_bytes <= 0:
-        raise ConfigError("server.max_body_bytes: must be positive")
+    db = settings.database
+    if db is not None and db.pool_min_size > db.pool_max_size:
+        raise ConfigError(f"database.pool_min_size: {db.pool_min_size} is above "
+                          f"database.pool_max_size ({db.pool_max_size})")
+
+
+def _check_price(where: str, m: ModelSettings) -> None:
+    """Prices within the money ceiling, and a default bound the planner will accept.
+
+    (Token counts and every other number have msgspec ranges in ``_settings``.)
+    """
+    for cls in PRICE_FIELDS:
+        value = m.price.per_class(cls)
+        if not 0 <= value <= MAX_AMOUNT:
+            raise ConfigError(f"{where}.price.{cls}: must be an integer in 0..{MAX_AMOUNT} "
+                              f"(µUSD per million tokens), got {value}")
+    # A request that sets no max_tokens is bounded by max_output_tokens; if that bound
+    # alone exceeds what one charge may carry, every such request would be refused.
+    out = -(-m.max_output_tokens * m.price.output // 1_000_000)
+    if out > MAX_AMOUNT:
+        raise ConfigError(f"{where}.max_output_tokens: {m.max_output_tokens} tokens at "
+                          f"price.output {m.price.output} is a {out} µUSD bound, above the "
+                          f"largest admissible amount {MAX_AMOUNT}")
 
 
 def decode_yaml_file(path: str | os.PathLike[str], type_: type[T]) -> T:

@@ -2,14 +2,30 @@
 
 Secrets are never inline: a field named ``*_ref`` or ``dsn`` holds a reference
 (``env:NAME`` or ``file:PATH``) resolved by :func:`gateway.config.resolve_secret`.
+Every numeric field has a range (``gateway/config/_ranges.py``), checked at decoding, so
+an out-of-range value fails naming its key path.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 import msgspec
 
+from gateway.config._ranges import (
+    Bytes,
+    Coalesce,
+    Connections,
+    Limit,
+    Millis,
+    PoolSize,
+    Port,
+    Rate,
+    Seconds,
+    SecondsOrZero,
+    Tokens,
+    TokensOrZero,
+)
 from gateway.pricing import ModelPrice
 
 
@@ -22,9 +38,9 @@ class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
 class ServerSettings(_Base, frozen=True):
     host: str = "127.0.0.1"
-    port: int = 4000
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_output_tokens: int = 1_000_000
+    port: Port = 4000
+    max_body_bytes: Bytes = 4 * 1024 * 1024
+    max_output_tokens: Tokens = 1_000_000
     """Absolute ceiling on ``max_tokens``; larger values are refused with 400."""
     audit_path: str | None = None
     """Per-replica append-only audit file (JSON lines).
@@ -33,7 +49,7 @@ class ServerSettings(_Base, frozen=True):
     replica_id: str | None = None
     admin_token_ref: str | None = None
     """Reference to the admin token that may read every row of /v1/usage."""
-    drain_on_disconnect_s: float = 0.0
+    drain_on_disconnect_s: SecondsOrZero = 0.0
     """After a client disconnects mid-stream: 0 aborts the upstream request at once (what
     the provider sees from a direct client); N > 0 keeps reading (and discarding) the
     upstream for up to N seconds, so the exact usage can still be settled."""
@@ -44,10 +60,31 @@ class ServerSettings(_Base, frozen=True):
     """``always``: every dispatch/outcome record is fsynced before it is acted on, so a
     machine crash loses none; ``interval``: fsync every ``journal_fsync_interval_s``
     (a process crash loses nothing, a machine crash at most that interval)."""
-    journal_fsync_interval_s: float = 1.0
-    settle_wait_s: float = 0.5
+    journal_fsync_interval_s: Seconds = 1.0
+    settle_wait_s: SecondsOrZero = 0.5
     """How long a finished request waits for the store to take its settlement before
     leaving it to the journal's replay (the client's answer is never held longer)."""
+    shutdown_grace_s: SecondsOrZero = 30.0
+    """On SIGTERM: how long in-flight requests and streams may run on (new connections
+    are refused and ``/readyz`` fails at once); what is still running then is cancelled.
+    The chart's ``terminationGracePeriodSeconds`` is derived from it."""
+    max_header_bytes: Bytes = 64 * 1024
+    """Largest request line plus headers; a larger head is answered 431 and closed."""
+    header_timeout_s: Seconds = 10.0
+    """A request's line and headers must arrive within this long (from the connection,
+    or from its first byte on a kept-alive connection); else 408 and close."""
+    body_timeout_s: Seconds = 60.0
+    """The request body must arrive within this long after its headers; else the
+    connection is closed (the request fails as a client disconnect)."""
+    keep_alive_s: Seconds = 5.0
+    """An idle kept-alive connection is closed after this long."""
+    max_connections: Connections = 4096
+    """Open connections (and requests) per process; beyond it new requests get 503."""
+    metrics_token_ref: str | None = None
+    """Reference to a bearer token ``/metrics`` requires (none: open, as before)."""
+    metrics_team_labels: bool = False
+    """Budget metrics carry the team *name* as a label only when true; by default a team
+    is labelled by its opaque id alone (names can say who a customer is)."""
 
 
 class KeyStoreSettings(_Base, frozen=True):
@@ -66,13 +103,13 @@ class GovernanceStoreSettings(_Base, frozen=True):
 
 class DatabaseSettings(_Base, frozen=True):
     dsn_ref: str = "env:INFERPLANE_DATABASE_URL"
-    pool_min_size: int = 2
-    pool_max_size: int = 10
-    connect_timeout_s: float = 2.0
-    pool_timeout_s: float = 2.0
+    pool_min_size: PoolSize = 2
+    pool_max_size: PoolSize = 10
+    connect_timeout_s: Seconds = 2.0
+    pool_timeout_s: Seconds = 2.0
     """How long a request waits for a pooled connection before a 503."""
-    policy_refresh_s: float = 1.0
-    admission_coalesce: Annotated[int, msgspec.Meta(ge=0)] = 1
+    policy_refresh_s: Seconds = 1.0
+    admission_coalesce: Coalesce = 1
     """Coalesce admissions: at most this many admission calls in flight per replica;
     requests arriving while all are busy go together as the next call. 0: off (every
     admission is its own call). Default 1: best for a hot team in tests/bench/coalesce.py
@@ -84,10 +121,10 @@ class ProviderSettings(_Base, frozen=True):
     kind: Literal["openai", "anthropic", "mock"]
     base_url: str | None = None
     api_key_ref: str | None = None
-    timeout_s: float = 600.0
-    connect_timeout_s: float = 10.0
-    max_connections: int = 200
-    latency_ms: int = 0
+    timeout_s: Seconds = 600.0
+    connect_timeout_s: Seconds = 10.0
+    max_connections: Connections = 200
+    latency_ms: Millis = 0
     """mock only: delay before the first byte and between stream chunks."""
 
 
@@ -102,13 +139,13 @@ class ModelSettings(_Base, frozen=True):
     deployments: list[Deployment]
     """Tried in order; each fallback attempt gets its own permit."""
     price: ModelPrice = ModelPrice()
-    max_output_tokens: int = 8192
+    max_output_tokens: Tokens = 8192
     """Output ceiling used for the bound when the request does not set max_tokens."""
-    input_overhead_tokens: int = 1024
+    input_overhead_tokens: TokensOrZero = 1024
     """Input tokens a provider adds to any request beyond its body (chat template, the
     tool-use system prompt: 346 tokens for Claude with tools); added to the body-length
     input bound so an ordinary request with tools never reports more than its bound."""
-    max_input_tokens: int | None = None
+    max_input_tokens: Tokens | None = None
     """The model's context window. Bounds the input of requests that make the provider add
     input the body does not carry (previous_response_id, files, image URLs, server tools);
     without it such requests are refused (400), since their cost cannot be bounded."""
@@ -121,11 +158,11 @@ class ControlPlaneSettings(_Base, frozen=True):
 
 class BootstrapTeam(_Base, frozen=True):
     name: str
-    rpm: int | None = None
-    tpm: int | None = None
-    tokens_per_day: int | None = None
-    usd_micros_per_day: int | None = None
-    usd_micros_per_month: int | None = None
+    rpm: Rate | None = None
+    tpm: Rate | None = None
+    tokens_per_day: Limit | None = None
+    usd_micros_per_day: Limit | None = None
+    usd_micros_per_month: Limit | None = None
 
 
 class Settings(_Base, frozen=True):

@@ -1,12 +1,22 @@
 """The admission/settlement seam (DESIGN §4–§5) and its stores.
 
 Request path: :func:`build_request` plans every counter a call must reserve against;
-a :class:`GovernanceStore` admits it all-or-none into a :class:`Permit`; after dispatch
-the permit is settled exactly once with an :class:`Outcome` (:func:`commits_for` says
-what each counter keeps).
+the :class:`Governor` owns each permit's life: it admits all-or-none through a
+:class:`GovernanceStore` (re-planning after a snapshot mismatch), journals dispatch and
+the observed :class:`Outcome`, settles exactly once with the one :class:`Settlement`
+:func:`settlement_for` computes (committed, liability, reserved: DESIGN §5), and replays
+from its journal what the store could not take.
 """
 
 from gateway.governance._counters import CounterState
+from gateway.governance._governor import Governor, Refused
+from gateway.governance._journal import (
+    Journal,
+    JournalEntry,
+    boot_id,
+    read_journal,
+    recovered_outcome,
+)
 from gateway.governance._local import LocalGovernanceStore
 from gateway.governance._model import (
     BUCKET_SCALE,
@@ -17,6 +27,8 @@ from gateway.governance._model import (
     OutcomeKind,
     Permit,
     Refusal,
+    RefusalFigures,
+    Settlement,
     SettleResult,
     UsageRow,
 )
@@ -25,14 +37,15 @@ from gateway.governance._plan import (
     bucket_admits,
     bucket_settle,
     build_request,
-    commits_for,
     plan_charges,
     refill,
     retry_after_seconds,
-    settled_amounts,
+    settlement_fingerprint,
     utc_windows,
 )
 from gateway.governance._postgres import PostgresGovernanceStore
+from gateway.governance._refusal import refusal
+from gateway.governance._settle import settlement_for, split_settlement
 
 # Re-exported for the app factory, which picks every shared-mode component here.
 from gateway.policy._pgstore import PostgresPolicySource
@@ -44,6 +57,9 @@ __all__ = [
     "CounterState",
     "FrozenCounter",
     "GovernanceStore",
+    "Governor",
+    "Journal",
+    "JournalEntry",
     "LocalGovernanceStore",
     "Outcome",
     "OutcomeKind",
@@ -52,15 +68,23 @@ __all__ = [
     "PostgresGovernanceStore",
     "PostgresPolicySource",
     "Refusal",
+    "RefusalFigures",
+    "Refused",
     "SettleResult",
+    "Settlement",
     "UsageRow",
     "bucket_admits",
+    "boot_id",
     "bucket_settle",
     "build_request",
-    "commits_for",
     "plan_charges",
+    "read_journal",
+    "recovered_outcome",
     "refill",
+    "refusal",
     "retry_after_seconds",
-    "settled_amounts",
+    "settlement_fingerprint",
+    "settlement_for",
+    "split_settlement",
     "utc_windows",
 ]

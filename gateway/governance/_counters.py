@@ -11,8 +11,9 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, replace
 
-from gateway.governance._model import BUCKET_SCALE, Charge, Refusal
+from gateway.governance._model import BUCKET_SCALE, Charge, Refusal, RefusalFigures
 from gateway.governance._plan import bucket_admits, bucket_settle, refill, retry_after_seconds
+from gateway.governance._refusal import refusal
 
 # Stored values stay inside SQLite's signed 64-bit INTEGER: balances and sums saturate
 # here (ADR-039: positive accumulations saturate) instead of overflowing.
@@ -31,6 +32,8 @@ class CounterState:
     reserved: int
     committed: int
     frozen_by: str | None
+    liability: int = 0
+    """Windows/accounts: unobserved remainders of uncertain outcomes (DESIGN §5)."""
 
 
 def clamp(value: int) -> int:
@@ -49,7 +52,8 @@ def load_counter(conn: sqlite3.Connection, charge: Charge, now: int) -> CounterS
     # A bucket is born full; a window or account is born empty.
     full = (charge.limit or 0) * BUCKET_SCALE if charge.kind == "bucket" else 0
     return CounterState(counter=charge.counter, kind=charge.kind, dimension=charge.dimension,
-                        balance=full, updated_us=now, reserved=0, committed=0, frozen_by=None)
+                        balance=full, updated_us=now, reserved=0, committed=0, frozen_by=None,
+                        liability=0)
 
 
 def _refilled(state: CounterState, capacity: int, now: int) -> tuple[int, int]:
@@ -63,50 +67,53 @@ def _refilled(state: CounterState, capacity: int, now: int) -> tuple[int, int]:
 
 
 def reserve(charge: Charge, state: CounterState, now: int) -> CounterState | Refusal:
-    """The counter after reserving ``charge``, or the refusal naming it (nothing written)."""
+    """The counter after reserving ``charge``, or the refusal naming it (nothing written).
+
+    Liability binds a hard limit exactly like a reservation (DESIGN §5).
+    """
     if charge.kind == "bucket":
         if not charge.limit:
             return state
         balance, stamp = _refilled(state, charge.limit, now)
         if not bucket_admits(balance, charge.limit, charge.amount):
-            return Refusal(
-                status=refusal_status(charge), counter=charge.counter,
-                reason=f"{charge.counter}: {charge.dimension} per minute limit "
-                       f"{charge.limit} exhausted",
-                retry_after=retry_after_seconds(balance, charge.limit, charge.amount))
+            return refusal("rate_limited", charge.counter, status=refusal_status(charge),
+                           retry_after=retry_after_seconds(balance, charge.limit,
+                                                           charge.amount),
+                           figures=RefusalFigures(limit=charge.limit, amount=charge.amount,
+                                                  dimension=charge.dimension))
         return replace(state, balance=clamp(balance - charge.amount * BUCKET_SCALE),
                        updated_us=stamp)
     if state.frozen_by is not None:
-        return Refusal(status=refusal_status(charge), counter=charge.counter,
-                       reason=f"{charge.counter}: account is frozen after invalid usage was "
-                              f"reported for permit {state.frozen_by}; an operator must "
-                              "resolve it")
-    wanted = state.committed + state.reserved + charge.amount
+        return refusal("account_frozen", charge.counter, frozen_by=state.frozen_by)
+    wanted = state.committed + state.liability + state.reserved + charge.amount
     if charge.limit is not None and charge.hard and wanted > charge.limit:
-        unit = "µUSD" if charge.dimension == "usd" else charge.dimension
-        return Refusal(status=refusal_status(charge), counter=charge.counter,
-                       reason=f"{charge.counter}: limit {charge.limit} {unit} would be "
-                              f"exceeded (committed {state.committed} + reserved "
-                              f"{state.reserved} + this request {charge.amount})")
+        money = charge.dimension == "usd"
+        return refusal("budget_exhausted" if money else "token_quota_exhausted",
+                       charge.counter, figures=RefusalFigures(
+                           limit=charge.limit, committed=state.committed,
+                           liability=state.liability, reserved=state.reserved,
+                           amount=charge.amount, window=charge.window,
+                           dimension=charge.dimension))
     return replace(state, reserved=clamp(state.reserved + charge.amount))
 
 
 def store_counter(conn: sqlite3.Connection, s: CounterState) -> None:
     conn.execute(
         "INSERT INTO gov_counters (counter, kind, dimension, balance, updated_us, reserved,"
-        " committed, frozen_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " committed, frozen_by, liability) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (counter) DO UPDATE SET balance = excluded.balance,"
         " updated_us = excluded.updated_us, reserved = excluded.reserved,"
-        " committed = excluded.committed, frozen_by = excluded.frozen_by",
+        " committed = excluded.committed, frozen_by = excluded.frozen_by,"
+        " liability = excluded.liability",
         (s.counter, s.kind, s.dimension, s.balance, s.updated_us, s.reserved, s.committed,
-         s.frozen_by))
+         s.frozen_by, s.liability))
 
 
-def settle_counter(charge: Charge, state: CounterState, committed: int,
+def settle_counter(charge: Charge, state: CounterState, committed: int, liability: int,
                    now: int, reserved_us: int) -> CounterState:
     """Settle one charge: a bucket is trued up after refilling to now (ADR-039: credit
-    capped at capacity, debit into debt); a window or account releases its reservation
-    and commits ``committed``."""
+    capped at capacity, debit into debt); a window or account releases its reservation,
+    commits ``committed`` and keeps ``liability`` binding."""
     if charge.kind == "bucket":
         if not charge.limit:
             return state
@@ -115,4 +122,13 @@ def settle_counter(charge: Charge, state: CounterState, committed: int,
                                 held_us=now - reserved_us)
         return replace(state, balance=clamp(balance), updated_us=stamp)
     return replace(state, reserved=clamp(state.reserved - charge.amount),
-                   committed=clamp(state.committed + committed))
+                   committed=clamp(state.committed + committed),
+                   liability=clamp(state.liability + liability))
+
+
+def resolve_counter(state: CounterState, delta_committed: int,
+                    delta_liability: int) -> CounterState:
+    """A later exact figure for an uncertain permit: move its part of this window from
+    liability to committed (buckets are not re-trued: their minute is long gone)."""
+    return replace(state, committed=clamp(max(0, state.committed + delta_committed)),
+                   liability=clamp(max(0, state.liability + delta_liability)))

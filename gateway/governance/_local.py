@@ -25,6 +25,7 @@ from gateway.governance._counters import (
     clamp,
     load_counter,
     reserve,
+    resolve_counter,
     settle_counter,
     store_counter,
 )
@@ -35,6 +36,7 @@ from gateway.governance._model import (
     OutcomeKind,
     Permit,
     Refusal,
+    Settlement,
     SettleResult,
     UsageRow,
 )
@@ -47,16 +49,14 @@ from gateway.governance._ops import (
     local_permits,
 )
 from gateway.governance._plan import (
-    check_commit_values,
-    commits_for,
-    outcome_fingerprint,
-    settled_amounts,
+    check_settlement,
+    settlement_fingerprint,
     validate_request,
 )
+from gateway.governance._settle import settlement_for
 from gateway.governance._snapshot import snapshot_refusal
 from gateway.governance._usage import usage_rows
 from gateway.keys._sqlite import SqliteBase
-from gateway.pricing import InvalidUsage
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS gov_counters (
@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS gov_counters (
     updated_us INTEGER NOT NULL DEFAULT 0,   -- buckets: last refill, µs since the epoch
     reserved INTEGER NOT NULL DEFAULT 0,     -- windows/accounts
     committed INTEGER NOT NULL DEFAULT 0,    -- windows/accounts
-    frozen_by TEXT                           -- permit whose invalid usage froze it
+    frozen_by TEXT,                          -- permit whose invalid usage froze it
+    liability INTEGER NOT NULL DEFAULT 0     -- windows/accounts (DESIGN §5)
 );
 CREATE TABLE IF NOT EXISTS gov_permits (
     id TEXT PRIMARY KEY,
@@ -89,6 +90,7 @@ CREATE TABLE IF NOT EXISTS gov_charges (
     amount INTEGER NOT NULL, "limit" INTEGER, window TEXT, rule_uid TEXT,
     hard INTEGER NOT NULL,
     committed INTEGER,                       -- set by settlement (NULL: pending/invalid)
+    liability INTEGER,                       -- set by settlement
     PRIMARY KEY (permit_id, seq)
 );
 CREATE TABLE IF NOT EXISTS gov_settlements (
@@ -98,9 +100,31 @@ CREATE TABLE IF NOT EXISTS gov_settlements (
     tokens_committed INTEGER NOT NULL,
     usd_committed INTEGER NOT NULL,
     detail TEXT NOT NULL DEFAULT '',
-    settled_us INTEGER NOT NULL
+    settled_us INTEGER NOT NULL,
+    tokens_liability INTEGER NOT NULL DEFAULT 0,
+    usd_liability INTEGER NOT NULL DEFAULT 0,
+    bound_exceeded INTEGER NOT NULL DEFAULT 0,
+    resolved_us INTEGER                      -- a later exact figure replaced the liability
 );
 """
+
+# Columns added after the first release: a file written by an older gateway gains them
+# (every existing figure is kept; the new ones start at 0/NULL).
+_ADDED_COLUMNS = (
+    ("gov_counters", "liability", "INTEGER NOT NULL DEFAULT 0"),
+    ("gov_charges", "liability", "INTEGER"),
+    ("gov_settlements", "tokens_liability", "INTEGER NOT NULL DEFAULT 0"),
+    ("gov_settlements", "usd_liability", "INTEGER NOT NULL DEFAULT 0"),
+    ("gov_settlements", "bound_exceeded", "INTEGER NOT NULL DEFAULT 0"),
+    ("gov_settlements", "resolved_us", "INTEGER"),
+)
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for table, column, decl in _ADDED_COLUMNS:
+        have = {r["name"] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -117,6 +141,10 @@ class LocalGovernanceStore(SqliteBase):
 
     def _schema(self) -> str:
         return _SCHEMA
+
+    async def open(self) -> None:
+        await super().open()
+        await self._run(_add_missing_columns)
 
     def _now_us(self) -> int:
         return (self._clock() - _EPOCH) // timedelta(microseconds=1)
@@ -153,7 +181,7 @@ class LocalGovernanceStore(SqliteBase):
                 outcome = Outcome(kind=OutcomeKind.CANCELLED,
                                   detail="caller cancelled during admission")
                 self._track(asyncio.ensure_future(
-                    self.settle(result.id, outcome, commits_for(result.request, outcome))))
+                    self.settle(result.id, settlement_for(result.request, outcome))))
 
     async def drain(self) -> None:
         """Wait for the refunds of admissions whose callers were cancelled."""
@@ -185,9 +213,8 @@ class LocalGovernanceStore(SqliteBase):
 
     # -- settlement --------------------------------------------------------------------
 
-    async def settle(self, permit_id: str, outcome: Outcome,
-                     commits: dict[str, int]) -> SettleResult:
-        fingerprint = outcome_fingerprint(outcome.kind, commits)
+    async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        fingerprint = settlement_fingerprint(settlement)
 
         def _settle(conn: sqlite3.Connection) -> SettleResult:
             row = conn.execute("SELECT request, created_us FROM gov_permits WHERE id = ?",
@@ -197,29 +224,81 @@ class LocalGovernanceStore(SqliteBase):
             done = conn.execute("SELECT * FROM gov_settlements WHERE permit_id = ?",
                                 (permit_id,)).fetchone()
             if done is not None:
-                return _replay(permit_id, done, outcome, fingerprint)
+                return _replay(permit_id, done, settlement, fingerprint)
             req = msgspec.json.decode(row["request"], type=AdmissionRequest)
+            check_settlement(req, settlement)
             now = self._now_us()
-            if outcome.kind is OutcomeKind.INVALID:
-                tokens = usd = 0
+            s = settlement
+            if s.kind is OutcomeKind.INVALID:
                 _freeze(conn, permit_id, req)
                 status = "invalid"
             else:
-                _check_commits(req, commits)
-                tokens, usd = settled_amounts(req, outcome)
                 for seq, charge in enumerate(req.charges):
-                    _commit(conn, permit_id, seq, charge, commits[charge.counter], now,
-                            row["created_us"])
+                    _commit(conn, permit_id, seq, charge, s.commits[charge.counter],
+                            s.liabilities.get(charge.counter, 0), now, row["created_us"])
                 status = "settled"
             conn.execute("UPDATE gov_permits SET status = ? WHERE id = ?", (status, permit_id))
             conn.execute("INSERT INTO gov_settlements (permit_id, kind, fingerprint,"
-                         " tokens_committed, usd_committed, detail, settled_us)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (permit_id, str(outcome.kind), fingerprint, clamp(tokens),
-                          clamp(usd), outcome.detail, now))
-            return SettleResult(permit_id=permit_id, kind=outcome.kind,
-                                tokens_committed=tokens, usd_committed=usd)
+                         " tokens_committed, usd_committed, detail, settled_us,"
+                         " tokens_liability, usd_liability, bound_exceeded)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (permit_id, str(s.kind), fingerprint, clamp(s.tokens_committed),
+                          clamp(s.usd_committed), s.detail, now, clamp(s.tokens_liability),
+                          clamp(s.usd_liability), int(s.bound_exceeded)))
+            return _result(permit_id, s, replay=False)
         return await self._run(_settle)
+
+    async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        """Replace an uncertain or tokens-known permit's liability by an exact figure; a
+        pending permit is simply settled with it. Windows move the permit's part from
+        liability to committed; buckets are left alone (their minute has passed)."""
+        def _pending(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT status FROM gov_permits WHERE id = ?",
+                               (permit_id,)).fetchone()
+            if row is None:
+                raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
+            return bool(row["status"] == "pending")
+        if await self._run(_pending, write=False):
+            return await self.settle(permit_id, settlement)
+        fingerprint = settlement_fingerprint(settlement)
+
+        def _resolve(conn: sqlite3.Connection) -> SettleResult:
+            row = conn.execute("SELECT p.request, s.kind FROM gov_permits p JOIN"
+                               " gov_settlements s ON s.permit_id = p.id WHERE p.id = ?",
+                               (permit_id,)).fetchone()
+            if row["kind"] not in (OutcomeKind.UNCERTAIN, OutcomeKind.TOKENS_KNOWN):
+                raise SettlementConflict(
+                    f"permit {permit_id} was settled as {row['kind']}: only an uncertain or "
+                    "tokens-known permit has a liability to resolve")
+            req = msgspec.json.decode(row["request"], type=AdmissionRequest)
+            check_settlement(req, settlement)
+            now = self._now_us()
+            for seq, charge in enumerate(req.charges):
+                if charge.kind == "bucket":
+                    continue
+                old = conn.execute("SELECT committed, liability FROM gov_charges"
+                                   " WHERE permit_id = ? AND seq = ?",
+                                   (permit_id, seq)).fetchone()
+                new = settlement.commits[charge.counter]
+                liability = settlement.liabilities.get(charge.counter, 0)
+                state = resolve_counter(load_counter(conn, charge, now),
+                                        new - (old["committed"] or 0),
+                                        liability - (old["liability"] or 0))
+                store_counter(conn, state)
+                conn.execute("UPDATE gov_charges SET committed = ?, liability = ?"
+                             " WHERE permit_id = ? AND seq = ?",
+                             (new, liability, permit_id, seq))
+            s = settlement
+            conn.execute("UPDATE gov_settlements SET kind = ?, fingerprint = ?,"
+                         " tokens_committed = ?, usd_committed = ?, tokens_liability = ?,"
+                         " usd_liability = ?, bound_exceeded = ?, detail = ?,"
+                         " resolved_us = ? WHERE permit_id = ?",
+                         (str(s.kind), fingerprint, clamp(s.tokens_committed),
+                          clamp(s.usd_committed), clamp(s.tokens_liability),
+                          clamp(s.usd_liability), int(s.bound_exceeded), s.detail, now,
+                          permit_id))
+            return _result(permit_id, s, replay=False)
+        return await self._run(_resolve)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -297,32 +376,33 @@ def _insert_permit(conn: sqlite3.Connection, permit: Permit, now: int) -> None:
           c.rule_uid, int(c.hard)) for seq, c in enumerate(req.charges)])
 
 
-def _replay(permit_id: str, done: sqlite3.Row, outcome: Outcome,
+def _result(permit_id: str, s: Settlement, *, replay: bool) -> SettleResult:
+    return SettleResult(permit_id=permit_id, kind=s.kind,
+                        tokens_committed=s.tokens_committed, usd_committed=s.usd_committed,
+                        tokens_liability=s.tokens_liability, usd_liability=s.usd_liability,
+                        bound_exceeded=s.bound_exceeded, replay=replay)
+
+
+def _replay(permit_id: str, done: sqlite3.Row, settlement: Settlement,
             fingerprint: str) -> SettleResult:
     if done["fingerprint"] != fingerprint:
         raise SettlementConflict(
             f"permit {permit_id} was already settled as {done['kind']}; a different "
-            f"outcome ({outcome.kind}) is refused")
+            f"outcome ({settlement.kind}) is refused")
     return SettleResult(permit_id=permit_id, kind=OutcomeKind(done["kind"]),
                         tokens_committed=done["tokens_committed"],
-                        usd_committed=done["usd_committed"], replay=True)
-
-
-def _check_commits(req: AdmissionRequest, commits: dict[str, int]) -> None:
-    charged = {c.counter for c in req.charges}
-    for name in sorted(charged - commits.keys()):
-        raise InvalidUsage(f"commits[{name!r}]: missing for a charged counter")
-    for name in sorted(commits.keys() - charged):
-        raise InvalidUsage(f"commits[{name!r}]: this permit did not charge that counter")
-    check_commit_values(commits)
+                        usd_committed=done["usd_committed"],
+                        tokens_liability=done["tokens_liability"],
+                        usd_liability=done["usd_liability"],
+                        bound_exceeded=bool(done["bound_exceeded"]), replay=True)
 
 
 def _commit(conn: sqlite3.Connection, permit_id: str, seq: int, charge: Charge,
-            committed: int, now: int, reserved_us: int) -> None:
+            committed: int, liability: int, now: int, reserved_us: int) -> None:
     store_counter(conn, settle_counter(charge, load_counter(conn, charge, now), committed,
-                                       now, reserved_us))
-    conn.execute("UPDATE gov_charges SET committed = ? WHERE permit_id = ? AND seq = ?",
-                 (committed, permit_id, seq))
+                                       liability, now, reserved_us))
+    conn.execute("UPDATE gov_charges SET committed = ?, liability = ?"
+                 " WHERE permit_id = ? AND seq = ?", (committed, liability, permit_id, seq))
 
 
 def _freeze(conn: sqlite3.Connection, permit_id: str, req: AdmissionRequest) -> None:

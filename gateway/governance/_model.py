@@ -81,26 +81,75 @@ class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     retry_after: int | None = None
     code: str | None = None
     """Machine-readable cause, e.g. ``snapshot_mismatch`` (re-plannable before dispatch)."""
+    figures: RefusalFigures | None = None
+    """The numbers the refusing counter held when it refused (both stores fill them)."""
+
+
+class RefusalFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """What a refusing window, account or bucket held: enough to say what to do."""
+
+    limit: int | None = None
+    committed: int = 0
+    liability: int = 0
+    reserved: int = 0
+    leased: int = 0
+    """Outstanding lease grants on a policy account (ADR-034)."""
+    amount: int = 0
+    """This request's charge on the counter (its worst case for money and quotas)."""
+    window: str | None = None
+    dimension: str = "usd"
 
 
 class OutcomeKind(enum.StrEnum):
     COMPLETE = "complete"
-    """Usage known for every class: commit actuals, release the proven unused part."""
+    """Usage known for every class: commit actuals, release the rest."""
     TOKENS_KNOWN = "tokens_known"
-    """Token counts known, price uncertain (e.g. cache-write TTL unreported)."""
+    """Token counts known, price uncertain (cache-write TTL unreported): tokens commit
+    exactly, money at the cheaper class, the difference to the dearer one is liability."""
     UNCERTAIN = "uncertain"
-    """Partial, missing or ambiguous (stream cut, timeout after dispatch, disconnect)."""
+    """Partial, missing or ambiguous (stream cut, timeout after dispatch, disconnect):
+    what was observed commits, the rest of the bound is liability."""
     INVALID = "invalid"
     """Upstream usage was invalid: change no counter, freeze the affected accounts."""
     CANCELLED = "cancelled"
-    """Cancelled before dispatch: full refund."""
+    """Nothing left the gateway: full refund."""
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What the wire told the gateway about one attempt (the ingress's observation).
+
+    :func:`gateway.governance.settlement_for` turns it into the one :class:`Settlement`
+    the store executes; nobody else computes commits.
+    """
+
     kind: OutcomeKind
     usage: Usage | None = None
-    cost_micro_usd: int | None = None
+    """Usage the wire reported: final for COMPLETE/TOKENS_KNOWN, what arrived before the
+    cut for UNCERTAIN (e.g. Anthropic's ``message_start`` input and cache classes)."""
+    output_floor: int = 0
+    """Output tokens proven by content already relayed (one per non-empty delta)."""
     detail: str = ""
+
+
+class Settlement(msgspec.Struct, frozen=True, kw_only=True):
+    """One permit's settlement, computed once: the three figures and every counter's part.
+
+    ``commits`` maps each charged counter to what it commits (requests, tokens or µUSD;
+    a bucket is trued up to it); ``liabilities`` maps windows/accounts to the unobserved
+    remainder they keep binding. An INVALID settlement commits nothing (empty maps).
+    """
+
+    kind: OutcomeKind
+    detail: str = ""
+    tokens_committed: int = 0
+    usd_committed: int = 0
+    tokens_liability: int = 0
+    usd_liability: int = 0
+    bound_exceeded: bool = False
+    """Valid usage above the admitted bound, committed in full (DESIGN §5)."""
+    commits: dict[str, int] = {}
+    liabilities: dict[str, int] = {}
+    usage: Usage | None = None
 
 
 class SettleResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,11 +157,14 @@ class SettleResult(msgspec.Struct, frozen=True, kw_only=True):
     kind: OutcomeKind
     tokens_committed: int
     usd_committed: int
+    tokens_liability: int = 0
+    usd_liability: int = 0
+    bound_exceeded: bool = False
     replay: bool = False
 
 
 class UsageRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One line of ``GET /v1/usage``."""
+    """One line of ``GET /v1/usage``: the three figures (DESIGN §5) in tokens and µUSD."""
 
     scope: Literal["key", "team", "user"]
     id: str
@@ -123,6 +175,8 @@ class UsageRow(msgspec.Struct, frozen=True, kw_only=True):
     usd_committed: int
     usd_reserved: int
     requests: int
+    tokens_liability: int = 0
+    usd_liability: int = 0
 
 
 class GovernanceStore(Protocol):
@@ -131,20 +185,26 @@ class GovernanceStore(Protocol):
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         """Decide several admissions in one atomic step (each all-or-none on its own)."""
 
-    async def settle(self, permit_id: str, outcome: Outcome,
-                     commits: dict[str, int]) -> SettleResult:
-        """Settle once: ``commits`` maps each charged counter to its committed amount.
+    async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        """Settle once, as ``settlement`` says (:func:`gateway.governance.settlement_for`).
 
         An exact replay returns the first result with ``replay=True``; a different
-        outcome raises :class:`gateway.errors.SettlementConflict`.
+        settlement raises :class:`gateway.errors.SettlementConflict`.
         """
+
+    async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        """Replace an uncertain (or tokens-known) permit's liability by an exact figure
+        (an operator's or the provider's); a pending permit is settled with it."""
+
+    async def get_permit(self, permit_id: str) -> Permit | None: ...
 
     async def current_generation(self) -> int: ...
 
     async def usage(self, *, day: str, month: str, key_id: str | None = None,
                     team_id: str | None = None) -> list[UsageRow]:
-        """Committed and reserved tokens and µUSD per key, team and user, for the day and
-        month windows; filtered to one key and its team, or everything when both are None.
+        """Committed, liability and reserved tokens and µUSD per key, team and user, for
+        the day and month windows; filtered to one key and its team, or everything when
+        both are None.
         """
 
     async def close(self) -> None: ...

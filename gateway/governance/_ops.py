@@ -36,6 +36,9 @@ class PermitInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds since admission, by the store's own clock (the database's in Postgres)."""
     tokens_committed: int | None = None
     usd_committed: int | None = None
+    tokens_liability: int | None = None
+    usd_liability: int | None = None
+    bound_exceeded: bool = False
     detail: str | None = None
     """The settlement's detail (for an operator resolution: who and why)."""
 
@@ -61,7 +64,8 @@ def _at(us: int) -> datetime:
 _LOCAL_PERMITS = """
 SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
        p.usd_bound, p.created_us, coalesce(s.kind, 'pending') AS status,
-       s.tokens_committed, s.usd_committed, s.detail
+       s.tokens_committed, s.usd_committed, s.detail, s.tokens_liability,
+       s.usd_liability, s.bound_exceeded
   FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
 """
 
@@ -76,6 +80,9 @@ def _permit_info(row: sqlite3.Row, now_us: int) -> PermitInfo:
         age_s=max(0, now_us - row["created_us"]) // 1_000_000,
         tokens_committed=None if pending else row["tokens_committed"],
         usd_committed=None if pending else row["usd_committed"],
+        tokens_liability=None if pending else row["tokens_liability"],
+        usd_liability=None if pending else row["usd_liability"],
+        bound_exceeded=bool(row["bound_exceeded"]),
         detail=None if pending else row["detail"])
 
 

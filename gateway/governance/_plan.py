@@ -18,8 +18,8 @@ from gateway.governance._model import (
     Charge,
     CounterKind,
     Dimension,
-    Outcome,
     OutcomeKind,
+    Settlement,
 )
 from gateway.keys import Principal
 from gateway.policy import CompiledRule, PolicySnapshot
@@ -113,43 +113,6 @@ def build_request(principal: Principal, snapshot: PolicySnapshot, *, request_id:
         day=day, month=month)
 
 
-def known_amounts(outcome: Outcome) -> tuple[int | None, int | None]:
-    """(tokens, µUSD) this outcome proves; ``None`` where only the admitted bound is known.
-
-    A store that holds the bounds itself (the shared one keeps them in the permit row)
-    fills the ``None`` in; :func:`settled_amounts` does it from the request.
-    """
-    kind = outcome.kind
-    if kind is OutcomeKind.CANCELLED:
-        return 0, 0
-    if kind in (OutcomeKind.COMPLETE, OutcomeKind.TOKENS_KNOWN) and outcome.usage is not None:
-        tokens = outcome.usage.total_tokens()
-        if kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd is not None:
-            return tokens, outcome.cost_micro_usd
-        return tokens, None
-    return None, None
-
-
-def settled_amounts(request: AdmissionRequest, outcome: Outcome) -> tuple[int, int]:
-    """(tokens, µUSD) to commit for this outcome; bounds where anything is uncertain."""
-    tokens, usd = known_amounts(outcome)
-    return (request.token_bound if tokens is None else tokens,
-            request.usd_bound if usd is None else usd)
-
-
-def commits_for(request: AdmissionRequest, outcome: Outcome) -> dict[str, int]:
-    """What each charged counter commits (the rest of its reservation is released).
-
-    Requests commit 1 unless cancelled before dispatch. Tokens and money settle
-    independently. An invalid outcome commits nothing here: the store changes no
-    counter and freezes the affected accounts instead.
-    """
-    tokens, usd = settled_amounts(request, outcome)
-    cancelled = outcome.kind is OutcomeKind.CANCELLED
-    by_dim = {"requests": 0 if cancelled else 1, "tokens": tokens, "usd": usd}
-    return {c.counter: by_dim[c.dimension] for c in request.charges}
-
-
 def refill(balance: int, capacity: int, elapsed_us: int) -> int:
     """A bucket balance (scaled units) after ``elapsed_us`` of refill, never above capacity.
 
@@ -214,15 +177,35 @@ def validate_request(req: AdmissionRequest) -> None:
         raise BadRequest(f"request {req.request_id}: a counter is charged twice")
 
 
-def check_commit_values(commits: dict[str, int]) -> None:
-    """Refuse a commit that is not an integer a counter can store exactly."""
-    for name, value in commits.items():
+def check_commit_values(values: dict[str, int], *, what: str = "commits") -> None:
+    """Refuse a commit (or liability) that is not an integer a counter stores exactly."""
+    for name, value in values.items():
         if not _is_int(value) or not 0 <= value <= MAX_AMOUNT:
-            raise InvalidUsage(f"commits[{name!r}]: must be an integer in 0..{MAX_AMOUNT}, "
+            raise InvalidUsage(f"{what}[{name!r}]: must be an integer in 0..{MAX_AMOUNT}, "
                                f"got {value!r}")
 
 
-def outcome_fingerprint(kind: OutcomeKind, commits: dict[str, int]) -> str:
-    """What makes two settlements "the same" (kind and per-counter commits)."""
-    body = json.dumps([str(kind), sorted(commits.items())], separators=(",", ":"))
+def check_settlement(request: AdmissionRequest, s: Settlement) -> None:
+    """Refuse a settlement whose parts do not match the permit (a caller bug) or could not
+    be stored exactly; INVALID carries no parts (nothing is committed)."""
+    if s.kind is OutcomeKind.INVALID:
+        return
+    charged = {c.counter for c in request.charges}
+    for name in sorted(charged - s.commits.keys()):
+        raise InvalidUsage(f"commits[{name!r}]: missing for a charged counter")
+    for name in sorted((s.commits.keys() | s.liabilities.keys()) - charged):
+        raise InvalidUsage(f"commits[{name!r}]: this permit did not charge that counter")
+    check_commit_values(s.commits)
+    check_commit_values(s.liabilities, what="liabilities")
+    totals = {"tokens_committed": s.tokens_committed, "usd_committed": s.usd_committed,
+              "tokens_liability": s.tokens_liability, "usd_liability": s.usd_liability}
+    check_commit_values(totals, what="settlement")
+
+
+def settlement_fingerprint(s: Settlement) -> str:
+    """What makes two settlements "the same": kind, totals and every counter's part."""
+    body = json.dumps([str(s.kind), s.tokens_committed, s.usd_committed,
+                       s.tokens_liability, s.usd_liability, s.bound_exceeded,
+                       sorted(s.commits.items()), sorted(s.liabilities.items())],
+                      separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()

@@ -2,10 +2,11 @@
 
 Python plans (:func:`gateway.governance.plan_charges`, :func:`commits_for`); the database
 executes each step as ONE statement calling a versioned PL/pgSQL function
-(``sql/admit_v1.sql``, ``sql/settle_v1.sql``), so an admission or a settlement is one
+(``sql/admit_v2.sql``, ``sql/settle_v2.sql``), so an admission or a settlement is one
 round trip and one transaction, under READ COMMITTED with explicit row locks taken in
 one sorted order. Semantics match the local store (:mod:`gateway.governance._local`):
-same refusal statuses, same outcome fingerprint, same commit validation.
+same refusal codes, figures and wording (:mod:`._refusal`), same settlement fingerprint,
+same commit validation.
 """
 
 from __future__ import annotations
@@ -28,44 +29,42 @@ from gateway.governance._model import (
     OutcomeKind,
     Permit,
     Refusal,
+    RefusalFigures,
+    Settlement,
     SettleResult,
     UsageRow,
 )
 from gateway.governance._ops import FrozenCounter, PermitInfo
 from gateway.governance._plan import (
     check_commit_values,
-    commits_for,
-    known_amounts,
-    outcome_fingerprint,
+    settlement_fingerprint,
     validate_request,
 )
+from gateway.governance._refusal import refusal
+from gateway.governance._settle import settlement_for
 from gateway.pricing import InvalidUsage
 
 
 def _refusal(raw: dict[str, Any]) -> Refusal:
-    """A refusal with the same wording as the local store's."""
-    counter, code = raw.get("counter"), raw["reason"]
-    reason = {
-        "snapshot_mismatch": f"{counter}: changed since the request was authenticated or "
-                             "routed (snapshot mismatch); retry",
-        "rate_limited": f"{counter}: per minute limit exhausted",
-        "account_frozen": f"{counter}: account is frozen after invalid usage was reported; "
-                          "an operator must resolve it",
-        "budget_exhausted": f"{counter}: spending limit would be exceeded",
-        "token_quota_exhausted": f"{counter}: token quota would be exceeded",
-    }.get(code, f"{counter}: {code}")
+    """The refusal the database reported, worded as the local store words it."""
+    counter, code = raw.get("counter") or "", raw["reason"]
+    figures = None
+    if "limit" in raw:
+        figures = RefusalFigures(
+            limit=raw.get("limit"), committed=int(raw.get("committed") or 0),
+            liability=int(raw.get("liability") or 0), reserved=int(raw.get("reserved") or 0),
+            leased=int(raw.get("leased") or 0), amount=int(raw.get("amount") or 0),
+            window=raw.get("window"), dimension=raw.get("dimension") or "usd")
     retry = raw.get("retry_after")
-    if raw["status"] == 503 and retry is None:
-        retry = 1
-    return Refusal(status=int(raw["status"]), reason=reason, counter=counter,
-                   retry_after=None if retry is None else int(retry), code=code)
+    return refusal(code, counter, figures=figures, status=int(raw["status"]),
+                   retry_after=None if retry is None else int(retry))
 
 
-def _totals(outcome: Outcome) -> tuple[int | None, int | None]:
-    """(tokens, µUSD) the permit commits; None = its bound, filled in by the database."""
-    if outcome.kind is OutcomeKind.INVALID:
-        return 0, 0  # invalid usage commits nothing; its money counters freeze instead
-    return known_amounts(outcome)
+def _settlement_json(settlement: Settlement) -> str:
+    body = msgspec.to_builtins(settlement)
+    body.pop("usage", None)
+    body["fingerprint"] = settlement_fingerprint(settlement)
+    return json.dumps(body)
 
 
 class PostgresGovernanceStore:
@@ -114,7 +113,7 @@ class PostgresGovernanceStore:
 
     async def _refund(self, permit: Permit) -> SettleResult:
         cancel = Outcome(kind=OutcomeKind.CANCELLED, detail="admission caller cancelled")
-        return await self.settle(permit.id, cancel, commits_for(permit.request, cancel))
+        return await self.settle(permit.id, settlement_for(permit.request, cancel))
 
     async def _admit_now(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         payload = msgspec.json.encode(requests).decode()
@@ -129,19 +128,26 @@ class PostgresGovernanceStore:
                 out.append(_refusal(raw))
         return out
 
-    async def settle(self, permit_id: str, outcome: Outcome,
-                     commits: dict[str, int]) -> SettleResult:
-        if outcome.kind is not OutcomeKind.INVALID:
-            check_commit_values(commits)
-        tokens, usd = _totals(outcome)
-        params = {"permit_id": permit_id, "kind": str(outcome.kind),
-                  "fingerprint": outcome_fingerprint(outcome.kind, commits),
-                  "commits": json.dumps(commits), "detail": outcome.detail,
-                  "tokens": tokens, "usd": usd}
+    async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        return await self._settle("settle", permit_id, settlement)
+
+    async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        """Replace an uncertain or tokens-known permit's liability by an exact figure; a
+        pending permit is settled with it (``inferplane_resolve_v2``)."""
+        return await self._settle("resolve", permit_id, settlement)
+
+    async def _settle(self, query: str, permit_id: str,
+                      settlement: Settlement) -> SettleResult:
+        if settlement.kind is not OutcomeKind.INVALID:
+            check_commit_values(settlement.commits)
+            check_commit_values(settlement.liabilities, what="liabilities")
+        if not _is_uuid(permit_id):
+            raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
+        params = {"permit_id": permit_id, "settlement": _settlement_json(settlement)}
         async with connection(self._pool) as conn:
-            row = await fetch_one(conn, sql.queries["settle"], params)
+            row = await fetch_one(conn, sql.queries[query], params)
         assert row is not None
-        return _settle_result(permit_id, outcome, row["result"])
+        return _settle_result(permit_id, settlement, row["result"])
 
     async def current_generation(self) -> int:
         async with connection(self._pool) as conn:
@@ -240,16 +246,20 @@ def _rebuild(row: dict[str, Any], segments: list[dict[str, Any]]) -> Permit:
     return Permit(id=row["id"], request=request)
 
 
-def _settle_result(permit_id: str, outcome: Outcome, raw: dict[str, Any]) -> SettleResult:
+def _settle_result(permit_id: str, settlement: Settlement,
+                   raw: dict[str, Any]) -> SettleResult:
     if raw.get("unknown"):
         raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
     if raw.get("conflict"):
         raise SettlementConflict(
             f"permit {permit_id} was already settled as {raw['kind']}; a different "
-            f"outcome ({outcome.kind}) is refused")
+            f"outcome ({settlement.kind}) is refused")
     if raw.get("bad_commits"):
         raise InvalidUsage(f"commits[{raw['bad_commits']!r}]: {raw['problem']}")
     return SettleResult(permit_id=permit_id, kind=OutcomeKind(raw["kind"]),
                         tokens_committed=int(raw["tokens_committed"]),
                         usd_committed=int(raw["usd_committed"]),
+                        tokens_liability=int(raw["tokens_liability"]),
+                        usd_liability=int(raw["usd_liability"]),
+                        bound_exceeded=bool(raw["bound_exceeded"]),
                         replay=bool(raw["replay"]))

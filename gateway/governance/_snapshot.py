@@ -14,6 +14,7 @@ import sqlite3
 from datetime import datetime
 
 from gateway.governance._model import AdmissionRequest, Refusal
+from gateway.governance._refusal import refusal
 
 
 def _has_key_tables(conn: sqlite3.Connection) -> bool:
@@ -23,10 +24,8 @@ def _has_key_tables(conn: sqlite3.Connection) -> bool:
 
 
 def _mismatch(counter: str) -> Refusal:
-    # Same wording and status as the shared store's snapshot_mismatch refusal.
-    return Refusal(status=503, counter=counter, retry_after=1, code="snapshot_mismatch",
-                   reason=f"{counter}: changed since the request was authenticated or "
-                          "routed (snapshot mismatch); retry")
+    # Worded by the same function as the shared store's snapshot_mismatch refusal.
+    return refusal("snapshot_mismatch", counter)
 
 
 def snapshot_refusal(conn: sqlite3.Connection, req: AdmissionRequest,

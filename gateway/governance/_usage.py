@@ -3,7 +3,8 @@
 A permit counts once in the day and month windows it was admitted in (the windows it
 captured, so a request settled after midnight stays in its own day). Pending and
 invalid permits count their bounds as *reserved* (their reservations still bind);
-settled permits count what settlement committed. A request cancelled before dispatch
+settled permits count what settlement committed and, apart, their *liability* (the
+unobserved remainder of an uncertain outcome, DESIGN §5). A request cancelled before dispatch
 is not counted as a request.
 """
 
@@ -26,6 +27,8 @@ SELECT {column} AS id,
   SUM(CASE WHEN p.status = 'settled' THEN 0 ELSE p.token_bound END) AS tr,
   SUM(CASE WHEN p.status = 'settled' THEN s.usd_committed ELSE 0 END) AS uc,
   SUM(CASE WHEN p.status = 'settled' THEN 0 ELSE p.usd_bound END) AS ur,
+  SUM(CASE WHEN p.status = 'settled' THEN s.tokens_liability ELSE 0 END) AS tl,
+  SUM(CASE WHEN p.status = 'settled' THEN s.usd_liability ELSE 0 END) AS ul,
   SUM(CASE WHEN s.kind = 'cancelled' THEN 0 ELSE 1 END) AS requests
 FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
 WHERE p.{period} = ? AND {column} IS NOT NULL AND {where}
@@ -62,5 +65,6 @@ def usage_rows(conn: sqlite3.Connection, *, day: str, month: str, key_id: str | 
                 rows.append(UsageRow(
                     scope=scope, id=r["id"], window=window,
                     period=period, tokens_committed=r["tc"], tokens_reserved=r["tr"],
-                    usd_committed=r["uc"], usd_reserved=r["ur"], requests=r["requests"]))
+                    usd_committed=r["uc"], usd_reserved=r["ur"], requests=r["requests"],
+                    tokens_liability=r["tl"], usd_liability=r["ul"]))
     return rows

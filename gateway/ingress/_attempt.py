@@ -1,19 +1,22 @@
-"""One attempt: admit → dispatch → settle exactly once, with audit and metrics.
+"""One attempt: admit → dispatch → settle exactly once, through the Governor.
 
-Settlement follows what was observed (DESIGN §5): ``complete`` when every class is known
-and priced, ``tokens_known`` when a cache write's TTL is missing, ``uncertain`` when the
-outcome is partial or ambiguous (stream cut, timeout after dispatch, client disconnect:
-the bounds are kept), ``invalid`` for negative or absurd usage (nothing committed, the
-accounts frozen, the client gets a 502), ``cancelled`` when nothing was dispatched. An
-upstream HTTP error status is a definite answer with no generated tokens: it settles
-``complete`` with zero usage (one request counted, no money).
+The attempt says what happened; the :class:`gateway.governance.Governor` owns the permit
+(admission with re-plan, journal, the one settlement computation, replay). What the
+attempt reports (DESIGN §5):
+
+- the upstream's usage, final (``complete``; ``tokens_known`` when a cache write's TTL is
+  missing) or as far as it arrived before a cut (``uncertain``: observed classes commit,
+  the rest of the bound is liability);
+- ``cancelled`` when nothing left the gateway (connect refused, a local error before the
+  first byte went upstream);
+- ``invalid`` for negative, overflowing or non-integer usage (nothing committed, the
+  accounts frozen, the client gets a 502);
+- a definite upstream HTTP error status: ``complete`` with zero usage.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,26 +38,19 @@ from gateway.governance import (
     OutcomeKind,
     Permit,
     Refusal,
+    Refused,
+    Settlement,
     SettleResult,
     build_request,
-    commits_for,
 )
 from gateway.ingress._context import Gateway
-from gateway.ingress._renew import (
-    MAX_SNAPSHOT_RETRIES,
-    is_snapshot_mismatch,
-    mismatch_kind,
-    renew,
-)
+from gateway.ingress._renew import is_snapshot_mismatch, mismatch_kind, renew
 from gateway.keys import Principal
-from gateway.pricing import InvalidUsage, Usage, cost_micro_usd
+from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import Provider
 from gateway.usage import Endpoint
 
 log = logging.getLogger("mayu.ingress")
-
-# Pauses between settlement tries while the store is unavailable (None: give up).
-_SETTLE_RETRY_DELAYS = (0.05, 0.25, 1.0, None)
 
 
 def new_request_id() -> str:
@@ -89,23 +85,11 @@ class Call:
         return self.input_bound + self.output_bound
 
 
-def outcome_for(usage: Usage | None, call: Call, *, detail: str = "") -> Outcome:
-    """The settlement outcome of reported usage; raises InvalidUsage above the bounds.
-
-    The bounds are conservative, so usage above them is an absurd report (or a model
-    misconfigured with too small a ``max_input_tokens``): committing it could carry a
-    hard limit past its cap, so it is invalid — nothing committed, accounts frozen.
-    """
+def outcome_for(usage: Usage | None, *, detail: str = "") -> Outcome:
+    """The outcome of a finished answer: its final usage, or uncertain without one."""
     if usage is None:
         return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail or "upstream reported no usage")
-    tokens, cost = usage.total_tokens(), cost_micro_usd(usage, call.model.price)
-    if tokens > call.token_bound or cost > call.usd_bound:
-        raise InvalidUsage(f"reported usage ({tokens} tokens, {cost} µUSD) exceeds the "
-                           f"admitted bound ({call.token_bound} tokens, {call.usd_bound} µUSD)")
-    if not usage.price_certain:
-        return Outcome(kind=OutcomeKind.TOKENS_KNOWN, usage=usage,
-                       detail=detail or "cache-write TTL not reported: price kept at bound")
-    return Outcome(kind=OutcomeKind.COMPLETE, usage=usage, cost_micro_usd=cost, detail=detail)
+    return Outcome(kind=OutcomeKind.COMPLETE, usage=usage, detail=detail)
 
 
 def refusal_error(refusal: Refusal) -> InferplaneError:
@@ -125,10 +109,11 @@ class Attempt:
     provider: Provider
     index: int
     permit: Permit | None = None
+    settlement: Settlement | None = None
     result: SettleResult | None = None
     settled: bool = False
     dispatched: bool = False
-    """The request may have reached the upstream (decides cancelled vs uncertain)."""
+    """Bytes of the request may have reached the upstream (cancelled vs uncertain)."""
 
     @property
     def request_id(self) -> str:
@@ -143,87 +128,86 @@ class Attempt:
             h["x-inferplane-permit"] = self.permit.id
         return h
 
-    async def admit(self) -> Permit:
-        """Admit this attempt, re-planning after a snapshot mismatch (bounded).
+    def _plan(self) -> AdmissionRequest:
+        call = self.call
+        return build_request(call.principal, call.gw.policy.snapshot(),
+                             request_id=self.request_id, model=call.model.name,
+                             token_bound=call.token_bound, usd_bound=call.usd_bound,
+                             now=datetime.now(UTC))
 
-        Each round plans from one Principal and one policy snapshot, so a permit is
-        always admitted entirely under one snapshot, never a mix.
-        """
+    async def _replan(self, refusal: Refusal, request: AdmissionRequest) -> None:
         call, gw = self.call, self.call.gw
-        for retry in range(MAX_SNAPSHOT_RETRIES + 1):
-            snapshot = gw.policy.snapshot()
-            decision = await self._decide(build_request(
-                call.principal, snapshot, request_id=self.request_id,
-                model=call.model.name, token_bound=call.token_bound,
-                usd_bound=call.usd_bound, now=datetime.now(UTC)))
-            if not is_snapshot_mismatch(decision) or retry == MAX_SNAPSHOT_RETRIES:
-                break
-            assert isinstance(decision, Refusal)
-            gw.metrics.snapshot_retries.labels(mismatch_kind(decision)).inc()
-            principal = await renew(gw, decision, key_hash=call.key_hash,
-                                    model=call.model.name,
-                                    used_generation=snapshot.generation)
-            if principal is not None:
-                call.principal = principal
-        if isinstance(decision, Refusal):
-            gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
-            self.audit(status=decision.status, refusal=decision.reason,
-                       counter=decision.counter)
-            raise refusal_error(decision)
-        gw.metrics.admitted(decision, call.principal.team.name)
-        self.permit = decision
-        return decision
+        gw.metrics.snapshot_retries.labels(mismatch_kind(refusal)).inc()
+        principal = await renew(gw, refusal, key_hash=call.key_hash, model=call.model.name,
+                                used_generation=request.policy_generation)
+        if principal is not None:
+            call.principal = principal
 
-    async def _decide(self, request: AdmissionRequest) -> Permit | Refusal:
-        """One admission call to the store, timed; store failures become 503."""
+    async def admit(self) -> Permit:
+        """Admit this attempt (the Governor re-plans after a snapshot mismatch)."""
         gw = self.call.gw
-        started = time.perf_counter()
         try:
-            return (await gw.governance.admit([request]))[0]
+            permit = await gw.governor.admit(self._plan, replan=self._replan)
+        except Refused as refused:
+            decision = refused.refusal
+            gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
+            self.audit(event="refused", status=decision.status, refusal=decision.reason,
+                       counter=decision.counter)
+            raise refusal_error(decision) from None
         except InferplaneError:
             gw.metrics.admissions.labels("error").inc()
             raise
-        except Exception as exc:
-            gw.metrics.admissions.labels("error").inc()
-            log.error("admission failed: %s", exc)
-            raise GovernanceUnavailable("governance store unavailable") from exc
-        finally:
-            gw.metrics.admission_latency.observe(time.perf_counter() - started)
+        gw.metrics.admitted(permit, self.call.principal.team.name)
+        self.permit = permit
+        self.audit(event="admitted")
+        return permit
 
-    async def finish(self, outcome: Outcome, *, status: int) -> SettleResult | None:
-        """Settle this attempt's permit (once) and write its audit line."""
+    async def dispatching(self) -> None:
+        """The request is about to leave: journaled (and audited) before the first byte."""
+        assert self.permit is not None
+        self.dispatched = True
+        await self.call.gw.governor.dispatching(self.permit)
+        self.audit(event="dispatch")
+
+    async def finish(self, outcome: Outcome, *, status: int) -> Settlement | None:
+        """Settle this attempt's permit once (the Governor computes the figures) and
+        write its audit line; returns the settlement (None if there was no permit)."""
         if self.settled or self.permit is None:
-            return self.result
+            return self.settlement
         self.settled = True
-        gw = self.call.gw
-        error = None
-        commits = commits_for(self.permit.request, outcome)
-        for delay in _SETTLE_RETRY_DELAYS:
-            try:
-                self.result = await gw.governance.settle(self.permit.id, outcome, commits)
-                error = None
-                break
-            except GovernanceUnavailable as exc:
-                # Settlement is idempotent for one outcome, so retrying after an ambiguous
-                # failure either settles or replays; it never debits twice.
-                error = f"{type(exc).__name__}: {exc}"
-                if delay is not None:
-                    await asyncio.sleep(delay)
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                break
-        if error is not None:
-            # The permit stays pending and keeps binding its bounds (DESIGN §5) until an
-            # operator resolves it (`mayu permits resolve`).
-            log.error("settlement of permit %s failed: %s", self.permit.id, error)
-        gw.metrics.settled(self.permit, str(outcome.kind),
-                           None if self.result is None else self.result.usd_committed)
-        self.audit(status=status, outcome=str(outcome.kind), detail=outcome.detail,
+        gw, call = self.call.gw, self.call
+        try:
+            settlement = gw.governor.settlement(self.permit, outcome, call.model.price)
+        except InvalidUsage as exc:
+            outcome = Outcome(kind=OutcomeKind.INVALID, detail=str(exc))
+            settlement = gw.governor.settlement(self.permit, outcome)
+        self.settlement = settlement
+        if settlement.bound_exceeded:
+            self._bound_exceeded(settlement)
+        self.result = await gw.governor.settle(self.permit, settlement)
+        self.audit(event="settled", status=status, outcome=str(settlement.kind),
+                   detail=settlement.detail,
                    usage=None if outcome.usage is None else msgspec.to_builtins(outcome.usage),
-                   cost_micro_usd=outcome.cost_micro_usd, settle_error=error,
-                   tokens_committed=self.result and self.result.tokens_committed,
-                   usd_committed=self.result and self.result.usd_committed)
-        return self.result
+                   tokens_committed=settlement.tokens_committed,
+                   usd_committed=settlement.usd_committed,
+                   tokens_liability=settlement.tokens_liability,
+                   usd_liability=settlement.usd_liability,
+                   bound_exceeded=settlement.bound_exceeded,
+                   stored=self.result is not None)
+        return settlement
+
+    def _bound_exceeded(self, s: Settlement) -> None:
+        call = self.call
+        usage = s.usage or Usage()
+        setting = ("max_output_tokens" if usage.output > call.output_bound
+                   else "input_overhead_tokens (or max_input_tokens)")
+        call.gw.metrics.bound_exceeded.labels(call.model.name).inc()
+        log.warning("bound_exceeded: permit %s (model %s) reported %d tokens / %d µUSD "
+                    "above its admitted bound of %d tokens / %d µUSD; committed in full. "
+                    "Raise models[%s].%s so admission reserves enough.",
+                    self.permit.id if self.permit else "-", call.model.name,
+                    s.tokens_committed, s.usd_committed, call.token_bound, call.usd_bound,
+                    call.model.name, setting)
 
     def audit(self, **fields: Any) -> None:
         call = self.call

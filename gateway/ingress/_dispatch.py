@@ -4,11 +4,24 @@ A fallback is tried only while no byte has reached the client: after a connect e
 a timeout, or a retryable status (429/5xx). Each attempt has its own permit and is
 settled before the next one is admitted.
 
+What the settlement is told (DESIGN §5):
+
+- a failure before the first byte of the request was written upstream (connect refused,
+  DNS, pool timeout, a local error before ``send``) → cancelled, nothing charged;
+- after bytes were written and before any answer → uncertain (the bound is liability);
+- a definite upstream error status → complete with zero usage (a proxy's give-up
+  statuses 408/502/504/524 are ambiguous: uncertain);
+- a stream cut after a partial relay → what arrived commits (Anthropic's
+  ``message_start`` input and cache classes, one output token per content event), the
+  rest is liability — and the client gets the protocol's own error event, never a clean
+  end, so its SDK raises.
+
 Streams are relayed event by event as they arrive. Settlement runs in the relay's
 ``finally`` (shielded from the cancellation a client disconnect delivers), and the
 response's background task closes the relay, so a disconnect while the relay is parked
-at a ``yield`` — or before it ever started — still settles: as ``uncertain``, keeping
-the bound.
+at a ``yield`` — or before it ever started — still settles. After a client disconnect
+the upstream request is aborted at once (``server.drain_on_disconnect_s`` = 0), or read
+on, discarded, for up to that many seconds so the exact usage can still be settled.
 """
 
 from __future__ import annotations
@@ -27,7 +40,7 @@ from gateway.ingress._attempt import Attempt, Call, outcome_for
 from gateway.ingress._prepare import upstream_body
 from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import RETRYABLE_STATUS, UpstreamFailure, UpstreamResponse
-from gateway.usage import StreamMeter, extract_json
+from gateway.usage import StreamMeter, extract_json, stream_error_event
 
 
 class InvalidUpstreamUsage(UpstreamUnavailable):
@@ -46,8 +59,14 @@ def _error_outcome(status: int) -> Outcome:
     if status in _AMBIGUOUS_STATUS:
         return Outcome(kind=OutcomeKind.UNCERTAIN,
                        detail=f"upstream answered HTTP {status}: it may have run the request")
-    return Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(), cost_micro_usd=0,
+    return Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(),
                    detail=f"upstream answered HTTP {status}")
+
+
+def _failure_outcome(attempt: Attempt, exc: BaseException, detail: str) -> Outcome:
+    dispatched = attempt.dispatched and getattr(exc, "dispatched", True)
+    return Outcome(kind=OutcomeKind.UNCERTAIN if dispatched else OutcomeKind.CANCELLED,
+                   detail=detail)
 
 
 async def dispatch(call: Call) -> Response[Any]:
@@ -57,14 +76,13 @@ async def dispatch(call: Call) -> Response[Any]:
         await attempt.admit()
         try:
             response = await _attempt(attempt, last=last)
-        except BaseException:
+        except BaseException as exc:
             # Whatever went wrong (a bug, a shutdown cancelling the handler), the permit
             # must not stay pending when this attempt can still say what happened.
             if not attempt.settled:
                 with anyio.CancelScope(shield=True):
-                    kind = OutcomeKind.UNCERTAIN if attempt.dispatched else OutcomeKind.CANCELLED
-                    await attempt.finish(Outcome(kind=kind, detail="attempt aborted"),
-                                         status=500)
+                    await attempt.finish(_failure_outcome(
+                        attempt, exc, f"attempt aborted: {type(exc).__name__}"), status=500)
             raise
         if response is not None:
             return response
@@ -76,13 +94,11 @@ async def _attempt(attempt: Attempt, *, last: bool) -> Response[Any] | None:
     call, provider = attempt.call, attempt.provider
     body, strip = upstream_body(call.body, call.doc, attempt.deployment, call.endpoint,
                                 stream=call.stream)
+    await attempt.dispatching()
     try:
-        attempt.dispatched = True
         upstream = await provider.send(call.endpoint, body, headers=call.client_headers)
     except UpstreamFailure as exc:
-        attempt.dispatched = exc.dispatched
-        await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN if exc.dispatched
-                                     else OutcomeKind.CANCELLED, detail=str(exc)), status=502)
+        await attempt.finish(_failure_outcome(attempt, exc, str(exc)), status=502)
         if last:
             raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
         return None
@@ -113,7 +129,7 @@ async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Respon
     data = await upstream.read()
     if 200 <= upstream.status < 300:
         try:
-            outcome = outcome_for(extract_json(attempt.call.endpoint, data), attempt.call)
+            outcome = outcome_for(extract_json(attempt.call.endpoint, data))
         except InvalidUsage as exc:
             await attempt.finish(Outcome(kind=OutcomeKind.INVALID, detail=str(exc)),
                                  status=502)
@@ -122,10 +138,13 @@ async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Respon
                                        "for review") from exc
     else:
         outcome = _error_outcome(upstream.status)
-    await attempt.finish(outcome, status=upstream.status)
+    settlement = await attempt.finish(outcome, status=upstream.status)
     headers = {**upstream.headers, **attempt.headers()}
-    if outcome.kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd is not None:
-        headers["x-inferplane-cost-micro-usd"] = str(outcome.cost_micro_usd)
+    if settlement is not None:
+        if settlement.kind is OutcomeKind.COMPLETE:
+            headers["x-inferplane-cost-micro-usd"] = str(settlement.usd_committed)
+        headers["x-inferplane-committed-micro-usd"] = str(settlement.usd_committed)
+        headers["x-inferplane-liability-micro-usd"] = str(settlement.usd_liability)
     return Response(data, status_code=upstream.status, media_type=upstream.content_type,
                     headers=headers)
 
@@ -147,7 +166,7 @@ async def _after_stream(relay: AsyncGenerator[bytes, None], attempt: Attempt,
 
     Closing the relay runs its ``finally`` if it is parked at a ``yield``. A relay that
     never started (the client left before the first byte was asked for) has no
-    ``finally`` to run, so its attempt is settled here: dispatched, outcome unknown.
+    ``finally`` to run, so its attempt is settled here: dispatched, nothing observed.
     """
     await relay.aclose()
     if not attempt.settled:
@@ -159,33 +178,63 @@ async def _after_stream(relay: AsyncGenerator[bytes, None], attempt: Attempt,
 
 async def _relay(attempt: Attempt, upstream: UpstreamResponse,
                  meter: StreamMeter) -> AsyncGenerator[bytes, None]:
-    ended, detail = False, "client disconnected mid-stream"
+    ended, cut = False, ""
     try:
-        async for chunk in upstream.chunks:
-            out = meter.feed(chunk)
-            if out:
-                yield out
-        tail = meter.flush()
-        if tail:
-            yield tail
-        ended = True
-    except UpstreamFailure as exc:
-        detail = f"upstream stream cut: {exc}"
+        try:
+            async for chunk in upstream.chunks:
+                out = meter.feed(chunk)
+                if out:
+                    yield out
+            tail = meter.flush()
+            if tail:
+                yield tail
+            ended = True
+        except UpstreamFailure as exc:
+            cut = f"upstream stream cut: {exc}"
+        if not cut and not meter.complete:
+            cut = "upstream stream ended without its end marker"
+        if cut:
+            # Tell the client in its protocol's words: its SDK raises instead of taking
+            # a truncated answer for a complete one.
+            yield stream_error_event(attempt.call.endpoint,
+                                     f"{cut}; the answer is incomplete")
     finally:
         with anyio.CancelScope(shield=True):
+            if not ended and not cut:
+                await _drain(attempt, upstream, meter)
             await upstream.close()
-            await attempt.finish(_stream_outcome(attempt, meter, ended, detail), status=200)
+            await attempt.finish(_stream_outcome(meter, ended, cut), status=200)
 
 
-def _stream_outcome(attempt: Attempt, meter: StreamMeter, ended: bool,
-                    detail: str) -> Outcome:
+async def _drain(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMeter) -> None:
+    """The client left mid-stream: read the upstream on, discarded, for up to
+    ``server.drain_on_disconnect_s`` so its usage can still be settled exactly."""
+    limit = attempt.call.gw.settings.server.drain_on_disconnect_s
+    if limit <= 0:
+        return
+    with anyio.move_on_after(limit):
+        try:
+            async for chunk in upstream.chunks:
+                meter.feed(chunk)
+                if meter.complete:
+                    break
+        except UpstreamFailure:
+            return
+
+
+def _stream_outcome(meter: StreamMeter, ended: bool, cut: str) -> Outcome:
     try:
         usage = meter.usage()
-        if not meter.complete:
-            if not ended:
-                return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail)
-            return Outcome(kind=OutcomeKind.UNCERTAIN,
-                           detail="stream ended without its end marker")
-        return outcome_for(usage, attempt.call)
+        if meter.complete and usage is not None:
+            return outcome_for(usage)
+        if cut:
+            detail = cut
+        elif ended:
+            detail = "stream ended without usage"
+        else:
+            detail = "client disconnected mid-stream"
+        # What arrived before the end commits; the rest of the bound is liability.
+        return Outcome(kind=OutcomeKind.UNCERTAIN, usage=usage, detail=detail,
+                       output_floor=meter.content_events)
     except InvalidUsage as exc:
         return Outcome(kind=OutcomeKind.INVALID, detail=str(exc))

@@ -1,4 +1,5 @@
-"""Re-planning a request whose admission was refused for a snapshot mismatch.
+"""Re-planning a request whose admission was refused for a snapshot mismatch (the
+Governor runs the loop, :func:`renew` is what it calls between rounds).
 
 Admission refuses (503 ``snapshot_mismatch``) when the key or team revision, or the
 policy generation, a request was planned with is no longer the store's. Nothing has been
@@ -18,18 +19,15 @@ import logging
 
 from gateway.errors import Forbidden, InferplaneError
 from gateway.governance import Refusal
+from gateway.governance._governor import MAX_SNAPSHOT_RETRIES, is_snapshot_mismatch
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import resolve_principal
 from gateway.keys import Principal
 
 log = logging.getLogger("mayu.ingress")
 
-MAX_SNAPSHOT_RETRIES = 3
-"""Re-plans after a mismatch before the client gets the 503 (with Retry-After)."""
-
-
-def is_snapshot_mismatch(decision: object) -> bool:
-    return isinstance(decision, Refusal) and decision.code == "snapshot_mismatch"
+__all__ = ["MAX_SNAPSHOT_RETRIES", "is_snapshot_mismatch", "mismatch_kind", "refresh_policy",
+           "renew"]
 
 
 def mismatch_kind(refusal: Refusal) -> str:

@@ -3,6 +3,10 @@
 Every generation route runs the same path (DESIGN §3): authenticate → read the body
 within ``server.max_body_bytes`` → parse → route → bound → admit → dispatch → settle.
 Errors are rendered once, by :func:`error_handler`, in the calling protocol's shape.
+Request metrics are labelled by the matched route *template* (:func:`route_label`), never
+the raw path, so random paths cannot grow the series count. ``/metrics`` requires the
+``server.metrics_token_ref`` bearer token when one is configured; ``/readyz`` fails from
+the moment the server starts draining (``app.state.draining``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import msgspec
 from litestar import MediaType, Request, Response, get, post
 from litestar.exceptions import HTTPException
 
+from gateway.config import resolve_secret
 from gateway.errors import (
     BadRequest,
     GovernanceUnavailable,
@@ -51,6 +56,13 @@ _FORWARDED = ("anthropic-version", "anthropic-beta")
 AnyRequest = Request[Any, Any, Any]
 
 
+def route_label(request: AnyRequest) -> str:
+    """The matched route's template (``/v1/chat/completions``), or ``unmatched``: a
+    bounded set, whatever paths clients send."""
+    template = request.scope.get("path_template")
+    return template if isinstance(template, str) and template else "unmatched"
+
+
 def gateway_of(request: AnyRequest) -> Gateway:
     gw: Gateway = request.app.state.gateway
     return gw
@@ -78,7 +90,7 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
                 key_hash=key_hash)
     request.state.call = call
     response = await dispatch(call)
-    gw.metrics.requests.labels(request.url.path, str(response.status_code)).inc()
+    gw.metrics.requests.labels(route_label(request), str(response.status_code)).inc()
     return response
 
 
@@ -157,6 +169,8 @@ async def healthz() -> dict[str, str]:
 
 @get("/readyz")
 async def readyz(request: AnyRequest) -> Response[dict[str, str]]:
+    if getattr(request.app.state, "draining", False):
+        return Response({"status": "draining"}, status_code=503)
     ready = getattr(request.app.state, "gateway", None) is not None
     return Response({"status": "ready" if ready else "starting"},
                     status_code=200 if ready else 503)
@@ -164,7 +178,17 @@ async def readyz(request: AnyRequest) -> Response[dict[str, str]]:
 
 @get("/metrics", media_type="text/plain")
 async def metrics(request: AnyRequest) -> Response[bytes]:
+    """Prometheus exposition; with ``server.metrics_token_ref`` only for its bearer."""
     gw = gateway_of(request)
+    ref = gw.settings.server.metrics_token_ref
+    if ref is not None:
+        # Resolved per scrape (a file: reference can be rotated without a restart);
+        # serve's preflight already proved it resolves.
+        token = resolve_secret(ref, key="server.metrics_token_ref")
+        presented = presented_key(request)
+        if not (presented and hmac.compare_digest(presented.encode(), token.encode())):
+            raise Unauthenticated("/metrics requires the metrics token "
+                                  "(Authorization: Bearer ...)")
     return Response(gw.metrics.render(), media_type=gw.metrics.content_type)
 
 
@@ -210,7 +234,7 @@ def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
     if rid:
         headers["x-inferplane-request-id"] = rid
     if gw is not None:
-        gw.metrics.requests.labels(request.url.path, str(err.status)).inc()
+        gw.metrics.requests.labels(route_label(request), str(err.status)).inc()
         call: Call | None = request.state.get("call")
         if rid and (call is None or not call.audited):
             principal = request.state.get("principal")

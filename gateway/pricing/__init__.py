@@ -8,6 +8,7 @@ from gateway.pricing._price import (
     class_cost_micro_usd,
     cost_bound_micro_usd,
     cost_micro_usd,
+    cost_range_micro_usd,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "class_cost_micro_usd",
     "cost_bound_micro_usd",
     "cost_micro_usd",
+    "cost_range_micro_usd",
 ]

@@ -104,6 +104,24 @@ def cost_micro_usd(usage: Usage, price: ModelPrice) -> int:
     return total
 
 
+def cost_range_micro_usd(usage: Usage, price: ModelPrice) -> tuple[int, int]:
+    """(cheapest, dearest) exact cost this usage can have: the cache writes of unknown
+    TTL folded into the 5m and into the 1h class (the provider bills each class once, so
+    they are rounded with it, not apart). Equal when ``usage.price_certain``."""
+    usage.validate()
+    if not usage.cache_write_unknown:
+        cost = cost_micro_usd(usage, price)
+        return cost, cost
+    as_5m = msgspec.structs.replace(usage, cache_write_unknown=0,
+                                    cache_write_5m=usage.cache_write_5m
+                                    + usage.cache_write_unknown)
+    as_1h = msgspec.structs.replace(usage, cache_write_unknown=0,
+                                    cache_write_1h=usage.cache_write_1h
+                                    + usage.cache_write_unknown)
+    low, high = cost_micro_usd(as_5m, price), cost_micro_usd(as_1h, price)
+    return min(low, high), max(low, high)
+
+
 def cost_bound_micro_usd(input_bound: int, output_bound: int, price: ModelPrice) -> int:
     """A µUSD bound no real outcome of these token bounds can exceed.
 

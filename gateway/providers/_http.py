@@ -93,15 +93,23 @@ class HttpProvider:
         if self._next is None:
             raise NotDispatched(f"provider {self.name} is not started")
         client = next(self._next)
-        request = client.build_request("POST", self._path(endpoint), content=body,
-                                             headers=self._headers(headers))
         started = time.perf_counter()
         try:
+            request = client.build_request("POST", self._path(endpoint), content=body,
+                                           headers=self._headers(headers))
             response = await client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout,
+                httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
+            # No byte of the request reached the upstream: connect refused, DNS, TLS
+            # handshake, pool exhausted, a request httpx refused to write.
             raise NotDispatched(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         except httpx.HTTPError as exc:
             raise DispatchFailed(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            # Not an I/O failure (httpx wraps every one of those): a local error before the
+            # request was written (a bad timeout value, a recursion error building it).
+            raise NotDispatched(f"{self.name}: local error before sending: "
+                                f"{type(exc).__name__}: {exc}") from exc
         return UpstreamResponse(
             status=response.status_code,
             content_type=response.headers.get("content-type", "application/json"),

@@ -5,7 +5,7 @@
 
 from gateway.usage._estimate import estimate_tokens, prompt_text
 from gateway.usage._map import from_anthropic, from_openai, from_responses
-from gateway.usage._stream import Endpoint, StreamMeter, extract_json
+from gateway.usage._stream import Endpoint, StreamMeter, extract_json, stream_error_event
 
 __all__ = [
     "Endpoint",
@@ -16,4 +16,5 @@ __all__ = [
     "from_openai",
     "from_responses",
     "prompt_text",
+    "stream_error_event",
 ]

@@ -30,6 +30,11 @@ MAX_EVENT_BYTES = 8 * 1024 * 1024
 """An "event" this long without a blank line is not SSE we can meter: it is passed on
 unparsed rather than held (memory stays bounded whatever the upstream sends)."""
 _RESPONSE_DONE = ("response.completed", "response.incomplete", "response.failed")
+# An event carrying generated content: one such event proves at least one output token
+# (a lower bound the settlement of a cut stream may commit). Empty strings prove nothing.
+_CHAT_CONTENT = re.compile(rb'"(?:content|arguments|refusal)"\s*:\s*"(?!")')
+_RESPONSES_CONTENT = re.compile(rb'"type"\s*:\s*"response\.[a-z_.]*delta"')
+_ANTHROPIC_CONTENT = re.compile(rb'"(?:text|thinking|partial_json)"\s*:\s*"(?!")')
 
 
 def _decode(data: bytes) -> Any:
@@ -75,6 +80,8 @@ class StreamMeter:
         self._buffer = b""
         self._scan_from = 0
         self._raw_usage: dict[str, Any] | None = None
+        self.content_events = 0
+        """Events relayed that carried generated content (>= 1 output token each)."""
 
     def feed(self, chunk: bytes) -> bytes:
         """Consume upstream bytes; return the complete events to forward now."""
@@ -128,6 +135,8 @@ class StreamMeter:
         if data.strip() == b"[DONE]":
             self.complete = True
             return True
+        if _CHAT_CONTENT.search(data):
+            self.content_events += 1
         if b'"usage"' not in data:
             return True
         doc = _decode(data)
@@ -138,6 +147,9 @@ class StreamMeter:
         return not (usage_only and self.strip_usage_chunk)
 
     def _responses(self, name: bytes | None, data: bytes) -> None:
+        if b"delta" in data and _RESPONSES_CONTENT.search(data) and b'"delta":""' not in data:
+            self.content_events += 1
+            return
         if not any(marker.encode() in data for marker in _RESPONSE_DONE):
             return
         doc = _decode(data)
@@ -150,6 +162,10 @@ class StreamMeter:
             self._raw_usage = usage if isinstance(usage, dict) else {}
 
     def _anthropic(self, name: bytes | None, data: bytes) -> None:
+        if b"content_block_delta" in data:
+            if _ANTHROPIC_CONTENT.search(data):
+                self.content_events += 1
+            return
         if not (b"message_start" in data or b"message_delta" in data
                 or b"message_stop" in data):
             return
@@ -171,4 +187,19 @@ class StreamMeter:
             self._raw_usage = merged
 
 
-__all__ = ["Endpoint", "InvalidUsage", "StreamMeter", "extract_json"]
+def stream_error_event(endpoint: Endpoint, message: str) -> bytes:
+    """The protocol's own in-stream error event, which makes its SDKs raise: a stream
+    the gateway could not finish must never look like a clean end."""
+    if endpoint == "messages":
+        body = {"type": "error", "error": {"type": "api_error", "message": message}}
+        return b"event: error\ndata: " + msgspec.json.encode(body) + b"\n\n"
+    error = {"message": message, "type": "server_error", "param": None,
+             "code": "upstream_stream_cut"}
+    if endpoint == "responses":
+        doc = {"type": "error", "code": "upstream_stream_cut", "message": message,
+               "param": None, "error": error}
+        return b"event: error\ndata: " + msgspec.json.encode(doc) + b"\n\n"
+    return b"data: " + msgspec.json.encode({"error": error}) + b"\n\n"
+
+
+__all__ = ["Endpoint", "InvalidUsage", "StreamMeter", "extract_json", "stream_error_event"]

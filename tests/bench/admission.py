@@ -30,12 +30,9 @@ from psycopg_pool import AsyncConnectionPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gateway.governance import (  # noqa: E402
-    Outcome,
-    OutcomeKind,
     Permit,
     PostgresGovernanceStore,
     build_request,
-    commits_for,
 )
 from gateway.keys import PostgresKeyStore, Principal, TeamLimits, hash_key  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
@@ -47,6 +44,7 @@ from tests.conftest import (  # noqa: E402
     dsn_for,
     migrate,
 )
+from tests.settling import exact, settlement  # noqa: E402
 
 NOW = datetime.now(UTC)
 LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
@@ -126,9 +124,8 @@ def _admit_settle(gov: PostgresGovernanceStore, pick: Callable[[int], Principal]
             if not isinstance(d, Permit):
                 run_errors[f"refused_{d.status}"] = run_errors.get(f"refused_{d.status}", 0) + 1
                 continue
-            out = Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(input=300, output=100),
-                          cost_micro_usd=1_234)
-            await gov.settle(d.id, out, commits_for(req, out))
+            out = exact(Usage(input=300, output=100).total_tokens(), 1_234)
+            await gov.settle(d.id, settlement(req, out))
             done += 1
         return done
     return op

@@ -17,15 +17,13 @@ from pathlib import Path
 
 from gateway.governance import (
     LocalGovernanceStore,
-    Outcome,
-    OutcomeKind,
     Permit,
     build_request,
-    commits_for,
 )
 from gateway.keys import KeyLimits, Principal, Team, TeamLimits
 from gateway.policy import EMPTY_SNAPSHOT
 from gateway.pricing import Usage
+from tests.settling import exact, settlement
 
 LIMITS = TeamLimits(rpm=10**9, tpm=10**9, tokens_per_day=10**12, usd_micros_per_day=10**12)
 
@@ -42,9 +40,8 @@ async def one(store: LocalGovernanceStore, p: Principal) -> None:
                         token_bound=1000, usd_bound=5000, now=datetime.now(UTC))
     [permit] = await store.admit([req])
     assert isinstance(permit, Permit)
-    outcome = Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(input=400, output=100),
-                      cost_micro_usd=1234)
-    await store.settle(permit.id, outcome, commits_for(req, outcome))
+    outcome = exact(Usage(input=400, output=100).total_tokens(), 1234)
+    await store.settle(permit.id, settlement(req, outcome))
 
 
 async def run(n: int, teams: int, concurrency: int = 32) -> float:

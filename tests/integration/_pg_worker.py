@@ -17,16 +17,14 @@ from datetime import UTC, datetime
 from psycopg_pool import AsyncConnectionPool
 
 from gateway.governance import (
-    Outcome,
-    OutcomeKind,
     Permit,
     PostgresGovernanceStore,
     build_request,
-    commits_for,
 )
 from gateway.keys import PostgresKeyStore
 from gateway.policy import EMPTY_SNAPSHOT
 from gateway.pricing import Usage
+from tests.settling import exact, settlement
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -48,9 +46,8 @@ async def cycles(gov: PostgresGovernanceStore, principal, rounds: int, rng: rand
             continue
         totals["granted"] += 1
         tokens, cost = rng.randint(0, bound_tokens), rng.randint(0, bound_usd)
-        out = Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(output=tokens),
-                      cost_micro_usd=cost)
-        await gov.settle(decision.id, out, commits_for(req, out))
+        out = exact(Usage(output=tokens).total_tokens(), cost)
+        await gov.settle(decision.id, settlement(req, out))
         totals["cost"] += cost
         totals["tokens"] += tokens
 

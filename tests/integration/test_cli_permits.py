@@ -22,21 +22,29 @@ import pytest
 
 from gateway.config import DatabaseSettings
 from gateway.governance import (
+    Journal,
     LocalGovernanceStore,
     Outcome,
     OutcomeKind,
     Permit,
     PostgresGovernanceStore,
-    commits_for,
 )
 from gateway.keys import SqliteKeyStore, TeamLimits
+from gateway.pricing import Usage
 from tests.integration._pg_helpers import principal, request
+from tests.settling import settlement
 
 ROOT = Path(__file__).resolve().parents[2]
+MODELS = """providers: [{name: mock, kind: mock}]
+models:
+  - name: m
+    deployments: [{provider: mock}]
+    price: {input: 1000000, output: 5000000}
+"""
 SHARED = """key_store: {type: postgres}
 governance_store: {type: postgres}
 database: {dsn_ref: env:G_PERMITS_DSN}
-"""
+""" + MODELS
 LIMITS = TeamLimits(usd_micros_per_day=10_000, tpm=100_000)
 
 
@@ -70,6 +78,10 @@ class Backend:
             return row["reserved"], row["committed"], row["frozen"]
         return row.reserved, row.committed, row.frozen_by is not None
 
+    async def liability(self, name: str) -> int:
+        row = await self.gov.counter(name)
+        return int(row["liability"] if isinstance(row, dict) else row.liability)
+
     def backdate(self, permit_id: str, minutes: int) -> None:
         """Make a permit look admitted ``minutes`` earlier (a gateway crashed long ago)."""
         if self.dsn is None:
@@ -91,8 +103,10 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path,
         keys, gov = SqliteKeyStore(db), LocalGovernanceStore(db)
         await keys.open()
         await gov.open()
+        (tmp_path / "local.yaml").write_text(f"data_dir: {tmp_path / '.mayu'}\n" + MODELS)
         try:
-            yield Backend("local", tmp_path, (), {}, keys, gov)
+            yield Backend("local", tmp_path, ("--config", str(tmp_path / "local.yaml")), {},
+                          keys, gov)
         finally:
             await gov.close()
             await keys.close()
@@ -130,9 +144,9 @@ def usd_day(permit: Permit) -> str:
 
 
 async def test_pending_permit_listed_resolved_replayed_and_conflict_refused(backend):
-    """A pending permit is listed; resolving it as uncertain commits its bounds (reserved
-    0); the same resolution again is a no-op replay; the other outcome is refused, exit 2,
-    showing the stored outcome."""
+    """A pending permit is listed; resolving it as uncertain turns its bounds into
+    liability (reserved 0, committed 0); the same resolution again is a no-op replay; the
+    other outcome is refused, exit 2, showing the stored outcome."""
     b = backend
     permit = await admit(b, "req-crashed", usd=1_000, tokens=100)
     window = usd_day(permit)
@@ -147,22 +161,71 @@ async def test_pending_permit_listed_resolved_replayed_and_conflict_refused(back
     assert permit.id in table and "req-crashed" in table and "$0.001" in table
 
     out = b.ok("permits", "resolve", permit.id, "--as", "uncertain", "--reason", "r1 died")
-    assert out.strip() == (f"resolved permit {permit.id} as uncertain: committed 100 "
-                           "tokens, $0.001")
-    assert await b.counter(window) == (0, 1_000, False)
+    assert out.strip() == (f"resolved permit {permit.id} as uncertain: committed 0 "
+                           "tokens, $0.00, liability 100 tokens, $0.001")
+    assert await b.counter(window) == (0, 0, False)
+    assert await b.liability(window) == 1_000
     assert b.ok("permits", "list", "--pending").strip() == "no pending permits"
     [settled] = json.loads(b.ok("permits", "list", "--json"))
     assert (settled["status"], settled["detail"]) == ("uncertain", "operator: r1 died")
 
     again = b.ok("permits", "resolve", permit.id, "--as", "uncertain")
     assert "already resolved as uncertain" in again and "nothing changed" in again
-    assert await b.counter(window) == (0, 1_000, False)
+    assert await b.counter(window) == (0, 0, False)
 
     other = b.mayu("permits", "resolve", permit.id, "--as", "cancelled")
     assert other.returncode == 2
-    assert (f"permit {permit.id} was already settled as uncertain: committed 100 tokens, "
-            "$0.001 (operator: r1 died); resolving it as cancelled is refused") in other.stderr
+    assert (f"permit {permit.id} was already settled as uncertain: committed 0 tokens, "
+            "$0.00 (operator: r1 died); resolving it as cancelled is refused") in other.stderr
+    assert await b.counter(window) == (0, 0, False)
+
+
+async def test_an_exact_figure_settles_a_pending_permit_and_resolves_a_liability(backend):
+    """--usage settles a pending permit at the priced usage; on an uncertain permit it
+    replaces the liability by the exact figure (committed moves, liability goes)."""
+    b = backend
+    pending = await admit(b, "exact-pending", usd=9_000, tokens=1_000)
+    out = b.ok("permits", "resolve", pending.id, "--usage", '{"input": 500, "output": 100}',
+               "--reason", "provider invoice")
+    assert "as complete: committed 600 tokens, $0.001" in out
+    window = usd_day(pending)
     assert await b.counter(window) == (0, 1_000, False)
+
+    lost = await admit(b, "exact-later", usd=4_000, tokens=1_000)
+    b.ok("permits", "resolve", lost.id, "--as", "uncertain")
+    assert await b.liability(window) == 4_000
+    out = b.ok("permits", "resolve", lost.id, "--cost-micro-usd", "1234", "--tokens", "77")
+    assert "as complete: committed 77 tokens, $0.001234" in out
+    assert await b.counter(window) == (0, 1_000 + 1_234, False)
+    assert await b.liability(window) == 0
+    again = b.mayu("permits", "resolve", lost.id, "--cost-micro-usd", "99", "--tokens", "1")
+    assert again.returncode == 2 and "only an uncertain or tokens-known" in again.stderr
+
+
+async def test_bulk_resolution_uses_the_crashed_replicas_journal(backend):
+    """--journal: a permit its replica never dispatched is cancelled (refunded), one it
+    saw finish is settled as observed; one missing from the journal stays uncertain."""
+    b = backend
+    never, seen, unknown = (await admit(b, "never"), await admit(b, "seen"),
+                            await admit(b, "unknown"))
+    journal = Journal(str(b.cwd / "journal-r1.jsonl"))
+    journal.open()
+    journal.admitted(never)
+    journal.admitted(seen)
+    await journal.dispatching(seen.id)
+    await journal.observed(seen.id, settlement(seen.request, Outcome(
+        kind=OutcomeKind.COMPLETE, usage=Usage(input=40, output=2))))
+    await journal.close()
+    for p in (never, seen, unknown):
+        b.backdate(p.id, 90)
+    out = b.ok("permits", "resolve", "--all-older-than-minutes", "60",
+               "--journal", str(b.cwd / "journal-r1.jsonl"))
+    assert f"resolved permit {never.id} as cancelled" in out
+    assert f"resolved permit {seen.id} as complete: committed 42 tokens" in out
+    assert f"resolved permit {unknown.id} as uncertain" in out
+    assert "(from its journal)" in out
+    # TEST_PRICE: 40 input at $1/Mtok + 2 output at $5/Mtok = 50 µUSD; the rest refunded.
+    assert await b.counter(usd_day(never)) == (0, 50, False)
 
 
 async def test_cancelled_resolution_refunds_the_reservation(backend):
@@ -199,7 +262,7 @@ async def test_bulk_mode_resolves_only_old_pending_permits(backend):
     out = b.ok("permits", "resolve", "--all-older-than-minutes", "60", "--as", "uncertain")
     lines = out.strip().splitlines()
     assert lines[0].startswith(f"[1/1] resolved permit {old.id} as uncertain")
-    assert lines[-1] == "1 of 1 pending permits older than 60 min resolved as uncertain"
+    assert lines[-1] == "1 of 1 pending permits older than 60 min resolved"
     pending = json.loads(b.ok("permits", "list", "--pending", "--json"))
     assert [p["id"] for p in pending] == [young.id]
 
@@ -210,7 +273,7 @@ async def test_unfreeze_lifts_a_freeze_made_by_invalid_usage(backend):
     b = backend
     permit = await admit(b, "bad-usage")
     invalid = Outcome(kind=OutcomeKind.INVALID, detail="negative tokens")
-    await b.gov.settle(permit.id, invalid, commits_for(permit.request, invalid))
+    await b.gov.settle(permit.id, settlement(permit.request, invalid))
     window = usd_day(permit)
     assert (await b.counter(window))[2] is True
     p = await principal(b.keys, team="t1")

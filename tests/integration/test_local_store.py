@@ -22,12 +22,13 @@ from gateway.governance import (
     OutcomeKind,
     Permit,
     Refusal,
+    Settlement,
     build_request,
-    commits_for,
 )
 from gateway.keys import KeyLimits, Principal, Team, TeamLimits
 from gateway.policy import EMPTY_SNAPSHOT
 from gateway.pricing import Usage
+from tests.settling import exact, settlement
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
@@ -59,7 +60,7 @@ def request(p: Principal, *, tokens: int = 100, usd: int = 1000,
 
 
 def complete(tokens: int, cost: int) -> Outcome:
-    return Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(input=tokens), cost_micro_usd=cost)
+    return exact(tokens, cost)
 
 
 @pytest.fixture
@@ -81,7 +82,7 @@ async def admit_one(store: LocalGovernanceStore, req: AdmissionRequest) -> Permi
 
 
 async def settle(store, permit: Permit, outcome: Outcome):
-    return await store.settle(permit.id, outcome, commits_for(permit.request, outcome))
+    return await store.settle(permit.id, settlement(permit.request, outcome))
 
 
 DAY_USD = "team:team_1:usd:day:2026-11-29"
@@ -183,26 +184,36 @@ async def test_cancelled_refunds_every_counter_fully(store):
         assert (s.reserved, s.committed) == (0, 0)
 
 
-async def test_uncertain_outcome_keeps_the_bounds(store):
-    """Partial/missing usage commits the full token and money bounds."""
-    p = principal(TeamLimits(tpm=1000, tokens_per_day=5000, usd_micros_per_day=10**6))
+async def test_uncertain_outcome_turns_the_bounds_into_liability(store):
+    """Missing usage commits nothing unobserved: the bounds become liability, which keeps
+    binding the window like a reservation (TPM is trued up to the worst case)."""
+    p = principal(TeamLimits(tpm=1000, tokens_per_day=5000, usd_micros_per_day=100_000))
     permit = await admit_one(store, request(p, tokens=700, usd=50_000))
     result = await settle(store, permit, Outcome(kind=OutcomeKind.UNCERTAIN))
-    assert (result.tokens_committed, result.usd_committed) == (700, 50_000)
-    assert (await store.counter(DAY_USD)).committed == 50_000
-    assert (await store.counter(DAY_TOKENS)).committed == 700
+    assert (result.tokens_committed, result.usd_committed) == (0, 0)
+    assert (result.tokens_liability, result.usd_liability) == (700, 50_000)
+    usd = await store.counter(DAY_USD)
+    assert (usd.committed, usd.liability, usd.reserved) == (0, 50_000, 0)
+    assert (await store.counter(DAY_TOKENS)).liability == 700
     assert (await store.counter(TPM)).balance == 300 * BUCKET_SCALE
+    refused = await admit_one(store, request(p, tokens=10, usd=50_001))
+    assert isinstance(refused, Refusal) and refused.status == 402
+    assert "liability 50000" in refused.reason
 
 
-async def test_tokens_known_settles_tokens_exactly_and_money_at_the_bound(store):
-    """Price uncertain: tokens commit exactly, money keeps its bound."""
+async def test_tokens_known_settles_tokens_exactly_and_the_dearer_class_as_liability(store):
+    """Price uncertain: tokens commit exactly, money at the cheaper write class, the
+    difference to the dearer one is liability."""
     p = principal(TeamLimits(tokens_per_day=5000, usd_micros_per_day=10**6))
     permit = await admit_one(store, request(p, tokens=700, usd=50_000))
     outcome = Outcome(kind=OutcomeKind.TOKENS_KNOWN, usage=Usage(input=20,
                                                                   cache_write_unknown=30))
-    await settle(store, permit, outcome)
+    result = await settle(store, permit, outcome)
+    assert result.kind is OutcomeKind.TOKENS_KNOWN
     assert (await store.counter(DAY_TOKENS)).committed == 50
-    assert (await store.counter(DAY_USD)).committed == 50_000
+    usd = await store.counter(DAY_USD)
+    # TEST_PRICE: input 1 µUSD/token, 5m write 1.25, 1h write 2.
+    assert (usd.committed, usd.liability) == (20 + 38, 60 - 38)
 
 
 async def test_invalid_changes_no_counter_and_freezes_money_accounts(store):
@@ -213,8 +224,8 @@ async def test_invalid_changes_no_counter_and_freezes_money_accounts(store):
     permit = await admit_one(store, request(p, tokens=700, usd=50_000))
     names = [c.counter for c in permit.request.charges]
     before = {n: await store.counter(n) for n in names}
-    result = await store.settle(permit.id, Outcome(kind=OutcomeKind.INVALID, detail="neg"),
-                                {})
+    result = await store.settle(permit.id, settlement(
+        permit.request, Outcome(kind=OutcomeKind.INVALID, detail="neg")))
     assert (result.tokens_committed, result.usd_committed) == (0, 0)
     after = {n: await store.counter(n) for n in names}
     for n in names:
@@ -250,7 +261,7 @@ async def test_replay_is_idempotent_and_a_conflicting_outcome_is_refused(store):
 async def test_unknown_permit_is_a_clear_error(store):
     """Settling a permit this store never admitted raises UnknownPermit."""
     with pytest.raises(UnknownPermit, match="never admitted"):
-        await store.settle("nope", Outcome(kind=OutcomeKind.CANCELLED), {})
+        await store.settle("nope", Settlement(kind=OutcomeKind.CANCELLED))
 
 
 async def test_commits_must_match_the_charged_counters(store):
@@ -258,7 +269,8 @@ async def test_commits_must_match_the_charged_counters(store):
     p = principal(TeamLimits(usd_micros_per_day=10**6))
     permit = await admit_one(store, request(p, usd=50_000))
     with pytest.raises(ValueError, match="missing"):
-        await store.settle(permit.id, complete(1, 1), {})
+        await store.settle(permit.id, Settlement(kind=OutcomeKind.COMPLETE,
+                                                 tokens_committed=1, usd_committed=1))
     assert (await store.counter(DAY_USD)).reserved == 50_000
     assert await store.pending_permits() == [permit.id]
 

@@ -8,7 +8,7 @@ from tests.conftest import migrate
 
 TABLES = {"authority_namespace", "teams", "keys", "bootstrap_declarations", "policy_state",
           "policy_generations", "policy_changes", "counters", "authority_accounts",
-          "permits", "permit_segments"}
+          "permits", "permit_segments", "lease_dataplanes", "lease_grants"}
 
 
 def _tables(dsn: str) -> set[str]:
@@ -28,7 +28,8 @@ def test_empty_to_head_to_base_to_head(pg_empty_dsn: str) -> None:
     """upgrade head creates every table and function; downgrade base removes them all."""
     migrate(pg_empty_dsn)
     assert _tables(pg_empty_dsn) == TABLES
-    assert {"inferplane_admit_v1", "inferplane_settle_v1"} <= _functions(pg_empty_dsn)
+    assert {"inferplane_admit_v1", "inferplane_settle_v1",
+            "inferplane_lease_sync_v1"} <= _functions(pg_empty_dsn)
     migrate(pg_empty_dsn, "base", down=True)
     assert _tables(pg_empty_dsn) == set()
     assert _functions(pg_empty_dsn) == set()

@@ -16,18 +16,19 @@ from gateway.governance import (
     Permit,
     PostgresGovernanceStore,
     Refusal,
-    commits_for,
+    Settlement,
 )
 from gateway.keys import PostgresKeyStore, TeamLimits
 from gateway.policy import EMPTY_SNAPSHOT
-from gateway.pricing import InvalidUsage, Usage
+from gateway.pricing import InvalidUsage
 from tests.integration._pg_helpers import NOW, principal, request, with_charges
+from tests.settling import exact, settlement
 
 BUDGET = TeamLimits(usd_micros_per_day=10_000, tpm=1_000)
 
 
 def _complete(tokens: int, cost: int) -> Outcome:
-    return Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(input=tokens), cost_micro_usd=cost)
+    return exact(tokens, cost)
 
 
 async def test_admit_then_settle_commits_actuals(pg_pool) -> None:  # type: ignore[no-untyped-def]
@@ -40,7 +41,7 @@ async def test_admit_then_settle_commits_actuals(pg_pool) -> None:  # type: igno
     window = f"team:{p.team.id}:usd:day:2026-11-29"
     assert (await gov.counter(window))["reserved"] == 4_000
     outcome = _complete(60, 1_234)
-    result = await gov.settle(permit.id, outcome, commits_for(req, outcome))
+    result = await gov.settle(permit.id, settlement(req, outcome))
     assert (result.tokens_committed, result.usd_committed, result.replay) == (60, 1_234, False)
     row = await gov.counter(window)
     assert (row["reserved"], row["committed"]) == (0, 1_234)
@@ -67,12 +68,12 @@ async def test_replay_returns_first_result_and_conflict_is_refused(pg_pool) -> N
     req = request(p, usd=5_000)
     [permit] = await gov.admit([req])
     first = _complete(50, 700)
-    await gov.settle(permit.id, first, commits_for(req, first))
-    again = await gov.settle(permit.id, first, commits_for(req, first))
+    await gov.settle(permit.id, settlement(req, first))
+    again = await gov.settle(permit.id, settlement(req, first))
     assert again.replay and again.usd_committed == 700
     other = _complete(50, 800)
     with pytest.raises(SettlementConflict):
-        await gov.settle(permit.id, other, commits_for(req, other))
+        await gov.settle(permit.id, settlement(req, other))
     assert (await gov.counter(f"team:{p.team.id}:usd:day:2026-11-29"))["committed"] == 700
 
 
@@ -84,9 +85,10 @@ async def test_unknown_permit_and_bad_commits_are_refused(pg_pool) -> None:  # t
     [permit] = await gov.admit([req])
     out = _complete(1, 1)
     with pytest.raises(UnknownPermit):
-        await gov.settle("00000000-0000-0000-0000-000000000000", out, commits_for(req, out))
+        await gov.settle("00000000-0000-0000-0000-000000000000", settlement(req, out))
     with pytest.raises(InvalidUsage):
-        await gov.settle(permit.id, out, {"team:nope:usd": 1})
+        await gov.settle(permit.id, Settlement(kind=OutcomeKind.COMPLETE,
+                                               commits={"team:nope:usd": 1}))
     assert await gov.pending_permits() == [permit.id]
 
 
@@ -99,7 +101,7 @@ async def test_invalid_usage_commits_nothing_and_freezes(pg_pool) -> None:  # ty
     [permit] = await gov.admit([req])
     window = f"team:{p.team.id}:usd:day:2026-11-29"
     bad = Outcome(kind=OutcomeKind.INVALID, detail="negative input tokens")
-    result = await gov.settle(permit.id, bad, commits_for(req, bad))
+    result = await gov.settle(permit.id, settlement(req, bad))
     assert (result.kind, result.usd_committed) == (OutcomeKind.INVALID, 0)
     row = await gov.counter(window)
     assert (row["committed"], row["reserved"], row["frozen"]) == (0, 1_000, True)
@@ -120,7 +122,7 @@ async def test_cancelled_refunds_everything_including_rpm(pg_pool) -> None:  # t
     [refused] = await gov.admit([request(p, usd=1)])
     assert isinstance(refused, Refusal)
     cancel = Outcome(kind=OutcomeKind.CANCELLED)
-    await gov.settle(permit.id, cancel, commits_for(req, cancel))
+    await gov.settle(permit.id, settlement(req, cancel))
     [again] = await gov.admit([request(p, usd=100)])
     assert isinstance(again, Permit)
 
@@ -190,7 +192,7 @@ async def test_settlement_uses_captured_windows(pg_pool, pg_dsn) -> None:  # typ
                                           now=NOW + timedelta(days=1))])
     assert isinstance(tomorrow, Permit)
     out = _complete(10, 1_500)
-    await gov.settle(permit.id, out, commits_for(req, out))
+    await gov.settle(permit.id, settlement(req, out))
     day1 = await gov.counter(f"team:{p.team.id}:usd:day:2026-11-29")
     day2 = await gov.counter(f"team:{p.team.id}:usd:day:2026-11-30")
     acct = await gov.counter("account:r1:team=t1:day:2026-11-29")
@@ -223,7 +225,7 @@ async def test_usage_reports_committed_and_reserved(pg_pool) -> None:  # type: i
     req = request(p, tokens=100, usd=1_000)
     [a, b] = await gov.admit([req, request(p, tokens=100, usd=2_000)])
     out = _complete(40, 300)
-    await gov.settle(a.id, out, commits_for(req, out))
+    await gov.settle(a.id, settlement(req, out))
     rows = await gov.usage(day="2026-11-29", month="2026-11", key_id=p.key_id)
     team_day = next(r for r in rows if r.scope == "team" and r.window == "day")
     assert (team_day.tokens_committed, team_day.tokens_reserved) == (40, 100)

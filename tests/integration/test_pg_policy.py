@@ -19,6 +19,7 @@ from gateway.policy import (
     publish,
 )
 from tests.integration._pg_helpers import principal, request
+from tests.settling import exact, settlement
 
 
 def doc(name: str, **budget: Any) -> dict[str, Any]:
@@ -105,8 +106,6 @@ async def test_source_follows_notify_and_admission_checks_generation(pg_pool, pg
 async def test_settlement_after_the_rule_is_deleted_uses_the_captured_account(pg_pool) -> None:  # type: ignore[no-untyped-def]
     """Admitted under a published budget rule, settled after that policy was deleted: the
     rule's account still gets the commitment and its reservation back."""
-    from gateway.governance import Outcome, OutcomeKind, commits_for
-    from gateway.pricing import Usage
 
     keys, gov = PostgresKeyStore(pg_pool), PostgresGovernanceStore(pg_pool)
     p = await principal(keys, team="t1")
@@ -123,8 +122,8 @@ async def test_settlement_after_the_rule_is_deleted_uses_the_captured_account(pg
         await publish(conn, delete=["a"], author="bob")
     await source.refresh()
     assert source.snapshot().rules == ()
-    out = Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(input=10), cost_micro_usd=1_500)
-    await gov.settle(permit.id, out, commits_for(req, out))
+    out = exact(10, 1_500)
+    await gov.settle(permit.id, settlement(req, out))
     row = await gov.counter(account)
     assert (row["committed"], row["reserved"], row["limit"]) == (1_500, 0, 10_000)
     [after] = await gov.admit([request(p, usd=4_000, snapshot=source.snapshot())])

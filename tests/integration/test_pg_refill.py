@@ -10,17 +10,15 @@ import random
 
 from gateway.governance import (
     BUCKET_SCALE,
-    Outcome,
-    OutcomeKind,
     Permit,
     PostgresGovernanceStore,
     bucket_settle,
-    commits_for,
     refill,
 )
 from gateway.keys import PostgresKeyStore, TeamLimits
 from gateway.pricing import Usage
 from tests.integration._pg_helpers import principal, request
+from tests.settling import exact, settlement
 
 CAP = 6_000
 
@@ -39,9 +37,8 @@ async def test_bucket_follows_plan_arithmetic_and_never_exceeds_capacity(pg_pool
         if open_permits and rng.random() < 0.5:
             permit, bound, admitted_us = open_permits.pop(rng.randrange(len(open_permits)))
             actual = rng.randint(0, bound * 2)  # sometimes more than reserved: debt
-            out = Outcome(kind=OutcomeKind.COMPLETE, usage=Usage(output=actual),
-                          cost_micro_usd=0)
-            await gov.settle(permit.id, out, commits_for(permit.request, out))
+            out = exact(Usage(output=actual).total_tokens(), 0)
+            await gov.settle(permit.id, settlement(permit.request, out))
             row = await gov.counter(name)
             assert row["updated_us"] >= prev["updated_us"]
             expected = bucket_settle(

@@ -6,6 +6,7 @@ import pytest
 
 from gateway.governance import OutcomeKind
 from gateway.ingress._dispatch import _error_outcome
+from gateway.pricing import Usage
 
 
 @pytest.mark.parametrize("status", [408, 502, 504, 524])
@@ -18,4 +19,4 @@ def test_gateway_timeouts_after_dispatch_keep_the_bounds(status: int) -> None:
 def test_provider_refusals_settle_with_zero_usage(status: int) -> None:
     """A provider's own error answer generated nothing: one request, no tokens, no money."""
     outcome = _error_outcome(status)
-    assert outcome.kind is OutcomeKind.COMPLETE and outcome.cost_micro_usd == 0
+    assert outcome.kind is OutcomeKind.COMPLETE and outcome.usage == Usage()

@@ -1,0 +1,271 @@
+"""The Governor: one owner for every permit's life (admit, dispatch, settle, replay).
+
+The ingress asks it to admit a plan (it re-plans after a snapshot mismatch, bounded),
+tells it when a request is about to leave (journaled before the first byte goes
+upstream), and hands it what the wire said; the Governor computes the one
+:class:`Settlement` (:func:`settlement_for`), journals it, and has the store take it.
+
+A settlement the store cannot take (database down, slow) never holds the client: after
+``settle_wait_s`` it is left to the replayer, which retries in journal order until the
+store answers. At startup :meth:`Governor.start` resolves what a crashed run left open
+in the journal before the gateway serves. At shutdown :meth:`Governor.close` settles
+every permit still open (uncertain, with the reason) and flushes what it can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gateway.errors import GovernanceUnavailable, InferplaneError
+from gateway.governance._journal import Journal, JournalEntry, recovered_outcome
+from gateway.governance._model import (
+    AdmissionRequest,
+    GovernanceStore,
+    Outcome,
+    OutcomeKind,
+    Permit,
+    Refusal,
+    Settlement,
+    SettleResult,
+)
+from gateway.governance._settle import settlement_for
+
+log = logging.getLogger("mayu.governance")
+
+MAX_SNAPSHOT_RETRIES = 3
+"""Re-plans after a snapshot mismatch before the client gets the 503 (with Retry-After)."""
+
+SettledHook = Callable[[Permit, Settlement, SettleResult | None, str | None, bool], None]
+"""Called after each settlement attempt: (permit, settlement, result or None, error,
+late: the attempt came from the replay, after the request's own answer)."""
+
+
+class Refused(Exception):
+    """Admission refused; the store's refusal (code, figures, wording) is attached.
+
+    The ingress maps it to its protocol's error (one table, gateway/ingress)."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
+
+
+def is_snapshot_mismatch(decision: object) -> bool:
+    return isinstance(decision, Refusal) and decision.code == "snapshot_mismatch"
+
+
+class Governor:
+    """Admits, journals, settles and replays permits against one governance store."""
+
+    def __init__(self, store: GovernanceStore, *, journal: Journal | None = None,
+                 settle_wait_s: float = 0.5, replay_interval_s: float = 1.0,
+                 on_settled: SettledHook | None = None) -> None:
+        self.store = store
+        self.journal = journal
+        self._wait = settle_wait_s
+        self._interval = replay_interval_s
+        self.on_settled = on_settled
+        self._open: dict[str, Permit] = {}
+        self._backlog: dict[str, tuple[Permit, Settlement]] = {}
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._wake = asyncio.Event()
+        self._replayer: asyncio.Task[None] | None = None
+        self.admission_seconds: Callable[[float], None] | None = None
+
+    # -- admission -----------------------------------------------------------------------
+
+    async def admit(self, plan: Callable[[], AdmissionRequest], *,
+                    replan: Callable[[Refusal, AdmissionRequest], Awaitable[None]]
+                    ) -> Permit:
+        """Admit ``plan()``; after a snapshot mismatch ``replan`` refreshes what the plan
+        reads and it is planned again (at most MAX_SNAPSHOT_RETRIES times), so a permit is
+        always admitted under one snapshot. Raises :class:`Refused`, or
+        GovernanceUnavailable when the store cannot decide."""
+        for retry in range(MAX_SNAPSHOT_RETRIES + 1):
+            request = plan()
+            decision = await self._decide(request)
+            if not is_snapshot_mismatch(decision) or retry == MAX_SNAPSHOT_RETRIES:
+                break
+            assert isinstance(decision, Refusal)
+            await replan(decision, request)
+        if isinstance(decision, Refusal):
+            raise Refused(decision)
+        self._open[decision.id] = decision
+        if self.journal is not None:
+            self.journal.admitted(decision)
+        return decision
+
+    async def _decide(self, request: AdmissionRequest) -> Permit | Refusal:
+        started = time.perf_counter()
+        try:
+            return (await self.store.admit([request]))[0]
+        except InferplaneError:
+            raise
+        except Exception as exc:
+            log.error("admission failed: %s", exc)
+            raise GovernanceUnavailable("governance store unavailable") from exc
+        finally:
+            if self.admission_seconds is not None:
+                self.admission_seconds(time.perf_counter() - started)
+
+    async def dispatching(self, permit: Permit) -> None:
+        """The request is about to leave the gateway (journaled first)."""
+        if self.journal is not None:
+            await self.journal.dispatching(permit.id)
+
+    # -- settlement ----------------------------------------------------------------------
+
+    def settlement(self, permit: Permit, outcome: Outcome, price: Any = None) -> Settlement:
+        return settlement_for(permit.request, outcome, price)
+
+    async def settle(self, permit: Permit, settlement: Settlement) -> SettleResult | None:
+        """Journal ``settlement`` and have the store take it; None when it was left to
+        the replayer (store unavailable or slower than ``settle_wait_s``)."""
+        if self.journal is not None:
+            await self.journal.observed(permit.id, settlement)
+        self._open.pop(permit.id, None)
+        if self._backlog:  # the store is known to be down: keep the journal order
+            self._queue(permit, settlement)
+            return None
+        task = asyncio.ensure_future(self._take(permit, settlement))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self._wait)
+        except TimeoutError:
+            return None  # the task goes on; it queues itself if the store fails
+
+    async def cancel(self, permit: Permit, detail: str) -> SettleResult | None:
+        """Nothing left the gateway: full refund."""
+        return await self.settle(permit, settlement_for(
+            permit.request, Outcome(kind=OutcomeKind.CANCELLED, detail=detail)))
+
+    async def _take(self, permit: Permit, settlement: Settlement,
+                    *, queue_on_failure: bool = True) -> SettleResult | None:
+        try:
+            result = await self.store.settle(permit.id, settlement)
+        except GovernanceUnavailable as exc:
+            if queue_on_failure:
+                self._queue(permit, settlement)
+            self._report(permit, settlement, None, f"{type(exc).__name__}: {exc}",
+                         not queue_on_failure)
+            return None
+        except Exception as exc:
+            # A conflict or a bug: replaying it would fail the same way forever.
+            log.error("settlement of permit %s refused: %s: %s", permit.id,
+                      type(exc).__name__, exc)
+            self._done(permit.id)
+            self._report(permit, settlement, None, f"{type(exc).__name__}: {exc}",
+                         not queue_on_failure)
+            return None
+        self._done(permit.id)
+        self._report(permit, settlement, result, None, not queue_on_failure)
+        return result
+
+    def _report(self, permit: Permit, settlement: Settlement, result: SettleResult | None,
+                error: str | None, late: bool) -> None:
+        if self.on_settled is not None:
+            try:
+                self.on_settled(permit, settlement, result, error, late)
+            except Exception:  # observability must never break settlement
+                log.exception("settlement hook failed")
+
+    def _done(self, permit_id: str) -> None:
+        self._backlog.pop(permit_id, None)
+        if self.journal is not None:
+            self.journal.settled(permit_id)
+
+    def _queue(self, permit: Permit, settlement: Settlement) -> None:
+        if permit.id not in self._backlog:
+            log.warning("settlement of permit %s left to the journal replay (store "
+                        "unavailable)", permit.id)
+        self._backlog[permit.id] = (permit, settlement)
+        self._wake.set()
+
+    @property
+    def backlog(self) -> int:
+        """Settlements waiting for the store (journaled, replayed in order)."""
+        return len(self._backlog)
+
+    @property
+    def open_permits(self) -> int:
+        return len(self._open)
+
+    async def replay(self) -> int:
+        """Try every queued settlement once, in order; stops at the first the store
+        cannot take. Returns how many remain."""
+        for permit_id in list(self._backlog):
+            item = self._backlog.get(permit_id)
+            if item is None:
+                continue
+            permit, settlement = item
+            if await self._take(permit, settlement, queue_on_failure=False) is None \
+                    and permit_id in self._backlog:
+                break
+        return len(self._backlog)
+
+    async def _replay_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            if await self.replay() == 0:
+                self._wake.clear()
+                continue
+            await asyncio.sleep(self._interval)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Resolve what a previous run left open in the journal, then start replaying.
+
+        Never dispatched → cancelled; outcome observed → settled as observed; dispatched
+        without an outcome → uncertain (liability).
+        """
+        if self.journal is not None:
+            left = self.journal.open()
+            for entry in left.values():
+                settlement = entry.settlement or self._recovered(entry)
+                permit = Permit(id=entry.permit_id, request=entry.request)
+                if entry.settlement is None:
+                    await self.journal.observed(permit.id, settlement)
+                self._backlog[permit.id] = (permit, settlement)
+            if left:
+                remaining = await self.replay()
+                log.info("journal: %d permit(s) left open by the previous run resolved, "
+                         "%d waiting for the store", len(left) - remaining, remaining)
+            self.journal.start()
+        self._replayer = asyncio.get_running_loop().create_task(self._replay_forever())
+        if self._backlog:
+            self._wake.set()
+
+    def _recovered(self, entry: JournalEntry) -> Settlement:
+        assert self.journal is not None
+        return settlement_for(entry.request, recovered_outcome(entry, self.journal.boot))
+
+    async def close(self, *, grace_s: float = 5.0) -> None:
+        """Settle every permit still open (uncertain: the gateway stopped first), wait up
+        to ``grace_s`` for in-flight settlements, flush the backlog once; whatever the
+        store still cannot take stays in the journal for the next start."""
+        for permit in list(self._open.values()):
+            entry = self.journal.open_entries.get(permit.id) if self.journal else None
+            dispatched = entry.dispatched if entry is not None else True
+            outcome = Outcome(kind=OutcomeKind.UNCERTAIN if dispatched
+                              else OutcomeKind.CANCELLED,
+                              detail="gateway shut down before the outcome was observed")
+            await self.settle(permit, settlement_for(permit.request, outcome))
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=grace_s)
+        if self._backlog:
+            await self.replay()
+        if self._replayer is not None:
+            self._replayer.cancel()
+            await asyncio.gather(self._replayer, return_exceptions=True)
+            self._replayer = None
+        if self._backlog:
+            log.warning("%d settlement(s) kept in the journal for the next start",
+                        len(self._backlog))
+        if self.journal is not None:
+            await self.journal.close()

@@ -1,0 +1,51 @@
+"""Refusals with the same code, figures and wording from every store.
+
+A store reports a fact — which counter refused, its code and the figures it held
+(:class:`RefusalFigures`) — and :func:`refusal` words it, so the local and the shared
+profile answer a client identically (the store contract tests pin it). The ingress maps
+the status to its protocol's error shape.
+"""
+
+from __future__ import annotations
+
+from gateway.governance._model import Refusal, RefusalFigures
+
+_STATUS = {"rate_limited": 429, "token_quota_exhausted": 429, "budget_exhausted": 402,
+           "account_frozen": 402, "snapshot_mismatch": 503}
+
+
+def _unit(figures: RefusalFigures) -> str:
+    return "µUSD" if figures.dimension == "usd" else figures.dimension
+
+
+def _reason(code: str, counter: str, f: RefusalFigures | None, frozen_by: str | None,
+            retry_after: int | None) -> str:
+    if code == "snapshot_mismatch":
+        return (f"{counter}: changed since the request was authenticated or routed "
+                "(snapshot mismatch); retry")
+    if code == "account_frozen":
+        by = f" for permit {frozen_by}" if frozen_by else ""
+        return (f"{counter}: account is frozen after invalid usage was reported{by}; an "
+                "operator must resolve it")
+    if f is None:
+        return f"{counter}: {code}"
+    if code == "rate_limited":
+        return (f"{counter}: {f.dimension} per minute limit {f.limit} exhausted (this "
+                f"request {f.amount}); retry in {retry_after or 1}s")
+    leased = f" + leased {f.leased}" if f.leased else ""
+    return (f"{counter}: limit {f.limit} {_unit(f)} would be exceeded: committed "
+            f"{f.committed} + liability {f.liability} + reserved {f.reserved}{leased} + "
+            f"this request's worst case {f.amount}")
+
+
+def refusal(code: str, counter: str, *, figures: RefusalFigures | None = None,
+            retry_after: int | None = None, frozen_by: str | None = None,
+            status: int | None = None) -> Refusal:
+    """The refusal for ``code`` on ``counter`` (a token quota answers 429, money 402)."""
+    if status is None:
+        status = _STATUS.get(code, 503)
+    if status == 503 and retry_after is None:
+        retry_after = 1
+    return Refusal(status=status, counter=counter, code=code, figures=figures,
+                   retry_after=retry_after,
+                   reason=_reason(code, counter, figures, frozen_by, retry_after))
