@@ -1,0 +1,167 @@
+"""The lease ledger's arithmetic (ADR-034 §2), as pure functions.
+
+``sql/lease_v1.sql`` (``inferplane_lease_sync_v1``) executes exactly this under row
+locks in Postgres; this module is its specification, mirrored line for line, so the
+property tests (hypothesis) can state the invariants on the arithmetic alone and the
+integration tests can check the SQL against it.
+
+One :class:`LedgerRow` per (account, data plane), in the plane's current *frame* (the
+identity of its counter store):
+
+- ``committed``, ``liability``, ``reserved``: the plane's latest cumulative report;
+- ``allowance``: how far the plane may take committed + liability + reserved; grants
+  are cumulative allowances, so a retried heartbeat grants nothing twice;
+- ``prior_committed`` / ``prior_unobserved``: what earlier frames left. When a plane
+  comes back with fresh counters (a new frame, or a lower committed figure: a restart
+  with an empty store, a restored backup), its old committed figure stays spend and
+  everything else its old allowance allowed becomes *unobserved* (liability: it may
+  have been spent after the last report), so the old allowance is never spent again.
+
+The account row (``authority_accounts``, shared with the shared profile's admission)
+carries the sums: ``committed`` and ``liability`` include every plane's committed and
+liability (current and prior frames), ``leased_outstanding`` every plane's current
+footprint beyond them. Shared admission refuses when committed + liability + reserved +
+leased_outstanding + amount would pass the limit, so leases and shared admissions
+compete for one budget.
+
+Grant (ADR-034's ``allowance′ = spent + min(grant, max(0, remaining))``, refined):
+
+    remaining  = limit − others − held
+    allowance′ = max(allowance, held + min(size, max(0, remaining)))
+
+where ``held`` = committed + liability + reserved of this plane's frame and ``others``
+is everything else the account binds (shared admissions, other planes' footprints, this
+plane's earlier frames). ``size`` is the rule's grant size, raised to the plane's
+``want`` (its largest refused charge) when the budget has it. An allowance never
+decreases within a frame: the plane may already have admitted up to it before the answer
+that would lower it arrives, so lowering it would hand the same µUSD out twice.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+
+
+class LedgerRow(msgspec.Struct, frozen=True, kw_only=True):
+    frame: str = ""
+    committed: int = 0
+    liability: int = 0
+    reserved: int = 0
+    allowance: int = 0
+    prior_committed: int = 0
+    prior_unobserved: int = 0
+    adoptions: int = 0
+
+    @property
+    def held(self) -> int:
+        """What the plane's counter binds right now (spend, liability, in flight)."""
+        return self.committed + self.liability + self.reserved
+
+    @property
+    def footprint(self) -> int:
+        """What this frame may bind in total: its allowance, or more after an overrun."""
+        return max(self.allowance, self.held)
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    frame: str
+    committed: int
+    liability: int = 0
+    reserved: int = 0
+
+
+class Account(msgspec.Struct, frozen=True, kw_only=True):
+    """The figures of an ``authority_accounts`` row the ledger reads and moves."""
+
+    committed: int = 0
+    liability: int = 0
+    reserved: int = 0
+    leased_outstanding: int = 0
+
+    @property
+    def bound(self) -> int:
+        """Everything the account binds against its limit."""
+        return self.committed + self.liability + self.reserved + self.leased_outstanding
+
+
+class Contribution(NamedTuple):
+    committed: int
+    liability: int
+    outstanding: int
+
+
+def contribution(row: LedgerRow) -> Contribution:
+    """What one plane's row adds to its account's committed, liability and leased."""
+    return Contribution(row.prior_committed + row.committed,
+                        row.prior_unobserved + row.liability,
+                        row.footprint - row.committed - row.liability)
+
+
+def adopt(row: LedgerRow, report: Report) -> LedgerRow:
+    """The row after taking ``report`` (its allowance kept unless the frame changed).
+
+    A new frame or a lower committed figure means fresh counters: the old frame's
+    committed stays spend, the rest of its footprint becomes unobserved, and the new
+    frame starts with no allowance.
+    """
+    if report.frame == row.frame and report.committed >= row.committed:
+        return msgspec.structs.replace(row, committed=report.committed,
+                                       liability=report.liability, reserved=report.reserved)
+    return LedgerRow(frame=report.frame, committed=report.committed,
+                     liability=report.liability, reserved=report.reserved, allowance=0,
+                     prior_committed=row.prior_committed + row.committed,
+                     prior_unobserved=row.prior_unobserved + row.footprint - row.committed,
+                     adoptions=row.adoptions + (1 if row.frame else 0))
+
+
+def grant_size(grant: int, want: int, limit: int) -> int:
+    """The grant to aim for: the rule's size, or the plane's largest refused charge."""
+    return max(grant, min(want, limit))
+
+
+def next_allowance(row: LedgerRow, *, limit: int | None, others: int, size: int,
+                   open_: bool) -> tuple[int, int]:
+    """(allowance′, remaining after it) for ``row`` (already adopted).
+
+    ``others`` is everything the account binds except this row's current frame;
+    ``open_`` is False when the account takes no new grant (window ended, rule gone,
+    frozen account): the allowance then stays where it is (or at ``held`` after an
+    overrun), never lower.
+    """
+    if limit is None or not open_:
+        allowance = max(row.allowance, row.held)
+    else:
+        remaining = limit - others - row.held
+        allowance = max(row.allowance, row.held + min(size, max(0, remaining)))
+    left = 0 if limit is None else max(0, limit - others - max(allowance, row.held))
+    return allowance, left
+
+
+class SyncResult(NamedTuple):
+    row: LedgerRow
+    account: Account
+    remaining: int
+
+
+def sync(row: LedgerRow, report: Report, account: Account, *, limit: int | None,
+         grant: int, want: int = 0, open_: bool = True) -> SyncResult:
+    """One account of one heartbeat: adopt the report, grant, move the account sums."""
+    before = contribution(row)
+    adopted = adopt(row, report)
+    # Everything but this plane's current frame: its earlier frames stay bound.
+    others = (account.bound - before.committed - before.liability - before.outstanding
+              + adopted.prior_committed + adopted.prior_unobserved)
+    size = grant_size(grant, want, limit or 0)
+    allowance, left = next_allowance(adopted, limit=limit, others=others, size=size,
+                                     open_=open_)
+    new_row = msgspec.structs.replace(adopted, allowance=allowance)
+    after = contribution(new_row)
+    new_account = Account(
+        committed=account.committed + after.committed - before.committed,
+        liability=account.liability + after.liability - before.liability,
+        reserved=account.reserved,
+        leased_outstanding=account.leased_outstanding + after.outstanding
+        - before.outstanding)
+    return SyncResult(new_row, new_account, left)

@@ -1,0 +1,283 @@
+-- inferplane lease ledger, version 1 (ADR-034 §2, made durable; DESIGN §6).
+--
+-- Installed by migrations/versions/0003_lease_ledger.py on top of schema_v2. Frozen once
+-- released, like every _vN file: a change is a new file and a new revision.
+--
+-- The ledger lives in the same authority_accounts rows the shared profile admits
+-- against: each lease-managed account (one budget rule, one scope, one UTC window) keeps
+-- one lease_grants row per data plane, and the account row carries the sums, so shared
+-- admission (committed + liability + reserved + leased_outstanding + amount <= limit)
+-- and lease grants compete for one budget, and a control-plane restart loses nothing.
+--
+-- The arithmetic is gateway/lease/_ledger.py line for line (its docstring states the
+-- rules; tests/unit/test_lease_ledger.py the invariants; tests/integration checks this
+-- SQL against it). All figures are integer µUSD (bigint).
+--
+-- Locking, in one transaction per heartbeat (inferplane_lease_sync_v1): the plane's
+-- lease_dataplanes row FOR UPDATE (two heartbeats of one plane serialise), policy_state
+-- FOR SHARE (a publish cannot interleave with the limits the caller computed), then
+-- every account row in byte order (COLLATE "C", the order shared admission and
+-- settlement lock them in, so they never deadlock), each followed by its grant row.
+
+CREATE TABLE lease_dataplanes (
+    id                 text PRIMARY KEY,
+    token_name         text NOT NULL,
+    build              text NOT NULL DEFAULT '',
+    api_versions       text[] NOT NULL DEFAULT '{}',
+    -- The plane's counter-store identity, its process, and that process's heartbeat
+    -- number: a heartbeat older than one already applied (same frame and boot, lower
+    -- seq) changes nothing.
+    frame              text NOT NULL,
+    boot               text NOT NULL,
+    seq                bigint NOT NULL,
+    applied_generation bigint,
+    rejections         jsonb NOT NULL DEFAULT '[]',
+    heartbeat_ms       bigint,
+    first_heartbeat    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_heartbeat     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    heartbeats         bigint NOT NULL DEFAULT 0
+);
+
+CREATE TABLE lease_grants (
+    account          text NOT NULL REFERENCES authority_accounts (key),
+    dataplane        text NOT NULL REFERENCES lease_dataplanes (id),
+    rule_uid         text,
+    frame            text NOT NULL,
+    committed        bigint NOT NULL DEFAULT 0 CHECK (committed >= 0),
+    liability        bigint NOT NULL DEFAULT 0 CHECK (liability >= 0),
+    reserved         bigint NOT NULL DEFAULT 0 CHECK (reserved >= 0),
+    allowance        bigint NOT NULL DEFAULT 0 CHECK (allowance >= 0),
+    prior_committed  bigint NOT NULL DEFAULT 0,
+    prior_unobserved bigint NOT NULL DEFAULT 0,
+    adoptions        bigint NOT NULL DEFAULT 0,
+    renew_ms         bigint NOT NULL,
+    expires_at       timestamptz,
+    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (account, dataplane)
+);
+CREATE INDEX lease_grants_dataplane_idx ON lease_grants (dataplane);
+
+-- One account of one heartbeat (gateway.lease._ledger.sync). The account row and the
+-- grant row are locked by the caller. Returns the lease the plane gets.
+CREATE FUNCTION inferplane_lease_apply_v1(acc jsonb, p_plane text, p_frame text,
+                                          p_open boolean, p_now timestamptz)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_key text := acc->>'key';
+    v_limit bigint := (acc->>'limit')::bigint;
+    v_grant bigint := coalesce((acc->>'grant')::bigint, 0);
+    v_want bigint := coalesce((acc->>'want')::bigint, 0);
+    v_renew bigint := (acc->>'renew_ms')::bigint;
+    r_committed bigint := (acc->>'committed')::bigint;
+    r_liability bigint := coalesce((acc->>'liability')::bigint, 0);
+    r_reserved bigint := coalesce((acc->>'reserved')::bigint, 0);
+    a record;
+    g record;
+    -- the row before (b_*) and after adopting the report (n_*)
+    b_contrib_c bigint; b_contrib_l bigint; b_contrib_o bigint;
+    n_committed bigint; n_liability bigint; n_reserved bigint; n_allowance bigint;
+    n_prior_c bigint; n_prior_u bigint; n_adoptions bigint;
+    v_held bigint; v_others numeric; v_size bigint; v_footprint bigint; v_left bigint;
+BEGIN
+    SELECT * INTO a FROM authority_accounts WHERE key = v_key;
+    SELECT * INTO g FROM lease_grants WHERE account = v_key AND dataplane = p_plane;
+
+    b_contrib_c := g.prior_committed + g.committed;
+    b_contrib_l := g.prior_unobserved + g.liability;
+    b_contrib_o := greatest(g.allowance, g.committed + g.liability + g.reserved)
+                   - g.committed - g.liability;
+
+    -- adopt (gateway.lease._ledger.adopt)
+    IF p_frame = g.frame AND r_committed >= g.committed THEN
+        n_allowance := g.allowance;
+        n_prior_c := g.prior_committed;
+        n_prior_u := g.prior_unobserved;
+        n_adoptions := g.adoptions;
+    ELSE
+        n_allowance := 0;
+        n_prior_c := g.prior_committed + g.committed;
+        n_prior_u := g.prior_unobserved
+                     + greatest(g.allowance, g.committed + g.liability + g.reserved)
+                     - g.committed;
+        n_adoptions := g.adoptions + CASE WHEN g.frame <> '' THEN 1 ELSE 0 END;
+    END IF;
+    n_committed := r_committed;
+    n_liability := r_liability;
+    n_reserved := r_reserved;
+    v_held := n_committed + n_liability + n_reserved;
+
+    -- grant (gateway.lease._ledger.next_allowance); numeric: sums of bigints
+    v_others := a.committed::numeric + a.liability + a.reserved + a.leased_outstanding
+                - b_contrib_c - b_contrib_l - b_contrib_o + n_prior_c + n_prior_u;
+    v_size := greatest(v_grant, least(v_want, coalesce(v_limit, 0)));
+    IF v_limit IS NULL OR NOT p_open THEN
+        n_allowance := greatest(n_allowance, v_held);
+    ELSE
+        n_allowance := greatest(n_allowance, v_held + least(
+            v_size::numeric, greatest(0, v_limit - v_others - v_held))::bigint);
+    END IF;
+    v_footprint := greatest(n_allowance, v_held);
+    v_left := CASE WHEN v_limit IS NULL THEN 0
+                   ELSE greatest(0, v_limit - v_others - v_footprint)::bigint END;
+
+    UPDATE lease_grants
+       SET frame = p_frame, committed = n_committed, liability = n_liability,
+           reserved = n_reserved, allowance = n_allowance, prior_committed = n_prior_c,
+           prior_unobserved = n_prior_u, adoptions = n_adoptions,
+           rule_uid = acc->>'rule_uid', renew_ms = v_renew,
+           expires_at = p_now + make_interval(secs => 3 * v_renew / 1000.0),
+           updated_at = p_now
+     WHERE account = v_key AND dataplane = p_plane;
+    UPDATE authority_accounts
+       SET committed = committed + (n_prior_c + n_committed) - b_contrib_c,
+           liability = liability + (n_prior_u + n_liability) - b_contrib_l,
+           leased_outstanding = leased_outstanding
+                                + (v_footprint - n_committed - n_liability) - b_contrib_o,
+           "limit" = coalesce(v_limit, "limit"),
+           hard = coalesce((acc->>'hard')::boolean, hard)
+     WHERE key = v_key;
+
+    RETURN jsonb_build_object(
+        'key', v_key, 'rule_uid', acc->>'rule_uid', 'allowance', n_allowance,
+        'renew_ms', v_renew, 'committed', n_committed, 'liability', n_liability,
+        'reserved', n_reserved, 'grant', CASE WHEN p_open AND v_limit IS NOT NULL
+                                               THEN v_size ELSE 0 END,
+        'remaining', v_left, 'limit', v_limit, 'open', p_open AND v_limit IS NOT NULL);
+END
+$$;
+
+-- The lease a late (stale) heartbeat gets back: the stored row, unchanged.
+CREATE FUNCTION inferplane_lease_stored_v1(acc jsonb, p_plane text)
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'key', g.account, 'rule_uid', g.rule_uid, 'allowance', g.allowance,
+        'renew_ms', g.renew_ms, 'committed', g.committed, 'liability', g.liability,
+        'reserved', g.reserved, 'grant', 0, 'remaining', 0, 'limit', a."limit",
+        'open', false)
+      FROM lease_grants g JOIN authority_accounts a ON a.key = g.account
+     WHERE g.account = acc->>'key' AND g.dataplane = p_plane
+$$;
+
+-- Lock (creating if missing) an account row and this plane's grant row for it.
+CREATE FUNCTION inferplane_lease_lock_v1(acc jsonb, p_plane text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_key text := acc->>'key';
+BEGIN
+    PERFORM 1 FROM authority_accounts WHERE key = v_key FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO authority_accounts (key, rule_uid, scope, window_period, "limit", hard)
+        VALUES (v_key, acc->>'rule_uid', acc->>'scope', acc->>'period',
+                (acc->>'limit')::bigint, coalesce((acc->>'hard')::boolean, true))
+        ON CONFLICT (key) DO NOTHING;
+        PERFORM 1 FROM authority_accounts WHERE key = v_key FOR UPDATE;
+    END IF;
+    -- A new grant row starts in no frame, so the first report is adopted as is.
+    INSERT INTO lease_grants (account, dataplane, rule_uid, frame, renew_ms)
+    VALUES (v_key, p_plane, acc->>'rule_uid', '', (acc->>'renew_ms')::bigint)
+    ON CONFLICT (account, dataplane) DO NOTHING;
+    PERFORM 1 FROM lease_grants WHERE account = v_key AND dataplane = p_plane FOR UPDATE;
+END
+$$;
+
+-- One heartbeat, one round trip. Input (built by controlplane/_sync.py):
+--   {"generation": N,                       -- the policy generation the limits are from
+--    "dataplane": {"id", "token_name", "build", "api_versions", "frame", "boot", "seq",
+--                  "applied_generation", "rejections", "heartbeat_ms"},
+--    "accounts": [{"key", "rule_uid", "scope", "window", "period", "limit", "hard",
+--                  "grant", "renew_ms", "committed", "liability", "reserved", "want"}]}
+-- "limit" is null for an account whose rule is not a lease-managed budget of generation
+-- N: its report is recorded, it gets no grant. Output: {"status": "ok" |
+-- "stale_heartbeat" | "stale_generation", "generation", "day", "month", "leases": [...]}.
+CREATE FUNCTION inferplane_lease_sync_v1(req jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    dp jsonb := req->'dataplane';
+    v_plane text := dp->>'id';
+    v_frame text := dp->>'frame';
+    v_boot text := dp->>'boot';
+    v_seq bigint := (dp->>'seq')::bigint;
+    v_now timestamptz := clock_timestamp();
+    v_day text := to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM-DD');
+    v_month text := to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM');
+    prev record;
+    cur_gen bigint;
+    v_apply boolean;
+    v_open boolean;
+    acc jsonb;
+    leases jsonb := '[]'::jsonb;
+BEGIN
+    -- 1. The plane's own row first: two heartbeats of one plane serialise here.
+    SELECT * INTO prev FROM lease_dataplanes WHERE id = v_plane FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO lease_dataplanes (id, token_name, frame, boot, seq)
+        VALUES (v_plane, dp->>'token_name', v_frame, v_boot, -1)
+        ON CONFLICT (id) DO NOTHING;
+        SELECT * INTO prev FROM lease_dataplanes WHERE id = v_plane FOR UPDATE;
+    END IF;
+
+    -- 2. The generation the caller computed limits from must still be the published one.
+    SELECT ps.generation INTO cur_gen FROM policy_state ps FOR SHARE;
+    IF cur_gen <> (req->>'generation')::bigint THEN
+        RETURN jsonb_build_object('status', 'stale_generation', 'generation', cur_gen);
+    END IF;
+
+    -- A late retry of an older heartbeat of the same process changes nothing.
+    v_apply := NOT (prev.frame = v_frame AND prev.boot = v_boot AND prev.seq > v_seq);
+    IF v_apply THEN
+        UPDATE lease_dataplanes
+           SET token_name = dp->>'token_name', build = coalesce(dp->>'build', ''),
+               api_versions = ARRAY(SELECT jsonb_array_elements_text(
+                                        coalesce(dp->'api_versions', '[]'::jsonb))),
+               frame = v_frame, boot = v_boot, seq = v_seq,
+               applied_generation = (dp->>'applied_generation')::bigint,
+               rejections = coalesce(dp->'rejections', '[]'::jsonb),
+               heartbeat_ms = (dp->>'heartbeat_ms')::bigint,
+               last_heartbeat = v_now, heartbeats = heartbeats + 1
+         WHERE id = v_plane;
+    END IF;
+
+    -- 3. Every account, in the lock order shared admission uses.
+    FOR acc IN SELECT x FROM jsonb_array_elements(coalesce(req->'accounts', '[]'::jsonb)) x
+                ORDER BY x->>'key' COLLATE "C"
+    LOOP
+        IF NOT v_apply THEN
+            leases := leases || coalesce(inferplane_lease_stored_v1(acc, v_plane), '[]');
+            CONTINUE;
+        END IF;
+        PERFORM inferplane_lease_lock_v1(acc, v_plane);
+        -- A window that has ended takes no new grant; its late reports settle into it.
+        v_open := NOT (SELECT frozen FROM authority_accounts WHERE key = acc->>'key')
+                  AND acc->>'period' >= CASE WHEN acc->>'window' = 'day' THEN v_day
+                                             ELSE v_month END;
+        leases := leases || inferplane_lease_apply_v1(acc, v_plane, v_frame, v_open, v_now);
+    END LOOP;
+
+    RETURN jsonb_build_object(
+        'status', CASE WHEN v_apply THEN 'ok' ELSE 'stale_heartbeat' END,
+        'generation', cur_gen, 'day', v_day, 'month', v_month, 'leases', leases);
+END
+$$;
+
+-- Every data plane that ever synced, with its ledger rows, for GET /v1alpha1/dataplanes.
+CREATE FUNCTION inferplane_lease_dataplanes_v1() RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'id', d.id, 'token_name', d.token_name, 'build', d.build,
+        'api_versions', to_jsonb(d.api_versions), 'frame', d.frame,
+        'applied_generation', d.applied_generation, 'rejections', d.rejections,
+        'heartbeat_ms', d.heartbeat_ms, 'first_heartbeat', d.first_heartbeat,
+        'last_heartbeat', d.last_heartbeat, 'heartbeats', d.heartbeats,
+        'leases', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'account', g.account, 'rule_uid', g.rule_uid, 'frame', g.frame,
+                'allowance', g.allowance, 'committed', g.committed,
+                'liability', g.liability, 'reserved', g.reserved,
+                'prior_committed', g.prior_committed,
+                'prior_unobserved', g.prior_unobserved, 'adoptions', g.adoptions,
+                'renew_ms', g.renew_ms, 'expires_at', g.expires_at,
+                'updated_at', g.updated_at) ORDER BY g.account COLLATE "C")
+              FROM lease_grants g WHERE g.dataplane = d.id), '[]'::jsonb))
+        ORDER BY d.id COLLATE "C"), '[]'::jsonb)
+      FROM lease_dataplanes d
+$$;
