@@ -180,6 +180,8 @@ async def healthz() -> dict[str, str]:
 
 @get("/readyz")
 async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
+    if getattr(request.app.state, "draining", False):  # SIGTERM: gateway.server.serve
+        return _error(503, "draining")
     try:
         async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
             await conn.execute("SELECT 1")

@@ -3,7 +3,10 @@
 ``inferplaned serve --config FILE`` runs the HTTP API; ``inferplaned check-config
 --config FILE`` resolves and checks the config without serving. With no token configured
 at all the server is unauthenticated: it logs a loud ``UNAUTHENTICATED`` warning and
-refuses to bind anything but a loopback address (ADR-034 §6).
+refuses to bind anything but a loopback address (ADR-034 §6). ``serve`` refuses, in one
+line naming ``mayu migrate``, a database that is not at this version's schema head, and
+runs under the gateway's server (:func:`gateway.server.serve`: header limits, a
+graceful drain within ``shutdown_grace_s`` on SIGTERM, SIGHUP ignored).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from collections.abc import Sequence
 
 from controlplane.settings import ControlPlaneConfig, is_loopback, load_config, resolve_tokens
 from gateway.cli import run_command
+from gateway.config import resolve_secret
 from gateway.errors import ConfigError
+from gateway.server import serve
 
 log = logging.getLogger("inferplaned")
 
@@ -42,6 +47,7 @@ YAML config file. Keys (all optional):
   auth.writer_tokens_ref      map token name -> env:NAME | file:PATH
   auth.reader_tokens_ref      map token name -> env:NAME | file:PATH
   max_body_bytes              largest accepted document (default 1048576)
+  shutdown_grace_s            SIGTERM: time in-flight requests get to finish (default 30)
 Token names are recorded as the author of each change."""
 
 
@@ -59,9 +65,9 @@ def check_bind(config: ControlPlaneConfig, host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from controlplane.app import create_app
+    from gateway.config import ServerSettings
+    from gateway.schema import check_dsn
 
     config = load_config(args.config)
     host = args.host or config.listen.host
@@ -69,10 +75,14 @@ def _serve(args: argparse.Namespace) -> int:
     if not check_bind(config, host):
         log.warning("UNAUTHENTICATED: no inferplaned token is configured; anyone who can "
                     "reach %s:%d can publish policies. Bound to loopback only.", host, port)
+    check_dsn(resolve_secret(config.database.dsn_ref, key="database.dsn_ref"),
+              connect_timeout_s=config.database.connect_timeout_s)
     app = create_app(config)
     log.info("inferplaned listening on http://%s:%d", host, port)
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level, access_log=False)
-    return 0
+    started = serve(app, ServerSettings(host=host, port=port,
+                                        shutdown_grace_s=config.shutdown_grace_s),
+                    log_level=args.log_level)
+    return 0 if started else 1
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -25,7 +25,14 @@ import os
 
 import msgspec
 
-from gateway.config import DatabaseSettings, decode_yaml_file, resolve_secret
+from gateway.config import (
+    Bytes,
+    DatabaseSettings,
+    Port,
+    SecondsOrZero,
+    decode_yaml_file,
+    resolve_secret,
+)
 from gateway.errors import ConfigError
 
 
@@ -38,7 +45,7 @@ class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
 class ListenSettings(_Base, frozen=True):
     host: str = "127.0.0.1"
-    port: int = 8470
+    port: Port = 8470
 
 
 class AuthSettings(_Base, frozen=True):
@@ -52,8 +59,11 @@ class ControlPlaneConfig(_Base, frozen=True):
     database: DatabaseSettings = DatabaseSettings()
     listen: ListenSettings = ListenSettings()
     auth: AuthSettings = AuthSettings()
-    max_body_bytes: int = 1024 * 1024
+    max_body_bytes: Bytes = 1024 * 1024
     """Largest accepted policy document (bytes)."""
+    shutdown_grace_s: SecondsOrZero = 30.0
+    """On SIGTERM: how long in-flight requests may finish (new connections are refused
+    and ``/readyz`` fails at once)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -69,11 +79,13 @@ def load_config(path: str | os.PathLike[str] | None) -> ControlPlaneConfig:
     """Read and check the config file (``None``: defaults, loopback, unauthenticated)."""
     if path is None:
         return ControlPlaneConfig()
+    # Every number has a msgspec range (gateway/config/_ranges.py): a bad one fails
+    # decoding with its key path.
     config = decode_yaml_file(path, ControlPlaneConfig)
-    if not 0 < config.listen.port < 65536:
-        raise ConfigError(f"{path}: listen.port: must be 1-65535")
-    if config.max_body_bytes <= 0:
-        raise ConfigError(f"{path}: max_body_bytes: must be positive")
+    db = config.database
+    if db.pool_min_size > db.pool_max_size:
+        raise ConfigError(f"{path}: database.pool_min_size: {db.pool_min_size} is above "
+                          f"database.pool_max_size ({db.pool_max_size})")
     return config
 
 

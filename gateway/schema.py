@@ -13,8 +13,10 @@ heads; the gateway (shared profile) and inferplaned refuse to start with that ON
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -46,12 +48,26 @@ def _config(url: str | None = None) -> Any:
     return cfg
 
 
+@contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Reading the script directory logs alembic's plugin set-up at INFO; a startup
+    check must print nothing but its one line."""
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 @cache
 def code_heads() -> tuple[str, ...]:
     """The head revision(s) of the packaged migrations (normally exactly one)."""
-    from alembic.script import ScriptDirectory
+    with _quiet_alembic():
+        from alembic.script import ScriptDirectory
 
-    return tuple(sorted(ScriptDirectory.from_config(_config()).get_heads()))
+        return tuple(sorted(ScriptDirectory.from_config(_config()).get_heads()))
 
 
 def _known(revision: str) -> bool:
@@ -59,7 +75,8 @@ def _known(revision: str) -> bool:
     from alembic.util import CommandError
 
     try:
-        return ScriptDirectory.from_config(_config()).get_revision(revision) is not None
+        with _quiet_alembic():
+            return ScriptDirectory.from_config(_config()).get_revision(revision) is not None
     except CommandError:
         return False
 

@@ -1,17 +1,25 @@
-"""``mayu config check``: load a config the way the gateway would and summarise it.
+"""``mayu config check``: run every check ``mayu serve`` runs on a config, and summarise it.
 
-A bad file exits 2 with the error naming the key path (``providers[0].base_url: …``), so
-an operator finds a mistake before a deploy, not in a crash loop. Secret references are
-checked for presence only; their values are never printed.
+The checks are :func:`gateway.cli._checks.preflight`, the same function serve calls, so
+"config ok" means serve gets past its configuration: ranges, secret references
+resolvable, the policy source allowed for the profile, policy files valid. A bad file
+exits 2 with the error naming the key path (``providers[0].base_url: …``; one line per
+policy problem), so an operator finds a mistake before a deploy, not in a crash loop.
+``--database`` also checks that the shared database answers and is migrated. Secret
+values are never printed: only their references, and never an inline value or the
+credentials of a URL.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from gateway.config import Settings, load_settings, resolve_secret
-from gateway.errors import ConfigError
+from gateway.cli._checks import check_database, preflight
+from gateway.config import Settings, is_reference, load_settings
+from gateway.policy import PolicyInvalid
 from gateway.pricing import CLASSES
 
 
@@ -29,13 +37,21 @@ def _dollars(micros: int) -> str:
 
 
 def _secret(ref: str | None, key: str) -> str:
+    """A reference as printed: preflight resolved it already; an inline value (which
+    preflight refuses) is never echoed."""
     if ref is None:
         return "none"
-    try:
-        resolve_secret(ref, key=key)
-    except ConfigError as exc:
-        return f"{ref} (WARNING: {exc.message})"
-    return f"{ref} (resolves)"
+    return f"{ref} (resolves)" if is_reference(ref) else "(inline value, not shown)"
+
+
+def _url(url: str) -> str:
+    """A URL without the user:password part it may carry."""
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _stores(settings: Settings) -> list[str]:
@@ -47,8 +63,11 @@ def _stores(settings: Settings) -> list[str]:
     lines.append(f"governance store: {gs.type}"
                  + (f" {gs.path or default}" if gs.type == "local" else ""))
     if settings.database is not None:
-        lines.append("database: dsn " + _secret(settings.database.dsn_ref,
-                                                 "database.dsn_ref")
+        ref = settings.database.dsn_ref
+        dsn = (_secret(ref, "database.dsn_ref") if settings.shared
+               else (ref if is_reference(ref) else "(inline value, not shown)")
+               + " (unused by this profile)")
+        lines.append("database: dsn " + dsn
                      + f", pool {settings.database.pool_min_size}.."
                        f"{settings.database.pool_max_size}")
     return lines
@@ -57,7 +76,7 @@ def _stores(settings: Settings) -> list[str]:
 def _providers(settings: Settings) -> list[str]:
     lines = [f"providers ({len(settings.providers)}):"]
     for i, p in enumerate(settings.providers):
-        where = f" {p.base_url}" if p.base_url else ""
+        where = f" {_url(p.base_url)}" if p.base_url else ""
         key = (f", api key {_secret(p.api_key_ref, f'providers[{i}].api_key_ref')}"
                if p.api_key_ref else "")
         lines.append(f"  {p.name}: {p.kind}{where}{key}")
@@ -78,7 +97,7 @@ def _models(settings: Settings) -> list[str]:
 def _policy(settings: Settings) -> list[str]:
     if settings.control_plane is not None:
         token = _secret(settings.control_plane.token_ref, "control_plane.token_ref")
-        return [f"policies: control plane {settings.control_plane.url} (token {token})"]
+        return [f"policies: control plane {_url(settings.control_plane.url)} (token {token})"]
     if settings.policies:
         return ["policies: files " + ", ".join(settings.policies)]
     return ["policies: none"]
@@ -89,6 +108,13 @@ def summary(settings: Settings) -> list[str]:
     lines = [f"profile: {_profile(settings)}",
              f"server: {s.host}:{s.port}, max body {s.max_body_bytes} bytes, "
              f"max output tokens {s.max_output_tokens}",
+             f"http: max header {s.max_header_bytes} bytes, header timeout "
+             f"{s.header_timeout_s:g} s, body timeout {s.body_timeout_s:g} s, keep-alive "
+             f"{s.keep_alive_s:g} s, max connections {s.max_connections}, shutdown grace "
+             f"{s.shutdown_grace_s:g} s",
+             f"metrics: token {_secret(s.metrics_token_ref, 'server.metrics_token_ref')}, "
+             f"team names as labels: {'yes' if s.metrics_team_labels else 'no'}",
+             f"admin token: {_secret(s.admin_token_ref, 'server.admin_token_ref')}",
              *_stores(settings), *_providers(settings), *_models(settings),
              *_policy(settings)]
     if settings.bootstrap_teams:
@@ -99,9 +125,18 @@ def summary(settings: Settings) -> list[str]:
 
 def _check(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
+    try:
+        preflight(settings)
+    except PolicyInvalid as exc:
+        for path, message in exc.problems:  # one line per problem, as serve prints them
+            print(f"mayu: error: policies: {path}: {message}", file=sys.stderr)
+        return 2
+    database = check_database(settings) if args.database else None
     print(f"config: {args.config or 'none (built-in local defaults)'}")
     for line in summary(settings):
         print(line)
+    if database:
+        print(f"database: {database}")
     print("config ok")
     return 0
 
@@ -112,9 +147,13 @@ def register(subparsers: Any) -> None:
     sub = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
     check = sub.add_parser(
         "check", help="load a config and print a summary (exit 2 naming the bad key)",
-        description="Load a config exactly as 'mayu serve' would and print the profile, "
-                    "stores, providers and models. A bad file exits 2 with an error that "
-                    "names the offending key path.")
+        description="Run every check 'mayu serve' runs on a config (ranges, secret "
+                    "references, policy source and files) and print the profile, stores, "
+                    "providers and models. A bad file exits 2 with an error that names the "
+                    "offending key path. Secret values are never printed.")
     check.add_argument("--config", metavar="FILE", default=None,
                        help="config file (default: none, the built-in local profile)")
+    check.add_argument("--database", action="store_true",
+                       help="shared profile: also check the database answers and is "
+                            "migrated to this version's schema")
     check.set_defaults(func=_check)

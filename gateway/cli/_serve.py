@@ -1,10 +1,15 @@
 """``mayu serve``: load settings, prepare the stores, run the gateway (uvicorn).
 
-Before the server starts: policy files are validated (one line per problem), teams
+Before the server starts: the checks ``mayu config check`` runs too
+(:func:`gateway.cli._checks.preflight`: secret references, policy source, policy files,
+one line per problem); in the shared profile the database must be at this version's
+schema head (else one line naming ``mayu migrate``); teams
 declared in ``bootstrap_teams`` are registered (in shared mode as immutable
 declarations: a conflicting one refuses startup naming ``bootstrap_teams[i]``), and on
 the local profile the first run creates a demo team and key (``demo: true``) and prints
-the key once, with a curl line ready to paste.
+the key once, with a curl line ready to paste. The server itself
+(:func:`gateway.server.serve`) applies the HTTP limits and drains on SIGTERM within
+``server.shutdown_grace_s``.
 """
 
 from __future__ import annotations
@@ -25,10 +30,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--config", help="YAML config file (default: built-in local profile)")
     p.add_argument("--host", help="listen address (overrides server.host)")
-    p.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    p.add_argument("--port", type=_port, help="listen port (overrides server.port; 0: any "
+                   "free port)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_serve)
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535)")
+    return port
 
 
 def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
@@ -48,14 +61,11 @@ async def _prepare(settings: Settings) -> str | None:
     run the demo team and key are created. A problem raises before uvicorn starts, so
     it is reported as plain lines instead of a lifespan traceback.
     """
-    from gateway.app import check_policy_source
+    from gateway.cli._checks import check_database, preflight
     from gateway.keys import ensure_demo, ensure_teams, open_key_store
 
-    check_policy_source(settings)
-    if settings.policies:
-        from gateway.policy import FilePolicySource
-
-        FilePolicySource(settings.policies, poll_s=0).reload(strict=True)
+    preflight(settings)
+    check_database(settings)  # shared: reachable and migrated, before anything opens
     if settings.shared and not settings.bootstrap_teams:
         return None  # nothing to declare: the lifespan opens the database itself
     try:
@@ -82,9 +92,8 @@ def _announce_demo(key: str, settings: Settings) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.app import create_app
+    from gateway.server import serve
 
     settings = _with_overrides(load_settings(args.config), args)
     logging.basicConfig(level=args.log_level.upper(),
@@ -98,13 +107,9 @@ def _serve(args: argparse.Namespace) -> int:
     if key:
         _announce_demo(key, settings)
     app = create_app(settings)
-    config = uvicorn.Config(app, host=settings.server.host, port=settings.server.port,
-                            log_level=args.log_level, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
-    server.run()
+    started = serve(app, settings.server, log_level=args.log_level)
     # uvicorn reports a failed startup (bad secret ref, unreachable store) by not
     # starting; make that a non-zero exit for scripts and supervisors.
-    return 0 if server.started else 1
+    return 0 if started else 1
 
 

@@ -1,0 +1,7 @@
+"""The HTTP server around the app: uvicorn with header/body limits and a graceful drain."""
+
+from gateway.server._protocol import GuardedHttpToolsProtocol, guarded_protocol
+from gateway.server._run import GatewayServer, serve, uvicorn_config
+
+__all__ = ["GatewayServer", "GuardedHttpToolsProtocol", "guarded_protocol", "serve",
+           "uvicorn_config"]
