@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from gateway.errors import InferplaneError
 
 # Sub-command modules, in the order --help lists them.
-_COMMANDS = ("_serve", "_migrate", "_config", "_keys", "_import", "_policy", "_permits", "_mock")
+_COMMANDS = ("_serve", "_migrate", "_config", "_models", "_keys", "_import", "_policy", "_permits",
+             "_mock")
 
 
 def build_parser() -> argparse.ArgumentParser:

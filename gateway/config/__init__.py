@@ -6,9 +6,11 @@ from gateway.config._load import (
     decode_yaml_file,
     is_reference,
     load_settings,
+    load_settings_and_models,
     resolve_secret,
     secret_refs,
 )
+from gateway.config._models import FIGURES, ModelFigures
 from gateway.config._ranges import (
     MAX_AMOUNT,
     MAX_LIMIT,
@@ -36,6 +38,7 @@ from gateway.config._settings import (
 
 __all__ = [
     "DEFAULT_MOCK_MODELS",
+    "FIGURES",
     "MAX_AMOUNT",
     "MAX_LIMIT",
     "MAX_RATE",
@@ -48,6 +51,7 @@ __all__ = [
     "Deployment",
     "GovernanceStoreSettings",
     "KeyStoreSettings",
+    "ModelFigures",
     "ModelSettings",
     "PoolSize",
     "Port",
@@ -60,6 +64,7 @@ __all__ = [
     "decode_yaml_file",
     "is_reference",
     "load_settings",
+    "load_settings_and_models",
     "resolve_secret",
     "secret_refs",
 ]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import yaml
 
+from gateway.catalog import builtin_catalog
+from gateway.config._models import ModelFigures, resolve_models
 from gateway.config._ranges import MAX_AMOUNT, PRICE_FIELDS
 from gateway.config._settings import Deployment, ModelSettings, ProviderSettings, Settings
 from gateway.errors import ConfigError
@@ -143,12 +145,19 @@ def decode_yaml_file(path: str | os.PathLike[str], type_: type[T]) -> T:
     error then leads with the bad key's path (``listen.port: Expected `int` ...``).
     An empty file decodes as an empty mapping, so every field takes its default.
     """
+    return _decode(_read_yaml(path), type_, path)
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> Any:
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        return yaml.safe_load(Path(path).read_text()) or {}
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def _decode(raw: Any, type_: type[T], path: str | os.PathLike[str]) -> T:
     try:
         return msgspec.convert(raw, type_)
     except msgspec.ValidationError as exc:
@@ -157,10 +166,25 @@ def decode_yaml_file(path: str | os.PathLike[str], type_: type[T]) -> T:
 
 def load_settings(path: str | os.PathLike[str] | None) -> Settings:
     """Read, decode and check a config file (``None``: built-in local defaults)."""
-    settings = Settings() if path is None else decode_yaml_file(path, Settings)
+    return load_settings_and_models(path)[0]
+
+
+def load_settings_and_models(
+        path: str | os.PathLike[str] | None) -> tuple[Settings, list[ModelFigures]]:
+    """:func:`load_settings`, and every model in force with the source of each figure.
+
+    Models that name a catalog model take its figures for the fields the file does not
+    set (``gateway/config/_models.py``), before any check, so the checks see what serves.
+    """
+    raw = {} if path is None else _read_yaml(path)
+    settings = Settings() if path is None else _decode(raw, Settings, path)
     settings = _with_defaults(settings)
+    # An empty or absent list: the models (if any) are the built-in demo defaults.
+    declared = raw.get("models") or None
+    figures = resolve_models(settings.models, declared, catalog=builtin_catalog())
+    settings = msgspec.structs.replace(settings, models=[f.model for f in figures])
     _check(settings)
-    return settings
+    return settings, figures
 
 
 def _path_first(message: str) -> str:

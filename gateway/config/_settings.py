@@ -138,6 +138,11 @@ class ModelSettings(_Base, frozen=True):
     name: str
     deployments: list[Deployment]
     """Tried in order; each fallback attempt gets its own permit."""
+    catalog: str | None = None
+    """The built-in catalog model (id or snapshot) whose figures this model takes for every
+    price class, ``max_input_tokens`` and ``max_output_tokens`` the file does not set
+    (``gateway/config/_models.py``). Unset: the catalog entry named like the model, if
+    any. Deployments without ``upstream_model`` then send this id upstream."""
     price: ModelPrice = ModelPrice()
     max_output_tokens: Tokens = 8192
     """Output ceiling used for the bound when the request does not set max_tokens."""
