@@ -50,6 +50,7 @@ _UPSTREAM = {  # gateway model -> (provider, upstream model)
     "gpt-down": ("down", "mock-gpt"),
     "gpt-slow-start": ("up-openai", "mock-slow-start-slow-stream"),
     "gpt-hidden": ("up-openai", "mock-hidden-input"),
+    "claude-cut": ("up-anthropic", "mock-cut-stream"),
 }
 
 
@@ -72,6 +73,10 @@ def gateway_config(workdir: Path, upstream: Proc) -> Path:
         {"name": "gpt-down-fallback", "price": PRICE, "deployments": [
             {"provider": "down"}, {"provider": "up-openai", "upstream_model": "mock-gpt"}]},
         {"name": "gpt-hidden-windowed", "price": PRICE, "max_input_tokens": 100_000,
+         "deployments": [{"provider": "up-openai", "upstream_model": "mock-hidden-input"}]},
+        # Its bound (body + 45,500 overhead + max_tokens) sits ~10% below the 50,000 hidden
+        # input tokens the upstream reports: valid usage above the bound.
+        {"name": "gpt-over", "price": PRICE, "input_overhead_tokens": 45_500,
          "deployments": [{"provider": "up-openai", "upstream_model": "mock-hidden-input"}]},
     ]
     config = {
@@ -123,7 +128,7 @@ class Stack:
     def team_usage(self, key: str) -> dict[str, Any]:
         return self.usage(key).get(("team", "day"), {
             "tokens_committed": 0, "tokens_reserved": 0, "usd_committed": 0,
-            "usd_reserved": 0, "requests": 0})
+            "usd_reserved": 0, "requests": 0, "tokens_liability": 0, "usd_liability": 0})
 
     def audit(self) -> list[dict[str, Any]]:
         import json

@@ -118,17 +118,18 @@ def test_upstream_500_passes_through_and_charges_nothing(stack: Stack, key: str)
 
 
 def test_missing_upstream_usage_keeps_the_bound(stack: Stack, key: str) -> None:
-    """Usage missing from the upstream: the answer is relayed and its bound is committed
-    as uncertain (nothing that might have been spent is refunded); nothing else moves."""
+    """Usage missing from the upstream: the answer is relayed, nothing unobserved is
+    committed, and the whole bound becomes liability (it keeps binding the limits)."""
     before = stack.team_usage(key)
     r = _post(stack, key, "/v1/chat/completions",
               b'{"model": "gpt-missing", "max_tokens": 5, "messages": []}')
     assert r.status_code == 200 and "usage" not in r.json()
     assert "x-inferplane-cost-micro-usd" not in r.headers
     after = stack.team_usage(key)
-    assert after["usd_committed"] - before["usd_committed"] == int(
-        r.headers["x-inferplane-usd-bound"])
-    assert after["tokens_committed"] - before["tokens_committed"] == int(
+    assert after["usd_committed"] == before["usd_committed"]
+    assert after["usd_liability"] - before["usd_liability"] == int(
+        r.headers["x-inferplane-usd-bound"]) == int(r.headers["x-inferplane-liability-micro-usd"])
+    assert after["tokens_liability"] - before["tokens_liability"] == int(
         r.headers["x-inferplane-token-bound"])
     assert after["usd_reserved"] == 0
 

@@ -1,4 +1,5 @@
-"""A client that disconnects mid-stream: the permit keeps its bound, nothing is refunded."""
+"""A client that disconnects mid-stream: what was observed commits, the rest of the bound
+is liability (server.drain_on_disconnect_s = 0: the upstream request is aborted)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ def _wait_settled(stack: Stack, key: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("model,path", [("gpt-slow", "/v1/chat/completions"),
                                         ("claude-slow", "/v1/messages")])
-def test_disconnect_mid_stream_commits_the_bound_as_uncertain(stack: Stack, model: str,
-                                                              path: str) -> None:
-    """Disconnecting after the first chunk settles uncertain: the whole bound is committed."""
+def test_disconnect_mid_stream_keeps_the_bound_as_liability(stack: Stack, model: str,
+                                                            path: str) -> None:
+    """Disconnecting after the first chunk settles uncertain: committed + liability is the
+    whole bound, committed only what was observed."""
     key = stack.team_key(f"disconnect-{model}", "--usd-micros-per-day", "10000000")
     stack.clear_ledger()
     body = {"model": model, "max_tokens": 40, "stream": True,
@@ -44,9 +46,11 @@ def test_disconnect_mid_stream_commits_the_bound_as_uncertain(stack: Stack, mode
         next(r.iter_bytes())
         # leaving the block closes the connection mid-stream
     usage = _wait_settled(stack, key)
-    assert usage["usd_committed"] == usd_bound
-    assert usage["tokens_committed"] == token_bound
-    audit = [a for a in stack.audit() if a.get("permit") == permit and "outcome" in a]
+    assert usage["usd_committed"] + usage["usd_liability"] == usd_bound
+    assert usage["tokens_committed"] + usage["tokens_liability"] == token_bound
+    assert usage["usd_committed"] < usd_bound
+    audit = [a for a in stack.audit() if a.get("permit") == permit
+             and a.get("event") == "settled"]
     assert [a["outcome"] for a in audit] == ["uncertain"]
     assert stack.ledger() == []  # the upstream never got to report usage
 
@@ -73,8 +77,9 @@ def test_disconnect_before_the_first_byte_still_settles(stack: Stack) -> None:
             time.sleep(0.02)
     usage = _wait_settled(stack, key)
     team_id = stack.usage(key)[("team", "day")]["id"]
-    [line] = [a for a in stack.audit() if a["team_id"] == team_id and "outcome" in a]
+    [line] = [a for a in stack.audit() if a.get("team_id") == team_id
+              and a.get("event") == "settled"]
     assert line["outcome"] == "uncertain"
-    assert usage["usd_committed"] == line["usd_bound"]
-    assert usage["tokens_committed"] == line["token_bound"]
+    assert usage["usd_committed"] + usage["usd_liability"] == line["usd_bound"]
+    assert usage["tokens_committed"] + usage["tokens_liability"] == line["token_bound"]
     assert stack.ledger() == []  # the upstream never got to report usage

@@ -33,13 +33,16 @@ def _settled(stack: Stack, key: str) -> dict[str, Any]:
 
 
 def _outcomes(stack: Stack, permit: str) -> list[str]:
-    return [a["outcome"] for a in stack.audit() if a.get("permit") == permit and "outcome" in a]
+    return [a["outcome"] for a in stack.audit() if a.get("permit") == permit
+            and a.get("event") == "settled"]
 
 
 @pytest.mark.parametrize("model,path", [("gpt-cut", "/v1/chat/completions"),
                                         ("claude-cut-local", "/v1/messages")])
-def test_upstream_stream_cut_keeps_the_bound(stack: Stack, model: str, path: str) -> None:
-    """An upstream stream that breaks before reporting usage settles uncertain at the bound."""
+def test_upstream_stream_cut_keeps_the_bound_as_liability(stack: Stack, model: str,
+                                                         path: str) -> None:
+    """An upstream stream that breaks before reporting usage settles uncertain: what
+    arrived commits, the rest of the bound is liability; the client gets an error event."""
     key = stack.team_key(f"cut-{model}")
     with httpx.stream("POST", f"{stack.gateway.url}{path}", timeout=60,
                       json={"model": model, "stream": True, **HI},
@@ -49,23 +52,27 @@ def test_upstream_stream_cut_keeps_the_bound(stack: Stack, model: str, path: str
                  int(r.headers["x-inferplane-token-bound"]))
         permit = r.headers["x-inferplane-permit"]
         with contextlib.suppress(httpx.HTTPError):
-            r.read()  # the relay may end the client's stream abruptly too
+            text = r.read()  # the relay may end the client's stream abruptly too
+    assert b"upstream_stream_cut" in text or b"event: error" in text
     usage = _settled(stack, key)
-    assert (usage["usd_committed"], usage["tokens_committed"]) == bound
+    assert (usage["usd_committed"] + usage["usd_liability"],
+            usage["tokens_committed"] + usage["tokens_liability"]) == bound
+    assert usage["usd_committed"] < bound[0]
     assert _outcomes(stack, permit) == ["uncertain"]
 
 
 def test_upstream_timeout_after_dispatch_is_502_and_keeps_the_bound(stack: Stack) -> None:
-    """A read timeout after the request was sent: 502, the bound committed as uncertain."""
+    """A read timeout after the request was sent: 502, the bound kept as liability."""
     key = stack.team_key("timeout")
     r = _post(stack, key, "/v1/chat/completions", {"model": "gpt-timeout", **HI})
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
     usage = _settled(stack, key)
     team_id = stack.usage(key)[("team", "day")]["id"]
-    [audit] = [a for a in stack.audit() if a["team_id"] == team_id and "outcome" in a]
-    assert audit["outcome"] == "uncertain"
-    assert audit["usd_committed"] == audit["usd_bound"] == usage["usd_committed"] > 0
-    assert audit["tokens_committed"] == audit["token_bound"] == usage["tokens_committed"]
+    [audit] = [a for a in stack.audit() if a.get("team_id") == team_id
+               and a.get("event") == "settled"]
+    assert audit["outcome"] == "uncertain" and audit["usd_committed"] == 0
+    assert audit["usd_liability"] == audit["usd_bound"] == usage["usd_liability"] > 0
+    assert audit["tokens_liability"] == audit["token_bound"] == usage["tokens_liability"]
 
 
 def test_connect_error_cancels_and_refunds_everything(stack: Stack) -> None:
@@ -88,8 +95,10 @@ def test_connect_error_falls_back_to_the_next_deployment(stack: Stack) -> None:
     assert _settled(stack, key)["usd_committed"] == expected_cost(entry)
 
 
-def test_cache_write_without_ttl_settles_tokens_exactly_money_at_bound(stack: Stack) -> None:
-    """Unreported cache-write TTL: tokens settle exactly, money keeps its bound, no cost header."""
+def test_cache_write_without_ttl_settles_tokens_exactly_money_at_the_cheaper_class(
+        stack: Stack) -> None:
+    """Unreported cache-write TTL: tokens settle exactly, money at the 5m class, the 1h
+    difference is liability; no exact-cost header."""
     key = stack.team_key("no-ttl")
     stack.clear_ledger()
     r = _post(stack, key, "/v1/messages", {"model": "claude-nottl", **HI})
@@ -97,5 +106,12 @@ def test_cache_write_without_ttl_settles_tokens_exactly_money_at_bound(stack: St
     [entry] = stack.ledger()
     usage = _settled(stack, key)
     assert usage["tokens_committed"] == sum(entry["classes"].values())
-    assert usage["usd_committed"] == int(r.headers["x-inferplane-usd-bound"])
+    classes = dict(entry["classes"])
+    unknown = classes.pop("cache_write_unknown")
+    as_5m = expected_cost({"classes": {**classes, "cache_write_5m": classes["cache_write_5m"]
+                                        + unknown}})
+    as_1h = expected_cost({"classes": {**classes, "cache_write_1h": classes["cache_write_1h"]
+                                        + unknown}})
+    assert unknown > 0
+    assert (usage["usd_committed"], usage["usd_liability"]) == (as_5m, as_1h - as_5m)
     assert _outcomes(stack, r.headers["x-inferplane-permit"]) == ["tokens_known"]
