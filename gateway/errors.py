@@ -55,6 +55,12 @@ class PayloadTooLarge(BadRequest):
     code = "payload_too_large"
 
 
+class NestingTooDeep(BadRequest):
+    """The request body nests arrays and objects too deeply."""
+
+    code = "json_too_deep"
+
+
 class Unauthenticated(InferplaneError):
     """Missing, unknown, revoked or expired API key."""
 

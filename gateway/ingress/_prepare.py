@@ -23,6 +23,7 @@ from gateway.errors import (
     UnknownModel,
 )
 from gateway.ingress._context import Gateway
+from gateway.jsondepth import check_json_depth, too_deep_error
 from gateway.keys import Principal, hash_key
 from gateway.providers import Protocol_, Provider
 from gateway.usage import Endpoint
@@ -78,10 +79,15 @@ async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object; 400 if malformed or nested deeper than the limit
+    (checked first, without recursing: ``gateway.jsondepth``)."""
+    check_json_depth(body)
     try:
         doc = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # unreachable after the check; never a 500 if it is
+        raise too_deep_error() from exc
     if not isinstance(doc, dict):
         raise BadRequest("request body must be a JSON object")
     return doc

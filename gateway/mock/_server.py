@@ -16,6 +16,7 @@ import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
 from litestar.response import Stream
 
+from gateway.jsondepth import json_too_deep, too_deep_error
 from gateway.mock._wire import plan_reply, play
 from gateway.usage import Endpoint
 
@@ -40,8 +41,11 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
     latency_s = latency_ms / 1000
 
     async def answer(request: Request[Any, Any, Any], endpoint: Endpoint) -> Any:
+        raw = await request.body()
+        if json_too_deep(raw):  # as a provider would: a 400, never a crash
+            return _bad(too_deep_error().message)
         try:
-            body = msgspec.json.decode(await request.body())
+            body = msgspec.json.decode(raw)
         except msgspec.DecodeError:
             return _bad("request body is not valid JSON")
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
