@@ -35,6 +35,7 @@ from gateway.ingress._attempt import Call, new_request_id
 from gateway.ingress._bounds import input_bound
 from gateway.ingress._context import Gateway
 from gateway.ingress._dispatch import dispatch
+from gateway.ingress._models import anthropic_client, retrieve_model
 from gateway.ingress._prepare import (
     authenticate,
     output_bound,
@@ -193,7 +194,11 @@ async def metrics(request: AnyRequest) -> Response[bytes]:
 
 
 def _anthropic_shaped(request: AnyRequest) -> bool:
-    return request.url.path.startswith("/v1/messages")
+    """Messages routes answer in Anthropic's shape; the models routes in the shape of
+    the client that asks (``anthropic_client``); everything else in OpenAI's."""
+    path = request.url.path
+    return path.startswith("/v1/messages") or (path.startswith("/v1/models")
+                                               and anthropic_client(request))
 
 
 def _as_inferplane(exc: Exception) -> InferplaneError:
@@ -246,4 +251,4 @@ def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
 
 
 ROUTES = [chat_completions, responses, embeddings, messages, count_tokens, list_models,
-          usage_report, healthz, readyz, metrics]
+          retrieve_model, usage_report, healthz, readyz, metrics]
