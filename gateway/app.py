@@ -191,7 +191,7 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
         for provider in providers.values():
             await provider.start()
             stack.push_async_callback(provider.close)
-        metrics = Metrics()
+        metrics = Metrics(team_labels=settings.server.metrics_team_labels)
         _count_policy_errors(metrics, stack)
         if not settings.shared:
             await _seed_budget(metrics, comps.governance)

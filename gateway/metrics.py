@@ -8,10 +8,16 @@ captured team day-µUSD charge (amount and limit) and each settlement's committe
 so it costs no database round trip. It is this process's view: in the shared profile
 each replica reports the part of the team's day it admitted, so ``sum by (team_id)``
 over replicas is the team's utilisation from the traffic they served since they started.
+
+Label sets are bounded: requests are labelled by route *template* (the ingress's
+``route_label``), and teams by a pseudonym (:func:`team_pseudonym`, the first 16 hex
+digits of the id's SHA-256, with an empty ``team`` label) unless
+``server.metrics_team_labels`` asks for the real id and name (``Metrics(team_labels=True)``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -33,7 +39,7 @@ POLICY_LOGGERS = ("mayu.policy", "gateway.policy")
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, *, team_labels: bool = False) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.admissions = Counter("mayu_admissions", "Admission decisions by outcome "
@@ -77,7 +83,7 @@ class Metrics:
         self.budget = BudgetView(Gauge(
             "mayu_budget_utilisation_ratio", "(committed + reserved) / limit of each team's "
             "day µUSD window, from this process's admissions and settlements.",
-            ["team_id", "team"], registry=r))
+            ["team_id", "team"], registry=r), team_labels=team_labels)
 
     def admitted(self, permit: Permit, team_name: str) -> None:
         self.admissions.labels("admitted").inc()
@@ -128,8 +134,9 @@ class _TeamDay:
 class BudgetView:
     """Per team: this process's reserved and committed µUSD in the current UTC day."""
 
-    def __init__(self, gauge: Gauge) -> None:
+    def __init__(self, gauge: Gauge, *, team_labels: bool = False) -> None:
         self._gauge = gauge
+        self._team_labels = team_labels
         self._teams: dict[str, _TeamDay] = {}
 
     def seed(self, rows: list[UsageRow], day: str) -> None:
@@ -177,5 +184,12 @@ class BudgetView:
 
     def _publish(self, team_id: str, entry: _TeamDay) -> None:
         if entry.limit and entry.name is not None:
-            self._gauge.labels(team_id, entry.name).set(
-                (entry.committed + entry.reserved) / entry.limit)
+            labels = ((team_id, entry.name) if self._team_labels
+                      else (team_pseudonym(team_id), ""))
+            self._gauge.labels(*labels).set((entry.committed + entry.reserved) / entry.limit)
+
+
+def team_pseudonym(team_id: str) -> str:
+    """The ``team_id`` label by default: stable per team, not the id or the name
+    (``printf %s <id> | sha256sum | cut -c1-16`` finds a team's series)."""
+    return hashlib.sha256(team_id.encode()).hexdigest()[:16]

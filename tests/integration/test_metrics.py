@@ -56,7 +56,10 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[Litestar, dict[str, str
     policy.parent.mkdir()
     # 1 milliUSD: a "poor" call allowing 1000 output tokens (4000 µUSD) is a 402.
     policy.write_text(yaml.safe_dump(_policy(1)))
-    settings = msgspec.structs.replace(load_settings(None), data_dir=str(tmp_path),
+    base = load_settings(None)
+    # Real team ids and names as labels (not the default pseudonyms: test_metrics_bounds).
+    server = msgspec.structs.replace(base.server, metrics_team_labels=True)
+    settings = msgspec.structs.replace(base, data_dir=str(tmp_path), server=server,
                                        demo=False, policies=[str(policy)])
     yield create_app(settings), plaintext, policy
 
