@@ -9,7 +9,9 @@ the name of the token that made it.
 
 Routes: ``PUT/GET/DELETE /v1alpha1/policies/{name}``, ``GET /v1alpha1/policies``,
 ``GET /v1alpha1/generation``, ``GET /v1alpha1/changes?since=N``, ``/healthz``, ``/readyz``.
-Errors are JSON ``{"error": {"message", "problems": [{"path", "message"}]}}``.
+Every error — ours, Litestar's own refusals (404, 405, 413) and an unhandled bug (500,
+logged) — is JSON ``{"error": {"message", "problems": [{"path", "message"}]}}``
+(docs/inferplaned.md, "Errors").
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from controlplane.auth import Identity, TokenAuth
 from controlplane.settings import ControlPlaneConfig, resolve_tokens
 from gateway.db import open_pool, wrap_exceptions
 from gateway.errors import BadRequest, InferplaneError, NotFound, PayloadTooLarge
+from gateway.jsondepth import check_json_depth, check_yaml_depth, too_deep_error
 from gateway.policy import (
     CurrentPolicy,
     GenerationInfo,
@@ -67,6 +70,13 @@ def _on_http_error(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     return _error(exc.status_code, str(exc.detail), headers=dict(exc.headers or {}))
 
 
+def _on_unhandled(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """A bug: logged with its traceback, answered in the one error shape (never
+    Litestar's own ``{"status_code", "detail"}``)."""
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _error(500, "internal error (logged by inferplaned)")
+
+
 def _auth(request: Request[Any, Any, Any], *, write: bool) -> Identity:
     auth: TokenAuth = request.app.state.auth
     return auth.require(request.headers.get("authorization"), write=write)
@@ -77,11 +87,22 @@ def _jsonable(value: Any) -> Any:
 
 
 def _parse_document(body: bytes, content_type: str) -> dict[str, Any]:
-    """A JSON or YAML document (YAML is a superset of JSON; JSON is tried first)."""
+    """A JSON or YAML document (YAML is a superset of JSON; JSON is tried first).
+
+    Nesting deeper than ``gateway.jsondepth.MAX_JSON_DEPTH`` (and any YAML alias) is
+    refused with 400 before the document is decoded, so no decoder recursion can fail.
+    """
+    is_json = "json" in content_type
+    if is_json:
+        check_json_depth(body, what="body")
+    else:
+        check_yaml_depth(body, what="body")
     try:
-        doc = json.loads(body) if "json" in content_type else yaml.safe_load(body)
+        doc = json.loads(body) if is_json else yaml.safe_load(body)
     except (ValueError, yaml.YAMLError) as exc:
         raise BadRequest(f"body: not a valid JSON or YAML document ({exc})") from exc
+    except RecursionError as exc:  # unreachable after the check; never a 500 if it is
+        raise too_deep_error("body") from exc
     if not isinstance(doc, dict):
         raise BadRequest("body: must be one GovernancePolicy document (a mapping)")
     return doc
@@ -209,7 +230,7 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
                         list_changes, healthz, readyz],
         lifespan=[lifespan],
         exception_handlers={InferplaneError: _on_inferplane_error,
-                            HTTPException: _on_http_error},
+                            HTTPException: _on_http_error, Exception: _on_unhandled},
         # The handler enforces max_body_bytes with a clear message; this is the backstop.
         request_max_body_size=config.max_body_bytes + 1,
         openapi_config=None,
