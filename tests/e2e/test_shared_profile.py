@@ -16,6 +16,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -297,7 +299,8 @@ CRASH_BUDGET = 20_000
 
 def test_killed_replica_leaves_pending_permit_that_binds(shared: Shared) -> None:
     """SIGKILL a replica mid-stream: its permit stays pending with its whole bound reserved,
-    and the other replicas refuse what would fit without it (402)."""
+    the other replicas refuse what would fit without it (402); restarted on its data dir
+    the replica settles it from its journal (uncertain: the bound becomes liability)."""
     team_id, _, key = shared.team_key("crash", "--usd-micros-per-day", str(CRASH_BUDGET))
     victim = shared.gateways.pop()  # later tests use the survivors
     body = {"model": "gpt-slow", "max_tokens": 4_000, "stream": True,
@@ -326,6 +329,19 @@ def test_killed_replica_leaves_pending_permit_that_binds(shared: Shared) -> None
     assert shared.team_usd_window(team_id) == (0, usd_bound)
     assert [p for (p,) in shared.sql("SELECT id::text FROM permits WHERE status = 'pending'"
                                      " AND team_id = %s", team_id)] == [permit]
+    # Restarted on its own data dir, the replica resolves it from its journal before
+    # serving: dispatched, outcome never observed -> uncertain; its bound is liability.
+    config = shared.configs[len(shared.gateways)]
+    proxy_env = {"INFERPLANE_DATABASE_URL": shared.dsn}
+    restarted = start_gateway(config, env=proxy_env)
+    try:
+        [(status, detail, committed, liability)] = shared.sql(
+            "SELECT status, detail, usd_committed, usd_liability FROM permits WHERE id = %s",
+            permit)
+        assert (status, committed, liability) == ("uncertain", 0, usd_bound)
+        assert "replica restarted: dispatched" in detail
+    finally:
+        restarted.stop()
 
 
 def test_database_down_fails_fast_without_upstream_calls(shared: Shared) -> None:
@@ -351,3 +367,52 @@ def test_database_down_fails_fast_without_upstream_calls(shared: Shared) -> None
         while len(statuses) < 20 and 200 not in statuses:
             statuses.append(_chat(gw, key, 8).status_code)
         assert statuses[-1] == 200 and set(statuses) <= {200, 503}, statuses
+
+
+def test_database_outage_while_streams_finish(shared: Shared) -> None:
+    """The database goes away for 15 s while streams run: every stream still ends on time
+    for its client; once it is back the journaled settlements are replayed, no observed
+    permit stays pending, and committed equals the upstream ledger's cost."""
+    team_id, _, key = shared.team_key("outage-streams", "--usd-micros-per-day", "100000000")
+    shared.clear_ledger()
+    body = {"model": "gpt-slow", "max_tokens": 40, "stream": True,
+            "messages": [{"role": "user", "content": "a long story please"}]}
+    durations: list[float] = []
+
+    def one(gw: Proc) -> None:
+        started = time.monotonic()
+        with httpx.Client(base_url=gw.url, timeout=60) as client, client.stream(
+                "POST", "/v1/chat/completions", json=body,
+                headers={"Authorization": f"Bearer {key}"}) as r:
+            assert r.status_code == 200
+            text = b"".join(r.iter_bytes())
+        assert b"[DONE]" in text
+        durations.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=one, args=(gw,)) for gw in shared.gateways * 2]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # admitted and streaming; settlement will find no database
+    shared.proxy.stop()
+    try:
+        for t in threads:
+            t.join(timeout=30)
+        # A slow stream takes ~4 s; ending "on time" means not waiting for the database.
+        assert len(durations) == len(threads) and max(durations) < 8, durations
+        time.sleep(max(0.0, 15 - 1 - max(durations)))
+    finally:
+        shared.proxy.start()
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        [(pending,)] = shared.sql("SELECT count(*) FROM permits WHERE team_id = %s"
+                                  " AND status = 'pending'", team_id)
+        if pending == 0:
+            break
+        time.sleep(0.25)
+    assert pending == 0
+    ledger = shared.ledger()
+    assert len(ledger) == len(threads)
+    [(committed, liability)] = shared.sql(
+        "SELECT sum(usd_committed), sum(usd_liability) FROM permits WHERE team_id = %s",
+        team_id)
+    assert committed == sum(expected_cost(e) for e in ledger) and liability == 0
