@@ -239,6 +239,35 @@ def test_unknown_or_forbidden_models_are_404_in_each_sdks_shape(served: Served) 
                          max_retries=0).models.retrieve("gpt-5.1").id == "gpt-5.1"
 
 
+CAPTURED = ROOT / "tests" / "e2e" / "data"
+CLAUDE_CODE_BETA = ("claude-code-20250219,interleaved-thinking-2025-05-14,"
+                    "thinking-token-count-2026-05-13,context-management-2025-06-27,"
+                    "prompt-caching-scope-2026-01-05,effort-2025-11-24")
+
+
+@pytest.mark.parametrize(("capture", "path", "headers"), [
+    ("codex-cli-0.171.0-responses.json", "/v1/responses", {}),
+    ("claude-code-2.1.197-messages.json", "/v1/messages?beta=true",
+     {"anthropic-version": "2023-06-01", "anthropic-beta": CLAUDE_CODE_BETA}),
+], ids=["codex-cli", "claude-code"])
+def test_captured_agent_requests_stream_at_the_catalog_price(
+        served: Served, capture: str, path: str, headers: dict[str, str]) -> None:
+    """Requests captured from real Codex CLI and Claude Code (tests/e2e/data) stream through
+    the example config and commit exactly the catalog price of the reported usage."""
+    body = (CAPTURED / capture).read_bytes()
+    model = json.loads(body)["model"]
+    before = served.team_day().get("usd_committed", 0)
+    served.clear_ledger()
+    with httpx.stream("POST", f"{served.gateway.url}{path}", content=body, timeout=60,
+                      headers={**served.auth, **headers,
+                               "content-type": "application/json"}) as r:
+        assert r.status_code == 200, r.read()
+        events = r.read().decode()
+    assert "usage" in events
+    entry = _only_entry(served)
+    assert served.team_day()["usd_committed"] - before == _catalog_cost(entry, model)
+
+
 OPENAI_ROUTES = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings")
 ANTHROPIC_ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
 GET_ROUTES = ("/v1/models", "/v1/models/gpt-5.1", "/v1/usage", "/healthz", "/readyz",
