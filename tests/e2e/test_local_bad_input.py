@@ -165,4 +165,6 @@ def test_broken_config_exits_non_zero_naming_the_key(tmp_path: Path) -> None:
                    "server:\n  admin_token_ref: env:MAYU_E2E_SURELY_UNSET\n")
     done = run_cli("serve", "--config", str(bad), "--port", "0")
     assert done.returncode != 0
-    assert "startup failed: server.admin_token_ref" in done.stdout + done.stderr
+    # Caught by serve's preflight, before uvicorn starts: one line naming the key.
+    assert "server.admin_token_ref" in done.stdout + done.stderr
+    assert "MAYU_E2E_SURELY_UNSET" in done.stdout + done.stderr
