@@ -95,3 +95,13 @@ def test_bad_catalog_data_is_refused_naming_the_entry(
         _ENTRY.format(id=i, snap=s, price=p) for i, s, p in entries)
     with pytest.raises(CatalogError, match=message):
         parse_catalog(text)
+
+
+def test_docs_list_every_catalog_model_and_its_date() -> None:
+    """docs/models.md names the catalog's as_of date and every entry's id."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    assert f"as_of: {CATALOG.as_of.isoformat()}" in text
+    for m in CATALOG.models:
+        assert f"| `{m.id}`" in text, m.id
