@@ -1,0 +1,238 @@
+"""The Helm chart, rendered and linted by Helm's own engine (the helm-python-sdk wheel).
+
+Each profile renders and lints: local x 1, shared x 1, shared x 3 and lease; local x 3
+and schema violations (an unknown key, ``replicas: "three"``) are refused. The rendered
+objects carry what a rollout needs: secrets from existing Secrets, soft anti-affinity by
+default, a migration hook Job on the same image running ``mayu migrate``, preStop and a
+termination grace derived from ``server.shutdown_grace_s``, probes on /healthz and
+/readyz, a ``helm test`` pod, and monitoring objects only when asked for. The gateway
+config the chart writes loads with the gateway's own ``load_settings``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk (test extra) renders the chart")
+
+from gateway.config import load_settings  # noqa: E402 (after the importorskip guard)
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "inferplane"
+
+PROFILES = {
+    "local-1": {"profile": "local", "gateway": {"replicas": 1}},
+    "shared-1": {"profile": "shared", "gateway": {"replicas": 1}},
+    "shared-3": {"profile": "shared", "gateway": {"replicas": 3}},
+    "lease": {"profile": "lease"},
+}
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Schema-check and render as ``helm install`` would; every object, parsed."""
+    chart = helm.Chart.load(CHART)
+    chart.validate_schema(values)
+    manifests = chart.render(values, name="rel", namespace="ns", is_install=True)
+    docs: list[dict[str, Any]] = []
+    for text in manifests.values():
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def kinds(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for doc in docs:
+        out.setdefault(doc["kind"], []).append(doc)
+    return out
+
+
+def gateway_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (workload,) = [d for d in docs if d["kind"] in ("StatefulSet", "DaemonSet")
+                   and d["metadata"]["name"].endswith("-gateway")]
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def gateway_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"]
+             == "rel-inferplane-gateway"]
+    config: dict[str, Any] = yaml.safe_load(cm["data"]["mayu.yaml"])
+    return config
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_each_profile_renders_and_lints(name: str) -> None:
+    """local x 1, shared x 1, shared x 3 and lease render and pass helm lint --strict."""
+    values = PROFILES[name]
+    assert render(values)
+    report = helm.lint(CHART, values, strict=True)
+    assert report["errors"] == [], report
+    assert not [m for m in report["messages"] if m["severity"] >= 2], report
+
+
+def test_local_with_three_replicas_is_refused() -> None:
+    """The local profile is exact for one replica only: replicas 3 fails to render."""
+    with pytest.raises(helm.HelmError, match="requires profile: shared"):
+        render({"profile": "local", "gateway": {"replicas": 3}})
+
+
+@pytest.mark.parametrize("values", [
+    {"gateway": {"replicas": "three"}},
+    {"gateway": {"replicaz": 3}},
+    {"gatway": {}},
+    {"profile": "cloud"},
+    {"gateway": {"port": 70000}},
+    {"gateway": {"antiAffinity": "strict"}},
+])
+def test_schema_violations_are_refused(values: dict[str, Any]) -> None:
+    """values.schema.json refuses unknown keys, wrong types and out-of-range values,
+    in both the schema check and lint."""
+    with pytest.raises(helm.HelmError):
+        helm.Chart.load(CHART).validate_schema(values)
+    assert helm.lint(CHART, values)["errors"] or any(
+        m["severity"] == 3 for m in helm.lint(CHART, values)["messages"])
+
+
+def test_inferplaned_only_where_a_profile_uses_it() -> None:
+    """inferplaned renders for shared (policy publisher) and lease, never for local;
+    the migration Job renders wherever there is a database."""
+    for name, want in (("local-1", False), ("shared-3", True), ("lease", True)):
+        found = kinds(render(PROFILES[name]))
+        assert ("Deployment" in found) is want, name
+        assert ("Job" in found) is want, name
+    off = kinds(render({"controlplane": {"enabled": False}}))
+    assert "Deployment" not in off and "Job" in off
+
+
+def test_anti_affinity_is_soft_by_default_and_hard_on_request() -> None:
+    """Soft by default (pods still schedule with fewer nodes than replicas); hard and
+    none as options."""
+    soft = gateway_pod(render(PROFILES["shared-3"]))["affinity"]["podAntiAffinity"]
+    assert list(soft) == ["preferredDuringSchedulingIgnoredDuringExecution"]
+    hard = gateway_pod(render({"gateway": {"antiAffinity": "hard"}}))
+    assert list(hard["affinity"]["podAntiAffinity"]) == [
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert "affinity" not in gateway_pod(render({"gateway": {"antiAffinity": "none"}}))
+
+
+def test_secrets_come_from_existing_secrets() -> None:
+    """Database URL, admin and metrics tokens by secretKeyRef, provider keys by the
+    env/envFrom given; the config references them as env: secret refs."""
+    docs = render({"gateway": {
+        "adminToken": {"existingSecret": "admin", "key": "t"},
+        "metricsToken": {"existingSecret": "scrape", "key": "m"},
+        "envFrom": [{"secretRef": {"name": "llm-keys"}}],
+        "env": [{"name": "OPENAI_API_KEY",
+                 "valueFrom": {"secretKeyRef": {"name": "llm", "key": "openai"}}}]}})
+    (container,) = gateway_pod(docs)["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["INFERPLANE_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "inferplane-database", "key": "url"}
+    assert env["INFERPLANE_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "admin"
+    assert env["INFERPLANE_METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "scrape"
+    assert env["OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "llm"
+    assert container["envFrom"] == [{"secretRef": {"name": "llm-keys"}}]
+    server = gateway_config(docs)["server"]
+    assert server["admin_token_ref"] == "env:INFERPLANE_ADMIN_TOKEN"
+    assert server["metrics_token_ref"] == "env:INFERPLANE_METRICS_TOKEN"
+    assert "value" not in env["INFERPLANE_DATABASE_URL"]
+
+
+def test_migration_job_is_a_hook_on_the_same_image() -> None:
+    """A pre-install/pre-upgrade hook Job runs `mayu migrate` with the gateways' image
+    and the database URL from the Secret."""
+    found = kinds(render(PROFILES["shared-3"]))
+    (job,) = found["Job"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    (gateway,) = found["StatefulSet"][0]["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["mayu", "migrate"]
+    assert container["image"] == gateway["image"]
+    assert container["env"][-1]["name"] == "INFERPLANE_DATABASE_URL"
+
+
+def test_drain_timing_follows_shutdown_grace() -> None:
+    """server.shutdown_grace_s is gateway.shutdownGraceSeconds; the pod's grace covers
+    preStop + drain + 15 s of shutdown; the config may not set the grace itself."""
+    docs = render({"gateway": {"shutdownGraceSeconds": 45, "preStopSeconds": 7}})
+    pod = gateway_pod(docs)
+    assert gateway_config(docs)["server"]["shutdown_grace_s"] == 45
+    assert pod["terminationGracePeriodSeconds"] == 7 + 45 + 15
+    (container,) = pod["containers"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "7"]
+    with pytest.raises(helm.HelmError, match="shutdownGraceSeconds"):
+        render({"gateway": {"config": {"server": {"shutdown_grace_s": 5}}}})
+
+
+def test_probes_and_security() -> None:
+    """Liveness on /healthz, readiness on /readyz; non-root, read-only root, and the
+    data dir and /tmp as the only writable mounts."""
+    pod = gateway_pod(render(PROFILES["shared-3"]))
+    (container,) = pod["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/var/lib/mayu", "/tmp"}
+
+
+def test_lease_profile_runs_node_local_gateways() -> None:
+    """Lease: a DaemonSet whose config names inferplaned's Service and a token ref, the
+    token from its Secret, and local stores (no database env in the config)."""
+    docs = render(PROFILES["lease"])
+    found = kinds(docs)
+    assert "DaemonSet" in found and "StatefulSet" not in found
+    config = gateway_config(docs)
+    assert config["control_plane"] == {"url": "http://rel-inferplane-inferplaned:8470",
+                                       "token_ref": "env:INFERPLANE_CONTROL_PLANE_TOKEN"}
+    assert "key_store" not in config and "database" not in config
+    (container,) = gateway_pod(docs)["containers"]
+    env = {e["name"] for e in container["env"]}
+    assert "INFERPLANE_CONTROL_PLANE_TOKEN" in env
+
+
+def test_helm_test_pod_checks_readiness() -> None:
+    """A helm test hook pod probes the gateway's and inferplaned's /readyz."""
+    (pod,) = kinds(render(PROFILES["shared-3"]))["Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = pod["spec"]["containers"][0]["args"][0]
+    assert "rel-inferplane-gateway:4000/readyz" in script
+    assert "rel-inferplane-inferplaned:8470/readyz" in script
+
+
+def test_monitoring_objects_only_when_enabled() -> None:
+    """PrometheusRule (80/90/100% budget alerts) and the Grafana dashboard ConfigMap
+    appear only when enabled, and use only metrics the gateway exports."""
+    assert "PrometheusRule" not in kinds(render({}))
+    found = kinds(render({"monitoring": {"prometheusRule": {"enabled": True},
+                                         "grafanaDashboard": {"enabled": True}}}))
+    (rule,) = found["PrometheusRule"]
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"InferplaneTeamBudget80", "InferplaneTeamBudget90",
+            "InferplaneTeamBudget100"} <= set(alerts)
+    (board,) = [c for c in found["ConfigMap"] if c["metadata"]["name"].endswith("dashboard")]
+    dashboard = json.loads(board["data"]["inferplane.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [r["expr"] for r in alerts.values()]
+    from gateway.metrics import Metrics
+    exported = {m.name for m in Metrics().registry.collect()}
+    for expr in exprs:
+        for name in re.findall(r"\bmayu_[a-z_]+", expr):
+            base = name.removesuffix("_total").removesuffix("_bucket")
+            assert base in exported, (name, expr)
+
+
+@pytest.mark.parametrize("name", ["local-1", "shared-3"])
+def test_rendered_gateway_config_loads(tmp_path: Path, name: str) -> None:
+    """The mayu.yaml the chart writes passes the gateway's own loader and checks."""
+    path = tmp_path / "mayu.yaml"
+    path.write_text(yaml.safe_dump(gateway_config(render(PROFILES[name]))))
+    settings = load_settings(path)
+    assert settings.server.shutdown_grace_s == 30
+    assert settings.shared is (name != "local-1")
