@@ -8,7 +8,9 @@ problem with its path) never disturbs what is published. Each write is attribute
 the name of the token that made it.
 
 Routes: ``PUT/GET/DELETE /v1alpha1/policies/{name}``, ``GET /v1alpha1/policies``,
-``GET /v1alpha1/generation``, ``GET /v1alpha1/changes?since=N``, ``/healthz``, ``/readyz``.
+``GET /v1alpha1/generation``, ``GET /v1alpha1/changes?since=N``, the lease profile's
+``POST /v1alpha1/sync`` (data plane tokens) and ``GET /v1alpha1/dataplanes``
+(:mod:`controlplane.leases`), ``/healthz``, ``/readyz``.
 Every error — ours, Litestar's own refusals (404, 405, 413) and an unhandled bug (500,
 logged) — is JSON ``{"error": {"message", "problems": [{"path", "message"}]}}``
 (docs/inferplaned.md, "Errors").
@@ -23,16 +25,19 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
+import msgspec
 import yaml
-from litestar import Litestar, Request, Response, delete, get, put
+from litestar import Litestar, Request, Response, delete, get, post, put
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, FromQuery
 
+from controlplane import leases
 from controlplane.auth import Identity, TokenAuth
 from controlplane.settings import ControlPlaneConfig, resolve_tokens
 from gateway.db import open_pool, wrap_exceptions
 from gateway.errors import BadRequest, InferplaneError, NotFound, PayloadTooLarge
 from gateway.jsondepth import check_json_depth, check_yaml_depth, too_deep_error
+from gateway.lease import SyncRequest
 from gateway.policy import (
     CurrentPolicy,
     GenerationInfo,
@@ -194,6 +199,36 @@ async def list_changes(request: Request[Any, Any, Any],
             "changes": [{f: _jsonable(getattr(r, f)) for f in fields} for r in rows]}
 
 
+def _json(value: Any) -> Response[bytes]:
+    return Response(msgspec.json.encode(value), media_type="application/json")
+
+
+@post("/v1alpha1/sync", status_code=200)
+async def sync(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """One lease-profile heartbeat: report, renewal, rejections in; policy, leases out."""
+    auth: TokenAuth = request.app.state.auth
+    identity = auth.require_dataplane(request.headers.get("authorization"))
+    body = await request.body()
+    if len(body) > request.app.state.config.max_sync_bytes:
+        raise PayloadTooLarge(f"body: larger than max_sync_bytes "
+                              f"({request.app.state.config.max_sync_bytes})")
+    check_json_depth(body, what="body")  # before decoding: no decoder recursion can fail
+    try:
+        req = msgspec.json.decode(body, type=SyncRequest)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise BadRequest(f"body: not a sync request: {exc}") from exc
+    answer = await leases.sync(request.app.state.pool, request.app.state.policy_cache, req,
+                               token_name=identity.name)
+    return _json(answer)
+
+
+@get("/v1alpha1/dataplanes")
+async def dataplanes(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Every data plane that synced: API versions, generation, rejections, leases."""
+    _auth(request, write=False)
+    return _json({"dataplanes": await leases.dataplanes(request.app.state.pool)})
+
+
 @get("/healthz")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
@@ -213,8 +248,8 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
 
 def create_app(config: ControlPlaneConfig) -> Litestar:
     """The inferplaned app for ``config`` (tokens resolved now: a bad ref fails here)."""
-    writers, readers = resolve_tokens(config.auth)
-    auth = TokenAuth(writers, readers)
+    tokens = resolve_tokens(config.auth)
+    auth = TokenAuth(tokens.writers, tokens.readers, tokens.dataplanes)
     pool = open_pool(config.database, name="inferplaned")
 
     @asynccontextmanager
@@ -227,15 +262,16 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
 
     app = Litestar(
         route_handlers=[put_policy, delete_policy, get_policy, list_policies, generation,
-                        list_changes, healthz, readyz],
+                        list_changes, sync, dataplanes, healthz, readyz],
         lifespan=[lifespan],
         exception_handlers={InferplaneError: _on_inferplane_error,
                             HTTPException: _on_http_error, Exception: _on_unhandled},
         # The handler enforces max_body_bytes with a clear message; this is the backstop.
-        request_max_body_size=config.max_body_bytes + 1,
+        request_max_body_size=max(config.max_body_bytes, config.max_sync_bytes) + 1,
         openapi_config=None,
     )
     app.state.config = config
     app.state.auth = auth
     app.state.pool = pool
+    app.state.policy_cache = leases.PolicyCache()
     return app

@@ -1,11 +1,12 @@
-"""Bearer-token authentication and the writer/reader split for inferplaned.
+"""Bearer-token authentication and the writer/reader/data-plane tiers of inferplaned.
 
 Every configured token has a *name* (the config key), and that name is the author
 recorded with each published generation, so ``/v1alpha1/changes`` says who changed what
 (the gap ADR-039's follow-up names). Writers may publish and read; readers may only
-read. A presented token is compared with ``hmac.compare_digest`` against *every*
-configured token, without stopping at a match, so the time taken does not reveal which
-token (or how much of one) matched.
+read; data planes (lease-profile gateways) may only sync, so a node's token can neither
+publish nor read the policy API. A presented token is compared with
+``hmac.compare_digest`` against *every* configured token, without stopping at a match,
+so the time taken does not reveal which token (or how much of one) matched.
 
 With no token configured at all the control plane runs unauthenticated: every caller is
 the writer ``unauthenticated``, and :mod:`controlplane.cli` refuses to bind anything but
@@ -21,7 +22,7 @@ import msgspec
 
 from gateway.errors import Forbidden, Unauthenticated
 
-Role = Literal["writer", "reader"]
+Role = Literal["writer", "reader", "dataplane"]
 UNAUTHENTICATED = "unauthenticated"
 
 
@@ -42,13 +43,21 @@ class ReadOnlyToken(Forbidden):
     code = "forbidden"
 
 
+class WrongTier(Forbidden):
+    """This token's tier may not use this endpoint."""
+
+    code = "forbidden"
+
+
 class TokenAuth:
     """Maps an ``Authorization: Bearer`` header to an :class:`Identity`."""
 
-    def __init__(self, writers: dict[str, str], readers: dict[str, str]) -> None:
+    def __init__(self, writers: dict[str, str], readers: dict[str, str],
+                 dataplanes: dict[str, str] | None = None) -> None:
         self._tokens: list[tuple[bytes, Identity]] = [
             *((t.encode(), Identity(n, "writer")) for n, t in writers.items()),
-            *((t.encode(), Identity(n, "reader")) for n, t in readers.items())]
+            *((t.encode(), Identity(n, "reader")) for n, t in readers.items()),
+            *((t.encode(), Identity(n, "dataplane")) for n, t in (dataplanes or {}).items())]
 
     @property
     def enabled(self) -> bool:
@@ -72,8 +81,20 @@ class TokenAuth:
         return found
 
     def require(self, authorization: str | None, *, write: bool) -> Identity:
+        """A writer (or, to read, a reader); a data plane token gets 403 here."""
         identity = self.identify(authorization)
+        if identity.role == "dataplane":
+            raise WrongTier(f"token {identity.name!r} is a data plane token: it may only "
+                            "sync (POST /v1alpha1/sync)")
         if write and identity.role != "writer":
             raise ReadOnlyToken(f"token {identity.name!r} is a reader token and may not "
                                 "publish policies")
+        return identity
+
+    def require_dataplane(self, authorization: str | None) -> Identity:
+        """A data plane token (or the unauthenticated identity when none is configured)."""
+        identity = self.identify(authorization)
+        if identity.role != "dataplane" and identity.name != UNAUTHENTICATED:
+            raise WrongTier(f"token {identity.name!r} is a {identity.role} token: syncing "
+                            "needs a data plane token (auth.dataplane_tokens_ref)")
         return identity

@@ -53,8 +53,7 @@ Token names are recorded as the author of each change."""
 
 def check_bind(config: ControlPlaneConfig, host: str) -> bool:
     """True when authenticated; raises if unauthenticated on a non-loopback host."""
-    writers, readers = resolve_tokens(config.auth)
-    if writers or readers:
+    if resolve_tokens(config.auth).any:
         return True
     if not is_loopback(host):
         raise ConfigError(
@@ -88,9 +87,10 @@ def _serve(args: argparse.Namespace) -> int:
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     authenticated = check_bind(config, config.listen.host)
-    writers, readers = resolve_tokens(config.auth)
+    tokens = resolve_tokens(config.auth)
     print(f"ok  {args.config}: listen {config.listen.host}:{config.listen.port}, "
-          f"{len(writers)} writer and {len(readers)} reader tokens"
+          f"{len(tokens.writers)} writer, {len(tokens.readers)} reader and "
+          f"{len(tokens.dataplanes)} data plane tokens"
           + ("" if authenticated else " (UNAUTHENTICATED, loopback only)"))
     return 0
 

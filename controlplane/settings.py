@@ -12,6 +12,8 @@ Example::
         ci: env:INFERPLANED_CI_TOKEN
       reader_tokens_ref:
         dashboards: file:/run/secrets/inferplaned-reader
+      dataplane_tokens_ref:         # lease-profile gateways: POST /v1alpha1/sync only
+        nodes: file:/run/secrets/inferplaned-dataplane
 
 Tokens are never inline: each value is an ``env:NAME`` or ``file:PATH`` reference resolved
 by :func:`gateway.config.resolve_secret`. The database section is the gateway's own
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from typing import NamedTuple
 
 import msgspec
 
@@ -53,6 +56,10 @@ class AuthSettings(_Base, frozen=True):
     """Token name → secret reference; writers may publish and read."""
     reader_tokens_ref: dict[str, str] = {}
     """Token name → secret reference; readers may only read."""
+    dataplane_tokens_ref: dict[str, str] = {}
+    """Token name → secret reference; data planes may only sync (``POST /v1alpha1/sync``),
+    never read or publish policies. Several planes may share one token: each names
+    itself in the heartbeat, and the token's name is recorded beside it."""
 
 
 class ControlPlaneConfig(_Base, frozen=True):
@@ -61,6 +68,8 @@ class ControlPlaneConfig(_Base, frozen=True):
     auth: AuthSettings = AuthSettings()
     max_body_bytes: Bytes = 1024 * 1024
     """Largest accepted policy document (bytes)."""
+    max_sync_bytes: Bytes = 4 * 1024 * 1024
+    """Largest accepted heartbeat (bytes): one report line per lease-managed account."""
     shutdown_grace_s: SecondsOrZero = 30.0
     """On SIGTERM: how long in-flight requests may finish (new connections are refused
     and ``/readyz`` fails at once)."""
@@ -89,12 +98,25 @@ def load_config(path: str | os.PathLike[str] | None) -> ControlPlaneConfig:
     return config
 
 
-def resolve_tokens(auth: AuthSettings) -> tuple[dict[str, str], dict[str, str]]:
-    """(writers, readers) as name → token, every reference resolved and checked."""
+class Tokens(NamedTuple):
+    """Every configured token by tier, as name → token."""
+
+    writers: dict[str, str]
+    readers: dict[str, str]
+    dataplanes: dict[str, str]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.writers or self.readers or self.dataplanes)
+
+
+def resolve_tokens(auth: AuthSettings) -> Tokens:
+    """Every tier's tokens as name → token, every reference resolved and checked."""
     resolved: list[dict[str, str]] = []
     seen: dict[str, str] = {}
     for section, refs in (("writer_tokens_ref", auth.writer_tokens_ref),
-                          ("reader_tokens_ref", auth.reader_tokens_ref)):
+                          ("reader_tokens_ref", auth.reader_tokens_ref),
+                          ("dataplane_tokens_ref", auth.dataplane_tokens_ref)):
         out: dict[str, str] = {}
         for name, ref in refs.items():
             key = f"auth.{section}.{name}"
@@ -105,12 +127,17 @@ def resolve_tokens(auth: AuthSettings) -> tuple[dict[str, str], dict[str, str]]:
                 raise ConfigError(f"{key}: token must be at least 16 characters")
             if token in seen:
                 raise ConfigError(f"{key}: same token as {seen[token]} (each token must "
-                                  "identify one writer or reader)")
+                                  "identify one writer, reader or data plane tier)")
             seen[token] = key
             out[name] = token
         resolved.append(out)
-    if set(resolved[0]) & set(resolved[1]):
-        dup = sorted(set(resolved[0]) & set(resolved[1]))[0]
-        raise ConfigError(f"auth.reader_tokens_ref.{dup}: name also used by a writer token "
-                          "(names attribute changes, so they must be unique)")
-    return resolved[0], resolved[1]
+    sections = ("writer_tokens_ref", "reader_tokens_ref", "dataplane_tokens_ref")
+    for later in (1, 2):
+        for earlier in range(later):
+            dup = sorted(set(resolved[earlier]) & set(resolved[later]))
+            if dup:
+                kind = sections[earlier].split("_")[0]
+                raise ConfigError(f"auth.{sections[later]}.{dup[0]}: name also used by a "
+                                  f"{kind} token (names attribute changes, so they must be "
+                                  "unique)")
+    return Tokens(*resolved)

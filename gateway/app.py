@@ -2,7 +2,8 @@
 
 :func:`create_app` builds the Litestar app; the lifespan opens everything the request
 path needs and closes it in reverse order. The component factory picks stores by
-profile: local (SQLite key store + local governance in ``<data_dir>/mayu.db``) or shared
+profile: local (SQLite key store + local governance in ``<data_dir>/mayu.db``), lease
+(the same, bounded by budget leases from inferplaned: :mod:`gateway.lease`) or shared
 (Postgres, imported lazily so the local profile needs no database driver or server).
 """
 
@@ -64,10 +65,33 @@ async def build_components(settings: Settings, stack: AsyncExitStack) -> Compone
     keys = SqliteKeyStore(_local_path(settings, settings.key_store.path))
     await keys.open()
     stack.push_async_callback(keys.close)
+    if settings.control_plane is not None:
+        return await _lease_components(settings, keys, stack)
     governance = LocalGovernanceStore(_local_path(settings, settings.governance_store.path))
     await governance.open()
     stack.push_async_callback(governance.close)
     return Components(key_store=keys, governance=governance, policy=_policy_source(settings))
+
+
+async def _lease_components(settings: Settings, keys: KeyStore,
+                            stack: AsyncExitStack) -> Components:
+    """The lease profile: local stores, clamped and gated by leases from inferplaned."""
+    from gateway.lease import LeaseClient, LeaseFile, LeaseGovernanceStore, LeaseState
+
+    cp = settings.control_plane
+    assert cp is not None
+    token = resolve_secret(cp.token_ref, key="control_plane.token_ref") if cp.token_ref else None
+    path = _local_path(settings, settings.governance_store.path)
+    state = LeaseState()
+    governance = LeaseGovernanceStore(path, state=state)
+    await governance.open()
+    stack.push_async_callback(governance.close)
+    client = LeaseClient(
+        url=cp.url, token=token, state=state, lease_file=LeaseFile(path), key_store=keys,
+        dataplane_id=cp.dataplane_id or settings.server.replica_id or socket.gethostname(),
+        timeout_s=cp.timeout_s, min_interval_s=cp.min_heartbeat_interval_s,
+        max_interval_s=cp.max_heartbeat_interval_s)
+    return Components(key_store=keys, governance=governance, policy=client)
 
 
 def check_policy_source(settings: Settings) -> None:
@@ -216,8 +240,10 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
                 log.error("startup failed: %s", exc.message)
                 raise
             stack.callback(setattr, app.state, "gateway", None)
-            log.info("mayu ready: %s profile, audit %s",
-                     "shared" if settings.shared else "local", app.state.gateway.audit.path)
+            profile = ("shared" if settings.shared else
+                       "lease" if settings.control_plane is not None else "local")
+            log.info("mayu ready: %s profile, audit %s", profile,
+                     app.state.gateway.audit.path)
             yield
 
     return Litestar(route_handlers=ROUTES, lifespan=[lifespan],

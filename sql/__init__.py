@@ -1,7 +1,8 @@
 """The SQL that does the governance work, as reviewed ``.sql`` files (procrastinate style).
 
 - ``queries.sql``: named queries, each introduced by a ``-- name: <name>`` line and
-  exposed through :data:`queries` (``%(param)s`` placeholders only).
+  exposed through :data:`queries` (``%(param)s`` placeholders only); ``lease_queries.sql``
+  likewise through :data:`lease_queries` (the control plane's lease ledger calls).
 - ``schema_v1.sql``, ``admit_v1.sql``, ``settle_v1.sql``: DDL and PL/pgSQL functions
   installed by the alembic migrations via :func:`script`. A released file is frozen: a
   change is a new ``_v2`` file installed by a new revision.
@@ -36,20 +37,24 @@ def _parse(text: str) -> dict[str, LiteralString]:
 
 
 @cache
-def _queries() -> dict[str, LiteralString]:
-    return _parse(script("queries"))
+def _named(file: str) -> dict[str, LiteralString]:
+    return _parse(script(file))
 
 
 class _Queries:
-    """``queries["name"]``: a named query from ``queries.sql`` (KeyError if unknown)."""
+    """``queries["name"]``: a named query from ``<file>.sql`` (KeyError if unknown)."""
+
+    def __init__(self, file: str = "queries") -> None:
+        self._file = file
 
     def __getitem__(self, name: str) -> LiteralString:
-        return _queries()[name]
+        return _named(self._file)[name]
 
     def __contains__(self, name: object) -> bool:
-        return name in _queries()
+        return name in _named(self._file)
 
 
 queries = _Queries()
+lease_queries = _Queries("lease_queries")
 
-__all__ = ["queries", "script"]
+__all__ = ["lease_queries", "queries", "script"]

@@ -210,8 +210,8 @@ BEGIN
     -- 1. The plane's own row first: two heartbeats of one plane serialise here.
     SELECT * INTO prev FROM lease_dataplanes WHERE id = v_plane FOR UPDATE;
     IF NOT FOUND THEN
-        INSERT INTO lease_dataplanes (id, token_name, frame, boot, seq)
-        VALUES (v_plane, dp->>'token_name', v_frame, v_boot, -1)
+        INSERT INTO lease_dataplanes (id, token_name, frame, boot, seq, first_heartbeat)
+        VALUES (v_plane, dp->>'token_name', v_frame, v_boot, -1, v_now)
         ON CONFLICT (id) DO NOTHING;
         SELECT * INTO prev FROM lease_dataplanes WHERE id = v_plane FOR UPDATE;
     END IF;

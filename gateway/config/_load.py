@@ -97,12 +97,11 @@ def _check(settings: Settings) -> None:
     if settings.policies is not None and settings.control_plane is not None:
         raise ConfigError("policies: mutually exclusive with control_plane "
                           "(one authoritative policy source)")
-    if settings.control_plane is not None:
-        # Refused rather than ignored: a gateway that silently runs ungoverned because
-        # its policy source is not implemented is the worst failure mode (ADR-031).
-        raise ConfigError("control_plane: the lease profile (policies and budget leases from "
-                          "inferplaned, ADR-034) is not implemented in this version; use "
-                          "policies: files (local) or the shared Postgres profile")
+    if settings.control_plane is not None and settings.governance_store.type != "local":
+        # Leases bound LOCAL counters; the shared profile's authority is the database.
+        raise ConfigError("control_plane: the lease profile needs governance_store.type: "
+                          "local (the shared profile takes its policies and budgets from "
+                          "the database, not from leases)")
     ks, gs = settings.key_store.type, settings.governance_store.type
     if (ks == "postgres") != (gs == "postgres"):
         raise ConfigError("governance_store.type: shared mode needs key_store.type: postgres "

@@ -157,8 +157,25 @@ class ModelSettings(_Base, frozen=True):
 
 
 class ControlPlaneSettings(_Base, frozen=True):
+    """The lease profile (ADR-034): policies and budget leases from inferplaned."""
+
     url: str
+    """inferplaned's base URL, e.g. ``http://inferplaned:8470``."""
     token_ref: str | None = None
+    """Reference to a data plane token (inferplaned ``auth.dataplane_tokens_ref``);
+    unset only against an unauthenticated, loopback-only control plane."""
+    dataplane_id: str | None = None
+    """How this plane names itself to the control plane (``GET /v1alpha1/dataplanes``);
+    default ``server.replica_id``, else the host name. Unique per plane: its ledger rows
+    are keyed by it."""
+    timeout_s: Seconds = 5.0
+    """How long one heartbeat may take before it counts as failed."""
+    min_heartbeat_interval_s: Seconds = 0.05
+    """Spacing of early heartbeats (a lease missing or used up asks for one at once)."""
+    max_heartbeat_interval_s: Seconds = 60.0
+    """Longest pause between heartbeats, whatever cadence the control plane asks for:
+    how late a newly published policy may reach this plane when no lease is renewed
+    sooner (the control plane asks for the tightest lease ``renewInterval``, else 60 s)."""
 
 
 class BootstrapTeam(_Base, frozen=True):

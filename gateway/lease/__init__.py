@@ -1,10 +1,19 @@
 """The lease profile (ADR-034): node-local gateways under budget leases from inferplaned.
 
 Shared by both binaries: the sync protocol's wire types (:mod:`._wire`) and the ledger's
-arithmetic (:mod:`._ledger`, executed by ``sql/lease_v1.sql``).
+arithmetic (:mod:`._ledger`, executed by ``sql/lease_v1.sql``). The data plane's side:
+per-document application of the distributed set (:mod:`._apply`), the lease table with
+clamp-and-gate (:mod:`._state`), the local store it bounds (:mod:`._store`), its SQLite
+bookkeeping (:mod:`._local`) and the heartbeat that is its policy source
+(:mod:`._client`).
 """
 
+from gateway.lease._apply import AppliedPolicy, ManagedRule, apply_documents
+from gateway.lease._client import LeaseClient
 from gateway.lease._ledger import Account, LedgerRow, Report, sync
+from gateway.lease._local import LeaseFile
+from gateway.lease._state import Lease, LeaseState
+from gateway.lease._store import LeaseGovernanceStore
 from gateway.lease._wire import (
     DATAPLANES_PATH,
     DEFAULT_HEARTBEAT_MS,
@@ -28,6 +37,14 @@ from gateway.lease._wire import (
 )
 
 __all__ = [
+    "AppliedPolicy",
+    "Lease",
+    "LeaseClient",
+    "LeaseFile",
+    "LeaseGovernanceStore",
+    "LeaseState",
+    "ManagedRule",
+    "apply_documents",
     "DATAPLANES_PATH",
     "DEFAULT_HEARTBEAT_MS",
     "EXPIRY_RENEWALS",

@@ -148,7 +148,7 @@ class SyncResponse(_Wire, frozen=True, kw_only=True):
     returned as they are."""
 
 
-class LeaseView(_Wire, frozen=True, kw_only=True):
+class LeaseView(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     """One plane's ledger row for one account, as ``GET /v1alpha1/dataplanes`` shows it."""
 
     account: str
@@ -166,7 +166,7 @@ class LeaseView(_Wire, frozen=True, kw_only=True):
     updated_at: datetime | None = None
 
 
-class DataPlaneView(_Wire, frozen=True, kw_only=True):
+class DataPlaneView(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     id: str
     token_name: str
     build: str
@@ -178,6 +178,8 @@ class DataPlaneView(_Wire, frozen=True, kw_only=True):
     first_heartbeat: datetime
     last_heartbeat: datetime
     heartbeats: int
+    connected: bool = False
+    """Its last heartbeat is younger than its leases' expiry (3 heartbeat intervals)."""
     leases: list[LeaseView] = []
 
 

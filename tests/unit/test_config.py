@@ -94,9 +94,18 @@ def test_secrets_resolve_from_env_and_file_and_refuse_inline(tmp_path, monkeypat
         resolve_secret("sk-live-123", key="providers[0].api_key_ref")
 
 
-def test_control_plane_source_is_refused_until_the_lease_profile_exists(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A control_plane section is refused with its key named, never silently ignored."""
+def test_control_plane_selects_the_lease_profile_with_local_stores_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """control_plane is accepted with local stores (the lease profile) and refused, naming
+    the key, with policies files or a Postgres governance store."""
     path = tmp_path / "cp.yaml"
     path.write_text("control_plane: {url: 'http://cp:8080', token_ref: 'env:T'}\n")
-    with pytest.raises(ConfigError, match="^control_plane: the lease profile"):
+    settings = load_settings(path)
+    assert settings.control_plane is not None and not settings.shared
+    path.write_text("control_plane: {url: 'http://cp:8080'}\npolicies: [p.yaml]\n")
+    with pytest.raises(ConfigError, match="^policies: mutually exclusive with control_plane"):
+        load_settings(path)
+    path.write_text("control_plane: {url: 'http://cp:8080'}\n"
+                    "key_store: {type: postgres}\ngovernance_store: {type: postgres}\n"
+                    "database: {dsn_ref: 'env:X'}\n")
+    with pytest.raises(ConfigError, match="^control_plane: the lease profile needs"):
         load_settings(path)

@@ -1,0 +1,209 @@
+"""The lease profile end to end (ADR-034): real inferplaned, real Postgres, real planes.
+
+Every plane is a ``mayu serve`` process with its own SQLite stores, syncing with
+inferplaned over ``POST /v1alpha1/sync``; the workload goes through ``mayu
+mock-upstream``, whose ledger says what was really spent. No timing is asserted: waits
+poll for a state (bounded, as hang guards).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e._lease import (
+    LeaseStack,
+    budget_doc,
+    chat,
+    wait_until,
+)
+from tests.e2e._procs import Proc, start_mock_upstream
+
+pytestmark = pytest.mark.e2e
+
+TEAM = "lease-team"
+UID = "global/spend"
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Iterator[Proc]:
+    proc = start_mock_upstream(tmp_path)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
+    s = LeaseStack(workdir=tmp_path, dsn=pg_dsn)
+    try:
+        s.start_control()
+        yield s
+    finally:
+        s.stop()
+
+
+def upstream_spend(upstream: Proc) -> int:
+    """µUSD the mock upstream really served, priced with the tests' own table."""
+    from tests.e2e.conftest import expected_cost
+
+    entries: list[dict[str, Any]] = httpx.get(f"{upstream.url}/__mock/ledger").json()
+    return sum(expected_cost(e) for e in entries)
+
+
+def drive(stack: LeaseStack, planes: list[str], *, workers: int = 4,
+          max_attempts: int = 2_000) -> dict[int, int]:
+    """Concurrent requests on every plane until each worker is refused 402 ten times in
+    a row, 0.1 s apart (the budget is spent: a 402 while other requests of the plane are
+    in flight only means their reservations fill it); returns the statuses seen."""
+    seen: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def work(plane: str) -> None:
+        url, key = stack.planes[plane].url, stack.keys[(plane, TEAM)]
+        refused = 0
+        with httpx.Client() as client:
+            for _ in range(max_attempts):
+                status = chat(url, key, client=client).status_code
+                with lock:
+                    seen[status] = seen.get(status, 0) + 1
+                refused = refused + 1 if status == 402 else 0
+                if refused >= 10:
+                    return
+                if status == 402:
+                    time.sleep(0.1)
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in planes for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return seen
+
+
+def settled(stack: LeaseStack, planes: list[str]) -> bool:
+    """Every plane's ledger row reports exactly the plane's local committed figure."""
+    for plane in planes:
+        row = stack.lease_row(plane, UID)
+        if row is None or row["committed"] != stack.team_usage(plane, TEAM)["usd_committed"]:
+            return False
+    return True
+
+
+def test_three_planes_spend_one_global_budget_without_exceeding_it(
+        stack: LeaseStack, upstream: Proc) -> None:
+    """Three planes, each with its own SQLite, under one global hard budget and a
+    concurrent workload: Σ committed never exceeds the limit, matches what the upstream
+    served, and the ledger's spend per plane equals that plane's local committed."""
+    limit_milli = 20
+    stack.publish(budget_doc("global", "*", limit_milli=limit_milli, grant_milli=2))
+    planes = ["p1", "p2", "p3"]
+    for name in planes:
+        stack.add_plane(name, teams=[TEAM], upstream=upstream)
+    seen = drive(stack, planes)
+    assert seen.get(200, 0) > 0 and seen.get(402, 0) > 0, seen
+    wait_until(lambda: settled(stack, planes), what="ledger matches every plane")
+
+    local = [stack.team_usage(p, TEAM)["usd_committed"] for p in planes]
+    assert sum(local) <= limit_milli * 1000
+    assert sum(local) == upstream_spend(upstream)
+    account = stack.account(UID)
+    assert account["committed"] == sum(local)
+    assert account["committed"] + account["liability"] + account["leased"] <= (
+        limit_milli * 1000)
+    # All of the budget was spendable but what each plane's lease could not fit: less
+    # than one request's bound per plane (no grant stays stranded across renewals).
+    bound = stack.largest_bound("p1")
+    assert sum(local) > limit_milli * 1000 - len(planes) * bound, (local, seen, bound)
+
+
+def test_outage_gates_failclosed_caps_and_spares_failopen_rules(
+        stack: LeaseStack) -> None:
+    """inferplaned killed: once the leases expire the FailClosed hard cap refuses (503)
+    while the FailOpen rule keeps serving; restarted, the ledger is intact, no allowance
+    is granted twice, and the plane serves the FailClosed team again."""
+    stack.publish(budget_doc("closed", "team-closed", limit_milli=10_000, grant_milli=5))
+    stack.publish(budget_doc("open", "team-open", limit_milli=10_000, grant_milli=5,
+                             failure="FailOpen"))
+    stack.add_plane("p1", teams=["team-closed", "team-open"])
+    url = stack.planes["p1"].url
+    closed, open_ = stack.keys[("p1", "team-closed")], stack.keys[("p1", "team-open")]
+    wait_until(lambda: chat(url, closed).status_code == 200, what="first lease granted")
+    for _ in range(3):
+        assert chat(url, closed).status_code == 200
+        assert chat(url, open_).status_code == 200
+    wait_until(lambda: (stack.lease_row("p1", "closed/spend") or {}).get("committed") ==
+               stack.team_usage("p1", "team-closed")["usd_committed"],
+               what="closed account reported")
+    before = {uid: stack.lease_row("p1", uid) for uid in ("closed/spend", "open/spend")}
+    accounts = {uid: stack.account(uid) for uid in ("closed/spend", "open/spend")}
+
+    stack.stop_control()
+    wait_until(lambda: chat(url, closed).status_code == 503, what="FailClosed gated")
+    refused = chat(url, closed)
+    assert refused.status_code == 503 and "expired" in refused.json()["error"]["message"]
+    for _ in range(3):
+        assert chat(url, open_).status_code == 200  # FailOpen keeps serving
+
+    stack.start_control()
+    # Nothing lost in the restart (the FailOpen team may already have reported more).
+    assert stack.account("closed/spend") == accounts["closed/spend"]
+    assert stack.account("open/spend")["committed"] >= accounts["open/spend"]["committed"]
+    wait_until(lambda: chat(url, closed).status_code == 200, what="plane resumed")
+    wait_until(lambda: (stack.lease_row("p1", "open/spend") or {}).get("committed") ==
+               stack.team_usage("p1", "team-open")["usd_committed"],
+               what="outage spend reported")
+    for uid, old in before.items():
+        row = stack.lease_row("p1", uid)
+        assert row is not None and old is not None
+        assert row["frame"] == old["frame"] and row["adoptions"] == 0
+        # Cumulative: the allowance only ever grows by one grant beyond what is held.
+        held = row["committed"] + row["liability"] + row["reserved"]
+        assert held <= row["allowance"] <= max(old["allowance"], held + 5_000)
+        account = stack.account(uid)
+        assert account["committed"] == row["committed"]
+        assert account["leased"] == row["allowance"] - row["committed"] - row["liability"]
+
+
+def test_a_plane_back_with_empty_counters_never_respends_its_old_allowance(
+        stack: LeaseStack, upstream: Proc) -> None:
+    """A plane restarted with a wiped counter store comes back in a new frame: the
+    ledger keeps its old spend, counts the rest of its old allowance as unobserved, and
+    what the plane spends afterwards fits in what the budget had left."""
+    limit = 20_000
+    stack.publish(budget_doc("global", "*", limit_milli=limit // 1000, grant_milli=8))
+    stack.add_plane("p1", teams=[TEAM], upstream=upstream, separate_counters=True)
+    url, key = stack.planes["p1"].url, stack.keys[("p1", TEAM)]
+    wait_until(lambda: chat(url, key).status_code == 200, what="first lease granted")
+    for _ in range(4):
+        assert chat(url, key).status_code == 200
+    wait_until(lambda: settled(stack, ["p1"]), what="first frame reported")
+    old = stack.lease_row("p1", UID)
+    assert old is not None and old["allowance"] > old["committed"] > 0
+    first_spend = upstream_spend(upstream)
+
+    stack.stop_plane("p1")
+    (stack.workdir / "p1" / "counters.db").unlink()
+    for suffix in ("-wal", "-shm"):
+        (stack.workdir / "p1" / f"counters.db{suffix}").unlink(missing_ok=True)
+    stack.start_plane("p1")
+    drive(stack, ["p1"], workers=2)
+    wait_until(lambda: settled(stack, ["p1"]), what="new frame reported")
+    row = stack.lease_row("p1", UID)
+    assert row is not None
+    assert row["frame"] != old["frame"] and row["adoptions"] == 1
+    assert row["prior_committed"] == old["committed"]
+    assert row["prior_unobserved"] == old["allowance"] - old["committed"]
+    second_spend = upstream_spend(upstream) - first_spend
+    assert second_spend == row["committed"]
+    assert second_spend <= limit - old["allowance"]  # the old allowance stayed spent
+    account = stack.account(UID)
+    assert account["committed"] == first_spend + second_spend
+    assert account["committed"] + account["liability"] + account["leased"] <= limit
