@@ -84,12 +84,14 @@ async def test_cancelled_direct_admission_is_refunded(pg_pool, pg_dsn) -> None: 
     async with await psycopg.AsyncConnection.connect(pg_dsn) as blocker:
         await blocker.execute("SELECT 1 FROM counters WHERE key = %s FOR UPDATE", (window,))
         caller = asyncio.create_task(store.admit([request(p, usd=2_000)]))
+        deadline = asyncio.get_running_loop().time() + 30
         while True:  # until the admission is in the database, waiting on the lock
             cur = await blocker.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%inferplane_admit_v1%%'")
+                " AND query LIKE '%%inferplane_admit_v%%'")
             if (await cur.fetchone())[0]:  # type: ignore[index]
                 break
+            assert asyncio.get_running_loop().time() < deadline, "admission never waited"
             await asyncio.sleep(0.01)
         caller.cancel()
         await blocker.rollback()  # releases the lock: the admission now completes

@@ -36,3 +36,7 @@ def test_function_scripts_are_package_data() -> None:
     assert "CREATE FUNCTION inferplane_admit_v1" in sql.script("admit_v1")
     assert "CREATE FUNCTION inferplane_settle_v1" in sql.script("settle_v1")
     assert "CREATE TABLE permits" in sql.script("schema_v1")
+    assert "CREATE FUNCTION inferplane_admit_v2" in sql.script("admit_v2")
+    assert "CREATE FUNCTION inferplane_settle_v2" in sql.script("settle_v2")
+    assert "CREATE FUNCTION inferplane_resolve_v2" in sql.script("settle_v2")
+    assert "ADD COLUMN liability" in sql.script("schema_v2")
