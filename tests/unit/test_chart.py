@@ -195,6 +195,10 @@ def test_lease_profile_runs_node_local_gateways() -> None:
     (container,) = gateway_pod(docs)["containers"]
     env = {e["name"] for e in container["env"]}
     assert "INFERPLANE_CONTROL_PLANE_TOKEN" in env
+    (cp,) = [d for d in docs if d["kind"] == "ConfigMap"
+             and d["metadata"]["name"].endswith("-inferplaned")]
+    auth = yaml.safe_load(cp["data"]["inferplaned.yaml"])["auth"]
+    assert auth["dataplane_tokens_ref"] == {"gateways": "file:/etc/inferplaned/dataplane/token"}
 
 
 def test_helm_test_pod_checks_readiness() -> None:
@@ -228,11 +232,24 @@ def test_monitoring_objects_only_when_enabled() -> None:
             assert base in exported, (name, expr)
 
 
-@pytest.mark.parametrize("name", ["local-1", "shared-3"])
+@pytest.mark.parametrize("name", ["local-1", "shared-3", "lease"])
 def test_rendered_gateway_config_loads(tmp_path: Path, name: str) -> None:
     """The mayu.yaml the chart writes passes the gateway's own loader and checks."""
     path = tmp_path / "mayu.yaml"
     path.write_text(yaml.safe_dump(gateway_config(render(PROFILES[name]))))
     settings = load_settings(path)
     assert settings.server.shutdown_grace_s == 30
-    assert settings.shared is (name != "local-1")
+    assert settings.shared is name.startswith("shared")
+    assert (settings.control_plane is not None) is (name == "lease")
+
+
+def test_rendered_inferplaned_config_loads(tmp_path: Path) -> None:
+    """inferplaned's config from the chart passes inferplaned's own loader."""
+    from controlplane.settings import load_config
+
+    for name in ("shared-3", "lease"):
+        (cp,) = [d for d in render(PROFILES[name]) if d["kind"] == "ConfigMap"
+                 and d["metadata"]["name"].endswith("-inferplaned")]
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(cp["data"]["inferplaned.yaml"])
+        assert load_config(path).shutdown_grace_s == 30
