@@ -125,20 +125,20 @@ class LeaseState:
         if rule.fail_open:
             return charge  # authority gone: its own limit on local counters, no gate
         self._ask(charge.counter, rule.uid, charge.amount)
-        if lease is not None or self._authority_gone(now):
+        last = self.last_success
+        expiry_s = EXPIRY_RENEWALS * self.heartbeat_ms / 1000
+        if lease is not None or (last is not None and now - last > expiry_s):
             return _refusal(503, "lease_expired", charge.counter,
                             f"{charge.counter}: the budget lease from the control plane "
                             "expired (no heartbeat answered for "
                             f"{EXPIRY_RENEWALS} renew intervals); this FailClosed hard cap "
                             "refuses until inferplaned answers again",
                             max(1, self.heartbeat_ms // 1000))
+        since = ("the control plane has not answered since this data plane started"
+                 if last is None else "one was requested")
         return _refusal(503, "lease_missing", charge.counter,
                         f"{charge.counter}: no budget lease from the control plane yet "
-                        "for this FailClosed hard cap; one was requested, retry shortly", 1)
-
-    def _authority_gone(self, now: float) -> bool:
-        last = self.last_success
-        return last is None or now - last > EXPIRY_RENEWALS * self.heartbeat_ms / 1000
+                        f"for this FailClosed hard cap ({since}); retry shortly", 1)
 
     def _ask(self, key: str, rule_uid: str, amount: int) -> None:
         _, want = self.demand.get(key, (rule_uid, 0))

@@ -104,7 +104,7 @@ class SyncRequest(_Wire, frozen=True, kw_only=True):
     accounts: list[AccountReport] = []
 
 
-class LeaseGrant(_Wire, frozen=True, kw_only=True):
+class LeaseGrant(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     """The allowance an account's lease gives the plane, in its frame (cumulative)."""
 
     key: str
@@ -129,7 +129,7 @@ class Ignored(_Wire, frozen=True, kw_only=True):
     reason: str
 
 
-class SyncResponse(_Wire, frozen=True, kw_only=True):
+class SyncResponse(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     protocol: str = PROTOCOL
     namespace: str
     generation: int
