@@ -13,6 +13,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from litestar import Request, get
+from litestar.params import FromPath
 
 from gateway.catalog import CatalogModel, builtin_catalog
 from gateway.config import ModelSettings
@@ -55,7 +56,8 @@ def _openai(model: ModelSettings, entry: CatalogModel | None) -> dict[str, Any]:
 
 
 @get("/v1/models/{model_id:path}")
-async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> dict[str, Any]:
+async def retrieve_model(request: Request[Any, Any, Any],
+                         model_id: FromPath[str]) -> dict[str, Any]:
     """A configured model this key may use; 404 (the caller's shape) otherwise."""
     gw: Gateway = request.app.state.gateway
     principal = await authenticate(gw, request)
