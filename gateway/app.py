@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from litestar import Litestar
 
@@ -36,6 +37,9 @@ from gateway.keys import KeyStore
 from gateway.metrics import POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
 from gateway.providers import Provider, build_providers
+
+if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
+    from gateway.db import Pool
 
 log = logging.getLogger("mayu")
 
@@ -125,11 +129,24 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
         raise ConfigError(f"database.dsn_ref: no connection to the database within "
                           f"{wait_s:g}s ({type(exc).__name__}: {exc})") from exc
     stack.push_async_callback(pool.close)
+    await _check_schema(pool)
     policy = PostgresPolicySource(pool, refresh_s=settings.database.policy_refresh_s)
     return Components(key_store=PostgresKeyStore(pool),
                       governance=PostgresGovernanceStore(
                           pool, coalesce=settings.database.admission_coalesce),
                       policy=policy)
+
+
+async def _check_schema(pool: Pool) -> None:
+    """Refuse, in one line naming ``mayu migrate``, a database not at the code's head
+    (``mayu serve`` checks before it starts; this covers every other way in)."""
+    from gateway.db import connection
+    from gateway.schema import database_heads_async, schema_problem
+
+    async with connection(pool, "governance database") as conn:
+        problem = schema_problem(await database_heads_async(conn))
+    if problem:
+        raise ConfigError(problem)
 
 
 def _policy_source(settings: Settings) -> PolicySource:

@@ -100,3 +100,25 @@ def test_inferplaned_refuses_an_unmigrated_database(tmp_path: Path,
     lines = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert len(lines) == 1 and "mayu migrate" in lines[0], done.stderr
     assert "UndefinedTable" not in done.stderr
+
+
+async def test_app_components_refuse_an_unmigrated_database(pg_empty_dsn: str,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    """The app factory's shared components (every entry point, not only mayu serve)
+    refuse an empty database with the one line naming mayu migrate."""
+    from contextlib import AsyncExitStack
+
+    from gateway.app import build_components
+    from gateway.config import load_settings
+    from gateway.errors import ConfigError
+
+    monkeypatch.setenv("IPT_APP_DSN", pg_empty_dsn)
+    config = tmp_path / "mayu.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"), "demo": False,
+        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
+        "database": {"dsn_ref": "env:IPT_APP_DSN", "pool_min_size": 1, "pool_max_size": 2}}))
+    with pytest.raises(ConfigError, match="mayu migrate"):
+        async with AsyncExitStack() as stack:
+            await build_components(load_settings(config), stack)
