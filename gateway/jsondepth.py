@@ -13,9 +13,10 @@ the bracket string is measured — after a few passes that delete innermost ``[]
 (each pass lowers the depth by exactly one, and flattens wide documents), a loop over the
 remaining runs of opening and closing brackets. Measured here: a 400 KB agent request
 takes 2.5 ms (the request path's own walks over the decoded body take ~10 ms); the worst
-4 MiB bodies found take ~150 ms, less than msgspec needs to decode them (300-750 ms). YAML (inferplaned's policy bodies) is checked on the parser's
-event stream, which PyYAML produces without recursion; aliases are refused, since one can
-make a document contain itself.
+4 MiB bodies found take ~150 ms, less than msgspec needs to decode them (300-750 ms).
+YAML (inferplaned's policy bodies) is checked on the parser's event stream, which PyYAML
+produces without recursion; aliases are refused, since one can make a document contain
+itself.
 """
 
 from __future__ import annotations
