@@ -46,10 +46,12 @@ def _error(r: httpx.Response, status: int) -> str:
     ("PUT", "/v1alpha1/policies/p", YAML, DEEP_JSON),
     ("PUT", "/v1alpha1/policies/p", YAML, DEEP_YAML),
     ("PUT", "/v1alpha1/policies/p", JSON, b'{"a":' * 500 + b"1" + b"}" * 500),
-], ids=["put-json-100k", "put-yaml-flow-100k", "put-yaml-block-100k", "put-json-500"])
+    ("POST", "/v1alpha1/sync", JSON, DEEP_JSON),
+], ids=["put-json-100k", "put-yaml-flow-100k", "put-yaml-block-100k", "put-json-500",
+        "sync-json-100k"])
 def test_deep_bodies_are_a_400_naming_the_limit(server: Proc, method: str, path: str,
                                                 content_type: str, body: bytes) -> None:
-    """PUT bodies nested past the limit: 400 in the error shape, nothing published."""
+    """PUT and POST bodies nested past the limit: 400 in the error shape, nothing published."""
     r = httpx.request(method, f"{server.url}{path}", content=body, timeout=30,
                       headers={"content-type": content_type})
     assert f"more than {MAX_JSON_DEPTH} levels" in _error(r, 400)
@@ -67,7 +69,7 @@ def test_yaml_aliases_are_refused(server: Proc) -> None:
 def test_routes_that_read_no_body_ignore_a_deep_one(server: Proc) -> None:
     """GET and DELETE never decode a body: a deep one changes nothing about their answer."""
     for path in ("/v1alpha1/policies", "/v1alpha1/generation", "/v1alpha1/changes",
-                 "/healthz", "/readyz"):
+                 "/v1alpha1/dataplanes", "/healthz", "/readyz"):
         r = httpx.request("GET", f"{server.url}{path}", content=DEEP_JSON, timeout=30)
         assert r.status_code == 200, (path, r.text)
     r = httpx.request("DELETE", f"{server.url}/v1alpha1/policies/p", content=DEEP_JSON)
