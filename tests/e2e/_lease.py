@@ -135,9 +135,10 @@ class LeaseStack:
             self.control = None
 
     def add_plane(self, name: str, *, teams: list[str], upstream: Proc | None = None,
-                  separate_counters: bool = False, start: bool = True) -> Proc | None:
+                  separate_counters: bool = False, start: bool = True,
+                  control_url: str | None = None) -> Proc | None:
         """Configure a plane, create its teams and one key each, start it."""
-        config = plane_config(self.workdir, name, control_url=self.control_url,
+        config = plane_config(self.workdir, name, control_url=control_url or self.control_url,
                               upstream=upstream, separate_counters=separate_counters)
         self.configs[name] = config
         for team in teams:
@@ -222,6 +223,17 @@ class LeaseStack:
         assert row is not None
         return dict(zip(("committed", "liability", "reserved", "leased", "limit"), row,
                         strict=True))
+
+
+def start_drop_proxy(workdir: Path, target_port: int) -> tuple[subprocess.Popen[bytes], int,
+                                                                Path]:
+    """A :mod:`tests.e2e._dropproxy` in front of ``target_port``: (process, port, flag)."""
+    port, flag = free_port(), workdir / "drop-next-answer"
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "tests.e2e._dropproxy", str(port), str(target_port),
+         str(flag)], stdout=subprocess.PIPE, cwd=str(ROOT), env=_env())
+    assert popen.stdout is not None and popen.stdout.readline().strip() == b"ready"
+    return popen, port, flag
 
 
 def _team_id(config: Path, key: str) -> str:

@@ -21,6 +21,7 @@ from tests.e2e._lease import (
     LeaseStack,
     budget_doc,
     chat,
+    start_drop_proxy,
     wait_until,
 )
 from tests.e2e._procs import Proc, start_mock_upstream
@@ -207,3 +208,32 @@ def test_a_plane_back_with_empty_counters_never_respends_its_old_allowance(
     account = stack.account(UID)
     assert account["committed"] == first_spend + second_spend
     assert account["committed"] + account["liability"] + account["leased"] <= limit
+
+
+def test_an_answer_lost_after_the_ledger_committed_is_retried_without_a_double_grant(
+        stack: LeaseStack, tmp_path: Path) -> None:
+    """The control plane commits a heartbeat whose answer never reaches the plane; the
+    plane's retry (same figures) gets the same allowance, and the account binds no more."""
+    stack.publish(budget_doc("global", "*", limit_milli=10_000, grant_milli=5))
+    proxy, port, flag = start_drop_proxy(tmp_path, stack.port)
+    try:
+        stack.add_plane("p1", teams=[TEAM], control_url=f"http://127.0.0.1:{port}")
+        url, key = stack.planes["p1"].url, stack.keys[("p1", TEAM)]
+        wait_until(lambda: chat(url, key).status_code == 200, what="first lease granted")
+        wait_until(lambda: settled(stack, ["p1"]), what="spend reported")
+        before, account = stack.lease_row("p1", UID), stack.account(UID)
+        beats = stack.dataplanes()["p1"]["heartbeats"]
+        flag.touch()
+        wait_until(lambda: not flag.exists(), what="one answer dropped")
+        wait_until(lambda: stack.dataplanes()["p1"]["heartbeats"] >= beats + 2,
+                   what="the retry after the lost answer")
+        assert "policy refresh failed: lease sync" in stack.planes["p1"].logs()
+        after = stack.lease_row("p1", UID)
+        assert before is not None and after is not None
+        stamps = ("expires_at", "updated_at")
+        assert {k: v for k, v in after.items() if k not in stamps} == {
+            k: v for k, v in before.items() if k not in stamps}
+        assert stack.account(UID) == account
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)

@@ -1,0 +1,303 @@
+"""Lease-profile benchmark (a script, not a test): three figures from one run.
+
+1. **Overhead**: the same load through a local-profile gateway (the policy in a file)
+   and through a lease-profile gateway (the same policy from inferplaned, under a lease),
+   both in front of ``mayu mock-upstream``, in alternating rounds; p50/p99/mean latency,
+   throughput and gateway CPU per request of each. The lease adds no network call to
+   the request path, so the two should be equal within noise.
+2. **Spendable budget**: three lease planes, one global hard budget, a concurrent
+   workload until every worker is refused 402 ten times in a row; for grant sizes of
+   0.1%, 1% and 10% of the limit: how much was committed when the first refusal of any
+   kind (503 while a lease renews, or 402) was answered, when the first 402 was, and at
+   the end; 503s and heartbeats seen.
+3. **Control-plane CPU per heartbeat**: synthetic heartbeats straight to inferplaned
+   (a data plane token, 1, 10 and 100 accounts each), inferplaned's own CPU per
+   heartbeat and the round-trip time (Postgres' CPU is not included).
+
+    .venv/bin/python tests/bench/lease.py [--requests 1000] [--concurrency 16]
+        [--rounds 3] [--limit-micro 100000] [--heartbeats 300]
+
+Needs the test Postgres (``INFERPLANE_TEST_PG_DSN``, default the local server); a fresh
+migrated database is created for the run and dropped after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.e2e._lease import (  # noqa: E402
+    DATAPLANE_TOKEN,
+    MODEL,
+    PRICE,
+    LeaseStack,
+    budget_doc,
+    wait_until,
+)
+from tests.e2e._procs import (  # noqa: E402
+    Proc,
+    create_key,
+    create_team,
+    start_gateway,
+    start_mock_upstream,
+)
+
+TEAM = "bench"
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] * 1000
+
+
+async def _load(base: str, key: str, *, n: int, concurrency: int) -> tuple[list[float], float]:
+    body = {"model": MODEL, "max_tokens": 16,
+            "messages": [{"role": "user", "content": "say something short"}]}
+    latencies: list[float] = []
+    todo = list(range(n))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60,
+                                 headers={"Authorization": f"Bearer {key}"}) as client:
+        async def worker() -> None:
+            while todo:
+                todo.pop()
+                t0 = time.perf_counter()
+                r = await client.post("/v1/chat/completions", json=body)
+                if r.status_code != 200:
+                    raise RuntimeError(f"{r.status_code}: {r.text}")
+                latencies.append(time.perf_counter() - t0)
+
+        for _ in range(50):
+            await client.post("/v1/chat/completions", json=body)
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - started
+
+
+def overhead(work: Path, dsn: str, args: argparse.Namespace) -> None:
+    upstream = start_mock_upstream(work)
+    stack = LeaseStack(workdir=work / "overhead", dsn=dsn)
+    stack.workdir.mkdir()
+    local: Proc | None = None
+    doc = budget_doc("bench", "*", limit_milli=10**9, grant_milli=10**8, renew="10s")
+    try:
+        stack.start_control()
+        stack.publish(doc)
+        stack.add_plane("lease", teams=[TEAM], upstream=upstream)
+        policy = work / "policy.yaml"
+        policy.write_text(yaml.safe_dump(doc))
+        config = work / "local.yaml"
+        config.write_text(yaml.safe_dump({
+            "data_dir": str(work / "local"), "demo": False, "policies": [str(policy)],
+            "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1"}],
+            "models": [{"name": MODEL, "price": PRICE, "input_overhead_tokens": 0,
+                        "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]}]}))
+        create_team(config, TEAM)
+        local_key = create_key(config, TEAM)
+        local = start_gateway(config)
+        lease = stack.planes["lease"]
+        wait_until(lambda: httpx.post(f"{lease.url}/v1/chat/completions", json={
+            "model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]},
+            headers={"Authorization": f"Bearer {stack.keys[('lease', TEAM)]}"}
+        ).status_code == 200, what="lease plane serving")
+        targets = {"local": (local, local_key), "lease": (lease, stack.keys[("lease", TEAM)])}
+        lat: dict[str, list[float]] = {"local": [], "lease": []}
+        wall = dict.fromkeys(lat, 0.0)
+        cpu = dict.fromkeys(lat, 0.0)
+        for _ in range(args.rounds):
+            for name, (proc, key) in targets.items():
+                before = _cpu_s(proc.popen.pid)
+                got, seconds = asyncio.run(_load(proc.url, key, n=args.requests,
+                                                 concurrency=args.concurrency))
+                cpu[name] += _cpu_s(proc.popen.pid) - before
+                lat[name] += got
+                wall[name] += seconds
+    finally:
+        if local is not None:
+            local.stop()
+        stack.stop()
+        upstream.stop()
+    print(f"\n1. overhead: {args.rounds} alternating rounds x {args.requests} requests, "
+          f"concurrency {args.concurrency}, mock-upstream over HTTP")
+    print(f"{'profile':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'req/s':>8} "
+          f"{'CPU ms/req':>11}")
+    for name in lat:
+        n = len(lat[name])
+        print(f"{name:8} {_pct(lat[name], 50):8.2f} {_pct(lat[name], 99):8.2f} "
+              f"{statistics.mean(lat[name]) * 1000:8.2f} {n / wall[name]:8.0f} "
+              f"{cpu[name] / (n + 50 * args.rounds) * 1000:11.3f}")
+    print(f"lease - local: p50 {_pct(lat['lease'], 50) - _pct(lat['local'], 50):+.2f} ms, "
+          f"mean {(statistics.mean(lat['lease']) - statistics.mean(lat['local'])) * 1000:+.2f}"
+          f" ms; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+
+
+def _cost(answer: dict[str, Any]) -> int:
+    usage = answer["usage"]
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return ((usage["prompt_tokens"] - cached) * PRICE["input"] + cached * PRICE["cache_read"]
+            + usage["completion_tokens"] * PRICE["output"]) // 1_000_000
+
+
+def spendable(work: Path, server_dsn: str, args: argparse.Namespace) -> None:
+    print(f"\n2. spendable budget: 3 planes x 4 workers, limit {args.limit_micro} µUSD")
+    print(f"{'grant':>6} {'at 1st refusal':>15} {'at 1st 402':>11} {'at the end':>11} "
+          f"{'503s':>6} {'200s':>6} {'heartbeats':>10}")
+    for per_mille in (1, 10, 100):
+        name = f"ipt_bench_{os.getpid()}_{per_mille}"
+        create_database(server_dsn, name)
+        dsn = dsn_for(server_dsn, name)
+        migrate(dsn)
+        stack = LeaseStack(workdir=work / f"spend-{per_mille}", dsn=dsn)
+        stack.workdir.mkdir()
+        try:
+            stack.start_control()
+            limit_milli = args.limit_micro // 1000
+            stack.publish(budget_doc("bench", "*", limit_milli=limit_milli,
+                                     grant_milli=max(1, limit_milli * per_mille // 1000)))
+            planes = ["p1", "p2", "p3"]
+            for p in planes:
+                stack.add_plane(p, teams=[TEAM])
+            for p in planes:
+                url, key = stack.planes[p].url, stack.keys[(p, TEAM)]
+                wait_until(lambda url=url, key=key: httpx.post(
+                    f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                    json={"model": MODEL, "max_tokens": 1, "messages": [
+                        {"role": "user", "content": "x"}]}).status_code == 200,
+                    what="plane serving")
+            spent, seen, firsts = _race(stack, planes)
+            beats = sum(v["heartbeats"] for v in stack.dataplanes().values())
+        finally:
+            stack.stop()
+            drop_database(server_dsn, name)
+        pct = [f"{100 * x / args.limit_micro:.1f}%" for x in
+               (firsts.get("any", spent), firsts.get(402, spent), spent)]
+        print(f"{per_mille / 10:5.1f}% {pct[0]:>15} {pct[1]:>11} {pct[2]:>11} "
+              f"{seen.get(503, 0):6} {seen.get(200, 0):6} {beats:10}")
+
+
+def _race(stack: LeaseStack, planes: list[str]) -> tuple[int, dict[int, int], dict[Any, int]]:
+    lock = threading.Lock()
+    spent = 0
+    seen: dict[int, int] = {}
+    firsts: dict[Any, int] = {}
+    body = {"model": MODEL, "max_tokens": 32,
+            "messages": [{"role": "user", "content": "tell me something"}]}
+
+    def work(plane: str) -> None:
+        nonlocal spent
+        url, key = stack.planes[plane].url, stack.keys[(plane, TEAM)]
+        refused = 0
+        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+            while refused < 10:
+                r = client.post(f"{url}/v1/chat/completions", json=body)
+                with lock:
+                    seen[r.status_code] = seen.get(r.status_code, 0) + 1
+                    if r.status_code == 200:
+                        spent += _cost(r.json())
+                    else:
+                        firsts.setdefault("any", spent)
+                        firsts.setdefault(r.status_code, spent)
+                refused = refused + 1 if r.status_code == 402 else 0
+                if r.status_code == 402:
+                    time.sleep(0.1)
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in planes for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return spent, seen, firsts
+
+
+def heartbeat_cpu(work: Path, dsn: str, args: argparse.Namespace) -> None:
+    stack = LeaseStack(workdir=work / "cpu", dsn=dsn)
+    stack.workdir.mkdir()
+    print(f"\n3. control-plane CPU per heartbeat ({args.heartbeats} heartbeats each, one "
+          "plane at a time, inferplaned's process only)")
+    print(f"{'accounts':>8} {'CPU ms':>8} {'p50 rtt ms':>11} {'p99 rtt ms':>11}")
+    try:
+        stack.start_control()
+        stack.publish(budget_doc("bench", "*", limit_milli=10**6, grant_milli=10))
+        assert stack.control is not None
+        pid = stack.control.popen.pid
+        with httpx.Client(base_url=stack.control_url, timeout=30, headers={
+                "Authorization": f"Bearer {DATAPLANE_TOKEN}"}) as client:
+            day = client.post("/v1alpha1/sync", json=_beat(0, [], "")).json()["day"]
+            for n in (1, 10, 100):
+                accounts = [{"key": f"account:bench/spend:team=t{i}:day:{day}",
+                             "rule_uid": "bench/spend", "committed": 1000 + i}
+                            for i in range(n)]
+                fp = client.post("/v1alpha1/sync", json=_beat(1, accounts, "")).json()[
+                    "fingerprint"]
+                rtt: list[float] = []
+                before = _cpu_s(pid)
+                for seq in range(args.heartbeats):
+                    t0 = time.perf_counter()
+                    r = client.post("/v1alpha1/sync", json=_beat(seq + 2, accounts, fp))
+                    rtt.append(time.perf_counter() - t0)
+                    r.raise_for_status()
+                used = _cpu_s(pid) - before
+                print(f"{n:8} {used / args.heartbeats * 1000:8.2f} {_pct(rtt, 50):11.2f} "
+                      f"{_pct(rtt, 99):11.2f}")
+    finally:
+        stack.stop()
+
+
+def _beat(seq: int, accounts: list[dict[str, Any]], fingerprint: str) -> dict[str, Any]:
+    return {"dataplane": {"id": "bench-plane", "api_versions": ["inferplane.dev/v1alpha1"]},
+            "frame": "bench-frame", "boot": _BOOT, "seq": seq, "fingerprint": fingerprint,
+            "accounts": accounts}
+
+
+_BOOT = uuid.uuid4().hex
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--limit-micro", type=int, default=100_000)
+    ap.add_argument("--heartbeats", type=int, default=300)
+    ap.add_argument("--only", choices=["overhead", "spendable", "cpu"])
+    args = ap.parse_args()
+    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
+    name = f"ipt_bench_{os.getpid()}"
+    create_database(server, name)
+    dsn = dsn_for(server, name)
+    try:
+        migrate(dsn)
+        with tempfile.TemporaryDirectory(prefix="mayu-lease-bench-") as tmp:
+            if args.only in (None, "overhead"):
+                overhead(Path(tmp), dsn, args)
+            if args.only in (None, "spendable"):
+                spendable(Path(tmp), server, args)
+            if args.only in (None, "cpu"):
+                heartbeat_cpu(Path(tmp), dsn, args)
+    finally:
+        drop_database(server, name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
