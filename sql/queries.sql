@@ -8,6 +8,7 @@ SELECT k.id AS key_id, k.display_prefix, k.revision AS key_revision, k.user_name
        k.allowed_models, k.rpm AS key_rpm, k.tpm AS key_tpm,
        k.usd_micros_per_day AS key_usd_day, k.usd_micros_per_month AS key_usd_month,
        t.id AS team_id, t.name AS team_name, t.rpm, t.tpm, t.tokens_per_day,
+       t.budget_fit_floor,
        t.usd_micros_per_day, t.usd_micros_per_month, t.region, t.guardrails,
        t.revision AS team_revision, t.created_at AS team_created_at
   FROM keys k JOIN teams t ON t.id = k.team_id
@@ -17,9 +18,9 @@ SELECT k.id AS key_id, k.display_prefix, k.revision AS key_revision, k.user_name
 
 -- name: insert_team
 INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,
-                   usd_micros_per_month, region, guardrails)
+                   usd_micros_per_month, budget_fit_floor, region, guardrails)
 VALUES (%(id)s, %(name)s, %(rpm)s, %(tpm)s, %(tokens_per_day)s, %(usd_micros_per_day)s,
-        %(usd_micros_per_month)s, %(region)s, %(guardrails)s)
+        %(usd_micros_per_month)s, %(budget_fit_floor)s, %(region)s, %(guardrails)s)
 RETURNING *
 
 -- name: find_team
@@ -34,6 +35,7 @@ SELECT * FROM teams WHERE id = %(name_or_id)s OR name = %(name_or_id)s
 UPDATE teams SET rpm = %(rpm)s, tpm = %(tpm)s, tokens_per_day = %(tokens_per_day)s,
        usd_micros_per_day = %(usd_micros_per_day)s,
        usd_micros_per_month = %(usd_micros_per_month)s,
+       budget_fit_floor = %(budget_fit_floor)s,
        revision = revision + 1, updated_at = clock_timestamp()
  WHERE id = %(id)s
 RETURNING *
@@ -175,9 +177,11 @@ SELECT pg_notify('inferplane_policy', %(payload)s)
 -- Copy one team verbatim (id, revision, timestamps); a clash on any unique column
 -- inserts nothing and the importer compares.
 INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,
-                   usd_micros_per_month, region, guardrails, revision, created_at)
+                   usd_micros_per_month, budget_fit_floor, region, guardrails, revision,
+                   created_at)
 VALUES (%(id)s, %(name)s, %(rpm)s, %(tpm)s, %(tokens_per_day)s, %(usd_micros_per_day)s,
-        %(usd_micros_per_month)s, %(region)s, %(guardrails)s, %(revision)s, %(created_at)s)
+        %(usd_micros_per_month)s, %(budget_fit_floor)s, %(region)s, %(guardrails)s,
+        %(revision)s, %(created_at)s)
 ON CONFLICT DO NOTHING
 RETURNING *
 

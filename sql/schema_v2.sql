@@ -20,3 +20,7 @@ ALTER TABLE permits ADD COLUMN bound_exceeded boolean NOT NULL DEFAULT false;
 ALTER TABLE permits ADD COLUMN resolved_at timestamptz;
 
 ALTER TABLE permit_segments ADD COLUMN liability bigint;
+
+-- Budget fit (opt-in per team): the smallest output allowance a request may be lowered
+-- to so its worst case fits the team's remaining money or token quota. NULL: refuse.
+ALTER TABLE teams ADD COLUMN budget_fit_floor bigint CHECK (budget_fit_floor >= 0);

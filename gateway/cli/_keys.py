@@ -106,15 +106,28 @@ def _limits_text(limits: TeamLimits | KeyLimits) -> str:
         micros = getattr(limits, f"usd_micros_per_{period}")
         if micros is not None:
             parts.append(f"usd/{period}={format_usd(micros)}")
+    floor = getattr(limits, "budget_fit_floor", None)
+    if floor is not None:
+        parts.append(f"budget fit down to max_tokens {floor}")
     return ", ".join(parts) or "no limits"
 
 
 # -- teams ----------------------------------------------------------------------------
 
+def _fit_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--budget-fit-floor", type=_count, metavar="TOKENS",
+        help="budget fit (opt-in): when a request's worst case does not fit the team's "
+             "remaining money or token quota, lower its max_tokens to the largest value "
+             "that fits, if at least TOKENS (e.g. 1024); without it such requests are "
+             "refused")
+
+
 def _teams_create(args: argparse.Namespace) -> int:
     limits = TeamLimits(rpm=args.rpm, tpm=args.tpm, tokens_per_day=args.tokens_per_day,
                         usd_micros_per_day=_money(args, "day"),
-                        usd_micros_per_month=_money(args, "month"))
+                        usd_micros_per_month=_money(args, "month"),
+                        budget_fit_floor=args.budget_fit_floor)
     team = _run(args, lambda s: s.create_team(name=args.name, limits=limits))
     if args.json:
         _print_json(team)
@@ -140,7 +153,8 @@ def _teams_list(args: argparse.Namespace) -> int:
 
 
 _UNSET = {"rpm": "rpm", "tpm": "tpm", "tokens-per-day": "tokens_per_day",
-          "usd-per-day": "usd_micros_per_day", "usd-per-month": "usd_micros_per_month"}
+          "usd-per-day": "usd_micros_per_day", "usd-per-month": "usd_micros_per_month",
+          "budget-fit": "budget_fit_floor"}
 
 
 def _unset_list(text: str) -> list[str]:
@@ -155,7 +169,8 @@ def _unset_list(text: str) -> list[str]:
 def _teams_set(args: argparse.Namespace) -> int:
     given = {"rpm": args.rpm, "tpm": args.tpm, "tokens_per_day": args.tokens_per_day,
              "usd_micros_per_day": _money(args, "day"),
-             "usd_micros_per_month": _money(args, "month")}
+             "usd_micros_per_month": _money(args, "month"),
+             "budget_fit_floor": args.budget_fit_floor}
     changes = {k: v for k, v in given.items() if v is not None}
     for flag in args.unset or ():
         if _UNSET[flag] in changes:
@@ -300,6 +315,7 @@ def _register_teams(subparsers: Any) -> None:
     _rate_args(create, "team")
     create.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
     _money_args(create, "team")
+    _fit_arg(create)
     _add(sub, "list", _teams_list, "list teams and their limits", "print JSON")
     update = _add(sub, "set", _teams_set, "change some of a team's limits (the others are "
                   "kept); the edit bumps the team's revision", "print the team as JSON")
@@ -307,6 +323,7 @@ def _register_teams(subparsers: Any) -> None:
     _rate_args(update, "team")
     update.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
     _money_args(update, "team")
+    _fit_arg(update)
     update.add_argument("--unset", type=_unset_list, metavar="LIMIT[,LIMIT]",
                         help="remove these caps: " + ", ".join(_UNSET))
     update.add_argument("--expected-revision", type=_positive, metavar="N",

@@ -41,6 +41,7 @@ from gateway.governance._plan import (
     refill,
     retry_after_seconds,
     settlement_fingerprint,
+    tpm_estimate,
     utc_windows,
 )
 from gateway.governance._postgres import PostgresGovernanceStore
@@ -86,5 +87,6 @@ __all__ = [
     "settlement_fingerprint",
     "settlement_for",
     "split_settlement",
+    "tpm_estimate",
     "utc_windows",
 ]

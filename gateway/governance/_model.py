@@ -48,6 +48,9 @@ class Charge(msgspec.Struct, frozen=True, kw_only=True):
     """The captured calendar window (``2026-11-29`` or ``2026-11``) for windows/accounts."""
     rule_uid: str | None = None
     hard: bool = True
+    fit_floor: int | None = None
+    """Budget fit is allowed on this window/account down to this output allowance
+    (the team's ``budget_fit_floor`` or the rule's ``onShortfall: fit``); None: refuse."""
 
 
 class AdmissionRequest(msgspec.Struct, frozen=True, kw_only=True):

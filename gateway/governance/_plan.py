@@ -48,20 +48,20 @@ def _bucket(counter: str, capacity: int | None, amount: int, *, rule: str | None
 
 def _window(counter: str, limit: int | None, amount: int, window: str, dimension: Dimension,
             *, rule: str | None = None, kind: CounterKind = "window",
-            hard: bool = True) -> list[Charge]:
+            hard: bool = True, fit: int | None = None) -> list[Charge]:
     if limit is None:
         return []
     return [Charge(counter=f"{counter}:{window}", kind=kind,
                    dimension=dimension, amount=amount, limit=limit,
-                   window=window, rule_uid=rule, hard=hard)]
+                   window=window, rule_uid=rule, hard=hard, fit_floor=fit)]
 
 
 def _rule_charges(rule: CompiledRule, scope: str, tokens: int, usd: int, day: str,
-                  month: str) -> list[Charge]:
+                  month: str, tpm: int) -> list[Charge]:
     base = f"rule:{rule.uid}:{scope}"
     if rule.kind == "rate":
         return (_bucket(f"{base}:rpm", rule.rpm, 1, rule=rule.uid, dimension="requests")
-                + _bucket(f"{base}:tpm", rule.tpm, tokens, rule=rule.uid))
+                + _bucket(f"{base}:tpm", rule.tpm, tpm, rule=rule.uid))
     if rule.kind == "tokenQuota":
         return (_window(f"{base}:tokens:day", rule.tokens_per_day, tokens, day, "tokens",
                         rule=rule.uid)
@@ -72,36 +72,53 @@ def _rule_charges(rule: CompiledRule, scope: str, tokens: int, usd: int, day: st
                    window, "usd", rule=rule.uid, kind="account", hard=rule.hard_cap)
 
 
+def tpm_estimate(body_bytes: int) -> int:
+    """ADR-039's TPM estimate: the request body's length / 4 (at least 1 token).
+
+    TPM buckets are charged this at admission and trued up at settlement to the actual
+    total of every token class (debt allowed, no floor), so a well-estimated request never
+    waits for its worst case; token quotas and money keep their sound bounds.
+    """
+    return max(1, body_bytes // 4)
+
+
 def plan_charges(principal: Principal, snapshot: PolicySnapshot, *, token_bound: int,
-                 usd_bound: int, now: datetime) -> tuple[Charge, ...]:
+                 usd_bound: int, now: datetime,
+                 tpm: int | None = None) -> tuple[Charge, ...]:
     """Every counter this request must reserve against, sorted by counter key.
 
-    The sort is the stable lock order every store uses, so two admissions never wait on
-    each other's rows in opposite orders.
+    TPM buckets reserve ``tpm`` (the estimate, :func:`tpm_estimate`; default the token
+    bound), token quotas ``token_bound`` and money windows ``usd_bound``. The sort is the
+    stable lock order every store uses, so two admissions never wait on each other's rows
+    in opposite orders.
     """
+    tpm = token_bound if tpm is None else tpm
+    fit = principal.team.limits.budget_fit_floor
     day, month = utc_windows(now)
     key, team = principal.key_limits, principal.team.limits
     k, t = f"key:{principal.key_id}", f"team:{principal.team.id}"
     charges = [
         *_bucket(f"{k}:rpm", key.rpm, 1, dimension="requests"),
-        *_bucket(f"{k}:tpm", key.tpm, token_bound),
+        *_bucket(f"{k}:tpm", key.tpm, tpm),
         *_bucket(f"{t}:rpm", team.rpm, 1, dimension="requests"),
-        *_bucket(f"{t}:tpm", team.tpm, token_bound),
-        *_window(f"{t}:tokens:day", team.tokens_per_day, token_bound, day, "tokens"),
+        *_bucket(f"{t}:tpm", team.tpm, tpm),
+        *_window(f"{t}:tokens:day", team.tokens_per_day, token_bound, day, "tokens",
+                 fit=fit),
         *_window(f"{k}:usd:day", key.usd_micros_per_day, usd_bound, day, "usd"),
         *_window(f"{k}:usd:month", key.usd_micros_per_month, usd_bound, month, "usd"),
-        *_window(f"{t}:usd:day", team.usd_micros_per_day, usd_bound, day, "usd"),
-        *_window(f"{t}:usd:month", team.usd_micros_per_month, usd_bound, month, "usd"),
+        *_window(f"{t}:usd:day", team.usd_micros_per_day, usd_bound, day, "usd", fit=fit),
+        *_window(f"{t}:usd:month", team.usd_micros_per_month, usd_bound, month, "usd",
+                 fit=fit),
     ]
     for rule in snapshot.rules_for(principal.team.name, principal.user):
         charges += _rule_charges(rule, rule.scope(principal.team.name, principal.user),
-                                 token_bound, usd_bound, day, month)
+                                 token_bound, usd_bound, day, month, tpm)
     return tuple(sorted(charges, key=lambda c: c.counter))
 
 
 def build_request(principal: Principal, snapshot: PolicySnapshot, *, request_id: str,
                   model: str, token_bound: int, usd_bound: int,
-                  now: datetime) -> AdmissionRequest:
+                  now: datetime, tpm: int | None = None) -> AdmissionRequest:
     day, month = utc_windows(now)
     return AdmissionRequest(
         request_id=request_id, key_id=principal.key_id, key_revision=principal.key_revision,
@@ -109,7 +126,7 @@ def build_request(principal: Principal, snapshot: PolicySnapshot, *, request_id:
         user=principal.user, model=model, token_bound=token_bound, usd_bound=usd_bound,
         policy_generation=snapshot.generation,
         charges=plan_charges(principal, snapshot, token_bound=token_bound,
-                             usd_bound=usd_bound, now=now),
+                             usd_bound=usd_bound, now=now, tpm=tpm),
         day=day, month=month)
 
 

@@ -79,9 +79,9 @@ def _range(usage: Usage, price: ModelPrice | None) -> tuple[int, int]:
 def split_settlement(request: AdmissionRequest, s: Settlement) -> Settlement:
     """Each charged counter's commit and liability, from the permit's totals.
 
-    A bucket (RPM/TPM) is trued up to the most the request can have used (committed +
-    liability: ADR-039's true-up, conservative while uncertain); a token window or money
-    window/account commits its committed part and keeps the rest as liability.
+    A TPM bucket is trued up to the actual token total (ADR-039; an uncertain outcome
+    keeps its estimate and debits only what was observed beyond it); a token window or
+    money window/account commits its committed part and keeps the rest as liability.
     """
     cancelled = s.kind is OutcomeKind.CANCELLED
     commits: dict[str, int] = {}
@@ -94,7 +94,10 @@ def split_settlement(request: AdmissionRequest, s: Settlement) -> Settlement:
                                 if c.dimension == "tokens"
                                 else (s.usd_committed, s.usd_liability))
         if c.kind == "bucket":
-            commits[c.counter] = committed + liability
+            # TPM true-up (ADR-039): to the actual total when known; an uncertain
+            # quantity never refunds the estimate, only debits what was observed beyond.
+            commits[c.counter] = (max(c.amount, committed) if s.kind is OutcomeKind.UNCERTAIN
+                                  else committed + liability)
             continue
         commits[c.counter] = committed
         if liability:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -25,13 +26,7 @@ from typing import Any
 import msgspec
 
 from gateway.config import Deployment, ModelSettings
-from gateway.errors import (
-    BudgetExhausted,
-    GovernanceUnavailable,
-    InferplaneError,
-    RateLimited,
-    SnapshotMismatch,
-)
+from gateway.errors import InferplaneError
 from gateway.governance import (
     AdmissionRequest,
     Outcome,
@@ -42,15 +37,28 @@ from gateway.governance import (
     Settlement,
     SettleResult,
     build_request,
+    tpm_estimate,
 )
 from gateway.ingress._context import Gateway
-from gateway.ingress._renew import is_snapshot_mismatch, mismatch_kind, renew
+from gateway.ingress._renew import mismatch_kind, renew
+from gateway.ingress._shortfall import (
+    Bounds,
+    fit_charge,
+    largest_output,
+    lower_output,
+    refusal_error,
+    remaining,
+)
 from gateway.keys import Principal
 from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import Provider
 from gateway.usage import Endpoint
 
 log = logging.getLogger("mayu.ingress")
+
+_FIT_ROUNDS = 3
+"""Admission tries with budget fit: each may lower the output allowance for one more
+refusing counter (a team's day and month windows, a policy budget)."""
 
 
 def new_request_id() -> str:
@@ -79,10 +87,19 @@ class Call:
     """Some attempt already wrote this request's audit line(s)."""
     key_hash: str = ""
     """SHA-256 of the presented key, to re-authenticate after a snapshot mismatch."""
+    usd_bound_of: Callable[[int], int] | None = None
+    """The µUSD bound of this request with ``n`` output tokens (for refusals and fit)."""
+    fitted: str | None = None
+    """Set when budget fit lowered the output allowance (the response header says so)."""
 
     @property
     def token_bound(self) -> int:
         return self.input_bound + self.output_bound
+
+    def bounds(self) -> Bounds:
+        usd_of = self.usd_bound_of or (lambda n: self.usd_bound)
+        return Bounds(input_tokens=self.input_bound, output_tokens=self.output_bound,
+                      usd_of=usd_of)
 
 
 def outcome_for(usage: Usage | None, *, detail: str = "") -> Outcome:
@@ -90,16 +107,6 @@ def outcome_for(usage: Usage | None, *, detail: str = "") -> Outcome:
     if usage is None:
         return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail or "upstream reported no usage")
     return Outcome(kind=OutcomeKind.COMPLETE, usage=usage, detail=detail)
-
-
-def refusal_error(refusal: Refusal) -> InferplaneError:
-    if refusal.status == 429:
-        return RateLimited(refusal.reason, retry_after=refusal.retry_after or 1)
-    if refusal.status == 402:
-        return BudgetExhausted(refusal.reason)
-    if is_snapshot_mismatch(refusal):
-        return SnapshotMismatch(refusal.reason, retry_after=refusal.retry_after or 1)
-    return GovernanceUnavailable(refusal.reason, retry_after=refusal.retry_after or 1)
 
 
 @dataclass
@@ -112,6 +119,8 @@ class Attempt:
     settlement: Settlement | None = None
     result: SettleResult | None = None
     settled: bool = False
+    planned: AdmissionRequest | None = None
+    """The last plan handed to the Governor (a refusal names one of its counters)."""
     dispatched: bool = False
     """Bytes of the request may have reached the upstream (cancelled vs uncertain)."""
 
@@ -126,14 +135,34 @@ class Attempt:
              "x-inferplane-usd-bound": str(self.call.usd_bound)}
         if self.permit is not None:
             h["x-inferplane-permit"] = self.permit.id
+        if self.call.fitted:
+            h["x-inferplane-budget-fit"] = self.call.fitted
         return h
 
     def _plan(self) -> AdmissionRequest:
         call = self.call
-        return build_request(call.principal, call.gw.policy.snapshot(),
-                             request_id=self.request_id, model=call.model.name,
-                             token_bound=call.token_bound, usd_bound=call.usd_bound,
-                             now=datetime.now(UTC))
+        self.planned = build_request(
+            call.principal, call.gw.policy.snapshot(), request_id=self.request_id,
+            model=call.model.name, token_bound=call.token_bound, usd_bound=call.usd_bound,
+            now=datetime.now(UTC), tpm=tpm_estimate(len(call.body)))
+        return self.planned
+
+    def _fit(self, refusal: Refusal) -> bool:
+        """Budget fit: lower the output allowance to the largest that fits the refusing
+        counter, if the counter allows it and that is at least its floor."""
+        charge = fit_charge(refusal, self.planned)
+        call = self.call
+        if charge is None or refusal.figures is None or call.usd_bound_of is None:
+            return False
+        fits = largest_output(call.bounds(), refusal.figures)
+        if fits < max(1, charge.fit_floor or 0) or fits >= call.output_bound:
+            return False
+        before = call.output_bound
+        call.doc, call.body = lower_output(call.endpoint, call.doc, fits)
+        call.output_bound, call.usd_bound = fits, call.usd_bound_of(fits)
+        call.fitted = (f"max_tokens lowered from {before} to {fits} to fit "
+                       f"{refusal.counter} ({remaining(refusal.figures)} left)")
+        return True
 
     async def _replan(self, refusal: Refusal, request: AdmissionRequest) -> None:
         call, gw = self.call, self.call.gw
@@ -146,17 +175,24 @@ class Attempt:
     async def admit(self) -> Permit:
         """Admit this attempt (the Governor re-plans after a snapshot mismatch)."""
         gw = self.call.gw
-        try:
-            permit = await gw.governor.admit(self._plan, replan=self._replan)
-        except Refused as refused:
-            decision = refused.refusal
-            gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
-            self.audit(event="refused", status=decision.status, refusal=decision.reason,
-                       counter=decision.counter)
-            raise refusal_error(decision) from None
-        except InferplaneError:
-            gw.metrics.admissions.labels("error").inc()
-            raise
+        for _ in range(_FIT_ROUNDS):
+            try:
+                permit = await gw.governor.admit(self._plan, replan=self._replan)
+                break
+            except Refused as refused:
+                decision = refused.refusal
+                if self._fit(decision):
+                    continue  # admit the same request with the lowered output allowance
+                gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
+                error = refusal_error(decision, self.call.bounds())
+                self.audit(event="refused", status=decision.status, refusal=error.message,
+                           counter=decision.counter)
+                raise error from None
+            except InferplaneError:
+                gw.metrics.admissions.labels("error").inc()
+                raise
+        else:
+            raise refusal_error(decision, self.call.bounds())
         gw.metrics.admitted(permit, self.call.principal.team.name)
         self.permit = permit
         self.audit(event="admitted")

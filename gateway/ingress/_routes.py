@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import logging
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -81,10 +82,13 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     target = route(gw, principal, doc, protocol)
     out = output_bound(doc, endpoint, target.model, ceiling=gw.settings.server.max_output_tokens)
     inp = input_bound(body, doc, target.model)
+    # The µUSD bound as a function of the output allowance (budget fit and refusals
+    # evaluate it at smaller max_tokens).
+    usd_bound_of = partial(cost_bound_micro_usd, inp, price=target.model.price)
     call = Call(gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,
                 body=body, stream=wants_stream(doc, endpoint), input_bound=inp,
                 output_bound=out,
-                usd_bound=cost_bound_micro_usd(inp, out, target.model.price),
+                usd_bound=usd_bound_of(out), usd_bound_of=usd_bound_of,
                 client_headers={h: request.headers[h] for h in _FORWARDED
                                 if h in request.headers},
                 deployments=target.deployments, request_id=rid,

@@ -10,7 +10,8 @@ from typing import Any
 
 from gateway.errors import BadRequest, RevisionConflict
 
-TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
+TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month",
+               "budget_fit_floor")
 KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
 # Both stores keep limits in 64-bit integers; values beyond these are typos, and keeping
 # them well below 2**63 leaves the governance arithmetic room: a bucket holds

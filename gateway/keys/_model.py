@@ -26,6 +26,10 @@ class TeamLimits(msgspec.Struct, frozen=True, kw_only=True):
     tokens_per_day: int | None = None
     usd_micros_per_day: int | None = None
     usd_micros_per_month: int | None = None
+    budget_fit_floor: int | None = None
+    """Budget fit (opt-in): a request whose worst case does not fit the team's remaining
+    money or token quota is admitted with ``max_tokens`` lowered to the largest value that
+    fits, if that is at least this many tokens. None: such requests are refused."""
 
 
 class KeyLimits(msgspec.Struct, frozen=True, kw_only=True):

@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS teams (
     name TEXT NOT NULL UNIQUE,
     rpm INTEGER, tpm INTEGER, tokens_per_day INTEGER,
     usd_micros_per_day INTEGER, usd_micros_per_month INTEGER,
+    budget_fit_floor INTEGER,
     region TEXT,
     guardrails TEXT NOT NULL DEFAULT '[]',
     revision INTEGER NOT NULL DEFAULT 1,
@@ -191,6 +192,16 @@ class SqliteKeyStore(SqliteBase):
     def _schema(self) -> str:
         return _SCHEMA
 
+    async def open(self) -> None:
+        await super().open()
+
+        def _upgrade(conn: sqlite3.Connection) -> None:
+            # Added after the first release: an older file gains it (NULL: refuse).
+            have = {r["name"] for r in conn.execute("PRAGMA table_info(teams)")}
+            if "budget_fit_floor" not in have:
+                conn.execute("ALTER TABLE teams ADD COLUMN budget_fit_floor INTEGER")
+        await self._run(_upgrade)
+
     async def resolve(self, key_hash: str) -> Principal | None:
         def _resolve(conn: sqlite3.Connection) -> Principal | None:
             row = conn.execute("SELECT * FROM keys WHERE key_hash = ?", (key_hash,)).fetchone()
@@ -219,8 +230,8 @@ class SqliteKeyStore(SqliteBase):
             team_id = "team_" + uuid.uuid4().hex[:16]
             conn.execute(
                 "INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,"
-                " usd_micros_per_month, region, guardrails, revision, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                " usd_micros_per_month, budget_fit_floor, region, guardrails, revision,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
                 (team_id, name, *(getattr(limits, n) for n in TEAM_LIMITS), region,
                  json.dumps(list(guardrails)), _ts(self._clock())))
             return _team(conn.execute("SELECT * FROM teams WHERE id = ?",
@@ -239,7 +250,8 @@ class SqliteKeyStore(SqliteBase):
             check_revision(f"team {row['name']!r}", row["revision"], expected_revision)
             conn.execute(
                 "UPDATE teams SET rpm = ?, tpm = ?, tokens_per_day = ?, usd_micros_per_day = ?,"
-                " usd_micros_per_month = ?, revision = revision + 1 WHERE id = ?",
+                " usd_micros_per_month = ?, budget_fit_floor = ?, revision = revision + 1"
+                " WHERE id = ?",
                 (*(getattr(limits, n) for n in TEAM_LIMITS), row["id"]))
             return _team(conn.execute("SELECT * FROM teams WHERE id = ?",
                                       (row["id"],)).fetchone())

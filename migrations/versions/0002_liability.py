@@ -44,6 +44,7 @@ def downgrade() -> None:
     for fn in _V2_FUNCTIONS:
         op.execute(f"DROP FUNCTION IF EXISTS {fn}")
     op.execute("ALTER TABLE permit_segments DROP COLUMN liability")
+    op.execute("ALTER TABLE teams DROP COLUMN budget_fit_floor")
     for column in ("resolved_at", "bound_exceeded", "usd_liability", "tokens_liability"):
         op.execute(f"ALTER TABLE permits DROP COLUMN {column}")
     op.execute("ALTER TABLE authority_accounts DROP COLUMN liability")

@@ -30,8 +30,10 @@ from tests.e2e._procs import (
 
 PRICE = {"input": 1_000_000, "output": 4_000_000, "cache_read": 100_000,
          "cache_write_5m": 1_250_000, "cache_write_1h": 2_000_000}
+OPUS_PRICE = {"input": 15_000_000, "output": 75_000_000, "cache_read": 1_500_000,
+              "cache_write_5m": 18_750_000, "cache_write_1h": 30_000_000}
 ADMIN_TOKEN = "e2e-admin-token"
-MAX_BODY = 64 * 1024
+MAX_BODY = 256 * 1024  # room for agent-sized prompts (~108 KB per Claude Code turn)
 MAX_OUTPUT = 100_000
 
 _UPSTREAM = {  # gateway model -> (provider, upstream model)
@@ -76,6 +78,11 @@ def gateway_config(workdir: Path, upstream: Proc) -> Path:
          "deployments": [{"provider": "up-openai", "upstream_model": "mock-hidden-input"}]},
         # Its bound (body + 45,500 overhead + max_tokens) sits ~10% below the 50,000 hidden
         # input tokens the upstream reports: valid usage above the bound.
+        # Claude-Opus-like prices: Claude Code's max_tokens 32,000 alone is a $2.40 worst case.
+        {"name": "claude-opus", "price": OPUS_PRICE,
+         "deployments": [{"provider": "up-anthropic", "upstream_model": "mock-claude"}]},
+        {"name": "gpt-opus", "price": OPUS_PRICE,
+         "deployments": [{"provider": "up-openai", "upstream_model": "mock-gpt"}]},
         {"name": "gpt-over", "price": PRICE, "input_overhead_tokens": 45_500,
          "deployments": [{"provider": "up-openai", "upstream_model": "mock-hidden-input"}]},
     ]

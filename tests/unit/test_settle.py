@@ -65,7 +65,8 @@ def test_cut_stream_commits_what_arrived_and_the_rest_of_the_bound_is_liability(
     assert s.usd_committed == cost_micro_usd(observed, PRICE)
     assert s.usd_committed + s.usd_liability == REQ.usd_bound
     assert s.tokens_committed + s.tokens_liability == REQ.token_bound
-    assert s.commits["team:t1:tpm"] == REQ.token_bound  # TPM trued up to the worst case
+    # TPM keeps its reservation (never refunded while uncertain), debits what was seen.
+    assert s.commits["team:t1:tpm"] == max(REQ.token_bound, s.tokens_committed)
 
 
 def test_nothing_left_the_gateway_commits_nothing_and_counts_no_request():
@@ -127,3 +128,24 @@ def test_no_usage_needs_no_price(kind):
     """Recovery settles from the journal alone: no usage, no price needed."""
     s = settlement_for(REQ, Outcome(kind=kind))
     assert s.usd_committed == 0
+
+
+def test_tpm_is_charged_the_estimate_and_trued_up_to_the_actual_total():
+    """ADR-039: TPM reserves body/4, settlement commits every class's actual total (an
+    under-estimate debits into debt); quotas and money keep the sound bounds."""
+    from gateway.governance import tpm_estimate
+
+    p = Principal(key_id="k1", key_prefix="sk-inf-x", key_revision=1, key_limits=KeyLimits(),
+                  allowed_models=None, team=Team(id="t1", name="ml", limits=TEAM, revision=1),
+                  user=None)
+    estimate = tpm_estimate(108_000)
+    req = build_request(p, EMPTY_SNAPSHOT, request_id="r", model="m", token_bound=140_000,
+                        usd_bound=10**6, now=NOW, tpm=estimate)
+    charged = {c.counter: c.amount for c in req.charges}
+    assert charged["team:t1:tpm"] == estimate == 27_000
+    assert charged[TOKENS] == 140_000
+    usage = Usage(input=2_000, cache_read=25_000, output=900)
+    s = settlement_for(req, Outcome(kind=OutcomeKind.COMPLETE, usage=usage), PRICE)
+    assert s.commits["team:t1:tpm"] == 27_900  # > the estimate: 900 tokens of debt
+    cut = settlement_for(req, Outcome(kind=OutcomeKind.UNCERTAIN), PRICE)
+    assert cut.commits["team:t1:tpm"] == estimate
