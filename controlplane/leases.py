@@ -178,6 +178,12 @@ async def sync(pool: Pool, cache: PolicyCache, req: SyncRequest, *,
     else:
         raise GovernanceUnavailable("the policy generation changed during every try of "
                                     "this heartbeat; retry", retry_after=1)
+    if result.get("new_frame"):
+        # Expected after a wiped data dir; repeated, it means two processes share one id.
+        log.warning("data plane %s came back with another counter store (frame %s, was %s): "
+                    "its earlier spend stays committed and the rest of its old allowances "
+                    "count as unobserved", req.dataplane.id, req.frame,
+                    result.get("previous_frame"))
     return SyncResponse(
         namespace=view.namespace, generation=view.generation,
         fingerprint=view.fingerprint,

@@ -92,10 +92,23 @@ async def _lease_components(settings: Settings, keys: KeyStore,
     stack.push_async_callback(governance.close)
     client = LeaseClient(
         url=cp.url, token=token, state=state, lease_file=LeaseFile(path), key_store=keys,
-        dataplane_id=cp.dataplane_id or settings.server.replica_id or socket.gethostname(),
+        dataplane_id=_dataplane_id(cp.dataplane_id),
+        default_id=settings.server.replica_id or socket.gethostname(),
         timeout_s=cp.timeout_s, min_interval_s=cp.min_heartbeat_interval_s,
         max_interval_s=cp.max_heartbeat_interval_s)
     return Components(key_store=keys, governance=governance, policy=client)
+
+
+def _dataplane_id(configured: str | None) -> str | None:
+    """``control_plane.dataplane_id``: a name, or ``env:NAME`` (a DaemonSet passes the
+    node name through the downward API, so each node's plane keeps one id)."""
+    if configured is None or not configured.startswith("env:"):
+        return configured
+    value = os.environ.get(configured[4:], "").strip()
+    if not value:
+        raise ConfigError(f"control_plane.dataplane_id: environment variable "
+                          f"{configured[4:]} is not set")
+    return value
 
 
 def check_policy_source(settings: Settings) -> None:

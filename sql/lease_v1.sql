@@ -188,7 +188,8 @@ $$;
 --                  "grant", "renew_ms", "committed", "liability", "reserved", "want"}]}
 -- "limit" is null for an account whose rule is not a lease-managed budget of generation
 -- N: its report is recorded, it gets no grant. Output: {"status": "ok" |
--- "stale_heartbeat" | "stale_generation", "generation", "day", "month", "leases": [...]}.
+-- "stale_heartbeat" | "stale_generation", "generation", "day", "month", "leases": [...],
+-- "new_frame": the plane came back with another counter store, "previous_frame"}.
 CREATE FUNCTION inferplane_lease_sync_v1(req jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -255,7 +256,9 @@ BEGIN
 
     RETURN jsonb_build_object(
         'status', CASE WHEN v_apply THEN 'ok' ELSE 'stale_heartbeat' END,
-        'generation', cur_gen, 'day', v_day, 'month', v_month, 'leases', leases);
+        'generation', cur_gen, 'day', v_day, 'month', v_month, 'leases', leases,
+        'new_frame', v_apply AND prev.seq >= 0 AND prev.frame <> v_frame,
+        'previous_frame', prev.frame);
 END
 $$;
 

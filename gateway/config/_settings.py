@@ -165,9 +165,10 @@ class ControlPlaneSettings(_Base, frozen=True):
     """Reference to a data plane token (inferplaned ``auth.dataplane_tokens_ref``);
     unset only against an unauthenticated, loopback-only control plane."""
     dataplane_id: str | None = None
-    """How this plane names itself to the control plane (``GET /v1alpha1/dataplanes``);
-    default ``server.replica_id``, else the host name. Unique per plane: its ledger rows
-    are keyed by it."""
+    """How this plane names itself to the control plane (``GET /v1alpha1/dataplanes``):
+    a name, or ``env:NAME`` (e.g. the node name from the downward API). Unique per plane:
+    its ledger rows are keyed by it. Default: ``server.replica_id``, else the host name,
+    chosen on the first start and then kept with the counter store."""
     timeout_s: Seconds = 5.0
     """How long one heartbeat may take before it counts as failed."""
     min_heartbeat_interval_s: Seconds = 0.05

@@ -63,14 +63,17 @@ def _previous_periods(now: datetime) -> tuple[str, str]:
 class LeaseClient:
     """Policy source + heartbeat of a lease-profile plane."""
 
-    def __init__(self, *, url: str, token: str | None, dataplane_id: str, state: LeaseState,
-                 lease_file: LeaseFile, key_store: KeyStore | None = None,
+    def __init__(self, *, url: str, token: str | None, dataplane_id: str | None,
+                 default_id: str, state: LeaseState, lease_file: LeaseFile,
+                 key_store: KeyStore | None = None,
                  timeout_s: float = 5.0, min_interval_s: float = 0.05,
                  max_interval_s: float = 60.0, max_backoff_s: float = 5.0) -> None:
         self.state = state
         self._url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._id = dataplane_id
+        self._configured_id = dataplane_id
+        self._default_id = default_id
+        self._id = dataplane_id or default_id
         self._file = lease_file
         self._keys = key_store
         self._timeout = timeout_s
@@ -95,7 +98,8 @@ class LeaseClient:
 
     async def start(self) -> None:
         """Install the last applied set (if a run saved one) and start heartbeating."""
-        self._frame = await self._file.open()
+        self._frame, self._id = await self._file.open(dataplane_id=self._configured_id,
+                                                      default_id=self._default_id)
         saved = await self._file.saved_policy()
         if saved is not None:
             self._install(saved)

@@ -5,6 +5,9 @@ Three small things, on a connection of their own (WAL: reads never block the sto
 - the **frame**: a random id created with the counter store and kept in the same file,
   so a plane that comes back with fresh counters (a new file, a wiped data dir) reports
   a new frame and the ledger adopts its counters instead of trusting the old figures;
+- the plane's **id** when none is configured: chosen once (replica id or host name) and
+  kept with the counters, so a pod that comes back under a new name on the same data
+  dir keeps its ledger rows (a new id would count its cumulative figures twice);
 - the **last applied policy set** (documents, generation, fingerprint, namespace), so a
   restart during a control-plane outage enforces what was published (ADR-034 §5);
 - the **figures** of the local ``account:`` counters, read for each heartbeat.
@@ -30,6 +33,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lease_plane (
     singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
     frame TEXT NOT NULL,
+    dataplane_id TEXT NOT NULL,
     namespace TEXT, generation INTEGER, fingerprint TEXT,
     documents TEXT,                          -- the last applied set, JSON {name: document}
     saved_at TEXT
@@ -68,21 +72,25 @@ class LeaseFile:
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.to_thread(self._call, fn)
 
-    async def open(self) -> str:
-        """Open the file and return its frame (created on first use)."""
-        def _open() -> str:
+    async def open(self, *, dataplane_id: str | None, default_id: str) -> tuple[str, str]:
+        """Open the file; (frame, plane id). The frame is created on first use; the id is
+        ``dataplane_id`` when configured (and then kept), else the one kept, else
+        ``default_id`` (then kept)."""
+        def _open() -> tuple[str, str]:
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(Path(self.path).expanduser()), isolation_level=None,
                                    check_same_thread=False, timeout=30.0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
-            conn.execute("INSERT OR IGNORE INTO lease_plane (singleton, frame) VALUES (1, ?)",
-                         (uuid.uuid4().hex,))
+            conn.execute("INSERT OR IGNORE INTO lease_plane (singleton, frame, dataplane_id)"
+                         " VALUES (1, ?, ?)", (uuid.uuid4().hex, dataplane_id or default_id))
+            if dataplane_id:
+                conn.execute("UPDATE lease_plane SET dataplane_id = ?", (dataplane_id,))
             columns = {r[1] for r in conn.execute("PRAGMA table_info(gov_counters)")}
             self._liability = "liability" in columns
             self._conn = conn
-            row = conn.execute("SELECT frame FROM lease_plane").fetchone()
-            return str(row[0])
+            row = conn.execute("SELECT frame, dataplane_id FROM lease_plane").fetchone()
+            return str(row[0]), str(row[1])
         return await asyncio.to_thread(_open)
 
     async def close(self) -> None:
