@@ -24,12 +24,14 @@ class InferplaneError(Exception):
         self.message = message or (self.__doc__ or self.__class__.__name__).strip()
         self.retry_after = retry_after
         self.param = param
+        self.extra_headers: dict[str, str] = {}
+        """Protocol headers the answer carries (e.g. the remaining-limit headers)."""
         super().__init__(self.message)
 
     def headers(self) -> dict[str, str]:
         if self.retry_after is None:
-            return {}
-        return {"Retry-After": str(self.retry_after)}
+            return dict(self.extra_headers)
+        return {**self.extra_headers, "Retry-After": str(self.retry_after)}
 
 
 class ConfigError(InferplaneError):

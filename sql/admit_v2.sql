@@ -6,7 +6,10 @@
 --     + amount would pass its limit: liability binds like a reservation (DESIGN §5);
 --   * a refusal carries the figures the counter held ({"limit", "committed",
 --     "liability", "reserved", "leased", "amount", "window", "dimension"}), so the
---     gateway words it exactly as the local store does (gateway/governance/_refusal.py).
+--     gateway words it exactly as the local store does (gateway/governance/_refusal.py);
+--   * a permit carries each charged bucket's balance right after its reservation
+--     ({"permit_id", "buckets": {counter: balance}}), read under the lock already held,
+--     so the remaining-limit response headers cost no extra round trip.
 -- Frozen once released; a change is inferplane_admit_v3 in a new file and revision.
 
 -- Would this (locked) charge fit? NULL if yes, else the refusal with its figures.
@@ -65,6 +68,7 @@ DECLARE
     now_us bigint;
     ch jsonb;
     refusal jsonb;
+    balances jsonb;
     i int;
 BEGIN
     -- 1. Definitions, in a fixed order: keys, teams, policy generation.
@@ -107,8 +111,14 @@ BEGIN
         FOR ch IN SELECT x FROM jsonb_array_elements(requests->(i - 1)->'charges') x LOOP
             PERFORM inferplane_reserve_charge_v1(ch, now_us);
         END LOOP;
+        SELECT coalesce(jsonb_object_agg(c.key, c.balance), '{}'::jsonb) INTO balances
+          FROM counters c
+         WHERE c.kind = 'bucket' AND c.key IN (
+               SELECT x->>'counter' FROM jsonb_array_elements(requests->(i - 1)->'charges') x
+                WHERE x->>'kind' = 'bucket');
         results[i] := jsonb_build_object('permit_id',
-                                         inferplane_write_permit_v1(requests->(i - 1), now_us));
+                                         inferplane_write_permit_v1(requests->(i - 1), now_us),
+                                         'buckets', balances);
     END LOOP;
     RETURN to_jsonb(results);
 END

@@ -207,7 +207,9 @@ class LocalGovernanceStore(SqliteBase):
             updates.append((charge, decided))
         for _, state in updates:
             store_counter(conn, state)
-        permit = Permit(id=uuid.uuid4().hex, request=req)
+        permit = Permit(id=uuid.uuid4().hex, request=req,
+                        buckets={c.counter: s.balance for c, s in updates
+                                 if c.kind == "bucket"})
         _insert_permit(conn, permit, now)
         return permit
 

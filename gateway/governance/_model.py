@@ -74,6 +74,9 @@ class Permit(msgspec.Struct, frozen=True, kw_only=True):
 
     id: str
     request: AdmissionRequest
+    buckets: dict[str, int] = {}
+    """Each charged bucket's balance (BUCKET_SCALE units) right after this reservation,
+    as admission read it: the remaining-limit headers come from here, no extra read."""
 
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):

@@ -123,7 +123,9 @@ class PostgresGovernanceStore:
         out: list[Permit | Refusal] = []
         for req, raw in zip(requests, row["results"], strict=True):
             if "permit_id" in raw:
-                out.append(Permit(id=raw["permit_id"], request=req))
+                out.append(Permit(id=raw["permit_id"], request=req,
+                                  buckets={k: int(v) for k, v in
+                                           (raw.get("buckets") or {}).items()}))
             else:
                 out.append(_refusal(raw))
         return out

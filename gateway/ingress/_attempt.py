@@ -40,6 +40,7 @@ from gateway.governance import (
     tpm_estimate,
 )
 from gateway.ingress._context import Gateway
+from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
 from gateway.ingress._renew import mismatch_kind, renew
 from gateway.ingress._shortfall import (
     Bounds,
@@ -135,6 +136,8 @@ class Attempt:
              "x-inferplane-usd-bound": str(self.call.usd_bound)}
         if self.permit is not None:
             h["x-inferplane-permit"] = self.permit.id
+            h.update(ratelimit_headers(self.permit,
+                                       anthropic=self.call.endpoint == "messages"))
         if self.call.fitted:
             h["x-inferplane-budget-fit"] = self.call.fitted
         return h
@@ -185,6 +188,10 @@ class Attempt:
                     continue  # admit the same request with the lowered output allowance
                 gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
                 error = refusal_error(decision, self.call.bounds())
+                if decision.code == "rate_limited" and decision.figures is not None:
+                    error.extra_headers = refused_headers(
+                        decision.figures.limit, decision.figures.dimension,
+                        decision.retry_after, anthropic=self.call.endpoint == "messages")
                 self.audit(event="refused", status=decision.status, refusal=error.message,
                            counter=decision.counter)
                 raise error from None

@@ -154,3 +154,30 @@ def test_budget_fit_lowers_max_tokens_and_spends_up_to_the_limit(stack: Stack) -
     # What is left cannot hold one more request at the floor (1024 output tokens at
     # $75/Mtok is 76,800 µUSD, plus its input bound).
     assert limit - usage["usd_committed"] < 76_800 + 400_000
+
+
+def test_every_answer_carries_the_remaining_limit_headers_of_its_protocol(
+        stack: Stack) -> None:
+    """x-ratelimit-* for OpenAI clients, anthropic-ratelimit-* for Anthropic ones, from
+    the tightest bucket admission charged; a rate refusal says 0 remain."""
+    key = stack.team_key("headers", "--rpm", "2", "--tpm", "100000")
+    oa = openai.OpenAI(base_url=f"{stack.gateway.url}/v1", api_key=key, max_retries=0)
+    raw = oa.chat.completions.with_raw_response.create(
+        model="gpt-up", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers["x-ratelimit-limit-requests"] == "2"
+    assert raw.headers["x-ratelimit-remaining-requests"] == "1"
+    assert raw.headers["x-ratelimit-limit-tokens"] == "100000"
+    assert 0 < int(raw.headers["x-ratelimit-remaining-tokens"]) < 100_000
+    assert raw.headers["x-ratelimit-reset-requests"].endswith("s")
+    an = anthropic.Anthropic(base_url=stack.gateway.url, api_key=key, max_retries=0)
+    araw = an.messages.with_raw_response.create(
+        model="claude-up", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert araw.headers["anthropic-ratelimit-requests-limit"] == "2"
+    assert araw.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    assert araw.headers["anthropic-ratelimit-requests-reset"].endswith("Z")
+    with pytest.raises(anthropic.RateLimitError) as err:
+        an.messages.create(model="claude-up", max_tokens=5,
+                           messages=[{"role": "user", "content": "hi"}])
+    headers = err.value.response.headers
+    assert headers["anthropic-ratelimit-requests-remaining"] == "0"
+    assert int(headers["retry-after"]) >= 1

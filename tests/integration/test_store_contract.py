@@ -213,3 +213,15 @@ async def test_governor_refusal_carries_the_store_refusal(stores):
     with pytest.raises(Refused) as refused:
         await governor.admit(lambda: request(p, usd=10_001, rid="g"), replan=never)
     assert refused.value.refusal.code == "budget_exhausted"
+
+
+async def test_a_permit_carries_its_bucket_balances(stores):
+    """Admission returns each charged bucket's balance after the reservation, the same
+    in both stores (the remaining-limit headers come from it, no extra read)."""
+    from gateway.governance import BUCKET_SCALE
+
+    p = await principal(stores.keys, team="t1", limits=LIMITS)
+    [permit] = await stores.gov.admit([request(p, usd=10, tokens=700, rid="b")])
+    assert isinstance(permit, Permit)
+    tpm = f"team:{p.team.id}:tpm"
+    assert permit.buckets == {tpm: (100_000 - 700) * BUCKET_SCALE}
