@@ -69,7 +69,8 @@ def _rule_charges(rule: CompiledRule, scope: str, tokens: int, usd: int, day: st
                           "tokens", rule=rule.uid))
     window = day if rule.window == "day" else month
     return _window(f"account:{rule.uid}:{scope}:{rule.window}", rule.limit_micro_usd, usd,
-                   window, "usd", rule=rule.uid, kind="account", hard=rule.hard_cap)
+                   window, "usd", rule=rule.uid, kind="account", hard=rule.hard_cap,
+                   fit=rule.fit_floor)
 
 
 def tpm_estimate(body_bytes: int) -> int:

@@ -24,6 +24,9 @@ from gateway.policy._wire import GovernancePolicy, Rule, duration_ms, rule_uid
 MICRO_PER_MILLI = 1000
 
 
+DEFAULT_FIT_FLOOR = 1024
+"""``onShortfall: fit`` without ``fitFloorTokens``: never lower max_tokens below this."""
+
 def _subject(rule: Rule) -> dict[str, Any]:
     s = rule.subject
     return {"subject": s.kind, "team": s.team, "user": s.user}
@@ -51,7 +54,9 @@ def compile_rule(policy: str, rule: Rule) -> CompiledRule:
         hard_cap=b.hard_cap is not False and not b.unlimited,
         lease_grant_micro_usd=None if lease is None else lease.grant * MICRO_PER_MILLI,
         lease_renew_ms=None if lease is None else duration_ms(lease.renew_interval),
-        admin_contact=b.admin_contact, **common)
+        admin_contact=b.admin_contact,
+        fit_floor=(b.fit_floor_tokens or DEFAULT_FIT_FLOOR) if b.on_shortfall == "fit" else None,
+        **common)
 
 
 def decode_documents(docs: Sequence[dict[str, Any] | GovernancePolicy], *,

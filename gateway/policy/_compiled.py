@@ -46,6 +46,9 @@ class CompiledRule(msgspec.Struct, frozen=True, kw_only=True):
     lease_grant_micro_usd: int | None = None
     lease_renew_ms: int | None = None
     admin_contact: str | None = None
+    fit_floor: int | None = None
+    """Budget rules with ``onShortfall: fit``: the smallest max_tokens budget fit may
+    lower a request to (``fitFloorTokens``, default 1024); None: refuse."""
 
     def applies_to(self, team_name: str, user: str | None) -> bool:
         if self.subject in ("team", "team-user") and self.team not in ("*", team_name):

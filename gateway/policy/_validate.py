@@ -194,9 +194,12 @@ def _lease_problems(budget: dict[str, Any], path: str) -> list[Problem]:
 def _budget_problems(budget: dict[str, Any], path: str) -> list[Problem]:
     if budget.get("unlimited") is True:
         return [(f"{path}.{f}", _NO_CAP)
-                for f in ("limitMilliUSD", "hardCap", "lease", "adminContact")
+                for f in ("limitMilliUSD", "hardCap", "lease", "adminContact",
+                          "onShortfall", "fitFloorTokens")
                 if _has(budget, f)]
     out: list[Problem] = []
+    if _has(budget, "fitFloorTokens") and budget.get("onShortfall") != "fit":
+        out.append((f"{path}.fitFloorTokens", "only with onShortfall: fit"))
     if not _has(budget, "limitMilliUSD"):
         out.append((f"{path}.limitMilliUSD", "required (or unlimited: true)"))
     if not _has(budget, "window"):

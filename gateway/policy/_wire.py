@@ -107,6 +107,12 @@ class BudgetRule(_Wire, frozen=True):
     lease: Lease | None = None
     admin_contact: Annotated[str, msgspec.Meta(min_length=1, max_length=253)] | None = (
         msgspec.field(default=None, name="adminContact"))
+    on_shortfall: Literal["refuse", "fit"] | None = msgspec.field(default=None,
+                                                                  name="onShortfall")
+    """``fit``: a request whose worst case does not fit what remains is admitted with its
+    max_tokens lowered to the largest value that fits, if at least ``fitFloorTokens``
+    (default 1024). Absent or ``refuse``: such requests are refused."""
+    fit_floor_tokens: Tokens | None = msgspec.field(default=None, name="fitFloorTokens")
 
 
 class TokenQuota(_Wire, frozen=True):

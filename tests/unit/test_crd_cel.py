@@ -116,6 +116,8 @@ def rule(name: str = "r", *, fp: str | None = "FailClosed", **body: Any) -> dict
 LEASE = {"grant": 10, "renewInterval": "10s"}
 
 VALID = {
+    "budget-fit": policy(rule(budget={"limitMilliUSD": 1000, "window": "day",
+                                      "onShortfall": "fit", "fitFloorTokens": 2048})),
     "full": policy(
         rule("rate", fp="FailOpen", rate={"rpm": 60, "tpm": 1000}),
         rule("spend", budget={"limitMilliUSD": 500, "window": "month", "hardCap": True,
@@ -131,6 +133,12 @@ VALID = {
 
 # (document, "cel" | "schema"): which layer of the CRD must refuse it.
 INVALID = {
+    "fit-floor-without-fit": (policy(rule(budget={"limitMilliUSD": 5, "window": "day",
+                                                  "fitFloorTokens": 10})), "cel"),
+    "unlimited-with-fit": (policy(rule(budget={"unlimited": True, "onShortfall": "fit"})),
+                           "cel"),
+    "on-shortfall-unknown": (policy(rule(budget={"limitMilliUSD": 5, "window": "day",
+                                                 "onShortfall": "borrow"})), "schema"),
     "rate-unlimited-rpm": (policy(rule(rate={"unlimited": True, "rpm": 5})), "cel"),
     "rate-unlimited-tpm": (policy(rule(rate={"unlimited": True, "tpm": 5})), "cel"),
     "rate-limits-nothing": (policy(rule(rate={})), "cel"),

@@ -82,6 +82,29 @@ def test_policy_rules_charge_their_own_scoped_counters():
     }
 
 
+def test_budget_fit_is_carried_by_the_windows_that_opted_in():
+    """A team's budget_fit_floor marks its money and token windows; a budget rule's
+    onShortfall: fit (compiled to fit_floor) marks its account; key windows never."""
+    from gateway.policy import compile_documents
+
+    [compiled] = compile_documents([{
+        "apiVersion": "inferplane.dev/v1alpha1", "kind": "GovernancePolicy",
+        "metadata": {"name": "p"}, "spec": {"rules": [{
+            "name": "spend", "subject": {"kind": "team", "team": "ml"},
+            "failurePolicy": "FailClosed",
+            "budget": {"limitMilliUSD": 500, "window": "day", "onShortfall": "fit"}}]}}])
+    assert compiled.fit_floor == 1024
+    p = principal(TeamLimits(usd_micros_per_day=10**6, tokens_per_day=10**6,
+                             budget_fit_floor=2048), KeyLimits(usd_micros_per_day=10**6))
+    charges = plan_charges(p, PolicySnapshot(generation=1, rules=(compiled,)),
+                           token_bound=40, usd_bound=6, now=NOW)
+    fits = {c.counter: c.fit_floor for c in charges}
+    assert fits == {"account:p/spend:team=ml:day:2026-11-29": 1024,
+                    "key:k1:usd:day:2026-11-29": None,
+                    "team:t1:tokens:day:2026-11-29": 2048,
+                    "team:t1:usd:day:2026-11-29": 2048}
+
+
 def test_build_request_captures_identity_revisions_and_generation():
     """The admission request carries the revisions and generation it was planned at."""
     req = build_request(principal(TeamLimits(rpm=1)), PolicySnapshot(generation=9),
