@@ -36,6 +36,8 @@ HTTP API (Authorization: Bearer <token>; writers publish and read, readers only 
   GET    /v1alpha1/policies          every published document
   GET    /v1alpha1/generation        namespace, generation, fingerprint
   GET    /v1alpha1/changes?since=N   who changed what, when
+  POST   /v1alpha1/sync              lease-profile heartbeat (data plane tokens only)
+  GET    /v1alpha1/dataplanes        connected lease-profile gateways and their leases
   GET    /healthz, /readyz           liveness; readiness (database reachable)
 """
 
@@ -46,7 +48,9 @@ YAML config file. Keys (all optional):
   listen.host / listen.port   (default 127.0.0.1:8470)
   auth.writer_tokens_ref      map token name -> env:NAME | file:PATH
   auth.reader_tokens_ref      map token name -> env:NAME | file:PATH
+  auth.dataplane_tokens_ref   map token name -> env:NAME | file:PATH (sync only)
   max_body_bytes              largest accepted document (default 1048576)
+  max_sync_bytes              largest accepted heartbeat (default 4194304)
   shutdown_grace_s            SIGTERM: time in-flight requests get to finish (default 30)
 Token names are recorded as the author of each change."""
 

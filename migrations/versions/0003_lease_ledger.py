@@ -1,6 +1,7 @@
-"""The durable lease ledger (ADR-034 §2, DESIGN §6): lease_dataplanes, lease_grants and
-the ``inferplane_lease_*_v1`` functions, beside the authority accounts they share with
-shared-profile admission.
+"""The durable lease ledger (lease_dataplanes, lease_grants, inferplane_lease_*_v1).
+
+ADR-034 §2 and DESIGN §6: the ledger rows sit beside the authority accounts they share
+with shared-profile admission.
 
 Revision ID: 0003
 Revises: 0002
