@@ -183,18 +183,20 @@ def test_probes_and_security() -> None:
 
 
 def test_lease_profile_runs_node_local_gateways() -> None:
-    """Lease: a DaemonSet whose config names inferplaned's Service and a token ref, the
-    token from its Secret, and local stores (no database env in the config)."""
+    """Lease: a DaemonSet whose config names inferplaned's Service, a token ref (the
+    token from its Secret) and the node's name as the plane id, and local stores (no
+    database env in the config)."""
     docs = render(PROFILES["lease"])
     found = kinds(docs)
     assert "DaemonSet" in found and "StatefulSet" not in found
     config = gateway_config(docs)
     assert config["control_plane"] == {"url": "http://rel-inferplane-inferplaned:8470",
-                                       "token_ref": "env:INFERPLANE_CONTROL_PLANE_TOKEN"}
+                                       "token_ref": "env:INFERPLANE_CONTROL_PLANE_TOKEN",
+                                       "dataplane_id": "env:INFERPLANE_NODE_NAME"}
     assert "key_store" not in config and "database" not in config
     (container,) = gateway_pod(docs)["containers"]
     env = {e["name"] for e in container["env"]}
-    assert "INFERPLANE_CONTROL_PLANE_TOKEN" in env
+    assert {"INFERPLANE_CONTROL_PLANE_TOKEN", "INFERPLANE_NODE_NAME"} <= env
     (cp,) = [d for d in docs if d["kind"] == "ConfigMap"
              and d["metadata"]["name"].endswith("-inferplaned")]
     auth = yaml.safe_load(cp["data"]["inferplaned.yaml"])["auth"]

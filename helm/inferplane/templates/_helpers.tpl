@@ -84,7 +84,7 @@ securityContext:
 {{- $_ := set $config "database" $db -}}
 {{- else if eq $v.profile "lease" -}}
 {{- $url := $v.lease.controlPlaneUrl | default (printf "http://%s-inferplaned:%v" (include "inferplane.name" .) $v.controlplane.port) -}}
-{{- $_ := set $config "control_plane" (dict "url" $url "token_ref" "env:INFERPLANE_CONTROL_PLANE_TOKEN") -}}
+{{- $_ := set $config "control_plane" (dict "url" $url "token_ref" "env:INFERPLANE_CONTROL_PLANE_TOKEN" "dataplane_id" "env:INFERPLANE_NODE_NAME") -}}
 {{- end -}}
 {{- toYaml $config -}}
 {{- end -}}
@@ -112,6 +112,9 @@ securityContext:
     {{- if eq .Values.profile "lease" }}
     - name: INFERPLANE_CONTROL_PLANE_TOKEN
       valueFrom: {secretKeyRef: {name: {{ .Values.lease.tokenSecret.name }}, key: {{ .Values.lease.tokenSecret.key }}}}
+    # One plane per node: its ledger rows keep the node's name across pod restarts.
+    - name: INFERPLANE_NODE_NAME
+      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
     {{- end }}
     {{- with .Values.gateway.env }}
     {{- toYaml . | nindent 4 }}
