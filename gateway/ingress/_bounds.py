@@ -10,6 +10,11 @@ server-side tools (web search, file search, code execution, MCP servers) whose r
 are fed back as input. Their input can be any size up to the model's context window, so
 for them the bound is the model's ``max_input_tokens``; a model without one refuses them
 (400 naming the config key) rather than admit a request whose cost it cannot bound.
+
+:func:`input_classes` decides which price classes those input tokens can be billed in,
+from the protocol's caching rules (each rule cites its provider page; ``docs/bounds.md``
+gives the reasoning and the measured effect), so the µUSD bound prices input at the
+dearest class the request can really produce, not at the dearest class there is.
 """
 
 from __future__ import annotations
@@ -83,3 +88,63 @@ def input_bound(body: bytes, doc: dict[str, Any], model: ModelSettings) -> int:
             f"models[].max_input_tokens for model {model.name!r} to allow it",
             param=reason.split(".")[0].split("[")[0])
     return max(len(body), model.max_input_tokens)
+
+
+# Anthropic prompt caching
+# (https://platform.claude.com/docs/en/build-with-claude/prompt-caching): a cache write
+# happens only at a ``cache_control`` breakpoint — on a tool, system or message content
+# block, or at the top level of the request ("automatic caching": the breakpoint is placed
+# on the last cacheable block) — and lasts 5 minutes unless that ``cache_control`` says
+# ``"ttl": "1h"`` (the field's only values are "5m" and "1h"; writes bill 1.25x and 2x
+# input). A cache read needs only an earlier write of the same prefix, which another
+# request may have made, so a read is possible for any request.
+# OpenAI prompt caching (https://developers.openai.com/docs/guides/prompt-caching): automatic
+# on every request, "no additional fees"; cached input is billed at the cached rate and
+# reported as ``cached_tokens``, and no write count is reported (so ``gateway.usage`` can
+# record only input and cache reads for the OpenAI shapes). OpenAI-compatible endpoints
+# that front Claude (OpenRouter, Portkey) accept Anthropic's ``cache_control`` on
+# OpenAI-shaped bodies and bill writes for it, so a marker widens the OpenAI classes too.
+_ALWAYS = frozenset(("input", "cache_read"))
+_WRITE_5M = frozenset(("cache_write_5m",))
+_WRITE_ANY = frozenset(("cache_write_5m", "cache_write_1h"))
+
+
+def _marker_ttls(doc: dict[str, Any]) -> frozenset[str]:
+    """The write classes the body's ``cache_control`` breakpoints can produce.
+
+    Any ``cache_control`` key counts, wherever it is (a stray one makes the bound dearer,
+    never unsound); ``null`` is the schema's "no breakpoint". A dict whose ``ttl`` is
+    absent or ``"5m"`` writes 5m; anything else (``"1h"``, a TTL this gateway does not
+    know, a value that is not an object) may write 1h, the dearer class.
+    """
+    found: frozenset[str] = frozenset()
+    stack: list[Any] = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        marker = node.get("cache_control")
+        if marker is not None:
+            five = isinstance(marker, dict) and marker.get("ttl", "5m") == "5m"
+            found |= _WRITE_5M if five else _WRITE_ANY
+            if found == _WRITE_ANY:
+                return found
+        stack.extend(v for v in node.values() if isinstance(v, dict | list))
+    return found
+
+
+def input_classes(doc: dict[str, Any]) -> frozenset[str]:
+    """The price classes this request's input tokens can be billed in (rules above).
+
+    Input and cache reads always; a 5m cache write only with a ``cache_control``
+    breakpoint, a 1h write only with one whose TTL may be 1h. One rule serves every
+    endpoint: OpenAI's own bodies carry no markers, so they get input and reads only.
+    Writes of a request without a 1h marker that the upstream reports without the TTL
+    split (``cache_write_unknown``) are 5m writes all the same (the provider bills the TTL
+    the breakpoint asked for), so the bound does not add the 1h class for them;
+    ``docs/bounds.md`` says what that means for the settlement's liability.
+    """
+    return _ALWAYS | _marker_ttls(doc)

@@ -33,7 +33,7 @@ from gateway.errors import (
 )
 from gateway.governance import utc_windows
 from gateway.ingress._attempt import Call, new_request_id
-from gateway.ingress._bounds import input_bound
+from gateway.ingress._bounds import input_bound, input_classes
 from gateway.ingress._context import Gateway
 from gateway.ingress._dispatch import dispatch
 from gateway.ingress._models import anthropic_client, retrieve_model
@@ -84,7 +84,8 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     inp = input_bound(body, doc, target.model)
     # The µUSD bound as a function of the output allowance (budget fit and refusals
     # evaluate it at smaller max_tokens).
-    usd_bound_of = partial(cost_bound_micro_usd, inp, price=target.model.price)
+    usd_bound_of = partial(cost_bound_micro_usd, inp, price=target.model.price,
+                           input_classes=input_classes(doc))
     call = Call(gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,
                 body=body, stream=wants_stream(doc, endpoint), input_bound=inp,
                 output_bound=out,

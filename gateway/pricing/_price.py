@@ -122,13 +122,37 @@ def cost_range_micro_usd(usage: Usage, price: ModelPrice) -> tuple[int, int]:
     return min(low, high), max(low, high)
 
 
-def cost_bound_micro_usd(input_bound: int, output_bound: int, price: ModelPrice) -> int:
-    """A µUSD bound no real outcome of these token bounds can exceed.
+INPUT_CLASSES: frozenset[str] = frozenset(
+    ("input", "cache_read", "cache_write_5m", "cache_write_1h"))
+"""Every class an input-side token can land in (the default of the bound: all of them)."""
 
-    Every input-side token is priced at the most expensive class it could land in, and
-    each of the (at most six) rounded classes can add up to half a µUSD over its exact
-    value, so one µUSD per class covers rounding.
+WRITE_CLASSES: frozenset[str] = frozenset(("cache_write_5m", "cache_write_1h"))
+
+
+def input_price_bound(price: ModelPrice, input_classes: frozenset[str]) -> int:
+    """The dearest µUSD/Mtok among ``input_classes``: what one input token may cost."""
+    unknown = input_classes - INPUT_CLASSES
+    if unknown or not input_classes:
+        raise ValueError(f"input_classes must be a non-empty subset of "
+                         f"{sorted(INPUT_CLASSES)}, got {sorted(input_classes)}")
+    return max(price.per_class(name) for name in input_classes)
+
+
+def cost_bound_micro_usd(input_bound: int, output_bound: int, price: ModelPrice, *,
+                         input_classes: frozenset[str] = INPUT_CLASSES) -> int:
+    """A µUSD bound no outcome of these token bounds, its input landing only in
+    ``input_classes``, can exceed (``gateway.ingress._bounds.input_classes`` decides them
+    from the request; the default, every input class, is sound for any request).
+
+    Every input-side token is priced at the dearest allowed class, rounded up, and the
+    output likewise. Each class the cost is rounded in adds at most half a µUSD over its
+    exact value, so one µUSD per class that can appear covers rounding: the output, each
+    allowed input class, and, when a cache write is allowed, the writes of unknown TTL
+    (``cost_micro_usd`` rounds them as a class of their own). With every class allowed
+    that is ``len(CLASSES) + 1``, as before.
     """
-    inp = -(-input_bound * price.max_input_price() // 1_000_000)
+    per_token = input_price_bound(price, input_classes)
+    inp = -(-input_bound * per_token // 1_000_000)
     out = -(-output_bound * price.output // 1_000_000)
-    return inp + out + len(CLASSES) + 1
+    rounded = 1 + len(input_classes) + (1 if input_classes & WRITE_CLASSES else 0)
+    return inp + out + rounded

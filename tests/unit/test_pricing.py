@@ -1,4 +1,5 @@
-"""Integer µUSD pricing: per-class round-half-even, the admission bound, usage validation."""
+"""Integer µUSD pricing: per-class round-half-even, the admission bound (over every input
+class, or only the classes a request can produce), usage validation."""
 
 from __future__ import annotations
 
@@ -16,8 +17,14 @@ from gateway.pricing import (
     class_cost_micro_usd,
     cost_bound_micro_usd,
     cost_micro_usd,
+    cost_range_micro_usd,
 )
-from gateway.pricing._price import MAX_TOKENS_PER_CLASS
+from gateway.pricing._price import (
+    INPUT_CLASSES,
+    MAX_TOKENS_PER_CLASS,
+    WRITE_CLASSES,
+    input_price_bound,
+)
 
 tokens = st.integers(min_value=0, max_value=MAX_TOKENS_PER_CLASS)
 prices = st.integers(min_value=0, max_value=1_000_000_000)  # up to $1000 per Mtok
@@ -115,3 +122,104 @@ def test_invalid_usage_is_rejected_naming_the_class(bad):
     [name] = bad
     with pytest.raises(InvalidUsage, match=name):
         Usage(**bad).validate()
+
+
+def _old_bound(input_bound: int, output_bound: int, price: ModelPrice) -> int:
+    """The bound before input classes were narrowed: all input at the dearest class."""
+    return (-(-input_bound * price.max_input_price() // 1_000_000)
+            - (-output_bound * price.output // 1_000_000) + len(CLASSES) + 1)
+
+
+@given(st.integers(0, 10**9), st.integers(0, 10**9), any_prices)
+def test_the_default_bound_is_the_all_classes_bound(inp: int, out: int,
+                                                    price: ModelPrice) -> None:
+    """Without input_classes the bound is unchanged: every input token at the dearest class."""
+    assert cost_bound_micro_usd(inp, out, price) == _old_bound(inp, out, price)
+    assert cost_bound_micro_usd(inp, out, price, input_classes=INPUT_CLASSES) \
+        == _old_bound(inp, out, price)
+
+
+class_sets = st.sets(st.sampled_from(sorted(INPUT_CLASSES)), min_size=1).map(frozenset)
+
+
+@st.composite
+def usage_in_classes(draw: st.DrawFn) -> tuple[frozenset[str], int, int, Usage]:
+    """Allowed input classes, bounds, and a usage whose input lands only in those classes
+    (writes of unknown TTL only if a write class is allowed)."""
+    allowed = draw(class_sets)
+    input_bound = draw(st.integers(min_value=0, max_value=10**9))
+    output_bound = draw(st.integers(min_value=0, max_value=10**9))
+    names = sorted(allowed) + (["cache_write_unknown"]
+                               if allowed & {"cache_write_5m", "cache_write_1h"} else [])
+    cuts = sorted(draw(st.lists(st.integers(min_value=0, max_value=input_bound),
+                                min_size=len(names) - 1, max_size=len(names) - 1)))
+    parts = [b - a for a, b in zip([0, *cuts], [*cuts, input_bound], strict=True)]
+    used = draw(st.sampled_from([5, 5, 5, 0, 1, 2, 3, 4]))
+    counts = {n: p * used // 5 for n, p in zip(names, parts, strict=True)}
+    usage = Usage(**counts, output=draw(st.integers(min_value=0, max_value=output_bound)))
+    return allowed, input_bound, output_bound, usage
+
+
+def _readings(usage: Usage, allowed: frozenset[str]) -> list[Usage]:
+    """Every way the usage can have been billed: writes of unknown TTL in any allowed
+    write class (the provider bills the TTL a breakpoint asked for)."""
+    if not usage.cache_write_unknown:
+        return [usage]
+    known = {c: getattr(usage, c) for c in CLASSES}
+    return [Usage(**{**known, into: known[into] + usage.cache_write_unknown})
+            for into in sorted(allowed & WRITE_CLASSES)]
+
+
+@given(usage_in_classes(), any_prices)
+@example((frozenset({"input", "cache_read"}), 2, 0, Usage(input=1, cache_read=1)),
+         ModelPrice(input=1_500_000, cache_read=1_500_000))
+@example((frozenset({"input", "cache_read", "cache_write_5m"}), 4, 0,
+          Usage(input=1, cache_read=1, cache_write_5m=1, cache_write_unknown=1)),
+         ModelPrice(input=1_500_000, cache_read=1_500_000, cache_write_5m=1_500_000))
+def test_cost_within_the_allowed_classes_never_exceeds_their_bound(
+        case: tuple[frozenset[str], int, int, Usage], price: ModelPrice) -> None:
+    """Input landing only in the allowed classes costs at most the bound of those classes
+    (rounding included), whatever allowed TTL unsplit writes had; the settlement's
+    committed figure too; and with both write classes allowed, so is the dearest reading
+    of writes of unknown TTL (committed + liability)."""
+    allowed, input_bound, output_bound, usage = case
+    bound = cost_bound_micro_usd(input_bound, output_bound, price, input_classes=allowed)
+    low, high = cost_range_micro_usd(usage, price)
+    assert all(cost_micro_usd(u, price) <= bound for u in _readings(usage, allowed))
+    assert low <= bound
+    if allowed >= WRITE_CLASSES or not usage.cache_write_unknown:
+        assert high <= bound and cost_micro_usd(usage, price) <= bound
+
+
+@pytest.mark.parametrize(("allowed", "slack"), [
+    ({"input"}, 2),
+    ({"input", "cache_read"}, 3),
+    ({"input", "cache_read", "cache_write_5m"}, 5),
+    (INPUT_CLASSES, 6),
+])
+def test_rounding_slack_is_one_micro_usd_per_class_that_can_appear(
+        allowed: set[str], slack: int) -> None:
+    """The bound adds 1 µUSD per rounded class: output, each allowed input class, and the
+    unknown-TTL writes when a write is allowed."""
+    assert cost_bound_micro_usd(0, 0, ModelPrice(), input_classes=frozenset(allowed)) == slack
+
+
+def test_input_is_priced_at_the_dearest_allowed_class_only() -> None:
+    """A Claude-priced request allowed input and reads is bounded at the input price,
+    not at the 1h write price."""
+    price = ModelPrice(input=3_000_000, output=15_000_000, cache_read=300_000,
+                       cache_write_5m=3_750_000, cache_write_1h=6_000_000)
+    plain = frozenset({"input", "cache_read"})
+    assert input_price_bound(price, plain) == 3_000_000
+    assert input_price_bound(price, plain | {"cache_write_5m"}) == 3_750_000
+    assert cost_bound_micro_usd(1_000_000, 1000, price, input_classes=plain) \
+        == 3_000_000 + 15_000 + 3
+    assert cost_bound_micro_usd(1_000_000, 1000, price) == 6_000_000 + 15_000 + 6
+
+
+@pytest.mark.parametrize("allowed", [frozenset(), frozenset({"output"}),
+                                     frozenset({"input", "cache_write_unknown"})])
+def test_input_classes_outside_the_input_side_are_refused(allowed: frozenset[str]) -> None:
+    """An empty set, or a class that is not an input class, is a caller bug: ValueError."""
+    with pytest.raises(ValueError, match="input_classes"):
+        cost_bound_micro_usd(1, 1, ModelPrice(), input_classes=allowed)
