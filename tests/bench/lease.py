@@ -11,8 +11,9 @@
    kind (503 while a lease renews, or 402) was answered, when the first 402 was, and at
    the end; 503s and heartbeats seen.
 3. **Control-plane CPU per heartbeat**: synthetic heartbeats straight to inferplaned
-   (a data plane token, 1, 10 and 100 accounts each), inferplaned's own CPU per
-   heartbeat and the round-trip time (Postgres' CPU is not included).
+   (a data plane token, 1, 10 and 100 accounts each): inferplaned's own CPU per
+   heartbeat, the CPU of its Postgres backends (when the server runs on this machine:
+   their /proc entries), and the round-trip time.
 
     .venv/bin/python tests/bench/lease.py [--requests 1000] [--concurrency 16]
         [--rounds 3] [--limit-micro 100000] [--heartbeats 300]
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
@@ -233,8 +235,9 @@ def heartbeat_cpu(work: Path, dsn: str, args: argparse.Namespace) -> None:
     stack = LeaseStack(workdir=work / "cpu", dsn=dsn)
     stack.workdir.mkdir()
     print(f"\n3. control-plane CPU per heartbeat ({args.heartbeats} heartbeats each, one "
-          "plane at a time, inferplaned's process only)")
-    print(f"{'accounts':>8} {'CPU ms':>8} {'p50 rtt ms':>11} {'p99 rtt ms':>11}")
+          "plane at a time): inferplaned's process, and its Postgres backends")
+    print(f"{'accounts':>8} {'CPU ms':>8} {'PG CPU ms':>10} {'p50 rtt ms':>11} "
+          f"{'p99 rtt ms':>11}")
     try:
         stack.start_control()
         stack.publish(budget_doc("bench", "*", limit_milli=10**6, grant_milli=10))
@@ -250,17 +253,37 @@ def heartbeat_cpu(work: Path, dsn: str, args: argparse.Namespace) -> None:
                 fp = client.post("/v1alpha1/sync", json=_beat(1, accounts, "")).json()[
                     "fingerprint"]
                 rtt: list[float] = []
-                before = _cpu_s(pid)
+                backends = _backends(dsn)
+                before, pg_before = _cpu_s(pid), _cpu_many(backends)
                 for seq in range(args.heartbeats):
                     t0 = time.perf_counter()
                     r = client.post("/v1alpha1/sync", json=_beat(seq + 2, accounts, fp))
                     rtt.append(time.perf_counter() - t0)
                     r.raise_for_status()
-                used = _cpu_s(pid) - before
-                print(f"{n:8} {used / args.heartbeats * 1000:8.2f} {_pct(rtt, 50):11.2f} "
+                used, pg_used = _cpu_s(pid) - before, _cpu_many(backends) - pg_before
+                print(f"{n:8} {used / args.heartbeats * 1000:8.2f} "
+                      f"{pg_used / args.heartbeats * 1000:10.2f} {_pct(rtt, 50):11.2f} "
                       f"{_pct(rtt, 99):11.2f}")
     finally:
         stack.stop()
+
+
+def _backends(dsn: str) -> list[int]:
+    """inferplaned's Postgres backend pids (its pool's connections)."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity"
+                            " WHERE application_name = 'inferplaned'").fetchall()
+    return [r[0] for r in rows if Path(f"/proc/{r[0]}/stat").exists()]
+
+
+def _cpu_many(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):  # a backend gone (the pool recycled it)
+            total += _cpu_s(pid)
+    return total
 
 
 def _beat(seq: int, accounts: list[dict[str, Any]], fingerprint: str) -> dict[str, Any]:
