@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.pricing import ModelPrice
-
 from gateway.governance import (
     AdmissionRequest,
     Outcome,
@@ -20,7 +18,7 @@ from gateway.governance import (
     settlement_for,
     split_settlement,
 )
-
+from gateway.pricing import ModelPrice
 
 TEST_PRICE = ModelPrice(input=1_000_000, output=5_000_000, cache_read=100_000,
                         cache_write_5m=1_250_000, cache_write_1h=2_000_000)

@@ -53,11 +53,11 @@ def test_upstream_cut_mid_stream_makes_both_sdks_raise(stack: Stack) -> None:
                                      input="tell me a story"):
             pass
     an = anthropic.Anthropic(base_url=stack.gateway.url, api_key=key, max_retries=0)
-    with pytest.raises(anthropic.APIError, match="stream cut"):
-        with an.messages.stream(model="claude-cut", max_tokens=50,
-                                messages=[{"role": "user", "content": "a story"}]) as s:
-            for _ in s:
-                pass
+    with pytest.raises(anthropic.APIError, match="stream cut"), an.messages.stream(
+            model="claude-cut", max_tokens=50,
+            messages=[{"role": "user", "content": "a story"}]) as s:
+        for _ in s:
+            pass
     usage = _settled(stack, key, requests=3)
     assert usage["usd_committed"] + usage["usd_liability"] > 0
     lines = [a for a in stack.audit() if a.get("team_id") and a.get("event") == "settled"
@@ -81,7 +81,8 @@ def test_client_cut_after_three_chunks_commits_the_observed_input_classes(stack:
             client.stream("POST", "/v1/messages", json=body,
                           headers={"x-api-key": key, "anthropic-version": "2023-06-01"}) as r:
         assert r.status_code == 200
-        permit, usd_bound = r.headers["x-inferplane-permit"], int(r.headers["x-inferplane-usd-bound"])
+        permit = r.headers["x-inferplane-permit"]
+        usd_bound = int(r.headers["x-inferplane-usd-bound"])
         buffer = b""
         for chunk in r.iter_bytes():
             buffer += chunk

@@ -35,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from gateway.governance import BUCKET_SCALE
 from gateway.keys import PostgresKeyStore, TeamLimits
+from gateway.pricing import ModelPrice, Usage, cost_micro_usd
 from tests.conftest import ROOT, create_database, drop_database, dsn_for
 from tests.e2e._procs import Proc, free_port, run_cli, start_gateway, start_mock_upstream
 from tests.e2e.conftest import PRICE, expected_cost
@@ -105,6 +106,15 @@ class Shared:
         return int(committed), int(reserved)
 
 
+# The misbehaving upstreams of the mixed workload (gateway model -> provider, upstream).
+_MIXED = {"claude-slow": ("up-anthropic", "mock-slow-stream"),
+          "gpt-cut": ("up-openai", "mock-cut-stream"),
+          "claude-cut": ("up-anthropic", "mock-cut-stream"),
+          "gpt-500": ("up-openai", "mock-error-500"),
+          "gpt-missing": ("up-openai", "mock-missing-usage"),
+          "claude-nottl": ("up-anthropic", "mock-no-ttl")}
+
+
 def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
     models = [
         {"name": "gpt-up", "price": PRICE,
@@ -113,6 +123,9 @@ def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
          "deployments": [{"provider": "up-anthropic", "upstream_model": "mock-claude"}]},
         {"name": "gpt-slow", "price": PRICE,
          "deployments": [{"provider": "up-openai", "upstream_model": "mock-slow-stream"}]},
+        *({"name": name, "price": PRICE,
+           "deployments": [{"provider": provider, "upstream_model": upstream}]}
+          for name, (provider, upstream) in _MIXED.items()),
     ]
     config = {
         "data_dir": str(workdir / f"data-{replica}"), "demo": False,
@@ -178,7 +191,7 @@ def test_replicas_start_and_serve(shared: Shared) -> None:
 N = 330
 BUDGET = 30_000
 TPM = 1_000_000  # burst 1: the budget binds
-TIGHT_TPM = 2_000  # burst 2: the bucket binds
+TIGHT_TPM = 50  # burst 2: below one call's TPM estimate (body/4): the bucket binds
 
 
 async def _set_team_limits(dsn: str, team_id: str, limits: TeamLimits) -> None:
@@ -292,6 +305,139 @@ def test_revoked_on_one_replica_is_refused_on_the_others(shared: Shared) -> None
         r = _chat(gw, key, 8)
         assert r.status_code == 401, r.text
     assert shared.ledger() == []
+
+
+async def _mixed_one(gw: Proc, key: str, kind: str, i: int) -> str:
+    """One request of the mixed workload; returns how it ended for the client."""
+    prompt = f"mixed {kind} {i} " * (10 + i % 7)
+    messages: Any = [{"role": "user", "content": prompt}]
+    system: Any = [{"type": "text", "text": prompt,
+                    "cache_control": {"type": "ephemeral", **({"ttl": "1h"} if i % 2 else {})}}]
+    oa = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0, timeout=120)
+    an = anthropic.AsyncAnthropic(base_url=gw.url, api_key=key, max_retries=0, timeout=120)
+    try:
+        if kind == "chat":
+            await oa.chat.completions.create(model="gpt-up", max_tokens=30, messages=messages)
+        elif kind == "chat-stream":
+            async for _ in await oa.chat.completions.create(
+                    model="gpt-up", max_tokens=30, messages=messages, stream=True):
+                pass
+        elif kind == "responses":
+            await oa.responses.create(model="gpt-up", max_output_tokens=30, input=prompt)
+        elif kind == "responses-stream":
+            async for _ in await oa.responses.create(model="gpt-up", max_output_tokens=30,
+                                                     input=prompt, stream=True):
+                pass
+        elif kind == "embeddings":
+            await oa.embeddings.create(model="gpt-up", input=prompt)
+        elif kind == "messages":
+            await an.messages.create(model="claude-up", max_tokens=30, system=system,
+                                     messages=[{"role": "user", "content": "go"}])
+        elif kind == "messages-stream":
+            async with an.messages.stream(model="claude-up", max_tokens=30, system=system,
+                                          messages=[{"role": "user", "content": "go"}]) as s:
+                async for _ in s:
+                    pass
+        elif kind == "no-ttl":
+            await an.messages.create(model="claude-nottl", max_tokens=30, system=system,
+                                     messages=[{"role": "user", "content": "go"}])
+        elif kind == "error-500":
+            await oa.chat.completions.create(model="gpt-500", max_tokens=30, messages=messages)
+        elif kind == "missing-usage":
+            await oa.chat.completions.create(model="gpt-missing", max_tokens=30,
+                                             messages=messages)
+        elif kind == "upstream-cut":
+            async for _ in await oa.chat.completions.create(
+                    model="gpt-cut", max_tokens=30, messages=messages, stream=True):
+                pass
+        elif kind == "upstream-cut-anthropic":
+            async with an.messages.stream(model="claude-cut", max_tokens=30,
+                                          messages=messages) as s:
+                async for _ in s:
+                    pass
+        elif kind == "client-disconnect":
+            seen = 0
+            async with httpx.AsyncClient(base_url=gw.url, timeout=60) as client, \
+                    client.stream("POST", "/v1/messages", headers={
+                        "x-api-key": key, "anthropic-version": "2023-06-01"},
+                        json={"model": "claude-slow", "max_tokens": 40, "stream": True,
+                              "system": system, "messages": [{"role": "user",
+                                                              "content": "go"}]}) as r:
+                async for chunk in r.aiter_bytes():
+                    seen += chunk.count(b"\n\n")
+                    if seen >= 3:
+                        break
+            return "disconnected"
+    except (openai.APIError, anthropic.APIError) as exc:
+        return f"raised {type(exc).__name__}"
+    finally:
+        await oa.close()
+        await an.close()
+    return "ok"
+
+
+_KINDS = ("chat", "chat-stream", "responses", "responses-stream", "embeddings", "messages",
+          "messages-stream", "no-ttl", "error-500", "missing-usage", "upstream-cut",
+          "upstream-cut-anthropic", "client-disconnect")
+
+
+def test_mixed_workload_commits_what_the_upstream_reported(shared: Shared) -> None:
+    """Every shape, cache classes, cuts, disconnects, 500s and missing usage over 3
+    replicas: Σ committed of the requests whose usage was reported equals the upstream
+    ledger priced independently; every other permit brackets its truth
+    (committed ≤ truth ≤ committed + liability); nothing stays pending or reserved."""
+    team_id, _, key = shared.team_key("mixed", "--usd-micros-per-day", str(10**9))
+    shared.clear_ledger()
+
+    async def run() -> list[str]:
+        return await asyncio.gather(*(
+            _mixed_one(shared.gateways[i % REPLICAS], key, kind, i)
+            for i, kind in enumerate(_KINDS * 3)))
+    endings = asyncio.run(run())
+    by_kind = dict(zip(_KINDS * 3, endings, strict=True))
+    assert by_kind["upstream-cut"].startswith("raised")
+    assert by_kind["upstream-cut-anthropic"].startswith("raised")
+    assert by_kind["error-500"].startswith("raised") and by_kind["chat"] == "ok"
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        [(pending,)] = shared.sql("SELECT count(*) FROM permits WHERE team_id = %s"
+                                  " AND status = 'pending'", team_id)
+        if pending == 0:
+            break
+        time.sleep(0.2)
+    assert pending == 0
+    rows = shared.sql("SELECT model, status, usd_committed, usd_liability, usd_bound"
+                      " FROM permits WHERE team_id = %s", team_id)
+    ledger = shared.ledger()
+    price = ModelPrice(**PRICE)
+    # Reported usage: complete permits (and the 5m end of tokens_known) equal the ledger.
+    complete = [e for e in ledger if e["classes"] and not e["classes"]["cache_write_unknown"]]
+    unknown = [e for e in ledger if e["classes"] and e["classes"]["cache_write_unknown"]]
+    assert sum(c for m, st, c, _, _ in rows if st == "complete") == sum(
+        expected_cost(e) for e in complete)
+    cheap = [_fold(e, "cache_write_5m") for e in unknown]
+    dear = [_fold(e, "cache_write_1h") for e in unknown]
+    known = [(c, li) for m, st, c, li, _ in rows if st == "tokens_known"]
+    assert len(known) == len(unknown) == 3
+    assert sum(c for c, _ in known) == sum(cost_micro_usd(u, price) for u in cheap)
+    assert sum(c + li for c, li in known) == sum(cost_micro_usd(u, price) for u in dear)
+    # Unobserved remainders: each uncertain permit's truth lies in its bracket, and the
+    # bracket is exactly its bound.
+    uncertain = [(m, c, li, b) for m, st, c, li, b in rows if st == "uncertain"]
+    assert {m for m, *_ in uncertain} == {"gpt-missing", "gpt-cut", "claude-cut",
+                                          "claude-slow"}
+    for model, committed, liability, bound in uncertain:
+        assert committed + liability == bound and committed < bound, model
+    [(reserved,)] = shared.sql("SELECT coalesce(sum(reserved), 0) FROM counters"
+                               " WHERE key LIKE %s", f"team:{team_id}:%")
+    assert reserved == 0
+
+
+def _fold(entry: dict[str, Any], into: str) -> Usage:
+    classes = dict(entry["classes"])
+    unknown = classes.pop("cache_write_unknown")
+    classes[into] += unknown
+    return Usage(**classes)
 
 
 CRASH_BUDGET = 20_000
