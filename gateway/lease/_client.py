@@ -124,23 +124,28 @@ class LeaseClient:
     # -- the heartbeat -----------------------------------------------------------------
 
     async def _loop(self) -> None:
-        backoff = 0.0
+        backoff, failing = 0.0, 0
         while True:
             started = time.monotonic()
             self.state.wake.clear()
             try:
                 await self.sync_once()
-                backoff = 0.0
+                if failing:
+                    log.info("lease sync with %s works again after %d failed tries",
+                             self._url, failing)
+                backoff, failing = 0.0, 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.failures += 1
+                failing += 1
                 backoff = min(self._max_backoff, max(0.25, backoff * 2))
-                log.warning("policy refresh failed: lease sync with %s (%s: %s); keeping "
-                            "generation %d and the current leases, retrying in %.2fs",
-                            self._url,
-                            type(exc).__name__, exc, self.state.applied.snapshot.generation,
-                            backoff)
+                # The first failure, then about once a minute while it lasts.
+                if failing == 1 or failing % max(1, int(60 / self._max_backoff)) == 0:
+                    log.warning("policy refresh failed: lease sync with %s (%s: %s); keeping "
+                                "generation %d and the current leases, retrying every "
+                                "%.2fs (%d tries so far)", self._url, type(exc).__name__, exc,
+                                self.state.applied.snapshot.generation, backoff, failing)
                 await asyncio.sleep(backoff)
                 continue
             interval = min(self._max_interval, self.state.heartbeat_ms / 1000)

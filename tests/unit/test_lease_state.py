@@ -180,3 +180,23 @@ def test_admissions_below_half_a_grant_of_headroom_ask_for_an_early_renewal() ->
     assert isinstance(req, AdmissionRequest)
     state.admitted(Permit(id="x", request=req))
     assert state.wake.is_set()
+
+
+def test_heartbeats_report_the_previous_windows_too() -> None:
+    """Right after midnight (and the first of a month) the ended day and month are still
+    reported, so their late settlements reach the ledger."""
+    from gateway.lease._client import _previous_periods
+
+    assert _previous_periods(datetime(2026, 12, 1, 0, 0, 5, tzinfo=UTC)) == (
+        "2026-11-30", "2026-11")
+    assert _previous_periods(datetime(2026, 1, 1, 0, 0, tzinfo=UTC)) == (
+        "2025-12-31", "2025-12")
+
+
+def test_a_counter_is_reported_only_for_a_lease_managed_rule() -> None:
+    """Only ``account:`` counters of the applied budget rules go into a heartbeat."""
+    from gateway.lease._client import _uid_of
+
+    assert _uid_of(KEY, {"p/spend"}) == "p/spend"
+    assert _uid_of(KEY, {"other/rule"}) is None
+    assert _uid_of("team:t1:usd:day:2026-12-01", {"p/spend"}) is None
