@@ -6,9 +6,9 @@ account in lock order, the report adopted and the lease granted, in the same
 ``authority_accounts`` rows shared-profile admission uses. This module decides what the
 SQL cannot know: which reported accounts belong to a lease-managed budget rule of the
 published generation, with which limit, grant size and renew interval. It compiles each
-generation once (:class:`PolicyCache`), so a heartbeat costs one cheap generation read
-plus the ledger call; the SQL refuses limits computed from a generation that is no
-longer published, and the heartbeat is then recomputed.
+generation once (:class:`PolicyCache`), so a heartbeat costs one round trip (the ledger
+call); the SQL refuses limits computed from a generation that is no longer published,
+and the heartbeat is then recomputed from the new one.
 
 Budget rules without ``lease:`` knobs are lease-managed with ADR-032's defaults: a
 grant of 0.1% of the limit (at least 1 µUSD) and the 60 s default cadence.
@@ -61,7 +61,12 @@ class PolicyView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PolicyCache:
-    """The compiled published generation, reloaded only when the generation moves."""
+    """The compiled published generation, reloaded only when it is no longer published.
+
+    A heartbeat does not read the generation first: ``inferplane_lease_sync_v1`` compares
+    the generation the limits were computed from with ``policy_state`` under its lock and
+    answers ``stale_generation`` when a publish landed, and only then is it reloaded.
+    """
 
     def __init__(self) -> None:
         self._view: PolicyView | None = None
@@ -70,11 +75,8 @@ class PolicyCache:
         self._view = None
 
     async def get(self, conn: psycopg.AsyncConnection[Any]) -> PolicyView:
-        row = await fetch_one(conn, sql.queries["current_generation"])
-        assert row is not None
-        view = self._view
-        if view is not None and view.generation == row["generation"]:
-            return view
+        if self._view is not None:
+            return self._view
         published = await current(conn)
         names = sorted(published.documents)
         rules = compile_documents([published.documents[n] for n in names], origins=names)

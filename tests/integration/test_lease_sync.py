@@ -191,3 +191,22 @@ async def test_a_malformed_heartbeat_is_400_naming_the_problem(
     bad = heartbeat(accounts=[{"key": "k", "rule_uid": "u", "committed": -1}])
     r = await client.post("/v1alpha1/sync", json=bad, headers=bearer(PLANE))
     assert r.status_code == 400 and "committed" in r.json()["error"]["message"]
+
+
+async def test_a_publish_between_heartbeats_reaches_the_next_one(
+        client: AsyncTestClient[Any]) -> None:
+    """A generation published after the control plane compiled the previous one is what
+    the next heartbeat gets (its stale limits are recomputed, never used)."""
+    first = await sync(client, heartbeat())
+    doc = {**budget_doc(limit_milli=5), "metadata": {"name": "more"}}
+    doc["spec"]["rules"][0]["subject"] = {"kind": "team", "team": "beta"}
+    r = await client.put("/v1alpha1/policies/more", json=doc, headers=bearer(WRITER))
+    assert r.status_code == 200, r.text
+    day = first["day"]
+    key = f"account:more/daily:team=beta:day:{day}"
+    again = await sync(client, heartbeat(seq=2, fingerprint=first["fingerprint"], accounts=[
+        {"key": key, "rule_uid": "more/daily", "committed": 1_000}]))
+    assert again["generation"] == first["generation"] + 1
+    assert set(again["documents"]) == {"spend", "more"}
+    (lease,) = again["leases"]
+    assert lease["limit"] == 5_000 and lease["allowance"] == 5_000
