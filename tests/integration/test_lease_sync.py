@@ -198,7 +198,7 @@ async def test_a_publish_between_heartbeats_reaches_the_next_one(
     """A generation published after the control plane compiled the previous one is what
     the next heartbeat gets (its stale limits are recomputed, never used)."""
     first = await sync(client, heartbeat())
-    doc = {**budget_doc(limit_milli=5), "metadata": {"name": "more"}}
+    doc = {**budget_doc(limit_milli=5, grant_milli=5), "metadata": {"name": "more"}}
     doc["spec"]["rules"][0]["subject"] = {"kind": "team", "team": "beta"}
     r = await client.put("/v1alpha1/policies/more", json=doc, headers=bearer(WRITER))
     assert r.status_code == 200, r.text
