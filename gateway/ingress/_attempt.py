@@ -39,6 +39,7 @@ from gateway.governance import (
     build_request,
     tpm_estimate,
 )
+from gateway.ingress._bounds import input_classes
 from gateway.ingress._context import Gateway
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
 from gateway.ingress._renew import mismatch_kind, renew
@@ -108,6 +109,20 @@ def outcome_for(usage: Usage | None, *, detail: str = "") -> Outcome:
     if usage is None:
         return Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail or "upstream reported no usage")
     return Outcome(kind=OutcomeKind.COMPLETE, usage=usage, detail=detail)
+
+
+def _known_ttl(outcome: Outcome, doc: dict[str, Any]) -> Outcome:
+    """Cache writes reported without their TTL, by a request that asked for no 1h TTL,
+    are 5m writes: the provider bills the TTL the breakpoint asked for (docs/bounds.md),
+    so their price is certain and nothing of them needs to be liability."""
+    usage = outcome.usage
+    if usage is None or not usage.cache_write_unknown or "cache_write_1h" in \
+            input_classes(doc):
+        return outcome
+    known = msgspec.structs.replace(
+        usage, cache_write_5m=usage.cache_write_5m + usage.cache_write_unknown,
+        cache_write_unknown=0)
+    return msgspec.structs.replace(outcome, usage=known)
 
 
 @dataclass
@@ -219,6 +234,7 @@ class Attempt:
             return self.settlement
         self.settled = True
         gw, call = self.call.gw, self.call
+        outcome = _known_ttl(outcome, call.doc)
         try:
             settlement = gw.governor.settlement(self.permit, outcome, call.model.price)
         except InvalidUsage as exc:

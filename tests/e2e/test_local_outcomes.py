@@ -97,11 +97,13 @@ def test_connect_error_falls_back_to_the_next_deployment(stack: Stack) -> None:
 
 def test_cache_write_without_ttl_settles_tokens_exactly_money_at_the_cheaper_class(
         stack: Stack) -> None:
-    """Unreported cache-write TTL: tokens settle exactly, money at the 5m class, the 1h
-    difference is liability; no exact-cost header."""
+    """Unreported cache-write TTL on a request with a 1h breakpoint: tokens settle
+    exactly, money at the 5m class, the 1h difference is liability; no exact-cost header."""
     key = stack.team_key("no-ttl")
     stack.clear_ledger()
-    r = _post(stack, key, "/v1/messages", {"model": "claude-nottl", **HI})
+    system = [{"type": "text", "text": "be brief " * 60,
+               "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    r = _post(stack, key, "/v1/messages", {"model": "claude-nottl", "system": system, **HI})
     assert r.status_code == 200 and "x-inferplane-cost-micro-usd" not in r.headers
     [entry] = stack.ledger()
     usage = _settled(stack, key)
@@ -115,3 +117,21 @@ def test_cache_write_without_ttl_settles_tokens_exactly_money_at_the_cheaper_cla
     assert unknown > 0
     assert (usage["usd_committed"], usage["usd_liability"]) == (as_5m, as_1h - as_5m)
     assert _outcomes(stack, r.headers["x-inferplane-permit"]) == ["tokens_known"]
+
+
+def test_cache_write_without_ttl_of_a_5m_only_request_is_exact(stack: Stack) -> None:
+    """A request that asked for no 1h TTL gets 5m writes, reported split or not: settled
+    complete at the 5m price, with the exact-cost header and no liability."""
+    key = stack.team_key("no-ttl-5m")
+    stack.clear_ledger()
+    system = [{"type": "text", "text": "be brief " * 60, "cache_control": {"type": "ephemeral"}}]
+    r = _post(stack, key, "/v1/messages", {"model": "claude-nottl", "system": system, **HI})
+    [entry] = stack.ledger()
+    classes = dict(entry["classes"])
+    unknown = classes.pop("cache_write_unknown")
+    as_5m = expected_cost({"classes": {**classes, "cache_write_5m": classes["cache_write_5m"]
+                                        + unknown}})
+    assert unknown > 0 and int(r.headers["x-inferplane-cost-micro-usd"]) == as_5m
+    usage = _settled(stack, key)
+    assert (usage["usd_committed"], usage["usd_liability"]) == (as_5m, 0)
+    assert _outcomes(stack, r.headers["x-inferplane-permit"]) == ["complete"]

@@ -338,7 +338,8 @@ async def _mixed_one(gw: Proc, key: str, kind: str, i: int) -> str:
                                           messages=[{"role": "user", "content": "go"}]) as s:
                 async for _ in s:
                     pass
-        elif kind == "no-ttl":
+        elif kind == "no-ttl":  # a 1h breakpoint: the unsplit writes may be 5m or 1h
+            system[0]["cache_control"]["ttl"] = "1h"
             await an.messages.create(model="claude-nottl", max_tokens=30, system=system,
                                      messages=[{"role": "user", "content": "go"}])
         elif kind == "error-500":
