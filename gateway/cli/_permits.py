@@ -115,9 +115,12 @@ def _permits_list(args: argparse.Namespace) -> int:
         print("no pending permits" if args.pending else "no permits")
         return 0
     _table(("ID", "REQUEST", "KEY", "TEAM", "MODEL", "TOKEN BOUND", "USD BOUND", "STATUS",
-            "AGE"),
+            "USD COMMITTED", "USD LIABILITY", "AGE"),
            [(p.id, p.request_id, p.key_id, p.team_id, p.model, str(p.token_bound),
-             format_usd(p.usd_bound), p.status, _age(p.age_s)) for p in infos])
+             format_usd(p.usd_bound), p.status,
+             "-" if p.usd_committed is None else format_usd(p.usd_committed),
+             "-" if p.usd_liability is None else format_usd(p.usd_liability),
+             _age(p.age_s)) for p in infos])
     if args.limit is not None and len(infos) == args.limit:
         print(f"(first {args.limit} shown, oldest first; raise --limit to see more)")
     return 0
@@ -377,7 +380,8 @@ def _register_permits(subparsers: Any) -> None:
                     "(a pending permit keeps binding every limit it charged).")
     sub = permits.add_subparsers(dest="permits_command", metavar="COMMAND", required=True)
     listing = _add(sub, "list", _permits_list, "list permits, oldest first: id, request "
-                   "id, key, team, model, bounds, status and age")
+                   "id, key, team, model, bounds, status, committed and liability µUSD, "
+                   "and age")
     listing.add_argument("--pending", action="store_true",
                          help="only permits not settled yet")
     listing.add_argument("--older-than-minutes", type=_positive, metavar="N",

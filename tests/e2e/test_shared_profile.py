@@ -294,6 +294,30 @@ def _chat(gw: Proc, key: str, max_tokens: int) -> httpx.Response:
                             "messages": [{"role": "user", "content": "hello"}]})
 
 
+def test_shared_refusals_carry_their_numbers_in_both_shapes(shared: Shared) -> None:
+    """A money refusal from the shared store says the limit, committed, liability,
+    reserved, the worst case, the largest max_tokens that fits and the reset, in the
+    OpenAI shape (insufficient_quota) and the Anthropic one (billing_error)."""
+    _, _, key = shared.team_key("shared-402", "--usd-micros-per-day", "20000")
+    gw = shared.gateways[0]
+    r = _chat(gw, key, 20_000)  # 20,000 output tokens at $4/Mtok: 80,000 µUSD worst case
+    assert r.status_code == 402
+    error = r.json()["error"]
+    assert error["code"] == "insufficient_quota"
+    for words in ("limit 20000 µUSD", "committed 0", "liability 0", "reserved 0",
+                  "worst case", "max_tokens <= ", "window resets at"):
+        assert words in error["message"], error["message"]
+    assert int(r.headers["retry-after"]) > 0
+    a = httpx.post(f"{gw.url}/v1/messages", timeout=60,
+                   headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+                   json={"model": "claude-up", "max_tokens": 20_000,
+                         "messages": [{"role": "user", "content": "hello"}]})
+    assert a.status_code == 402
+    body = a.json()
+    assert body["type"] == "error" and body["error"]["type"] == "billing_error"
+    assert "max_tokens <= " in body["error"]["message"]
+
+
 def test_revoked_on_one_replica_is_refused_on_the_others(shared: Shared) -> None:
     """A key revoked with the CLI on the shared database is refused (401) by every replica
     at its next request, with no upstream call."""
