@@ -42,3 +42,73 @@ def test_head_seeds_singletons(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM authority_namespace").fetchone() == (1,)
         assert conn.execute("SELECT generation FROM policy_state").fetchone() == (0,)
+
+
+def test_upgrade_from_0001_keeps_every_committed_figure(pg_empty_dsn: str) -> None:
+    """A database used by the 0001 gateway (admit_v1/settle_v1: one permit settled, one
+    pending) upgraded to head keeps every committed and reserved figure, gains zero
+    liability, and the pending permit settles through settle_v2."""
+    import asyncio
+    import json
+
+    import msgspec
+
+    from gateway.governance import (
+        AdmissionRequest,
+        Charge,
+        Outcome,
+        OutcomeKind,
+        Permit,
+        settlement_for,
+    )
+    from gateway.governance._postgres import PostgresGovernanceStore
+
+    migrate(pg_empty_dsn, "0001")
+    window = "team:t1:usd:day:2026-11-30"
+    charges = (Charge(counter="team:t1:tpm", kind="bucket", dimension="tokens", amount=100,
+                      limit=10_000),
+               Charge(counter=window, kind="window", dimension="usd", amount=5_000,
+                      limit=20_000, window="2026-11-30"))
+
+    def req(rid: str) -> AdmissionRequest:
+        return AdmissionRequest(request_id=rid, key_id="k1", key_revision=1, team_id="t1",
+                                team_revision=1, user=None, model="m", token_bound=100,
+                                usd_bound=5_000, policy_generation=0, charges=charges,
+                                day="2026-11-30", month="2026-11")
+    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO teams (id, name) VALUES ('t1', 'one')")
+        conn.execute("INSERT INTO keys (id, team_id, key_hash, display_prefix)"
+                     " VALUES ('k1', 't1', 'h', 'sk-inf-x')")
+        [(done,)] = conn.execute("SELECT inferplane_admit_v1(%s::jsonb)", (
+            msgspec.json.encode([req("a"), req("b")]).decode(),)).fetchall()
+        first, second = (d["permit_id"] for d in done)
+        conn.execute("SELECT inferplane_settle_v1(%s::uuid, 'complete', 'fp', %s::jsonb,"
+                     " '', 40, 1234)", (first, json.dumps({"team:t1:tpm": 40,
+                                                          window: 1234})))
+        before = conn.execute('SELECT reserved, committed FROM counters WHERE key = %s',
+                              (window,)).fetchone()
+        permits_before = conn.execute("SELECT id, status, tokens_committed, usd_committed"
+                                      " FROM permits ORDER BY id").fetchall()
+    assert before == (5_000, 1_234)
+    migrate(pg_empty_dsn)
+    with psycopg.connect(pg_empty_dsn) as conn:
+        assert conn.execute("SELECT reserved, committed, liability FROM counters"
+                            " WHERE key = %s", (window,)).fetchone() == (5_000, 1_234, 0)
+        assert conn.execute("SELECT id, status, tokens_committed, usd_committed FROM"
+                            " permits ORDER BY id").fetchall() == permits_before
+
+    async def settle_pending() -> None:
+        from psycopg.rows import dict_row
+        from psycopg_pool import AsyncConnectionPool
+
+        async with AsyncConnectionPool(pg_empty_dsn, kwargs={
+                "autocommit": True, "row_factory": dict_row}) as pool:
+            store = PostgresGovernanceStore(pool)
+            permit = Permit(id=second, request=req("b"))
+            outcome = Outcome(kind=OutcomeKind.UNCERTAIN, detail="after the upgrade")
+            result = await store.settle(permit.id, settlement_for(permit.request, outcome))
+            assert (result.usd_committed, result.usd_liability) == (0, 5_000)
+    asyncio.run(settle_pending())
+    with psycopg.connect(pg_empty_dsn) as conn:
+        assert conn.execute("SELECT reserved, committed, liability FROM counters"
+                            " WHERE key = %s", (window,)).fetchone() == (0, 1_234, 5_000)
