@@ -247,13 +247,13 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
 -- name: frozen_counters
 -- Frozen money windows and policy accounts, each with the latest invalid permit that
 -- charged it (found from the invalid permits, then their segments by primary key).
-SELECT c.key AS counter, c.kind, c."limit", c.reserved, c.committed,
+SELECT c.key AS counter, c.kind, c."limit", c.reserved, c.committed, c.liability,
        (SELECT p.id::text FROM permits p
           JOIN permit_segments ps ON ps.permit_id = p.id AND ps.counter = c.key
          WHERE p.status = 'invalid' ORDER BY p.settled_at DESC LIMIT 1) AS frozen_by
   FROM counters c WHERE c.frozen
 UNION ALL
-SELECT a.key, 'account', a."limit", a.reserved, a.committed,
+SELECT a.key, 'account', a."limit", a.reserved, a.committed, a.liability,
        (SELECT p.id::text FROM permits p
           JOIN permit_segments ps ON ps.permit_id = p.id AND ps.counter = a.key
          WHERE p.status = 'invalid' ORDER BY p.settled_at DESC LIMIT 1)

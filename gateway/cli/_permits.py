@@ -301,10 +301,11 @@ def _accounts_frozen(args: argparse.Namespace) -> int:
     if not frozen:
         print("no frozen counters")
         return 0
-    _table(("COUNTER", "KIND", "LIMIT", "RESERVED", "COMMITTED", "FROZEN BY PERMIT"),
+    _table(("COUNTER", "KIND", "LIMIT", "RESERVED", "COMMITTED", "LIABILITY",
+            "FROZEN BY PERMIT"),
            [(f.counter, f.kind, "-" if f.limit is None else format_usd(f.limit),
-             format_usd(f.reserved), format_usd(f.committed), f.frozen_by or "?")
-            for f in frozen])
+             format_usd(f.reserved), format_usd(f.committed), format_usd(f.liability),
+             f.frozen_by or "?") for f in frozen])
     return 0
 
 

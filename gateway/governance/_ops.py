@@ -53,6 +53,7 @@ class FrozenCounter(msgspec.Struct, frozen=True, kw_only=True):
     committed: int
     frozen_by: str | None
     """The permit whose invalid usage froze it, when the store knows."""
+    liability: int = 0
 
 
 def _at(us: int) -> datetime:
@@ -123,10 +124,11 @@ def local_frozen(conn: sqlite3.Connection) -> list[FrozenCounter]:
     """Every frozen counter (windows and policy accounts share ``gov_counters`` here)."""
     # The captured limit lives on the charge that froze the counter, not the counter row.
     rows = conn.execute(
-        'SELECT c.counter, c.kind, c.reserved, c.committed, c.frozen_by, g."limit"'
+        'SELECT c.counter, c.kind, c.reserved, c.committed, c.frozen_by, c.liability,'
+        ' g."limit"'
         "  FROM gov_counters c LEFT JOIN gov_charges g"
         "    ON g.permit_id = c.frozen_by AND g.counter = c.counter"
         " WHERE c.frozen_by IS NOT NULL ORDER BY c.counter")
     return [FrozenCounter(counter=r["counter"], kind=r["kind"], limit=r["limit"],
                           reserved=r["reserved"], committed=r["committed"],
-                          frozen_by=r["frozen_by"]) for r in rows]
+                          frozen_by=r["frozen_by"], liability=r["liability"]) for r in rows]
