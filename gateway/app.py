@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from litestar import Litestar
 
+from gateway.alerts import BudgetAlerts, WebhookSender
 from gateway.audit import AuditLog, default_audit_path
 from gateway.config import Settings, resolve_secret
 from gateway.errors import ConfigError, InferplaneError
@@ -52,6 +53,8 @@ class Components:
     governance: GovernanceStore
     policy: PolicySource
     providers: dict[str, Provider] | None = None
+    pool: Pool | None = None
+    """The shared profile's pool (budget alerts and the cluster gauges read through it)."""
 
 
 def _local_path(settings: Settings, configured: str | None) -> str:
@@ -147,7 +150,7 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
     return Components(key_store=PostgresKeyStore(pool),
                       governance=PostgresGovernanceStore(
                           pool, coalesce=settings.database.admission_coalesce),
-                      policy=policy)
+                      policy=policy, pool=pool)
 
 
 async def _check_schema(pool: Pool) -> None:
@@ -195,8 +198,43 @@ def journal_path(settings: Settings) -> str:
         os.path.expanduser(settings.data_dir), f"journal-{replica}.jsonl"))
 
 
+async def _start_alerts(settings: Settings, comps: Components, metrics: Metrics,
+                        audit: AuditLog, stack: AsyncExitStack) -> BudgetAlerts | None:
+    """Budget alerts (ADR-050) deduplicated where the profile keeps its counters: the
+    shared database, or the local SQLite file. Not in the lease profile, where a plane's
+    counters hold only its own share of a budget."""
+    config = settings.server.alerts
+    if not config.enabled:
+        return None
+    from gateway.alerts import AlertStore, PostgresAlertStore, SqliteAlertStore
+    from gateway.governance import LocalGovernanceStore
+
+    store: AlertStore
+    if comps.pool is not None:
+        store = PostgresAlertStore(comps.pool)
+    elif (settings.control_plane is None and type(comps.governance) is LocalGovernanceStore):
+        store = SqliteAlertStore(comps.governance.path)
+    else:
+        log.info("budget alerts: off (the lease profile's counters are one plane's share)")
+        return None
+    webhook = None
+    if config.webhook_url is not None and config.secret_ref is not None:
+        webhook = WebhookSender(
+            config.webhook_url,
+            secret=resolve_secret(config.secret_ref, key="server.alerts.secret_ref"),
+            timeout_s=config.timeout_s, retries=config.retries,
+            retry_backoff_s=config.retry_backoff_s)
+    alerts = BudgetAlerts(store, replica=settings.server.replica_id or socket.gethostname(),
+                          metrics=metrics, audit=audit, webhook=webhook)
+    await alerts.start()
+    # Closed after the Governor (registered before it): shutdown settlements are checked.
+    stack.push_async_callback(alerts.close)
+    return alerts
+
+
 async def _start_governor(settings: Settings, store: GovernanceStore, metrics: Metrics,
-                          audit: AuditLog, stack: AsyncExitStack) -> Governor:
+                          audit: AuditLog, stack: AsyncExitStack,
+                          alerts: BudgetAlerts | None = None) -> Governor:
     """The permit owner, with this replica's journal; what a previous run left open is
     resolved before the gateway serves (Governor.start)."""
     server = settings.server
@@ -208,6 +246,8 @@ async def _start_governor(settings: Settings, store: GovernanceStore, metrics: M
         metrics.settle_backlog.set(governor.backlog)
         if result is not None:
             metrics.settled(permit, settlement, stored=True)
+            if alerts is not None:
+                alerts.settled(permit, settlement)
         if late and result is not None:
             # The request's own audit line said "stored": false; this is the store's answer.
             audit.write({"event": "settlement_replayed", "permit": permit.id,
@@ -222,6 +262,7 @@ async def _start_governor(settings: Settings, store: GovernanceStore, metrics: M
     governor = Governor(store, journal=journal, settle_wait_s=server.settle_wait_s,
                         on_settled=settled)
     governor.admission_seconds = metrics.admission_latency.observe
+    governor.settlement_seconds = metrics.settlement_latency.observe
     await governor.start()
     # Registered after the stores (closed first): open permits settle before they close.
     stack.push_async_callback(governor.close)
@@ -251,10 +292,20 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
             await _seed_budget(metrics, comps.governance)
         await comps.policy.start()
         stack.push_async_callback(comps.policy.stop)
-        audit = AuditLog(audit_path(settings))
+        server = settings.server
+        audit = AuditLog(audit_path(settings), fsync=server.audit_fsync,
+                         fsync_interval_s=server.audit_fsync_interval_s,
+                         max_bytes=server.audit_max_bytes, keep=server.audit_keep)
         audit.open()
-        stack.callback(audit.close)
-        governor = await _start_governor(settings, comps.governance, metrics, audit, stack)
+        audit.start()
+        stack.push_async_callback(audit.aclose)
+        if comps.pool is not None:
+            from gateway.cluster_metrics import postgres_reader
+
+            metrics.cluster.reader = postgres_reader(comps.pool)
+        alerts = await _start_alerts(settings, comps, metrics, audit, stack)
+        governor = await _start_governor(settings, comps.governance, metrics, audit, stack,
+                                         alerts)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,

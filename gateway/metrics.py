@@ -9,6 +9,11 @@ so it costs no database round trip. It is this process's view: in the shared pro
 each replica reports the part of the team's day it admitted, so ``sum by (team_id)``
 over replicas is the team's utilisation from the traffic they served since they started.
 
+In the shared profile the ``mayu_cluster_*`` gauges (:mod:`gateway.cluster_metrics`)
+add the database's own figures, the same on every replica: each money budget's day and
+month utilisation, pending permits, frozen counters. Settlement latency (the store's
+round trip) and upstream time to first byte are histograms beside admission latency.
+
 Label sets are bounded: requests are labelled by route *template* (the ingress's
 ``route_label``), and teams by a pseudonym (:func:`team_pseudonym`, the first 16 hex
 digits of the id's SHA-256, with an empty ``team`` label) unless
@@ -19,11 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.cluster_metrics import ClusterView
 from gateway.governance import Permit, Settlement, UsageRow
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -72,6 +80,23 @@ class Metrics:
         self.upstream_latency = Histogram("mayu_upstream_seconds",
                                           "Time to upstream response headers, by provider.",
                                           ["provider"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.first_byte_latency = Histogram(
+            "mayu_upstream_first_byte_seconds", "Time from sending a request upstream to "
+            "the first byte of its response body (a stream's first event), by provider.",
+            ["provider"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.settlement_latency = Histogram(
+            "mayu_settlement_seconds", "Time the governance store took to take one "
+            "settlement (or fail to).", buckets=_LATENCY_BUCKETS, registry=r)
+        self.budget_alerts = Counter(
+            "mayu_budget_alerts", "Budget alert events this replica claimed and emitted "
+            "(one per budget, window and threshold across replicas), by threshold.",
+            ["threshold"], registry=r)
+        self.alert_deliveries = Counter(
+            "mayu_budget_alert_deliveries", "Budget alert webhook deliveries by result "
+            "(delivered, failed: after every retry).", ["result"], registry=r)
+        self.alert_check_errors = Counter(
+            "mayu_budget_alert_check_errors", "Budget alert checks the store could not "
+            "answer (retried with backoff).", registry=r)
         self.snapshot_retries = Counter(
             "mayu_snapshot_retries", "Admissions re-planned after a snapshot mismatch, by "
             "what changed (key, team, policy).", ["changed"], registry=r)
@@ -84,6 +109,8 @@ class Metrics:
             "mayu_budget_utilisation_ratio", "(committed + reserved) / limit of each team's "
             "day µUSD window, from this process's admissions and settlements.",
             ["team_id", "team"], registry=r), team_labels=team_labels)
+        self.cluster = ClusterView(pseudonym=team_pseudonym, team_labels=team_labels)
+        r.register(self.cluster)
 
     def admitted(self, permit: Permit, team_name: str) -> None:
         self.admissions.labels("admitted").inc()
@@ -101,12 +128,43 @@ class Metrics:
         self.outstanding_usd.dec(permit.request.usd_bound)
         self.budget.settled(permit, settlement.usd_committed + settlement.usd_liability)
 
+    def first_byte(self, chunks: AsyncIterator[bytes], provider: str,
+                   elapsed_s: float) -> AsyncIterator[bytes]:
+        """``chunks``, observing the time to its first chunk (``elapsed_s``: the time
+        the response headers took, already spent)."""
+        started = time.perf_counter() - elapsed_s
+        return _FirstChunk(chunks, lambda: self.first_byte_latency.labels(provider).observe(
+            time.perf_counter() - started))
+
+    async def scrape(self) -> bytes:
+        """The exposition, after refreshing the cluster gauges if they are stale."""
+        await self.cluster.refresh()
+        return self.render()
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def policy_log_handler(self) -> logging.Handler:
         """A handler for the policy sources' loggers that counts their sync failures."""
         return _SyncErrorCounter(self.sync_errors)
+
+
+class _FirstChunk:
+    """An async iterator that calls ``first`` when its first chunk arrives."""
+
+    def __init__(self, inner: AsyncIterator[bytes], first: Callable[[], None]) -> None:
+        self._inner = inner
+        self._first: Callable[[], None] | None = first
+
+    def __aiter__(self) -> _FirstChunk:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._inner.__anext__()
+        if self._first is not None:
+            first, self._first = self._first, None
+            first()
+        return chunk
 
 
 class _SyncErrorCounter(logging.Handler):

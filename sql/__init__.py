@@ -2,7 +2,10 @@
 
 - ``queries.sql``: named queries, each introduced by a ``-- name: <name>`` line and
   exposed through :data:`queries` (``%(param)s`` placeholders only); ``lease_queries.sql``
-  likewise through :data:`lease_queries` (the control plane's lease ledger calls).
+  likewise through :data:`lease_queries` (the control plane's lease ledger calls),
+  ``alert_queries.sql`` through :data:`alert_queries` (budget alerts and the cluster
+  gauges) and ``local_alert_queries.sql`` (SQLite, ``:name`` parameters) through
+  :data:`local_alert_queries`.
 - ``schema_v1.sql``, ``admit_v1.sql``, ``settle_v1.sql``: DDL and PL/pgSQL functions
   installed by the alembic migrations via :func:`script`. A released file is frozen: a
   change is a new ``_v2`` file installed by a new revision.
@@ -56,5 +59,7 @@ class _Queries:
 
 queries = _Queries()
 lease_queries = _Queries("lease_queries")
+alert_queries = _Queries("alert_queries")
+local_alert_queries = _Queries("local_alert_queries")
 
-__all__ = ["lease_queries", "queries", "script"]
+__all__ = ["alert_queries", "lease_queries", "local_alert_queries", "queries", "script"]

@@ -24,6 +24,7 @@ from gateway.config._ranges import (
     SecondsOrZero,
 )
 from gateway.config._settings import (
+    AlertSettings,
     BootstrapTeam,
     ControlPlaneSettings,
     DatabaseSettings,
@@ -37,6 +38,7 @@ from gateway.config._settings import (
 )
 
 __all__ = [
+    "AlertSettings",
     "DEFAULT_MOCK_MODELS",
     "FIGURES",
     "MAX_AMOUNT",

@@ -47,7 +47,8 @@ def secret_refs(settings: Settings) -> list[tuple[str, str]]:
     """Every secret reference the gateway resolves at startup, as (key path, reference)."""
     s = settings.server
     refs = [("server.admin_token_ref", s.admin_token_ref),
-            ("server.metrics_token_ref", s.metrics_token_ref)]
+            ("server.metrics_token_ref", s.metrics_token_ref),
+            ("server.alerts.secret_ref", s.alerts.secret_ref)]
     if settings.shared and settings.database is not None:
         refs.append(("database.dsn_ref", settings.database.dsn_ref))
     refs += [(f"providers[{i}].api_key_ref", p.api_key_ref)
@@ -112,10 +113,22 @@ def _check(settings: Settings) -> None:
                               "(Postgres is the only authority; ADR-046)")
         if settings.database is None:
             raise ConfigError("database: required when key_store/governance_store are postgres")
+    _check_alerts(settings)
     db = settings.database
     if db is not None and db.pool_min_size > db.pool_max_size:
         raise ConfigError(f"database.pool_min_size: {db.pool_min_size} is above "
                           f"database.pool_max_size ({db.pool_max_size})")
+
+
+def _check_alerts(settings: Settings) -> None:
+    alerts = settings.server.alerts
+    if alerts.webhook_url is None:
+        return
+    if not alerts.webhook_url.startswith(("http://", "https://")):
+        raise ConfigError("server.alerts.webhook_url: must be an http:// or https:// URL")
+    if alerts.secret_ref is None:
+        raise ConfigError("server.alerts.secret_ref: required with webhook_url (the "
+                          "receiver verifies each event's x-inferplane-signature with it)")
 
 
 def _check_price(where: str, m: ModelSettings) -> None:

@@ -16,11 +16,13 @@ from gateway.config._ranges import (
     Bytes,
     Coalesce,
     Connections,
+    FileCount,
     Limit,
     Millis,
     PoolSize,
     Port,
     Rate,
+    Retries,
     Seconds,
     SecondsOrZero,
     Tokens,
@@ -36,6 +38,28 @@ class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     pass
 
 
+class AlertSettings(_Base, frozen=True):
+    """Budget alerts (ADR-050, docs/deploy.md "Budget alerts"): every money budget with a
+    limit emits one event per window when its committed + liability first reaches 80, 90
+    and 100 % of the limit, deduplicated across replicas by the governance store. Each
+    event is counted (``mayu_budget_alerts_total``), written to the audit file and, with
+    ``webhook_url``, POSTed there signed with the ``secret_ref`` secret."""
+
+    enabled: bool = True
+    """false: no threshold is checked (no metric, audit line or webhook)."""
+    webhook_url: str | None = None
+    """http(s) URL the JSON event is POSTed to (none: metric and audit line only)."""
+    secret_ref: str | None = None
+    """Reference to the HMAC-SHA256 key of the ``x-inferplane-signature`` header;
+    required with ``webhook_url``."""
+    timeout_s: Seconds = 5.0
+    """One delivery attempt's timeout."""
+    retries: Retries = 5
+    """Attempts after the first one fails (connection error, timeout, 408, 429, 5xx)."""
+    retry_backoff_s: Seconds = 1.0
+    """Wait before the first retry; doubled after each, at most 60 s."""
+
+
 class ServerSettings(_Base, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 4000
@@ -46,6 +70,16 @@ class ServerSettings(_Base, frozen=True):
     """Per-replica append-only audit file (JSON lines).
 
     Default: ``<data_dir>/audit-<replica>.jsonl``."""
+    audit_fsync: Literal["always", "interval"] = "interval"
+    """``always``: every audit line is fsynced before the gateway goes on (a machine
+    crash loses none); ``interval``: fsync every ``audit_fsync_interval_s``. Either way a
+    line is one ``write`` with ``O_APPEND``: a process crash loses nothing written."""
+    audit_fsync_interval_s: Seconds = 1.0
+    audit_max_bytes: Bytes = 64 * 1024 * 1024
+    """Rotate the audit file when it reaches this size: ``<file>`` becomes ``<file>.1``
+    (older ones shift up) and a new ``<file>`` is opened."""
+    audit_keep: FileCount = 5
+    """Rotated audit files kept besides the current one (the oldest is removed)."""
     replica_id: str | None = None
     admin_token_ref: str | None = None
     """Reference to the admin token that may read every row of /v1/usage."""
@@ -85,6 +119,8 @@ class ServerSettings(_Base, frozen=True):
     metrics_team_labels: bool = False
     """Budget metrics carry the team *name* as a label only when true; by default a team
     is labelled by its opaque id alone (names can say who a customer is)."""
+    alerts: AlertSettings = AlertSettings()
+    """Budget alerts at 80/90/100 % of every money budget (see AlertSettings)."""
 
 
 class KeyStoreSettings(_Base, frozen=True):

@@ -75,6 +75,8 @@ class Governor:
         self._wake = asyncio.Event()
         self._replayer: asyncio.Task[None] | None = None
         self.admission_seconds: Callable[[float], None] | None = None
+        self.settlement_seconds: Callable[[float], None] | None = None
+        """Observes each store settlement call's duration (taken or failed)."""
 
     # -- admission -----------------------------------------------------------------------
 
@@ -146,15 +148,18 @@ class Governor:
 
     async def _take(self, permit: Permit, settlement: Settlement,
                     *, queue_on_failure: bool = True) -> SettleResult | None:
+        started = time.perf_counter()
         try:
             result = await self.store.settle(permit.id, settlement)
         except GovernanceUnavailable as exc:
+            self._timed(started)
             if queue_on_failure:
                 self._queue(permit, settlement)
             self._report(permit, settlement, None, f"{type(exc).__name__}: {exc}",
                          not queue_on_failure)
             return None
         except Exception as exc:
+            self._timed(started)
             # A conflict or a bug: replaying it would fail the same way forever.
             log.error("settlement of permit %s refused: %s: %s", permit.id,
                       type(exc).__name__, exc)
@@ -162,9 +167,14 @@ class Governor:
             self._report(permit, settlement, None, f"{type(exc).__name__}: {exc}",
                          not queue_on_failure)
             return None
+        self._timed(started)
         self._done(permit.id)
         self._report(permit, settlement, result, None, not queue_on_failure)
         return result
+
+    def _timed(self, started: float) -> None:
+        if self.settlement_seconds is not None:
+            self.settlement_seconds(time.perf_counter() - started)
 
     def _report(self, permit: Permit, settlement: Settlement, result: SettleResult | None,
                 error: str | None, late: bool) -> None:

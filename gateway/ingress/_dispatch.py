@@ -16,12 +16,15 @@ What the settlement is told (DESIGN §5):
   rest is liability — and the client gets the protocol's own error event, never a clean
   end, so its SDK raises.
 
-Streams are relayed event by event as they arrive. Settlement runs in the relay's
-``finally`` (shielded from the cancellation a client disconnect delivers), and the
-response's background task closes the relay, so a disconnect while the relay is parked
-at a ``yield`` — or before it ever started — still settles. After a client disconnect
-the upstream request is aborted at once (``server.drain_on_disconnect_s`` = 0), or read
-on, discarded, for up to that many seconds so the exact usage can still be settled.
+Streams are relayed event by event as they arrive. A stream that ends with its
+protocol's end marker is settled (and audited) before the event carrying the marker is
+relayed, so the client never holds a finished answer its replica has not journaled and
+audited. Otherwise settlement runs in the relay's ``finally`` (shielded from the
+cancellation a client disconnect delivers), and the response's background task closes
+the relay, so a disconnect while the relay is parked at a ``yield`` — or before it ever
+started — still settles. After a client disconnect the upstream request is aborted at
+once (``server.drain_on_disconnect_s`` = 0), or read on, discarded, for up to that many
+seconds so the exact usage can still be settled.
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ async def _attempt(attempt: Attempt, *, last: bool) -> Response[Any] | None:
             raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
         return None
     call.gw.metrics.upstream_latency.labels(provider.name).observe(upstream.elapsed_s)
+    upstream.chunks = call.gw.metrics.first_byte(upstream.chunks, provider.name,
+                                                 upstream.elapsed_s)
     if upstream.status in RETRYABLE_STATUS and not last:
         await _discard(upstream)
         await attempt.finish(_error_outcome(upstream.status), status=upstream.status)
@@ -183,6 +188,12 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse,
         try:
             async for chunk in upstream.chunks:
                 out = meter.feed(chunk)
+                if meter.complete and not attempt.settled:
+                    # Settled (journal, store, audit line) before the client sees the end
+                    # marker: a crash right after the client got its whole answer cannot
+                    # leave it without its exact settlement and its audit line.
+                    with anyio.CancelScope(shield=True):
+                        await attempt.finish(_stream_outcome(meter, True, ""), status=200)
                 if out:
                     yield out
             tail = meter.flush()

@@ -195,7 +195,9 @@ async def metrics(request: AnyRequest) -> Response[bytes]:
         if not (presented and hmac.compare_digest(presented.encode(), token.encode())):
             raise Unauthenticated("/metrics requires the metrics token "
                                   "(Authorization: Bearer ...)")
-    return Response(gw.metrics.render(), media_type=gw.metrics.content_type)
+    # scrape(): the shared profile's cluster gauges are read from the database first
+    # (at most every few seconds, gateway/cluster_metrics.py).
+    return Response(await gw.metrics.scrape(), media_type=gw.metrics.content_type)
 
 
 def _anthropic_shaped(request: AnyRequest) -> bool:

@@ -4,9 +4,11 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-12-01
 
-Adds the liability columns (existing rows start at 0, so every committed figure is kept)
-and installs ``inferplane_admit_v2`` / ``inferplane_settle_v2`` / ``inferplane_resolve_v2``
-beside the frozen ``_v1`` functions, which stay installed and unchanged.
+Adds the liability columns (existing rows start at 0, so every committed figure is kept),
+the ``alert_events`` table of budget alerts (ADR-050) and the indexes the cluster-wide
+gauges read by, and installs ``inferplane_admit_v2`` / ``inferplane_settle_v2`` /
+``inferplane_resolve_v2`` beside the frozen ``_v1`` functions, which stay installed and
+unchanged.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DROP TABLE alert_events")
+    for index in ("counters_usd_window_idx", "counters_frozen_idx",
+                  "authority_accounts_window_idx", "authority_accounts_frozen_idx"):
+        op.execute(f"DROP INDEX {index}")
     for fn in _V2_FUNCTIONS:
         op.execute(f"DROP FUNCTION IF EXISTS {fn}")
     op.execute("ALTER TABLE permit_segments DROP COLUMN liability")

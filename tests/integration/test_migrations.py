@@ -8,7 +8,7 @@ from tests.conftest import migrate
 
 TABLES = {"authority_namespace", "teams", "keys", "bootstrap_declarations", "policy_state",
           "policy_generations", "policy_changes", "counters", "authority_accounts",
-          "permits", "permit_segments", "lease_dataplanes", "lease_grants"}
+          "permits", "permit_segments", "lease_dataplanes", "lease_grants", "alert_events"}
 
 
 def _tables(dsn: str) -> set[str]:

@@ -1,0 +1,154 @@
+"""Where alert events are deduplicated: the shared database, or the local SQLite file.
+
+Both answer one question per batch of budgets a settlement moved — which thresholds are
+reached now, and which of them this replica is the first to see — and record what
+became of a delivery. The shared store does it in ONE statement
+(``sql/alert_queries.sql`` ``budget_alerts``: read the counters, ``INSERT … ON CONFLICT
+DO NOTHING RETURNING`` into ``alert_events``), so across replicas exactly one claims
+each (counter, window, threshold). The local store runs the same steps in one
+``BEGIN IMMEDIATE`` transaction on the governance store's own file
+(``sql/local_alert_queries.sql``), so a restart never delivers an event twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import msgspec
+
+import sql
+from gateway.alerts._model import AlertEvent, Budget, CheckResult, thresholds_reached
+
+if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
+    from gateway.db import Pool
+
+T = TypeVar("T")
+
+
+class AlertStore(Protocol):
+    async def check(self, budgets: list[Budget], *, replica: str) -> CheckResult:
+        """Thresholds the budgets reached; the events this call claimed first."""
+
+    async def delivered(self, event: AlertEvent, *, ok: bool, attempts: int,
+                        error: str | None) -> None:
+        """Record one event's delivery outcome (``delivered_at`` only when ``ok``)."""
+
+    async def close(self) -> None: ...
+
+
+class PostgresAlertStore:
+    """:class:`AlertStore` on the shared database (``alert_events``)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def check(self, budgets: list[Budget], *, replica: str) -> CheckResult:
+        from gateway.db import connection, fetch_one
+
+        params = {"budgets": msgspec.json.encode(budgets).decode(), "replica": replica}
+        async with connection(self._pool, "alert store") as conn:
+            row = await fetch_one(conn, sql.alert_queries["budget_alerts"], params)
+        assert row is not None
+        return CheckResult(claimed=msgspec.convert(row["claimed"], list[AlertEvent]),
+                           crossed=[(str(c), int(t)) for c, t in row["crossed"]])
+
+    async def delivered(self, event: AlertEvent, *, ok: bool, attempts: int,
+                        error: str | None) -> None:
+        from gateway.db import connection
+
+        params = {"ok": ok, "attempts": attempts, "error": error, "counter": event.counter,
+                  "window": event.window, "threshold": event.threshold}
+        async with connection(self._pool, "alert store") as conn:
+            await conn.execute(sql.alert_queries["alert_delivered"], params)
+
+    async def close(self) -> None:
+        """The pool belongs to the app lifespan."""
+        return None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class SqliteAlertStore:
+    """:class:`AlertStore` in the local profile's SQLite file (``alert_events`` beside
+    the governance store's ``gov_counters``), on its own connection and thread."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alerts")
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def tx() -> T:
+            conn = self._connect()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+        return await asyncio.get_running_loop().run_in_executor(self._executor, tx)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(Path(self.path).expanduser()), isolation_level=None,
+                                   check_same_thread=False, timeout=30.0)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(sql.local_alert_queries["schema"])
+            self._conn = conn
+        return self._conn
+
+    async def open(self) -> None:
+        await self._run(lambda conn: None)
+
+    async def check(self, budgets: list[Budget], *, replica: str) -> CheckResult:
+        def check(conn: sqlite3.Connection) -> CheckResult:
+            claimed: list[AlertEvent] = []
+            crossed: list[tuple[str, int]] = []
+            for b in budgets:
+                row = conn.execute(sql.local_alert_queries["figures"],
+                                   {"counter": b.counter}).fetchone()
+                if row is None:
+                    continue
+                for threshold in thresholds_reached(row["committed"], row["liability"],
+                                                    b.limit):
+                    crossed.append((b.counter, threshold))
+                    event = AlertEvent(counter=b.counter, window=b.window,
+                                       threshold=threshold, limit=b.limit,
+                                       committed=row["committed"],
+                                       liability=row["liability"], reserved=row["reserved"],
+                                       replica=replica, first_seen_at=_now())
+                    params: dict[str, Any] = msgspec.structs.asdict(event)
+                    if conn.execute(sql.local_alert_queries["claim"], params).fetchone():
+                        claimed.append(event)
+            return CheckResult(claimed=claimed, crossed=crossed)
+        return await self._run(check)
+
+    async def delivered(self, event: AlertEvent, *, ok: bool, attempts: int,
+                        error: str | None) -> None:
+        params = {"ok": ok, "at": _now(), "attempts": attempts, "error": error,
+                  "counter": event.counter, "window": event.window,
+                  "threshold": event.threshold}
+        await self._run(lambda conn: conn.execute(sql.local_alert_queries["delivered"],
+                                                  params))
+
+    async def close(self) -> None:
+        def close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        await asyncio.get_running_loop().run_in_executor(self._executor, close)
+        self._executor.shutdown(wait=False)
+

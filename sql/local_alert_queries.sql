@@ -1,0 +1,39 @@
+-- Budget alerts (ADR-050) in the local profile's SQLite file (one replica: the table
+-- only keeps an event from being delivered twice, across restarts too).
+-- Each query starts with a "-- name: <name>" line; parameters are :name (sqlite3).
+-- Used by gateway/alerts/_stores.py.
+
+-- name: schema
+CREATE TABLE IF NOT EXISTS alert_events (
+    counter TEXT NOT NULL,
+    "window" TEXT NOT NULL,
+    threshold INTEGER NOT NULL CHECK (threshold IN (80, 90, 100)),
+    "limit" INTEGER NOT NULL,
+    committed INTEGER NOT NULL,
+    liability INTEGER NOT NULL,
+    reserved INTEGER NOT NULL,
+    replica TEXT NOT NULL,
+    first_seen_at TEXT NOT NULL,
+    delivered_at TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    PRIMARY KEY (counter, "window", threshold)
+);
+
+-- name: figures
+-- One money window or account of the local governance store (gateway/governance/_local.py).
+SELECT committed, liability, reserved FROM gov_counters WHERE counter = :counter
+
+-- name: claim
+INSERT INTO alert_events (counter, "window", threshold, "limit", committed, liability,
+                          reserved, replica, first_seen_at)
+VALUES (:counter, :window, :threshold, :limit, :committed, :liability, :reserved,
+        :replica, :first_seen_at)
+ON CONFLICT (counter, "window", threshold) DO NOTHING
+RETURNING counter
+
+-- name: delivered
+UPDATE alert_events
+   SET delivered_at = CASE WHEN :ok THEN :at END, attempts = attempts + :attempts,
+       last_error = :error
+ WHERE counter = :counter AND "window" = :window AND threshold = :threshold
