@@ -70,6 +70,23 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
                               'bound_exceeded', p.bound_exceeded, 'replay', p_replay)
 $$;
 
+-- Record a permit's settlement (or a later resolution) and return the updated row.
+CREATE FUNCTION inferplane_record_v2(p_permit uuid, p_settlement jsonb, p_resolution boolean)
+RETURNS permits LANGUAGE sql AS $$
+    UPDATE permits
+       SET status = p_settlement->>'kind', settle_fingerprint = p_settlement->>'fingerprint',
+           detail = p_settlement->>'detail',
+           tokens_committed = (p_settlement->>'tokens_committed')::bigint,
+           usd_committed = (p_settlement->>'usd_committed')::bigint,
+           tokens_liability = (p_settlement->>'tokens_liability')::bigint,
+           usd_liability = (p_settlement->>'usd_liability')::bigint,
+           bound_exceeded = coalesce((p_settlement->>'bound_exceeded')::boolean, false),
+           settled_at = CASE WHEN p_resolution THEN settled_at ELSE clock_timestamp() END,
+           resolved_at = CASE WHEN p_resolution THEN clock_timestamp() ELSE resolved_at END
+     WHERE id = p_permit
+    RETURNING *
+$$;
+
 CREATE FUNCTION inferplane_settle_v2(p_permit uuid, p_settlement jsonb)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
@@ -146,18 +163,8 @@ BEGIN
         END LOOP;
     END IF;
 
-    UPDATE permits
-       SET status = v_kind, settle_fingerprint = p_settlement->>'fingerprint',
-           detail = p_settlement->>'detail',
-           tokens_committed = (p_settlement->>'tokens_committed')::bigint,
-           usd_committed = (p_settlement->>'usd_committed')::bigint,
-           tokens_liability = (p_settlement->>'tokens_liability')::bigint,
-           usd_liability = (p_settlement->>'usd_liability')::bigint,
-           bound_exceeded = coalesce((p_settlement->>'bound_exceeded')::boolean, false),
-           settled_at = clock_timestamp()
-     WHERE id = p_permit
-    RETURNING * INTO p;
-    RETURN inferplane_settle_result_v2(p, false);
+    RETURN inferplane_settle_result_v2(inferplane_record_v2(p_permit, p_settlement, false),
+                                       false);
 END
 $$;
 
@@ -207,17 +214,7 @@ BEGIN
         UPDATE permit_segments SET committed = v_commit, liability = v_liability
          WHERE permit_id = p_permit AND counter = s.counter;
     END LOOP;
-    UPDATE permits
-       SET status = p_settlement->>'kind', settle_fingerprint = p_settlement->>'fingerprint',
-           detail = p_settlement->>'detail',
-           tokens_committed = (p_settlement->>'tokens_committed')::bigint,
-           usd_committed = (p_settlement->>'usd_committed')::bigint,
-           tokens_liability = (p_settlement->>'tokens_liability')::bigint,
-           usd_liability = (p_settlement->>'usd_liability')::bigint,
-           bound_exceeded = coalesce((p_settlement->>'bound_exceeded')::boolean, false),
-           resolved_at = clock_timestamp()
-     WHERE id = p_permit
-    RETURNING * INTO p;
-    RETURN inferplane_settle_result_v2(p, false);
+    RETURN inferplane_settle_result_v2(inferplane_record_v2(p_permit, p_settlement, true),
+                                       false);
 END
 $$;

@@ -25,6 +25,7 @@ depends_on = None
 _V2_FUNCTIONS = ("inferplane_admit_v2(jsonb)", "inferplane_check_charge_v2(jsonb, bigint)",
                  "inferplane_resolve_v2(uuid, jsonb)", "inferplane_settle_v2(uuid, jsonb)",
                  "inferplane_settle_result_v2(permits, boolean)",
+                 "inferplane_record_v2(uuid, jsonb, boolean)",
                  "inferplane_lock_segments_v2(uuid)",
                  "inferplane_check_parts_v2(uuid, jsonb)")
 

@@ -423,14 +423,7 @@ def test_mixed_workload_commits_what_the_upstream_reported(shared: Shared) -> No
     assert by_kind["upstream-cut"].startswith("raised")
     assert by_kind["upstream-cut-anthropic"].startswith("raised")
     assert by_kind["error-500"].startswith("raised") and by_kind["chat"] == "ok"
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        [(pending,)] = shared.sql("SELECT count(*) FROM permits WHERE team_id = %s"
-                                  " AND status = 'pending'", team_id)
-        if pending == 0:
-            break
-        time.sleep(0.2)
-    assert pending == 0
+    _wait_none_pending(shared, team_id)
     rows = shared.sql("SELECT model, status, usd_committed, usd_liability, usd_bound"
                       " FROM permits WHERE team_id = %s", team_id)
     ledger = shared.ledger()
@@ -456,6 +449,18 @@ def test_mixed_workload_commits_what_the_upstream_reported(shared: Shared) -> No
     [(reserved,)] = shared.sql("SELECT coalesce(sum(reserved), 0) FROM counters"
                                " WHERE key LIKE %s", f"team:{team_id}:%")
     assert reserved == 0
+
+
+def _wait_none_pending(shared: Shared, team_id: str) -> None:
+    """Until no permit of the team is pending (settlements may trail the answers)."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        [(pending,)] = shared.sql("SELECT count(*) FROM permits WHERE team_id = %s"
+                                  " AND status = 'pending'", team_id)
+        if pending == 0:
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"team {team_id}: {pending} permit(s) still pending")
 
 
 def _fold(entry: dict[str, Any], into: str) -> Usage:
@@ -573,14 +578,7 @@ def test_database_outage_while_streams_finish(shared: Shared) -> None:
         time.sleep(max(0.0, 15 - 1 - max(durations)))
     finally:
         shared.proxy.start()
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        [(pending,)] = shared.sql("SELECT count(*) FROM permits WHERE team_id = %s"
-                                  " AND status = 'pending'", team_id)
-        if pending == 0:
-            break
-        time.sleep(0.25)
-    assert pending == 0
+    _wait_none_pending(shared, team_id)
     ledger = shared.ledger()
     assert len(ledger) == len(threads)
     [(committed, liability)] = shared.sql(
