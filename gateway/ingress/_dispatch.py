@@ -29,7 +29,8 @@ seconds so the exact usage can still be settled.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import anyio
@@ -181,12 +182,40 @@ async def _after_stream(relay: AsyncGenerator[bytes, None], attempt: Attempt,
                              status=200)
 
 
+class _Resumable:
+    """Upstream chunks whose pending read survives the relay's cancellation.
+
+    A client disconnect cancels the relay while it awaits the upstream's next chunk; a
+    plain ``async for`` would deliver that cancellation into the upstream stream and end
+    it. Here the read runs in its own task behind ``asyncio.shield``, so the drain after a
+    disconnect (``server.drain_on_disconnect_s`` > 0) picks up exactly where the relay
+    stopped. Only used when draining is on: it costs a task per chunk.
+    """
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+        self._next: asyncio.Future[bytes] | None = None
+
+    def __aiter__(self) -> _Resumable:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._chunks.__anext__())
+        pending = self._next
+        chunk = await asyncio.shield(pending)  # cancelled: the read goes on, kept
+        self._next = None
+        return chunk
+
+
 async def _relay(attempt: Attempt, upstream: UpstreamResponse,
                  meter: StreamMeter) -> AsyncGenerator[bytes, None]:
     ended, cut = False, ""
+    draining = attempt.call.gw.settings.server.drain_on_disconnect_s > 0
+    chunks: AsyncIterator[bytes] = _Resumable(upstream.chunks) if draining else upstream.chunks
     try:
         try:
-            async for chunk in upstream.chunks:
+            async for chunk in chunks:
                 out = meter.feed(chunk)
                 if meter.complete and not attempt.settled:
                     # Settled (journal, store, audit line) before the client sees the end
@@ -211,21 +240,19 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse,
                                      f"{cut}; the answer is incomplete")
     finally:
         with anyio.CancelScope(shield=True):
-            if not ended and not cut:
-                await _drain(attempt, upstream, meter)
+            if not ended and not cut and draining:
+                await _drain(attempt, chunks, meter)
             await upstream.close()
             await attempt.finish(_stream_outcome(meter, ended, cut), status=200)
 
 
-async def _drain(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMeter) -> None:
+async def _drain(attempt: Attempt, chunks: AsyncIterator[bytes], meter: StreamMeter) -> None:
     """The client left mid-stream: read the upstream on, discarded, for up to
     ``server.drain_on_disconnect_s`` so its usage can still be settled exactly."""
     limit = attempt.call.gw.settings.server.drain_on_disconnect_s
-    if limit <= 0:
-        return
     with anyio.move_on_after(limit):
         try:
-            async for chunk in upstream.chunks:
+            async for chunk in chunks:
                 meter.feed(chunk)
                 if meter.complete:
                     break
