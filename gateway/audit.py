@@ -11,7 +11,9 @@ Durability (``server.audit_fsync``, docs/deploy.md "Audit files"):
 - every line is ONE ``write(2)`` on an ``O_APPEND`` descriptor, so a **process** crash
   (SIGKILL, OOM) loses nothing the kernel accepted, and no line is interleaved with
   another; a line is torn only if the process dies inside that ``write`` — possible for
-  the last line of the file being written at that moment, never for an earlier one;
+  the last line of the file being written at that moment, never for an earlier one (the
+  next start ends such a fragment with a newline, so it stays one unparseable line and
+  the new run's lines are whole);
 - ``interval`` (default): the file is fsynced every ``server.audit_fsync_interval_s``
   (default 1 s) when something was written: a **machine** crash loses at most that
   interval of lines;
@@ -82,6 +84,21 @@ class AuditLog:
     def open(self) -> None:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._reopen()
+        self._end_torn_line()
+
+    def _end_torn_line(self) -> None:
+        """A previous run killed inside a write may have left a line without its
+        newline: end it, so this run's first line is not glued to the fragment."""
+        if self._fd is None or self._size == 0:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+        if last != b"\n":
+            log.warning("audit file %s ended inside a line (a crash mid-write): the "
+                        "fragment is kept as its own line", self.path)
+            os.write(self._fd, b"\n")
+            self._size += 1
 
     def start(self) -> None:
         """Start the interval fsync (``interval`` policy); needs a running event loop."""

@@ -132,3 +132,17 @@ async def test_interval_fsyncs_within_the_interval(tmp_path: Path,
     await asyncio.sleep(0.15)
     assert len(synced) == 1  # nothing new was written
     await audit.aclose()
+
+
+def test_a_torn_last_line_is_ended_at_the_next_open(tmp_path: Path) -> None:
+    """A file left ending inside a line (a crash mid-write) gets a newline when reopened,
+    so the fragment stays one bad line and the next run's lines parse."""
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b'{"i": 0}\n{"i": 1, "trunc')
+    audit = AuditLog(str(path))
+    audit.open()
+    audit.write({"i": 2})
+    audit.close()
+    lines = path.read_text().splitlines()
+    assert lines[1] == '{"i": 1, "trunc'
+    assert json.loads(lines[2])["i"] == 2
