@@ -220,12 +220,21 @@ def test_monitoring_objects_only_when_enabled() -> None:
                                          "grafanaDashboard": {"enabled": True}}}))
     (rule,) = found["PrometheusRule"]
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    # Shared (the default): every money budget from the cluster gauges, max over replicas.
+    assert {"InferplaneBudget80", "InferplaneBudget90", "InferplaneBudget100"} <= set(alerts)
+    assert "mayu_cluster_budget_utilisation_ratio" in alerts["InferplaneBudget90"]["expr"]
+    assert alerts["InferplaneBudget90"]["expr"].startswith("max by (scope, id, team, window)")
+    (local,) = kinds(render({"profile": "local", "gateway": {"replicas": 1},
+                             "monitoring": {"prometheusRule": {"enabled": True}}}))[
+        "PrometheusRule"]
+    local_alerts = {r["alert"]: r for g in local["spec"]["groups"] for r in g["rules"]}
     assert {"InferplaneTeamBudget80", "InferplaneTeamBudget90",
-            "InferplaneTeamBudget100"} <= set(alerts)
+            "InferplaneTeamBudget100"} <= set(local_alerts)
+    assert "InferplaneBudget80" not in local_alerts
     (board,) = [c for c in found["ConfigMap"] if c["metadata"]["name"].endswith("dashboard")]
     dashboard = json.loads(board["data"]["inferplane.json"])
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    exprs += [r["expr"] for r in alerts.values()]
+    exprs += [r["expr"] for r in [*alerts.values(), *local_alerts.values()]]
     from gateway.metrics import Metrics
     exported = {m.name for m in Metrics().registry.collect()}
     for expr in exprs:
