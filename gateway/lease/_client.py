@@ -148,7 +148,7 @@ class LeaseClient:
                                 self.state.applied.snapshot.generation, backoff, failing)
                 await asyncio.sleep(backoff)
                 continue
-            interval = min(self._max_interval, self.state.heartbeat_ms / 1000)
+            interval = self._interval_s()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.state.wake.wait(), interval)
             # Early heartbeats are spaced: one burst of refusals asks once.
@@ -184,10 +184,14 @@ class LeaseClient:
             applied_generation=applied.snapshot.generation,
             rejections=list(applied.rejections), accounts=await self._accounts())
 
+    def _interval_s(self) -> float:
+        return min(self._max_interval, self.state.heartbeat_ms / 1000)
+
     async def _accounts(self) -> list[AccountReport]:
         """Every account to report: local counters of lease-managed rules (current and
         previous windows), the ones requests asked for, and the current-window accounts
-        of team rules for the teams this plane knows (leased before their first use)."""
+        of team rules for the teams this plane knows (leased before their first use);
+        within two heartbeats of a window's end, the next window's accounts too."""
         now = datetime.now(UTC)
         day, month = utc_windows(now)
         managed = {uid for uid, m in self.state.managed_rules().items() if m.gate is None}
@@ -202,6 +206,16 @@ class LeaseClient:
                 wanted[key] = (uid, max(want, wanted.get(key, (uid, 0))[1]))
         for key, uid in (await self._team_accounts(day, month)).items():
             wanted.setdefault(key, (uid, 0))
+        ahead = utc_windows(now + timedelta(seconds=2 * self._interval_s()))
+        if ahead != (day, month):
+            # Lease the coming window now: the first requests after midnight find their
+            # leases instead of a refusal while one is fetched.
+            for key, uid in (await self._team_accounts(*ahead)).items():
+                wanted.setdefault(key, (uid, 0))
+            for key, (uid, _) in list(wanted.items()):
+                rolled = _rolled(key, (day, month), ahead)
+                if rolled != key:
+                    wanted.setdefault(rolled, (uid, 0))
         out = []
         for key in sorted(wanted):
             uid, want = wanted[key]
@@ -265,6 +279,15 @@ class LeaseClient:
             for problem in rejection.problems:
                 log.error("lease profile: policy %s rejected on this data plane: %s: %s",
                           rejection.name, problem.path, problem.message)
+
+
+def _rolled(key: str, now: tuple[str, str], ahead: tuple[str, str]) -> str:
+    """The same account in the coming window (``key`` itself when its window stays)."""
+    for kind, current, coming in (("day", now[0], ahead[0]), ("month", now[1], ahead[1])):
+        suffix = f":{kind}:{current}"
+        if current != coming and key.endswith(suffix):
+            return key[:-len(suffix)] + f":{kind}:{coming}"
+    return key
 
 
 def _uid_of(key: str, uids: set[str]) -> str | None:

@@ -200,3 +200,16 @@ def test_a_counter_is_reported_only_for_a_lease_managed_rule() -> None:
     assert _uid_of(KEY, {"p/spend"}) == "p/spend"
     assert _uid_of(KEY, {"other/rule"}) is None
     assert _uid_of("team:t1:usd:day:2026-12-01", {"p/spend"}) is None
+
+
+def test_an_account_rolls_into_the_coming_window_only_when_its_window_ends() -> None:
+    """Near midnight the day account is also asked for in the next day; a month account
+    only rolls at the end of the month."""
+    from gateway.lease._client import _rolled
+
+    now, ahead = ("2026-12-01", "2026-12"), ("2026-12-02", "2026-12")
+    assert _rolled(KEY, now, ahead) == "account:p/spend:team=alpha:day:2026-12-02"
+    month_key = "account:p/spend:team=alpha:month:2026-12"
+    assert _rolled(month_key, now, ahead) == month_key
+    assert _rolled(month_key, ("2026-12-31", "2026-12"), ("2027-01-01", "2027-01")) == (
+        "account:p/spend:team=alpha:month:2027-01")
