@@ -24,6 +24,10 @@ CREATE TABLE IF NOT EXISTS alert_events (
 -- One money window or account of the local governance store (gateway/governance/_local.py).
 SELECT committed, liability, reserved FROM gov_counters WHERE counter = :counter
 
+-- name: claimed
+-- The thresholds already claimed for one budget and window.
+SELECT threshold FROM alert_events WHERE counter = :counter AND "window" = :window
+
 -- name: claim
 INSERT INTO alert_events (counter, "window", threshold, "limit", committed, liability,
                           reserved, replica, first_seen_at)

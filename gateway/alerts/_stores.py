@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import msgspec
 
@@ -85,10 +85,12 @@ class SqliteAlertStore:
         self._conn: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alerts")
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        """``fn`` in one transaction; a write one takes the file's write lock first
+        (BEGIN IMMEDIATE), a read one is a WAL snapshot that never blocks admissions."""
         def tx() -> T:
             conn = self._connect()
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 result = fn(conn)
             except BaseException:
@@ -114,27 +116,37 @@ class SqliteAlertStore:
         await self._run(lambda conn: None)
 
     async def check(self, budgets: list[Budget], *, replica: str) -> CheckResult:
-        def check(conn: sqlite3.Connection) -> CheckResult:
-            claimed: list[AlertEvent] = []
+        """Read first (no lock an admission would wait for); take the write lock only to
+        insert thresholds reached and not yet claimed — rare, at most three per window."""
+        def read(conn: sqlite3.Connection) -> tuple[list[AlertEvent], list[tuple[str, int]]]:
+            new: list[AlertEvent] = []
             crossed: list[tuple[str, int]] = []
             for b in budgets:
                 row = conn.execute(sql.local_alert_queries["figures"],
                                    {"counter": b.counter}).fetchone()
                 if row is None:
                     continue
-                for threshold in thresholds_reached(row["committed"], row["liability"],
-                                                    b.limit):
-                    crossed.append((b.counter, threshold))
-                    event = AlertEvent(counter=b.counter, window=b.window,
-                                       threshold=threshold, limit=b.limit,
-                                       committed=row["committed"],
-                                       liability=row["liability"], reserved=row["reserved"],
-                                       replica=replica, first_seen_at=_now())
-                    params: dict[str, Any] = msgspec.structs.asdict(event)
-                    if conn.execute(sql.local_alert_queries["claim"], params).fetchone():
-                        claimed.append(event)
-            return CheckResult(claimed=claimed, crossed=crossed)
-        return await self._run(check)
+                reached = thresholds_reached(row["committed"], row["liability"], b.limit)
+                if not reached:
+                    continue
+                crossed += [(b.counter, t) for t in reached]
+                done = {r["threshold"] for r in conn.execute(
+                    sql.local_alert_queries["claimed"],
+                    {"counter": b.counter, "window": b.window})}
+                new += [AlertEvent(counter=b.counter, window=b.window, threshold=t,
+                                   limit=b.limit, committed=row["committed"],
+                                   liability=row["liability"], reserved=row["reserved"],
+                                   replica=replica, first_seen_at=_now())
+                        for t in reached if t not in done]
+            return new, crossed
+
+        def claim(conn: sqlite3.Connection) -> list[AlertEvent]:
+            return [e for e in new if conn.execute(sql.local_alert_queries["claim"],
+                                                   msgspec.structs.asdict(e)).fetchone()]
+
+        new, crossed = await self._run(read, write=False)
+        claimed = await self._run(claim) if new else []
+        return CheckResult(claimed=claimed, crossed=crossed)
 
     async def delivered(self, event: AlertEvent, *, ok: bool, attempts: int,
                         error: str | None) -> None:
