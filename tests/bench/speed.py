@@ -1,0 +1,381 @@
+"""Speed bench (a script, not a test): CPU per request, throughput and overhead of one
+gateway process — mayu local, mayu shared, and LiteLLM's proxy when it is installed —
+against the same fake upstream, with the same load generator, in one run.
+
+For every target and for JSON and SSE answers it prints, as medians over ``--rounds``
+(targets alternate within each round, so the machine's load falls on all alike):
+
+- req/s at concurrency ``--concurrency`` (closed loop, kept-alive connections), and the
+  ratio to the upstream direct and to LiteLLM;
+- p50 latency at concurrency 1 and the overhead over the upstream direct;
+- CPU per request of the server process (user + system from ``/proc/<pid>/stat`` over
+  both loads, divided by the requests), and for the shared profile the CPU of its
+  Postgres backends per request;
+- the server's RSS at the end, and its peak (VmHWM).
+
+The upstream is ``tests/bench/_fastup.py`` (a raw asyncio server: tens of µs per
+request), the client ``tests/bench/_loadgen.py`` (raw asyncio + httptools). The team
+has limits (RPM, TPM, tokens and µUSD per day, all far above the load), so every
+request is authenticated, admitted against four counters, relayed, metered, settled,
+journaled and audited. LiteLLM runs from its own venv (``--litellm``, default
+``/tmp/sp11/litellm-venv/bin/litellm``; ``pip install 'litellm[proxy]'`` there), one
+worker, no database; the bench says so when it is absent.
+
+    .venv/bin/python tests/bench/speed.py [--rounds 3] [--requests 3000] [--only local,shared]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psycopg
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.bench._loadgen import run_load  # noqa: E402
+from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.e2e._procs import Proc, free_port, run_cli, start_gateway  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMITS = ("--rpm", "100000000", "--tpm", "60000000000", "--tokens-per-day",
+          "1000000000000", "--usd-micros-per-day", "1000000000000000")
+DEFAULT_LITELLM = "/tmp/sp11/litellm-venv/bin/litellm"
+
+
+def body(stream: bool) -> bytes:
+    return (b'{"model":"mock-gpt","max_tokens":16,"stream":%s,"messages":[{"role":"user",'
+            b'"content":"say something short"}]}' % (b"true" if stream else b"false"))
+
+
+# -- /proc ---------------------------------------------------------------------------
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children[ppid].append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def tree_cpu(pid: int) -> float:
+    return sum(cpu_s(p) for p in tree(pid))
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) in MB, summed over the process tree."""
+    rss = hwm = 0.0
+    for p in tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss += int(line.split()[1]) / 1024
+                elif line.startswith("VmHWM:"):
+                    hwm += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return rss, hwm
+
+
+# -- targets -------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    name: str
+    port: int
+    pid: int
+    headers: dict[str, str]
+    path: str = "/v1/chat/completions"
+    backends: Callable[[], list[int]] | None = None
+    """Postgres backend pids serving this target (shared profile)."""
+
+
+@dataclass
+class Figures:
+    rate: list[float] = field(default_factory=list)
+    p50: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    pg_ms: list[float] = field(default_factory=list)
+    rss: list[float] = field(default_factory=list)
+    hwm: list[float] = field(default_factory=list)
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, path: str) -> None:
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"not ready:\n{log.read_text()[-3000:]}")
+
+
+@contextmanager
+def fast_upstream(work: Path, events: int) -> Iterator[tuple[int, int]]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/bench/_fastup.py"), "--port",
+                             str(port), "--events", str(events)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        yield port, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _gateway_config(work: Path, name: str, upstream: int, shared: bool) -> Path:
+    config: dict[str, object] = {
+        "data_dir": str(work / f"data-{name}"), "demo": False,
+        "server": {"replica_id": name},
+        "providers": [{"name": "up", "kind": "openai",
+                       "base_url": f"http://127.0.0.1:{upstream}/v1"}],
+        "models": [{"name": "mock-gpt", "deployments": [{"provider": "up"}],
+                    "price": {"input": 1_000_000, "output": 4_000_000}}]}
+    if shared:
+        config.update({"key_store": {"type": "postgres"},
+                       "governance_store": {"type": "postgres"},
+                       "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL",
+                                    "pool_min_size": 4, "pool_max_size": 16}})
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _team_key(config: Path, env: dict[str, str] | None) -> str:
+    import json
+    team = f"bench-{config.stem}"
+    done = run_cli("teams", "create", team, "--config", str(config), "--json", *LIMITS,
+                   env=env)
+    assert done.returncode == 0, done.stderr
+    done = run_cli("keys", "create", "--team", team, "--config", str(config), "--json",
+                   env=env)
+    assert done.returncode == 0, done.stderr
+    key: str = json.loads(done.stdout)["key"]
+    return key
+
+
+def _start(config: Path, env: dict[str, str] | None, root: Path | None) -> Proc:
+    """``mayu serve`` from this checkout, or from another one (``--baseline``)."""
+    if root is None:
+        return start_gateway(config, env=env)
+    port = free_port()
+    log = config.parent / f"gateway-{port}.log"
+    full = {**os.environ, **(env or {}), "PYTHONPATH": str(root)}
+    popen = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config",
+                              str(config), "--port", str(port), "--log-level", "warning"],
+                             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=full,
+                             cwd=str(root))
+    _wait_port(port, popen, log, "/readyz")
+    return Proc(popen=popen, port=port, log_path=log)
+
+
+def mayu_local(work: Path, upstream: int, *, root: Path | None = None,
+               name: str = "local") -> tuple[Target, Proc]:
+    config = _gateway_config(work, name, upstream, shared=False)
+    key = _team_key(config, None)
+    gw = _start(config, None, root)
+    return Target(f"mayu {name}", gw.port, gw.popen.pid,
+                  {"authorization": f"Bearer {key}"}), gw
+
+
+def mayu_shared(work: Path, upstream: int, dsn: str, *, root: Path | None = None,
+                name: str = "shared") -> tuple[Target, Proc]:
+    env = {"INFERPLANE_DATABASE_URL": dsn}
+    config = _gateway_config(work, name, upstream, shared=True)
+    key = _team_key(config, env)
+    gw = _start(config, env, root)
+    dbname = dsn.rsplit("/", 1)[1]
+
+    def backends() -> list[int]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                                " AND pid <> pg_backend_pid()", (dbname,)).fetchall()
+        return [int(r[0]) for r in rows]
+    return Target(f"mayu {name}", gw.port, gw.popen.pid,
+                  {"authorization": f"Bearer {key}"}, backends=backends), gw
+
+
+def litellm(work: Path, upstream: int, exe: str) -> tuple[Target, subprocess.Popen[bytes]]:
+    config = work / "litellm.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_list": [{"model_name": "mock-gpt", "litellm_params": {
+            "model": "openai/mock-gpt", "api_base": f"http://127.0.0.1:{upstream}/v1",
+            "api_key": "sk-fake"}}],
+        "litellm_settings": {"telemetry": False, "drop_params": True},
+    }))
+    port = free_port()
+    log = work / "litellm.log"
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
+    proc = subprocess.Popen([exe, "--config", str(config), "--port", str(port),
+                             "--num_workers", "1"], stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, env=env, cwd=str(work))
+    _wait_port(port, proc, log, "/health/liveliness")
+    return Target("litellm", port, proc.pid, {"authorization": "Bearer sk-fake"}), proc
+
+
+# -- measuring -----------------------------------------------------------------------
+
+def measure(t: Target, stream: bool, args: argparse.Namespace, figures: Figures) -> None:
+    pg_before = {p: cpu_s(p) for p in t.backends()} if t.backends else {}
+    before = tree_cpu(t.pid)
+    hot = run_load(t.port, t.path, body(stream), headers=t.headers, n=args.requests,
+                   concurrency=args.concurrency)
+    one = run_load(t.port, t.path, body(stream), headers=t.headers, n=args.requests_c1,
+                   concurrency=1, warmup=20)
+    n = args.requests + args.requests_c1 + 200 + 20
+    for r in (hot, one):
+        if r.errors:
+            raise RuntimeError(f"{t.name}: {r.errors} failed requests; first: {r.first_error}")
+    figures.rate.append(hot.rate)
+    figures.p50.append(one.pct(50))
+    figures.cpu_ms.append((tree_cpu(t.pid) - before) / n * 1000)
+    if t.backends:
+        after = {p: cpu_s(p) for p in t.backends()}
+        figures.pg_ms.append(sum(after[p] - pg_before.get(p, 0.0) for p in after) / n * 1000)
+    rss, hwm = rss_mb(t.pid)
+    figures.rss.append(rss)
+    figures.hwm.append(hwm)
+
+
+def report(results: dict[tuple[str, bool], Figures], names: list[str],
+           args: argparse.Namespace) -> None:
+    med = statistics.median
+    for stream in (False, True):
+        print(f"\n{'SSE stream' if stream else 'JSON'} ({args.events} content events)"
+              if stream else "\nJSON")
+        print(f"{'target':<12} {'req/s c=' + str(args.concurrency):>11} {'x direct':>9} "
+              f"{'x litellm':>10} {'p50 c=1':>8} {'overhead':>9} {'CPU/req':>8} "
+              f"{'PG/req':>7} {'RSS':>6} {'peak':>6}")
+        direct = results.get(("direct", stream))
+        lite = results.get(("litellm", stream))
+        for name in names:
+            f = results.get((name, stream))
+            if f is None or not f.rate:
+                continue
+            rate = med(f.rate)
+            xd = rate / med(direct.rate) if direct else float("nan")
+            xl = rate / med(lite.rate) if lite and lite.rate else float("nan")
+            over = med(f.p50) - med(direct.p50) if direct else float("nan")
+            pg = f"{med(f.pg_ms):7.3f}" if f.pg_ms else f"{'-':>7}"
+            print(f"{name:<12} {rate:11.0f} {xd:9.3f} {xl:10.2f} {med(f.p50):7.2f}ms "
+                  f"{over:+8.2f}ms {med(f.cpu_ms):7.3f}ms {pg} {med(f.rss):5.0f}M "
+                  f"{max(f.hwm):5.0f}M")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=3000, help="per load at concurrency N")
+    ap.add_argument("--requests-c1", type=int, default=500, help="per load at concurrency 1")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--events", type=int, default=8, help="content events per stream")
+    ap.add_argument("--only", default="direct,local,shared,litellm",
+                    help="comma-separated subset of direct,local,shared,litellm")
+    ap.add_argument("--litellm", default=DEFAULT_LITELLM, help="the litellm executable")
+    ap.add_argument("--no-stream", action="store_true", help="JSON answers only")
+    ap.add_argument("--baseline", type=Path, help="another checkout (e.g. a git worktree "
+                    "of the previous commit): its mayu local/shared run next to this one's")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    load0 = os.getloadavg()[0]
+    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
+    dbname = f"ipspeed_{os.getpid()}"
+    procs: list[Proc] = []
+    others: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="mayu-speed-") as tmp, \
+            fast_upstream(Path(tmp), args.events) as (up_port, up_pid):
+        work = Path(tmp)
+        targets: list[Target] = []
+        made_db = False
+        try:
+            if "direct" in only:
+                targets.append(Target("direct", up_port, up_pid, {}))
+            if "local" in only:
+                for name, root in (("local", None), ("local-base", args.baseline)):
+                    if name == "local" or root is not None:
+                        t, p = mayu_local(work, up_port, root=root, name=name)
+                        targets.append(t)
+                        procs.append(p)
+            if "shared" in only:
+                create_database(server, dbname)
+                made_db = True
+                dsn = dsn_for(server, dbname)
+                migrate(dsn)
+                for name, root in (("shared", None), ("shared-base", args.baseline)):
+                    if name == "shared" or root is not None:
+                        t, p = mayu_shared(work, up_port, dsn, root=root, name=name)
+                        targets.append(t)
+                        procs.append(p)
+            if "litellm" in only:
+                if Path(args.litellm).exists():
+                    t, lp = litellm(work, up_port, args.litellm)
+                    targets.append(t)
+                    others.append(lp)
+                else:
+                    print(f"litellm: not installed at {args.litellm} (python -m venv DIR && "
+                          "DIR/bin/pip install 'litellm[proxy]', then --litellm "
+                          "DIR/bin/litellm): its figures are left out")
+            results: dict[tuple[str, bool], Figures] = defaultdict(Figures)
+            modes = (False,) if args.no_stream else (False, True)
+            for rnd in range(args.rounds):
+                for stream in modes:
+                    for t in targets:
+                        measure(t, stream, args, results[(t.name, stream)])
+                print(f"round {rnd + 1}/{args.rounds} done, load average "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
+        finally:
+            for p in procs:
+                p.stop()
+            for o in others:
+                o.terminate()
+                try:
+                    o.wait(10)
+                except subprocess.TimeoutExpired:
+                    o.kill()
+            if made_db:
+                drop_database(server, dbname)
+    print(f"\n{os.cpu_count()} cores; load average {load0:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end; medians of {args.rounds} rounds; "
+          f"{args.requests} requests at c={args.concurrency} and {args.requests_c1} at c=1 "
+          "per round; CPU/req = server process user+sys over both loads")
+    report(results, [t.name for t in targets], args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
