@@ -2,7 +2,9 @@
 
 One replica, one file. Each :meth:`LocalGovernanceStore.admit` call is one
 ``BEGIN IMMEDIATE`` transaction: the write lock is taken before the first read, so the
-counters a decision reads cannot change before it writes. The arithmetic is the shared
+counters a decision reads cannot change before it writes. Admissions and settlements
+run inline on the event loop when the file is free, else in a worker thread
+(:class:`gateway.keys._sqlite.SqliteBase`). The arithmetic is the shared
 pure code in :mod:`gateway.governance._plan`; only the atomicity is local. Everything is
 persisted, so a restart loses no committed spend and forgets no pending permit (pending
 permits keep their reservations, which keep binding the limits).
@@ -158,6 +160,11 @@ class LocalGovernanceStore(SqliteBase):
         def _admit(conn: sqlite3.Connection) -> list[Permit | Refusal]:
             now = self._now_us()
             return [self._admit_one(conn, req, now) for req in requests]
+        # Inline on the loop when the file is free (SqliteBase): nothing can cancel it.
+        done, decided = self._inline(_admit, True)
+        if done:
+            assert decided is not None
+            return decided
         # The worker thread cannot be interrupted: if the caller is cancelled (a client
         # disconnect) the transaction may still commit permits nobody will dispatch or
         # settle, which would bind the limits forever. Let it finish, then refund them.
@@ -248,7 +255,7 @@ class LocalGovernanceStore(SqliteBase):
                           clamp(s.usd_committed), s.detail, now, clamp(s.tokens_liability),
                           clamp(s.usd_liability), int(s.bound_exceeded)))
             return _result(permit_id, s, replay=False)
-        return await self._run(_settle)
+        return await self._run(_settle, inline=True)
 
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a
