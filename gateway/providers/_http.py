@@ -1,13 +1,16 @@
-"""``openai`` and ``anthropic`` provider kinds: one pooled httpx client per provider.
+"""``openai`` and ``anthropic`` provider kinds: one pooled HTTP client per provider.
 
-Bodies go upstream as bytes; the response body is relayed with ``aiter_bytes`` as it
-arrives (never buffered for streams). ``accept-encoding: identity`` keeps the relayed
-bytes equal to what the usage meter reads.
+Bodies go upstream as bytes; the response body is relayed as it arrives (never buffered
+for streams). ``accept-encoding: identity`` keeps the relayed bytes equal to what the
+usage meter reads.
 
-The pool is split into a few shards (independent httpx clients, used round-robin):
-httpcore's pool scans every (queued request, connection) pair on each event, so its
-cost grows with the square of the concurrency; measured here (32 concurrent requests),
-one pool of 200 spent a third of the gateway's CPU in that scan.
+The client is :mod:`gateway.providers._client` (asyncio protocols and httptools: about
+a fifth of httpx's CPU per request, measured by ``tests/bench/speed.py``). When the
+environment names an HTTP proxy for the upstream (``HTTPS_PROXY``/``HTTP_PROXY``/
+``ALL_PROXY``, minus ``NO_PROXY``), which httpx honours and that client does not, the
+provider uses httpx as before: its pool split into a few shards (independent clients,
+used round-robin), because httpcore's pool scans every (queued request, connection) pair
+on each event, so its cost grows with the square of the concurrency.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import itertools
 import ssl
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 
 import certifi
@@ -28,6 +32,7 @@ from gateway.providers._base import (
     Protocol_,
     UpstreamResponse,
 )
+from gateway.providers._client import ClientError, HttpClient, Response
 from gateway.usage import Endpoint
 
 _OPENAI_PATHS = {"chat": "/chat/completions", "responses": "/responses",
@@ -47,6 +52,7 @@ class HttpProvider:
         self._where = f"providers[{index}]"
         self._clients: list[httpx.AsyncClient] = []
         self._next: itertools.cycle[httpx.AsyncClient] | None = None
+        self._client: HttpClient | None = None
         self._auth: dict[str, str] = {}
 
     def speaks(self, protocol: Protocol_) -> bool:
@@ -58,10 +64,17 @@ class HttpProvider:
             secret = resolve_secret(s.api_key_ref, key=f"{self._where}.api_key_ref")
             self._auth = ({"x-api-key": secret} if s.kind == "anthropic"
                           else {"authorization": f"Bearer {secret}"})
+        # One TLS context for every connection (httpx's default CA bundle): slow to load.
+        tls = ssl.create_default_context(cafile=certifi.where())
+        base = (s.base_url or "").rstrip("/")
+        if not _proxied(base):
+            self._client = HttpClient(
+                base, max_connections=s.max_connections, timeout_s=s.timeout_s,
+                connect_timeout_s=s.connect_timeout_s, ssl_context=tls,
+                headers={"accept-encoding": "identity", "content-type": "application/json"})
+            return
         shards = max(1, min(_MAX_SHARDS, s.max_connections // _PER_SHARD))
         per_shard = -(-s.max_connections // shards)
-        # One TLS context for every shard (httpx's default CA bundle): loading it is slow.
-        tls = ssl.create_default_context(cafile=certifi.where())
         self._clients = [httpx.AsyncClient(
             base_url=(s.base_url or "").rstrip("/"),
             timeout=httpx.Timeout(s.timeout_s, connect=s.connect_timeout_s), verify=tls,
@@ -72,6 +85,9 @@ class HttpProvider:
         self._next = itertools.cycle(self._clients)
 
     async def close(self) -> None:
+        if self._client is not None:
+            lean, self._client = self._client, None
+            await lean.aclose()
         clients, self._clients, self._next = self._clients, [], None
         for client in clients:
             await client.aclose()
@@ -90,6 +106,8 @@ class HttpProvider:
 
     async def send(self, endpoint: Endpoint, body: bytes, *,
                    headers: dict[str, str]) -> UpstreamResponse:
+        if self._client is not None:
+            return await self._send(self._client, endpoint, body, headers)
         if self._next is None:
             raise NotDispatched(f"provider {self.name} is not started")
         client = next(self._next)
@@ -116,6 +134,49 @@ class HttpProvider:
             chunks=_relay(response, self.name), close=response.aclose,
             elapsed_s=time.perf_counter() - started,
             headers={h: response.headers[h] for h in PASSED_HEADERS if h in response.headers})
+
+
+    async def _send(self, client: HttpClient, endpoint: Endpoint, body: bytes,
+                    headers: dict[str, str]) -> UpstreamResponse:
+        started = time.perf_counter()
+        try:
+            response = await client.post(self._path(endpoint), body, self._headers(headers))
+        except ClientError as exc:
+            failure = DispatchFailed if exc.dispatched else NotDispatched
+            raise failure(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            # Not an I/O failure: a local error before the request was written.
+            raise NotDispatched(f"{self.name}: local error before sending: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        got = response.headers
+
+        async def close() -> None:
+            response.close()
+        return UpstreamResponse(
+            status=response.status,
+            content_type=got.get("content-type", "application/json"),
+            chunks=_chunks(response, self.name), close=close,
+            elapsed_s=time.perf_counter() - started,
+            headers={h: got[h] for h in PASSED_HEADERS if h in got})
+
+
+def _proxied(url: str) -> bool:
+    """Whether the environment sends requests for ``url`` through an HTTP proxy (as
+    httpx's ``trust_env`` reads it)."""
+    proxies = urllib.request.getproxies()
+    scheme = url.split(":", 1)[0].lower()
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return False
+    host = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    return not urllib.request.proxy_bypass(host.split(":")[0] if "]" not in host else host)
+
+
+async def _chunks(response: Response, name: str) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in response.chunks():
+            yield chunk
+    except ClientError as exc:
+        raise DispatchFailed(f"{name}: stream broken: {type(exc).__name__}: {exc}") from exc
 
 
 async def _relay(response: httpx.Response, name: str) -> AsyncIterator[bytes]:
