@@ -19,7 +19,8 @@ has limits (RPM, TPM, tokens and µUSD per day, all far above the load), so ever
 request is authenticated, admitted against four counters, relayed, metered, settled,
 journaled and audited. LiteLLM runs from its own venv (``--litellm``, default
 ``/tmp/sp11/litellm-venv/bin/litellm``; ``pip install 'litellm[proxy]'`` there), one
-worker, no database; the bench says so when it is absent.
+worker, no database, its master key as the one credential; the bench says so when it is
+absent.
 
     .venv/bin/python tests/bench/speed.py [--rounds 3] [--requests 3000] [--only local,shared]
 """
@@ -240,12 +241,14 @@ def litellm(work: Path, upstream: int, exe: str) -> tuple[Target, subprocess.Pop
     }))
     port = free_port()
     log = work / "litellm.log"
-    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
+    master = "sk-bench-" + "0123456789abcdef" * 4  # LiteLLM refuses to start without one
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False",
+           "LITELLM_MASTER_KEY": master}
     proc = subprocess.Popen([exe, "--config", str(config), "--port", str(port),
                              "--num_workers", "1"], stdout=log.open("wb"),
                             stderr=subprocess.STDOUT, env=env, cwd=str(work))
     _wait_port(port, proc, log, "/health/liveliness")
-    return Target("litellm", port, proc.pid, {"authorization": "Bearer sk-fake"}), proc
+    return Target("litellm", port, proc.pid, {"authorization": f"Bearer {master}"}), proc
 
 
 # -- measuring -----------------------------------------------------------------------
