@@ -44,6 +44,11 @@ if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
 
 log = logging.getLogger("mayu")
 
+SHARED_PRINCIPAL_TTL_S = 5.0
+"""How long a resolved key plans admitted requests in the shared profile (saves the key
+lookup's round trip; a revoked, expired or edited key is refused by admission's own
+check and resolved afresh: ``gateway.ingress._prepare.principal_to_admit``)."""
+
 
 @dataclass
 class Components:
@@ -309,7 +314,10 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,
-                       admin_token=admin, governor=governor)
+                       admin_token=admin, governor=governor,
+                       # Shared admission re-checks the key under its locks (DESIGN §4),
+                       # so a Principal read recently plans as well as a fresh one.
+                       principal_ttl_s=SHARED_PRINCIPAL_TTL_S if settings.shared else 0.0)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.audit import AuditLog
 from gateway.config import ModelSettings, Settings
 from gateway.governance import GovernanceStore, Governor
-from gateway.keys import KeyStore
+from gateway.keys import KeyStore, Principal
 from gateway.metrics import Metrics
 from gateway.policy import PolicySource
 from gateway.providers import Provider
+
+_MAX_PRINCIPALS = 10_000
 
 
 @dataclass
@@ -30,6 +33,17 @@ class Gateway:
     models: dict[str, ModelSettings] = field(init=False)
     policy_reload: asyncio.Future[Any] | None = field(default=None, init=False)
     """The on-demand policy reload in flight, shared by every request that needs it."""
+    principal_ttl_s: float = 0.0
+    """How long a resolved Principal plans admitted requests (0: resolved each time);
+    only where admission re-checks it (the shared profile, ``_prepare.principal_to_admit``)."""
+    principals: dict[str, tuple[float, Principal]] = field(default_factory=dict, init=False)
+    """Key hash → (when resolved, Principal), for ``principal_to_admit``."""
+
+    def remember_principal(self, key_hash: str, principal: Principal) -> None:
+        if len(self.principals) >= _MAX_PRINCIPALS:  # bounded: drop the oldest
+            self.principals.pop(next(iter(self.principals)))
+        self.principals.pop(key_hash, None)
+        self.principals[key_hash] = (time.monotonic(), principal)
 
     def __post_init__(self) -> None:
         self.models = {m.name: m for m in self.settings.models}

@@ -7,6 +7,7 @@ allows (``max_tokens`` and its variants, times ``n`` choices) or the model's cei
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +59,29 @@ async def resolve_principal(gw: Gateway, key_hash: str) -> Principal:
     except Exception as exc:
         raise GovernanceUnavailable("key store unavailable") from exc
     if principal is None:
+        gw.principals.pop(key_hash, None)
         raise Unauthenticated()
+    if gw.principal_ttl_s > 0:
+        gw.remember_principal(key_hash, principal)
     return principal
+
+
+async def principal_to_admit(gw: Gateway, key_hash: str) -> Principal:
+    """The Principal a request is planned with before its admission.
+
+    In the shared profile admission itself re-checks, under its locks, that the key is
+    not revoked or expired and that key and team are still at the revisions the
+    Principal was read at (DESIGN §4); a stale Principal is refused as a snapshot
+    mismatch and :func:`gateway.ingress._renew.renew` resolves the key afresh before the
+    re-plan. So a Principal read at most ``principal_ttl_s`` ago is as good as a new one
+    there, and saves the key lookup's round trip. Everywhere else (and for any route
+    that is not admitted) the key is resolved every time.
+    """
+    if gw.principal_ttl_s > 0:
+        cached = gw.principals.get(key_hash)
+        if cached is not None and time.monotonic() - cached[0] < gw.principal_ttl_s:
+            return cached[1]
+    return await resolve_principal(gw, key_hash)
 
 
 async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:

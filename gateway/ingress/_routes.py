@@ -43,8 +43,8 @@ from gateway.ingress._prepare import (
     parse_json,
     presented_key,
     presented_key_hash,
+    principal_to_admit,
     read_body,
-    resolve_principal,
     route,
     wants_stream,
 )
@@ -74,7 +74,7 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     gw = gateway_of(request)
     request.state.request_id = rid = new_request_id()
     key_hash = presented_key_hash(request)
-    principal = await resolve_principal(gw, key_hash)
+    principal = await principal_to_admit(gw, key_hash)
     request.state.principal = principal
     body = await read_body(request, gw.settings.server.max_body_bytes)
     doc = parse_json(body)

@@ -331,6 +331,19 @@ def test_revoked_on_one_replica_is_refused_on_the_others(shared: Shared) -> None
     assert shared.ledger() == []
 
 
+
+def test_team_edited_after_its_key_was_used_binds_at_the_next_request(shared: Shared) -> None:
+    """A replica that just planned with a key's Principal (kept for the next requests)
+    admits the very next one under the team's new limits: admission refuses the stale
+    revision and the key is read again, with no upstream call."""
+    team_id, _, key = shared.team_key("edited")
+    assert _chat(shared.gateways[0], key, 8).status_code == 200
+    asyncio.run(_set_team_limits(shared.dsn, team_id, TeamLimits(tokens_per_day=1)))
+    shared.clear_ledger()
+    r = _chat(shared.gateways[0], key, 8)
+    assert r.status_code == 429, r.text
+    assert shared.ledger() == []
+
 async def _mixed_one(gw: Proc, key: str, kind: str, i: int) -> str:
     """One request of the mixed workload; returns how it ended for the client."""
     prompt = f"mixed {kind} {i} " * (10 + i % 7)
