@@ -44,10 +44,23 @@ if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
 
 log = logging.getLogger("mayu")
 
-SHARED_PRINCIPAL_TTL_S = 5.0
-"""How long a resolved key plans admitted requests in the shared profile (saves the key
-lookup's round trip; a revoked, expired or edited key is refused by admission's own
-check and resolved afresh: ``gateway.ingress._prepare.principal_to_admit``)."""
+PRINCIPAL_TTL_S = 5.0
+"""How long a resolved key plans admitted requests where admission re-checks it (saves
+the key lookup; a revoked, expired or edited key is refused by admission's own check and
+resolved afresh: ``gateway.ingress._prepare.principal_to_admit``)."""
+
+
+def _principal_ttl_s(settings: Settings) -> float:
+    """PRINCIPAL_TTL_S where admission checks the key and team revisions itself: the
+    shared profile (under its locks, DESIGN §4), and the local profile when keys and
+    counters share one SQLite file (under its write lock); else 0 (resolve each time)."""
+    if settings.shared:
+        return PRINCIPAL_TTL_S
+    if settings.control_plane is not None:
+        return 0.0
+    same_file = (_local_path(settings, settings.key_store.path)
+                 == _local_path(settings, settings.governance_store.path))
+    return PRINCIPAL_TTL_S if same_file else 0.0
 
 
 @dataclass
@@ -315,9 +328,7 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,
                        admin_token=admin, governor=governor,
-                       # Shared admission re-checks the key under its locks (DESIGN §4),
-                       # so a Principal read recently plans as well as a fresh one.
-                       principal_ttl_s=SHARED_PRINCIPAL_TTL_S if settings.shared else 0.0)
+                       principal_ttl_s=_principal_ttl_s(settings))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

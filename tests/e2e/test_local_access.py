@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
-from tests.e2e._procs import create_key, create_team
+from tests.e2e._procs import create_key, create_team, run_cli
 from tests.e2e.conftest import ADMIN_TOKEN, Stack
 
 pytestmark = pytest.mark.e2e
@@ -66,3 +68,25 @@ def test_metrics_health_and_readiness(stack: Stack) -> None:
     assert "mayu_committed_micro_usd_total" in text and "mayu_upstream_seconds_bucket" in text
     assert httpx.get(f"{stack.gateway.url}/healthz").status_code == 200
     assert httpx.get(f"{stack.gateway.url}/readyz").status_code == 200
+
+
+def test_key_revoked_or_team_edited_while_serving_binds_at_the_next_request(
+        stack: Stack) -> None:
+    """The gateway keeps a key's Principal for its next requests; a revocation or a team
+    edit made meanwhile with the CLI still binds the very next request (admission
+    re-checks both under its write lock), with no upstream call."""
+    key = stack.team_key("kept-principal")
+    assert _chat(stack, key).status_code == 200
+    done = run_cli("teams", "set", "kept-principal", "--config", str(stack.config),
+                   "--tokens-per-day", "1")
+    assert done.returncode == 0, done.stderr
+    stack.clear_ledger()
+    assert _chat(stack, key).status_code == 429
+    listed = run_cli("keys", "list", "--team", "kept-principal", "--config",
+                     str(stack.config), "--json")
+    assert listed.returncode == 0, listed.stderr
+    [record] = json.loads(listed.stdout)
+    done = run_cli("keys", "revoke", record["id"], "--config", str(stack.config))
+    assert done.returncode == 0, done.stderr
+    assert _chat(stack, key).status_code == 401
+    assert stack.ledger() == []
