@@ -167,7 +167,8 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
     policy = PostgresPolicySource(pool, refresh_s=settings.database.policy_refresh_s)
     return Components(key_store=PostgresKeyStore(pool),
                       governance=PostgresGovernanceStore(
-                          pool, coalesce=settings.database.admission_coalesce),
+                          pool, coalesce=settings.database.admission_coalesce,
+                          settle_coalesce=settings.database.settlement_coalesce),
                       policy=policy, pool=pool)
 
 

@@ -74,6 +74,27 @@ SELECT inferplane_admit_v2(%(requests)s::jsonb) AS results
 -- name: settle
 SELECT inferplane_settle_v2(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
+-- name: lock_settling_permits
+-- A batch of settlements in one transaction takes its row locks first, in the one global
+-- order (permits by id, then the accounts and counters its permits charged by key, every
+-- "account:" key sorting before every counter key, as in admission), with these three
+-- statements in this order: the locks inferplane_settle_v2 then takes permit by permit
+-- are all held already, so a batch never waits on rows in an order another transaction
+-- could invert (no deadlock).
+SELECT id FROM permits WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE
+
+-- name: lock_settling_accounts
+SELECT key FROM authority_accounts
+ WHERE key IN (SELECT counter FROM permit_segments
+                WHERE permit_id = ANY(%(ids)s::uuid[]) AND kind = 'account')
+ ORDER BY key COLLATE "C" FOR UPDATE
+
+-- name: lock_settling_counters
+SELECT key FROM counters
+ WHERE key IN (SELECT counter FROM permit_segments
+                WHERE permit_id = ANY(%(ids)s::uuid[]) AND kind <> 'account')
+ ORDER BY key COLLATE "C" FOR UPDATE
+
 -- name: resolve
 SELECT inferplane_resolve_v2(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 

@@ -10,6 +10,10 @@ them are busy queue, and the next free slot sends everything queued as one call.
 A caller cancelled while its batch is in the database may still be granted a permit:
 that permit is settled CANCELLED (a full refund) in the background, so it never stays
 pending and binding.
+
+:class:`SettlementCoalescer` does the same for settlements, which on a hot team hold the
+same row locks as admissions: the settlements waiting anyway are taken in one
+transaction (docs/hot-team.md says why that is exact).
 """
 
 from __future__ import annotations
@@ -18,7 +22,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.governance._model import AdmissionRequest, Permit, Refusal
+from gateway.governance._model import (
+    AdmissionRequest,
+    Permit,
+    Refusal,
+    Settlement,
+    SettleResult,
+)
 
 log = logging.getLogger("mayu.governance")
 
@@ -98,3 +108,69 @@ class Coalescer:
         except Exception:
             log.exception("permit %s of a cancelled admission could not be refunded; it "
                           "stays pending", permit.id)
+
+
+SettleItem = tuple[str, Settlement]
+SettleOne = Callable[[str, Settlement], Awaitable[SettleResult]]
+SettleMany = Callable[[list[SettleItem]], Awaitable[list[SettleResult | Exception]]]
+
+
+class SettlementCoalescer:
+    """Settlements the same way: at most ``max_in_flight`` settlement calls at once; the
+    settlements arriving meanwhile go together as one transaction (``many``), each with
+    its own result. A lone settlement goes at once, alone (``one``). If the batch's
+    transaction fails as a whole, each of its settlements is tried again alone, so one
+    settlement's error never becomes another's."""
+
+    def __init__(self, one: SettleOne, many: SettleMany, *, max_in_flight: int,
+                 max_batch: int = 64) -> None:
+        self._one, self._many = one, many
+        self._max_in_flight, self._max_batch = max_in_flight, max_batch
+        self._in_flight = 0
+        self._queue: list[tuple[str, Settlement, asyncio.Future[SettleResult]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        future: asyncio.Future[SettleResult] = asyncio.get_running_loop().create_future()
+        self._queue.append((permit_id, settlement, future))
+        if self._in_flight < self._max_in_flight:
+            self._in_flight += 1
+            task = asyncio.ensure_future(self._drain())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch = self._queue[:self._max_batch]
+                del self._queue[:self._max_batch]
+                if len(batch) == 1:
+                    await self._alone(*batch[0])
+                    continue
+                try:
+                    results = await self._many([(p, s) for p, s, _ in batch])
+                except Exception:
+                    for item in batch:
+                        await self._alone(*item)
+                    continue
+                for (_, _, future), result in zip(batch, results, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(result, Exception):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+        finally:
+            self._in_flight -= 1
+
+    async def _alone(self, permit_id: str, settlement: Settlement,
+                     future: asyncio.Future[SettleResult]) -> None:
+        try:
+            result = await self._one(permit_id, settlement)
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+            return
+        if not future.done():
+            future.set_result(result)

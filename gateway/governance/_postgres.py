@@ -17,11 +17,12 @@ import uuid
 from typing import Any
 
 import msgspec
+from psycopg.rows import dict_row
 
 import sql
 from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import SettlementConflict, UnknownPermit
-from gateway.governance._coalesce import Coalescer
+from gateway.governance._coalesce import Coalescer, SettlementCoalescer
 from gateway.governance._model import (
     AdmissionRequest,
     Charge,
@@ -72,15 +73,21 @@ class PostgresGovernanceStore:
 
     ``coalesce``: at most this many admission calls in flight; admissions arriving while
     they are all busy are sent together as one batch (:mod:`._coalesce`). 0 (default):
-    every ``admit`` is its own call.
+    every ``admit`` is its own call. ``settle_coalesce``: the same for settlements, a
+    batch being one transaction (one commit) of ``inferplane_settle_v2`` calls after its
+    locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
+    sent in one round trip (pipeline mode).
     """
 
-    def __init__(self, pool: Pool, *, coalesce: int = 0) -> None:
+    def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0) -> None:
         self._pool = pool
         # Admissions whose caller was cancelled, and the refunds of their permits.
         self._background: set[asyncio.Future[Any]] = set()
         self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce)
                            if coalesce > 0 else None)
+        self._settler = (SettlementCoalescer(self._settle_one, self._settle_many,
+                                             max_in_flight=settle_coalesce)
+                         if settle_coalesce > 0 else None)
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         if not requests:
@@ -131,7 +138,39 @@ class PostgresGovernanceStore:
         return out
 
     async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        if self._settler is None:
+            return await self._settle("settle", permit_id, settlement)
+        _check(permit_id, settlement)
+        return await self._settler.settle(permit_id, settlement)
+
+    async def _settle_one(self, permit_id: str, settlement: Settlement) -> SettleResult:
         return await self._settle("settle", permit_id, settlement)
+
+    async def _settle_many(self, items: list[tuple[str, Settlement]]
+                           ) -> list[SettleResult | Exception]:
+        """One transaction, one round trip: the batch's locks in the global order, then
+        each settlement as ``inferplane_settle_v2`` would take it alone, then COMMIT."""
+        ids = sorted({permit_id for permit_id, _ in items})
+        cursors = []
+        async with connection(self._pool) as conn:
+            async with conn.pipeline(), conn.transaction():
+                for query in ("lock_settling_permits", "lock_settling_accounts",
+                              "lock_settling_counters"):
+                    await conn.execute(sql.queries[query], {"ids": ids})
+                for permit_id, settlement in items:
+                    cur = conn.cursor(row_factory=dict_row)
+                    await cur.execute(sql.queries["settle"], {
+                        "permit_id": permit_id, "settlement": _settlement_json(settlement)})
+                    cursors.append(cur)
+            rows = [await cur.fetchone() for cur in cursors]
+        out: list[SettleResult | Exception] = []
+        for (permit_id, settlement), row in zip(items, rows, strict=True):
+            assert row is not None
+            try:
+                out.append(_settle_result(permit_id, settlement, row["result"]))
+            except Exception as exc:  # this settlement's own answer (conflict, unknown)
+                out.append(exc)
+        return out
 
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a
@@ -140,11 +179,7 @@ class PostgresGovernanceStore:
 
     async def _settle(self, query: str, permit_id: str,
                       settlement: Settlement) -> SettleResult:
-        if settlement.kind is not OutcomeKind.INVALID:
-            check_commit_values(settlement.commits)
-            check_commit_values(settlement.liabilities, what="liabilities")
-        if not _is_uuid(permit_id):
-            raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
+        _check(permit_id, settlement)
         params = {"permit_id": permit_id, "settlement": _settlement_json(settlement)}
         async with connection(self._pool) as conn:
             row = await fetch_one(conn, sql.queries[query], params)
@@ -225,6 +260,15 @@ class PostgresGovernanceStore:
     async def close(self) -> None:
         """The pool belongs to the app lifespan, which closes it."""
         return None
+
+
+def _check(permit_id: str, settlement: Settlement) -> None:
+    """What the store refuses before asking the database (never part of a batch)."""
+    if settlement.kind is not OutcomeKind.INVALID:
+        check_commit_values(settlement.commits)
+        check_commit_values(settlement.liabilities, what="liabilities")
+    if not _is_uuid(permit_id):
+        raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
 
 
 def _is_uuid(text: str) -> bool:

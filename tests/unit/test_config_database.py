@@ -1,4 +1,5 @@
-"""``database.admission_coalesce``: decoded, defaulted and checked with its key path."""
+"""``database.admission_coalesce`` and ``settlement_coalesce``: decoded, defaulted and
+checked with its key path."""
 
 from __future__ import annotations
 
@@ -33,3 +34,12 @@ def test_bad_admission_coalesce_names_the_key(tmp_path: Path, value: str) -> Non
     path.write_text(SHARED + f"database: {{admission_coalesce: {value}}}\n")
     with pytest.raises(ConfigError, match=r"database\.admission_coalesce"):
         load_settings(path)
+
+
+def test_settlement_coalesce_defaults_to_one_and_is_read(tmp_path: Path) -> None:
+    """database.settlement_coalesce defaults to 1 and takes the configured value."""
+    path = tmp_path / "mayu.yaml"
+    path.write_text(SHARED + "database: {}\n")
+    assert load_settings(path).database.settlement_coalesce == 1  # type: ignore[union-attr]
+    path.write_text(SHARED + "database: {settlement_coalesce: 0}\n")
+    assert load_settings(path).database.settlement_coalesce == 0  # type: ignore[union-attr]

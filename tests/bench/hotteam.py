@@ -1,0 +1,183 @@
+"""Hot-team bench (a script, not a test): admissions per second of the shared profile
+from THREE gateway processes on one database, next to the raw single-row commit rate
+measured the same way in the same run.
+
+Each of ``--processes`` processes opens its own pool and ``PostgresGovernanceStore``
+(``coalesce`` and ``settle_coalesce``: the gateway's ``database.admission_coalesce`` and
+``settlement_coalesce``; each ``--settings`` pair measured side by side) and runs
+``--workers`` asyncio workers, each looping admit → settle (what one request costs the
+database: the team's TPM bucket, day token window and day µUSD window charged, a permit
+with its segments written, then settled exactly) for ``--seconds``.
+The raw loop is the same processes and workers doing ``UPDATE bench_raw
+SET v = v + 1 WHERE id = …; COMMIT`` on one row (hot) or 100 rows (spread). Phases
+alternate (raw, each setting, …) for ``--rounds``; medians are printed with the ratio
+admissions/raw.
+
+    .venv/bin/python tests/bench/hotteam.py [--processes 3] [--workers 8] [--seconds 4] \
+        [--settings 1,0 1,1]
+
+Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from gateway.governance import Permit, PostgresGovernanceStore, build_request  # noqa: E402
+from gateway.keys import PostgresKeyStore, TeamLimits, hash_key  # noqa: E402
+from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
+from gateway.pricing import Usage  # noqa: E402
+from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.settling import exact, settlement  # noqa: E402
+
+LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
+
+
+def _store(pool: AsyncConnectionPool, coalesce: int, settle_coalesce: int
+           ) -> PostgresGovernanceStore:
+    if settle_coalesce and "settle_coalesce" in inspect.signature(
+            PostgresGovernanceStore).parameters:
+        return PostgresGovernanceStore(pool, coalesce=coalesce,  # type: ignore[call-arg]
+                                       settle_coalesce=settle_coalesce)
+    return PostgresGovernanceStore(pool, coalesce=coalesce)
+
+
+async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: float,
+                 coalesce: int, settle_coalesce: int, start_at: float) -> int:
+    async with AsyncConnectionPool(dsn, min_size=workers, max_size=workers,
+                                   kwargs={"autocommit": True}) as pool:
+        ops = 0
+        if mode.startswith("raw"):
+            rows = 1 if mode == "raw-hot" else 100
+
+            async def step(w: int) -> int:
+                async with pool.connection() as conn:
+                    await conn.execute("UPDATE bench_raw SET v = v + 1 WHERE id = %s",
+                                       (w % rows,))
+                return 1
+        else:
+            ks = PostgresKeyStore(pool)
+            principals = [await ks.resolve(hash_key(k)) for k in keys]
+            gov = _store(pool, coalesce, settle_coalesce)
+            now = datetime.now(UTC)
+
+            async def step(w: int) -> int:
+                principal = principals[w % len(principals)]
+                assert principal is not None
+                req = build_request(principal, EMPTY_SNAPSHOT, request_id=f"h{w}", model="m",
+                                    token_bound=500, usd_bound=2_000, now=now)
+                [d] = await gov.admit([req])
+                if not isinstance(d, Permit):
+                    raise RuntimeError(f"refused: {d}")
+                await gov.settle(d.id, settlement(req, exact(
+                    Usage(input=300, output=100).total_tokens(), 1_234)))
+                return 1
+
+        while time.time() < start_at:
+            await asyncio.sleep(0.005)
+        stop = time.monotonic() + seconds
+
+        async def worker(w: int) -> None:
+            nonlocal ops
+            while time.monotonic() < stop:
+                done = await step(w)  # not `ops += await ...`: that loses updates
+                ops += done
+        await asyncio.gather(*(worker(w + 1000 * os.getpid()) for w in range(workers)))
+        return ops
+
+
+def _run_child(args: tuple[object, ...], out: mp.Queue[int]) -> None:
+    out.put(asyncio.run(_child(*args)))  # type: ignore[arg-type]
+
+
+def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
+          setting: tuple[int, int] = (0, 0)) -> float:
+    ctx = mp.get_context("spawn")
+    out: mp.Queue[int] = ctx.Queue()
+    start_at = time.time() + 3.0  # every process connected before the clock starts
+    procs = [ctx.Process(target=_run_child, args=((dsn, mode, keys, a.workers, a.seconds,
+                                                   *setting, start_at), out))
+             for _ in range(a.processes)]
+    for p in procs:
+        p.start()
+    total = sum(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    return total / a.seconds
+
+
+async def _keys(dsn: str, teams: int) -> list[str]:
+    async with AsyncConnectionPool(dsn, min_size=1, max_size=1,
+                                   kwargs={"autocommit": True}) as pool:
+        ks = PostgresKeyStore(pool)
+        out = []
+        for t in range(teams):
+            await ks.create_team(name=f"team{t}", limits=LIMITS)
+            plaintext, _ = await ks.create_key(team=f"team{t}")
+            out.append(plaintext)
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=8, help="per process")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--settings", nargs="+", default=["1,0", "1,1"],
+                    help="admission_coalesce,settlement_coalesce pairs measured side by "
+                         "side (settlement coalescing only where the store has it)")
+    a = ap.parse_args()
+    settings = [tuple(int(x) for x in pair.split(",")) for pair in a.settings]
+    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
+    name = f"iphot_{os.getpid()}"
+    create_database(server, name)
+    load0 = os.getloadavg()[0]
+    try:
+        dsn = dsn_for(server, name)
+        migrate(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE bench_raw (id int PRIMARY KEY, v bigint NOT NULL)")
+            conn.execute("INSERT INTO bench_raw SELECT g, 0 FROM generate_series(0, 99) g")
+        keys = asyncio.run(_keys(dsn, 100))
+        rates: dict[str, list[float]] = {}
+        for rnd in range(a.rounds):
+            for scope, raw, ks in (("hot", "raw-hot", keys[:1]),
+                                   ("spread", "raw-spread", keys)):
+                rates.setdefault(f"raw {scope}", []).append(phase(dsn, raw, ks, a))
+                for c, sc in settings:
+                    rates.setdefault(f"{scope} {c},{sc}", []).append(
+                        phase(dsn, "gov", ks, a, (c, sc)))
+            print(f"round {rnd + 1}/{a.rounds}: " + ", ".join(
+                f"{k} {v[-1]:.0f}/s" for k, v in rates.items()), flush=True)
+    finally:
+        drop_database(server, name)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"\n{a.processes} processes x {a.workers} workers, {a.seconds:g} s per phase; "
+          f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+          f"medians of {a.rounds} rounds")
+    print(f"{'load':<7} {'coalesce adm,settle':>19} {'admit+settle/s':>15} "
+          f"{'raw UPDATE;COMMIT/s':>20} {'ratio':>6}")
+    for scope in ("hot", "spread"):
+        raw = med[f"raw {scope}"]
+        for c, sc in settings:
+            gov = med[f"{scope} {c},{sc}"]
+            print(f"{scope:<7} {f'{c},{sc}':>19} {gov:15.0f} {raw:20.0f} {gov / raw:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
