@@ -161,6 +161,14 @@ class SqliteBase:
         assert self._executor is not None
         loop = asyncio.get_running_loop()
         ckpt = await loop.run_in_executor(self._executor, connect, self.path)
+        # A cancelled await does not stop the worker thread running the checkpoint:
+        # the connection is closed only under this lock, never while it is in use
+        # (closing a sqlite3 connection another thread is executing on crashes).
+        in_use = threading.Lock()
+
+        def _checkpoint() -> None:
+            with in_use:
+                ckpt.execute("PRAGMA wal_checkpoint(PASSIVE)")
         try:
             while True:
                 await asyncio.sleep(_CHECKPOINT_S)
@@ -168,12 +176,12 @@ class SqliteBase:
                     continue
                 self._written = False
                 try:
-                    await loop.run_in_executor(self._executor, ckpt.execute,
-                                               "PRAGMA wal_checkpoint(PASSIVE)")
+                    await loop.run_in_executor(self._executor, _checkpoint)
                 except sqlite3.Error:
                     self._written = True  # try again next time
         finally:
-            ckpt.close()
+            with in_use:  # waits for a checkpoint still running in its thread (short)
+                ckpt.close()
 
     def _busy(self, conn: sqlite3.Connection, ms: int) -> None:
         if self._busy_ms != ms:
