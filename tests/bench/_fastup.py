@@ -3,7 +3,8 @@
 Raw asyncio protocol (uvloop when installed) parsing with httptools: it answers every
 ``POST .../chat/completions`` with one fixed chat completion carrying its usage, or —
 when the body asks for ``"stream":true`` — with an SSE stream of ``--events`` content
-chunks, the usage-only chunk (OpenAI's ``include_usage`` shape) and ``[DONE]``, each
+chunks (``max_tokens`` of them when it asks for more than 1000: the long-stream memory
+check), the usage-only chunk (OpenAI's ``include_usage`` shape) and ``[DONE]``, each
 event its own HTTP chunk, with a loop turn between events so they leave as separate
 writes. It costs a few tens of µs of CPU per request, so in a bench on two shared cores
 the upstream takes little of the CPU the gateway (or LiteLLM) is measured with.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 
 import httptools
@@ -49,6 +51,12 @@ def _events(n: int) -> list[bytes]:
     return [_chunk(e) for e in out] + [b"0\r\n\r\n"]
 
 
+_MAX_TOKENS = re.compile(rb'"max_tokens":\s*(\d+)')
+_LONG = 1000
+"""A stream asking for more ``max_tokens`` than this gets that many content events (the
+speed bench's long-stream memory check); any other gets ``--events``."""
+
+
 class _Upstream(asyncio.Protocol):
     events: list[bytes] = []
 
@@ -72,13 +80,15 @@ class _Upstream(asyncio.Protocol):
     def on_message_complete(self) -> None:
         body = b"".join(self.body)
         if b'"stream":true' in body or b'"stream": true' in body:
-            asyncio.ensure_future(self._stream())
+            asked = _MAX_TOKENS.search(body)
+            n = int(asked.group(1)) if asked else 0
+            asyncio.ensure_future(self._stream(_events(n) if n > _LONG else self.events))
         else:
             self.t.write(_HEAD + _BODY)
 
-    async def _stream(self) -> None:
+    async def _stream(self, events: list[bytes]) -> None:
         self.t.write(_SSE_HEAD)
-        for event in self.events:
+        for event in events:
             await asyncio.sleep(0)
             if self.t.is_closing():
                 return

@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -56,9 +57,10 @@ LIMITS = ("--rpm", "100000000", "--tpm", "60000000000", "--tokens-per-day",
 DEFAULT_LITELLM = "/tmp/sp11/litellm-venv/bin/litellm"
 
 
-def body(stream: bool) -> bytes:
-    return (b'{"model":"mock-gpt","max_tokens":16,"stream":%s,"messages":[{"role":"user",'
-            b'"content":"say something short"}]}' % (b"true" if stream else b"false"))
+def body(stream: bool, max_tokens: int = 16) -> bytes:
+    return (b'{"model":"mock-gpt","max_tokens":%d,"stream":%s,"messages":[{"role":"user",'
+            b'"content":"say something short"}]}' % (max_tokens,
+                                                      b"true" if stream else b"false"))
 
 
 # -- /proc ---------------------------------------------------------------------------
@@ -275,10 +277,41 @@ def measure(t: Target, stream: bool, args: argparse.Namespace, figures: Figures)
     figures.hwm.append(hwm)
 
 
+def long_streams(t: Target, events: int) -> list[tuple[int, float, float, float]]:
+    """One stream of ``events // 10`` content events, then one of ``events``: for each,
+    (events, RSS before in MB, peak RSS while it streamed, seconds). A stream's memory
+    is independent of its length when the two peaks match."""
+    out = []
+    for n in (events // 10, events):
+        before = rss_mb(t.pid)[0]
+        peak, done = before, threading.Event()
+
+        def sample(done: threading.Event = done) -> None:
+            nonlocal peak
+            while not done.is_set():
+                peak = max(peak, rss_mb(t.pid)[0])
+                time.sleep(0.01)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        started = time.perf_counter()
+        try:
+            r = run_load(t.port, t.path, body(True, n), headers=t.headers, n=1,
+                         concurrency=1, warmup=0)
+        finally:
+            done.set()
+            sampler.join()
+        if r.errors:
+            raise RuntimeError(f"{t.name}: long stream failed: {r.first_error}")
+        out.append((n, before, peak, time.perf_counter() - started))
+    return out
+
+
 def report(results: dict[tuple[str, bool], Figures], names: list[str],
            args: argparse.Namespace) -> None:
     med = statistics.median
     for stream in (False, True):
+        if not any(f.rate for (_, st), f in results.items() if st == stream):
+            continue
         print(f"\n{'SSE stream' if stream else 'JSON'} ({args.events} content events)"
               if stream else "\nJSON")
         print(f"{'target':<12} {'req/s c=' + str(args.concurrency):>11} {'x direct':>9} "
@@ -311,6 +344,9 @@ def main() -> int:
                     help="comma-separated subset of direct,local,shared,litellm")
     ap.add_argument("--litellm", default=DEFAULT_LITELLM, help="the litellm executable")
     ap.add_argument("--no-stream", action="store_true", help="JSON answers only")
+    ap.add_argument("--long-events", type=int, default=100_000,
+                    help="the long-stream memory check: streams of N/10 and N content "
+                         "events through each target after the rounds (0: skip)")
     ap.add_argument("--baseline", type=Path, help="another checkout (e.g. a git worktree "
                     "of the previous commit): its mayu local/shared run next to this one's")
     args = ap.parse_args()
@@ -354,6 +390,7 @@ def main() -> int:
                           "DIR/bin/pip install 'litellm[proxy]', then --litellm "
                           "DIR/bin/litellm): its figures are left out")
             results: dict[tuple[str, bool], Figures] = defaultdict(Figures)
+            longs: dict[str, list[tuple[int, float, float, float]]] = {}
             modes = (False,) if args.no_stream else (False, True)
             for rnd in range(args.rounds):
                 for stream in modes:
@@ -361,6 +398,8 @@ def main() -> int:
                         measure(t, stream, args, results[(t.name, stream)])
                 print(f"round {rnd + 1}/{args.rounds} done, load average "
                       f"{os.getloadavg()[0]:.2f}", flush=True)
+            longs.update({t.name: long_streams(t, args.long_events) for t in targets
+                          if args.long_events and t.name != "direct"})
         finally:
             for p in procs:
                 p.stop()
@@ -377,6 +416,12 @@ def main() -> int:
           f"{args.requests} requests at c={args.concurrency} and {args.requests_c1} at c=1 "
           "per round; CPU/req = server process user+sys over both loads")
     report(results, [t.name for t in targets], args)
+    if longs:
+        print("\nlong streams (one at a time): RSS before -> peak while streaming, time")
+        for name, rows in longs.items():
+            print(f"{name:<17} " + "   ".join(
+                f"{n:>7} events: {before:4.0f} -> {peak:4.0f} MB in {secs:5.1f} s"
+                for n, before, peak, secs in rows))
     return 0
 
 
