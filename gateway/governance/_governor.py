@@ -33,6 +33,7 @@ from gateway.governance._model import (
     SettleResult,
 )
 from gateway.governance._settle import settlement_for
+from gateway.pricing import ModelPrice
 
 log = logging.getLogger("mayu.governance")
 
@@ -121,7 +122,9 @@ class Governor:
 
     # -- settlement ----------------------------------------------------------------------
 
-    def settlement(self, permit: Permit, outcome: Outcome, price: Any = None) -> Settlement:
+    def settlement(self, permit: Permit, outcome: Outcome,
+                   price: ModelPrice | None = None) -> Settlement:
+        """The one settlement of ``permit`` for what the wire said (settlement_for)."""
         return settlement_for(permit.request, outcome, price)
 
     async def settle(self, permit: Permit, settlement: Settlement) -> SettleResult | None:
@@ -140,11 +143,6 @@ class Governor:
             return await asyncio.wait_for(asyncio.shield(task), self._wait)
         except TimeoutError:
             return None  # the task goes on; it queues itself if the store fails
-
-    async def cancel(self, permit: Permit, detail: str) -> SettleResult | None:
-        """Nothing left the gateway: full refund."""
-        return await self.settle(permit, settlement_for(
-            permit.request, Outcome(kind=OutcomeKind.CANCELLED, detail=detail)))
 
     async def _take(self, permit: Permit, settlement: Settlement,
                     *, queue_on_failure: bool = True) -> SettleResult | None:

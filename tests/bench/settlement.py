@@ -33,6 +33,8 @@ from gateway.pricing import ModelPrice, Usage, cost_micro_usd  # noqa: E402
 from tests.e2e._procs import create_key, create_team, start_gateway, start_mock_upstream  # noqa: E402
 from tests.e2e.conftest import _UPSTREAM, PRICE, gateway_config  # noqa: E402
 
+SYSTEM_1H = [{"type": "text", "text": "You are Claude Code. " * 400,
+              "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
 SYSTEM = [{"type": "text", "text": "You are Claude Code. " * 400,
            "cache_control": {"type": "ephemeral"}}]
 
@@ -101,7 +103,9 @@ def main() -> None:
                 line = _settled_line(work / "data", permit)
                 cases.setdefault("openai chat stream cut by the client", []).append(
                     (line["usd_committed"], line["usd_liability"], line["usd_bound"], truth))
-                body = {"model": "claude-nottl", "max_tokens": 256, "system": SYSTEM,
+                # A 1h breakpoint: writes reported without the TTL may be 5m or 1h (a
+                # request without one gets exact 5m settlements, docs/settlement.md).
+                body = {"model": "claude-nottl", "max_tokens": 256, "system": SYSTEM_1H,
                         "messages": [{"role": "user", "content": f"explain #{i}"}]}
                 r = httpx.post(f"{gateway.url}/v1/messages", json=body, timeout=60,
                                headers={"x-api-key": key, "anthropic-version": "2023-06-01"})

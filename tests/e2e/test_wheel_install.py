@@ -43,9 +43,10 @@ def _as_user() -> list[str]:
     try:
         pwd.getpwnam(USER)
     except KeyError:
-        pytest.skip(f"running as root and there is no {USER!r} user to run the image as")
+        pytest.fail(f"running as root and there is no {USER!r} user to run the image as "
+                    "(the image runs unprivileged; this machine kind has one)")
     if runuser is None:
-        pytest.skip("running as root and runuser is not installed")
+        pytest.fail("running as root and runuser is not installed (util-linux)")
     return [runuser, "-u", USER, "--"]
 
 
@@ -62,7 +63,7 @@ def _interpreter(prefix: list[str]) -> str:
                                capture_output=True, timeout=30, check=False)
         if probe.returncode == 0:
             return python
-    pytest.skip(f"no Python {version} with venv that {USER!r} can run "
+    pytest.fail(f"no Python {version} with venv that {USER!r} can run "
                 f"(tried {', '.join(candidates)})")
 
 
