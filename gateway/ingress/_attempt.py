@@ -39,7 +39,6 @@ from gateway.governance import (
     build_request,
     tpm_estimate,
 )
-from gateway.ingress._bounds import input_classes
 from gateway.ingress._context import Gateway
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
 from gateway.ingress._renew import mismatch_kind, renew
@@ -52,7 +51,7 @@ from gateway.ingress._shortfall import (
     remaining,
 )
 from gateway.keys import Principal
-from gateway.pricing import InvalidUsage, Usage
+from gateway.pricing import INPUT_CLASSES, InvalidUsage, Usage
 from gateway.providers import Provider
 from gateway.usage import Endpoint
 
@@ -91,6 +90,8 @@ class Call:
     """SHA-256 of the presented key, to re-authenticate after a snapshot mismatch."""
     usd_bound_of: Callable[[int], int] | None = None
     """The µUSD bound of this request with ``n`` output tokens (for refusals and fit)."""
+    input_classes: frozenset[str] = INPUT_CLASSES
+    """The price classes its input can be billed in (gateway.ingress._bounds)."""
     fitted: str | None = None
     """Set when budget fit lowered the output allowance (the response header says so)."""
 
@@ -111,13 +112,12 @@ def outcome_for(usage: Usage | None, *, detail: str = "") -> Outcome:
     return Outcome(kind=OutcomeKind.COMPLETE, usage=usage, detail=detail)
 
 
-def _known_ttl(outcome: Outcome, doc: dict[str, Any]) -> Outcome:
+def _known_ttl(outcome: Outcome, classes: frozenset[str]) -> Outcome:
     """Cache writes reported without their TTL, by a request that asked for no 1h TTL,
     are 5m writes: the provider bills the TTL the breakpoint asked for (docs/bounds.md),
     so their price is certain and nothing of them needs to be liability."""
     usage = outcome.usage
-    if usage is None or not usage.cache_write_unknown or "cache_write_1h" in \
-            input_classes(doc):
+    if usage is None or not usage.cache_write_unknown or "cache_write_1h" in classes:
         return outcome
     known = msgspec.structs.replace(
         usage, cache_write_5m=usage.cache_write_5m + usage.cache_write_unknown,
@@ -234,7 +234,7 @@ class Attempt:
             return self.settlement
         self.settled = True
         gw, call = self.call.gw, self.call
-        outcome = _known_ttl(outcome, call.doc)
+        outcome = _known_ttl(outcome, call.input_classes)
         try:
             settlement = gw.governor.settlement(self.permit, outcome, call.model.price)
         except InvalidUsage as exc:

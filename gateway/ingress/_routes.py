@@ -84,8 +84,9 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
     inp = input_bound(body, doc, target.model)
     # The µUSD bound as a function of the output allowance (budget fit and refusals
     # evaluate it at smaller max_tokens).
+    classes = input_classes(doc)
     usd_bound_of = partial(cost_bound_micro_usd, inp, price=target.model.price,
-                           input_classes=input_classes(doc))
+                           input_classes=classes)
     call = Call(gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,
                 body=body, stream=wants_stream(doc, endpoint), input_bound=inp,
                 output_bound=out,
@@ -93,7 +94,7 @@ async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
                 client_headers={h: request.headers[h] for h in _FORWARDED
                                 if h in request.headers},
                 deployments=target.deployments, request_id=rid,
-                key_hash=key_hash)
+                key_hash=key_hash, input_classes=classes)
     request.state.call = call
     response = await dispatch(call)
     gw.metrics.requests.labels(route_label(request), str(response.status_code)).inc()

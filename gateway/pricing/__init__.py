@@ -2,6 +2,7 @@
 
 from gateway.pricing._price import (
     CLASSES,
+    INPUT_CLASSES,
     InvalidUsage,
     ModelPrice,
     Usage,
@@ -13,6 +14,7 @@ from gateway.pricing._price import (
 
 __all__ = [
     "CLASSES",
+    "INPUT_CLASSES",
     "InvalidUsage",
     "ModelPrice",
     "Usage",
