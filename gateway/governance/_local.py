@@ -1,13 +1,17 @@
 """The local-profile governance store: counters, permits and settlements in SQLite.
 
-One replica, one file. Each :meth:`LocalGovernanceStore.admit` call is one
-``BEGIN IMMEDIATE`` transaction: the write lock is taken before the first read, so the
-counters a decision reads cannot change before it writes. Admissions and settlements
-run inline on the event loop when the file is free, else in a worker thread
-(:class:`gateway.keys._sqlite.SqliteBase`). The arithmetic is the shared
-pure code in :mod:`gateway.governance._plan`; only the atomicity is local. Everything is
-persisted, so a restart loses no committed spend and forgets no pending permit (pending
-permits keep their reservations, which keep binding the limits).
+One replica, one file. Every transaction is ``BEGIN IMMEDIATE``: the write lock is
+taken before the first read, so the counters a decision reads cannot change before it
+writes. Admissions and settlements go through a :class:`gateway.governance._localbatch.
+Batcher`: a lone one runs at once, inline on the event loop when the file is free (else
+in a worker thread: :class:`gateway.keys._sqlite.SqliteBase`); those pending at the same
+time (arriving in one loop turn, or while a transaction runs in a thread) share one
+transaction, each decided on the running state, each with its own answer, every answer
+given after the shared ``COMMIT`` (``_localbatch`` says why that is exact). The
+arithmetic is the shared pure code in :mod:`gateway.governance._plan`; only the
+atomicity is local. Everything is persisted, so a restart loses no committed spend and
+forgets no pending permit (pending permits keep their reservations, which keep binding
+the limits).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -31,6 +35,7 @@ from gateway.governance._counters import (
     settle_counter,
     store_counter,
 )
+from gateway.governance._localbatch import Batch, Batcher
 from gateway.governance._model import (
     AdmissionRequest,
     Charge,
@@ -129,17 +134,26 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+T = TypeVar("T")
 
 
 class LocalGovernanceStore(SqliteBase):
     """:class:`gateway.governance.GovernanceStore` on a SQLite file (one replica)."""
 
     def __init__(self, path: str, *,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 max_batch: int = 64) -> None:
+        """``max_batch``: operations per shared transaction at most (1: each alone)."""
         super().__init__(path)
         self._clock = clock
-        # Admissions whose caller was cancelled mid-transaction, and their refunds.
+        self._batcher = Batcher(inline=self._inline, threaded=self._run,
+                                alone=self._run_alone, now=self._now_us,
+                                max_batch=max_batch)
+        # Refunds of permits admitted for callers that were cancelled meanwhile.
         self._orphans: set[asyncio.Future[object]] = set()
+
+    async def _run_alone(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(fn, inline=True)
 
     def _schema(self) -> str:
         return _SCHEMA
@@ -157,33 +171,20 @@ class LocalGovernanceStore(SqliteBase):
         for req in requests:
             validate_request(req)
 
-        def _admit(conn: sqlite3.Connection) -> list[Permit | Refusal]:
-            now = self._now_us()
-            return [self._admit_one(conn, req, now) for req in requests]
-        # Inline on the loop when the file is free (SqliteBase): nothing can cancel it.
-        done, decided = self._inline(_admit, True)
-        if done:
-            assert decided is not None
-            return decided
-        # The worker thread cannot be interrupted: if the caller is cancelled (a client
-        # disconnect) the transaction may still commit permits nobody will dispatch or
-        # settle, which would bind the limits forever. Let it finish, then refund them.
-        task = asyncio.ensure_future(self._run(_admit))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            self._track(task)
-            task.add_done_callback(self._refund_orphans)
-            raise
+        def _admit(conn: sqlite3.Connection, batch: Batch) -> list[Permit | Refusal]:
+            return [self._admit_one(conn, batch, req) for req in requests]
+        decided: list[Permit | Refusal] = await self._batcher.run(
+            _admit, orphan=self._refund)
+        return decided
 
     def _track(self, future: asyncio.Future[Any]) -> None:
         self._orphans.add(future)
         future.add_done_callback(self._orphans.discard)
 
-    def _refund_orphans(self, task: asyncio.Future[list[Permit | Refusal]]) -> None:
-        if task.cancelled() or task.exception() is not None:
-            return
-        for result in task.result():
+    def _refund(self, decided: list[Permit | Refusal]) -> None:
+        """Settle CANCELLED the permits of an admission whose caller was cancelled, so
+        they never bind the limits (nobody will dispatch or settle them)."""
+        for result in decided:
             if isinstance(result, Permit):
                 outcome = Outcome(kind=OutcomeKind.CANCELLED,
                                   detail="caller cancelled during admission")
@@ -191,33 +192,35 @@ class LocalGovernanceStore(SqliteBase):
                     self.settle(result.id, settlement_for(result.request, outcome))))
 
     async def drain(self) -> None:
-        """Wait for the refunds of admissions whose callers were cancelled."""
+        """Wait for every queued admission and settlement, and for the refunds of
+        admissions whose callers were cancelled."""
+        await self._batcher.idle()
         while self._orphans:
             await asyncio.gather(*list(self._orphans), return_exceptions=True)
+            await self._batcher.idle()
 
     async def close(self) -> None:
         await self.drain()
         await super().close()
 
-    def _admit_one(self, conn: sqlite3.Connection, req: AdmissionRequest,
-                   now: int) -> Permit | Refusal:
+    def _admit_one(self, conn: sqlite3.Connection, batch: Batch,
+                   req: AdmissionRequest) -> Permit | Refusal:
         stale = snapshot_refusal(conn, req, self._clock())
         if stale is not None:
             return stale
         # Decide on every charge before writing any: all-or-none without savepoints.
         updates: list[tuple[Charge, CounterState]] = []
         for charge in req.charges:
-            state = load_counter(conn, charge, now)
-            decided = reserve(charge, state, now)
+            decided = reserve(charge, batch.load(conn, charge), batch.now)
             if isinstance(decided, Refusal):
                 return decided
             updates.append((charge, decided))
         for _, state in updates:
-            store_counter(conn, state)
+            batch.store(state)
         permit = Permit(id=uuid.uuid4().hex, request=req,
                         buckets={c.counter: s.balance for c, s in updates
                                  if c.kind == "bucket"})
-        _insert_permit(conn, permit, now)
+        _insert_permit(conn, permit, batch.now)
         return permit
 
     # -- settlement --------------------------------------------------------------------
@@ -225,26 +228,33 @@ class LocalGovernanceStore(SqliteBase):
     async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
         fingerprint = settlement_fingerprint(settlement)
 
-        def _settle(conn: sqlite3.Connection) -> SettleResult:
-            row = conn.execute("SELECT request, created_us FROM gov_permits WHERE id = ?",
-                               (permit_id,)).fetchone()
+        def _settle(conn: sqlite3.Connection, batch: Batch) -> SettleResult:
+            # Everything that can refuse is checked before the first write (_localbatch).
+            row = conn.execute("SELECT request, created_us, status FROM gov_permits"
+                               " WHERE id = ?", (permit_id,)).fetchone()
             if row is None:
                 raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
-            done = conn.execute("SELECT * FROM gov_settlements WHERE permit_id = ?",
-                                (permit_id,)).fetchone()
-            if done is not None:
+            if row["status"] != "pending":  # settled: its settlement row says how
+                done = conn.execute("SELECT * FROM gov_settlements WHERE permit_id = ?",
+                                    (permit_id,)).fetchone()
                 return _replay(permit_id, done, settlement, fingerprint)
             req = msgspec.json.decode(row["request"], type=AdmissionRequest)
             check_settlement(req, settlement)
-            now = self._now_us()
+            now = batch.now
             s = settlement
             if s.kind is OutcomeKind.INVALID:
-                _freeze(conn, permit_id, req)
+                _freeze(conn, batch, permit_id, req)
                 status = "invalid"
             else:
+                parts = []
                 for seq, charge in enumerate(req.charges):
-                    _commit(conn, permit_id, seq, charge, s.commits[charge.counter],
-                            s.liabilities.get(charge.counter, 0), now, row["created_us"])
+                    committed = s.commits[charge.counter]
+                    liability = s.liabilities.get(charge.counter, 0)
+                    batch.store(settle_counter(charge, batch.load(conn, charge), committed,
+                                               liability, now, row["created_us"]))
+                    parts.append((committed, liability, permit_id, seq))
+                conn.executemany("UPDATE gov_charges SET committed = ?, liability = ?"
+                                 " WHERE permit_id = ? AND seq = ?", parts)
                 status = "settled"
             conn.execute("UPDATE gov_permits SET status = ? WHERE id = ?", (status, permit_id))
             conn.execute("INSERT INTO gov_settlements (permit_id, kind, fingerprint,"
@@ -255,7 +265,8 @@ class LocalGovernanceStore(SqliteBase):
                           clamp(s.usd_committed), s.detail, now, clamp(s.tokens_liability),
                           clamp(s.usd_liability), int(s.bound_exceeded)))
             return _result(permit_id, s, replay=False)
-        return await self._run(_settle, inline=True)
+        result: SettleResult = await self._batcher.run(_settle, retry_alone=True)
+        return result
 
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a
@@ -406,17 +417,9 @@ def _replay(permit_id: str, done: sqlite3.Row, settlement: Settlement,
                         bound_exceeded=bool(done["bound_exceeded"]), replay=True)
 
 
-def _commit(conn: sqlite3.Connection, permit_id: str, seq: int, charge: Charge,
-            committed: int, liability: int, now: int, reserved_us: int) -> None:
-    store_counter(conn, settle_counter(charge, load_counter(conn, charge, now), committed,
-                                       liability, now, reserved_us))
-    conn.execute("UPDATE gov_charges SET committed = ?, liability = ?"
-                 " WHERE permit_id = ? AND seq = ?", (committed, liability, permit_id, seq))
-
-
-def _freeze(conn: sqlite3.Connection, permit_id: str, req: AdmissionRequest) -> None:
+def _freeze(conn: sqlite3.Connection, batch: Batch, permit_id: str,
+            req: AdmissionRequest) -> None:
     """Invalid usage: no counter moves; every money window/account it charged freezes."""
     for charge in req.charges:
         if charge.kind != "bucket" and charge.dimension == "usd":
-            conn.execute("UPDATE gov_counters SET frozen_by = ? WHERE counter = ?"
-                         " AND frozen_by IS NULL", (permit_id, charge.counter))
+            batch.freeze(conn, charge.counter, permit_id)
