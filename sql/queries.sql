@@ -74,6 +74,15 @@ SELECT inferplane_admit_v2(%(requests)s::jsonb) AS results
 -- name: settle
 SELECT inferplane_settle_v2(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
+-- name: admit_v3
+-- The set-based batch admission (sql/admit_v3.sql): same input and answer as admit.
+SELECT inferplane_admit_v3(%(requests)s::json) AS results
+
+-- name: settle_v3
+-- A batch of settlements in one call and one transaction (sql/settle_v3.sql): a JSON
+-- array of settle's p_settlement, each with its "permit_id"; one answer per element.
+SELECT inferplane_settle_v3(%(items)s::jsonb) AS results
+
 -- name: lock_settling_permits
 -- A batch of settlements in one transaction takes its row locks first, in the one global
 -- order (permits by id, then the accounts and counters its permits charged by key, every

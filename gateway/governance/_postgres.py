@@ -61,11 +61,21 @@ def _refusal(raw: dict[str, Any]) -> Refusal:
                    retry_after=None if retry is None else int(retry))
 
 
-def _settlement_json(settlement: Settlement) -> str:
-    body = msgspec.to_builtins(settlement)
+def _settlement_body(settlement: Settlement) -> dict[str, Any]:
+    body: dict[str, Any] = msgspec.to_builtins(settlement)
     body.pop("usage", None)
     body["fingerprint"] = settlement_fingerprint(settlement)
-    return json.dumps(body)
+    return body
+
+
+def _settlement_json(settlement: Settlement) -> str:
+    return json.dumps(_settlement_body(settlement))
+
+
+def _settlements_json(items: list[tuple[str, Settlement]]) -> str:
+    """``inferplane_settle_v3``'s input: each settlement with its permit id."""
+    return json.dumps([dict(_settlement_body(settlement), permit_id=permit_id)
+                       for permit_id, settlement in items])
 
 
 class PostgresGovernanceStore:
@@ -77,10 +87,22 @@ class PostgresGovernanceStore:
     batch being one transaction (one commit) of ``inferplane_settle_v2`` calls after its
     locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
     sent in one round trip (pipeline mode).
+
+    ``functions``: which released SQL functions decide. 3 (default): the set-based
+    ``inferplane_admit_v3`` / ``inferplane_settle_v3`` (revision 0004), a batch of
+    settlements being ONE call; 2: ``inferplane_admit_v2`` / ``inferplane_settle_v2``
+    (revision 0002), a settlement batch being their per-permit calls after the batch's
+    locks. Both give the same answers (``tests/integration/test_store_contract.py`` runs
+    against both); 2 is kept to measure one against the other
+    (``tests/bench/hotteam.py``). Resolution is ``inferplane_resolve_v2`` either way.
     """
 
-    def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0) -> None:
+    def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
+                 functions: int = 3) -> None:
+        if functions not in (2, 3):
+            raise ValueError(f"functions: 2 or 3, not {functions!r}")
         self._pool = pool
+        self._v3 = functions == 3
         # Admissions whose caller was cancelled, and the refunds of their permits.
         self._background: set[asyncio.Future[Any]] = set()
         self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce)
@@ -125,7 +147,8 @@ class PostgresGovernanceStore:
     async def _admit_now(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         payload = msgspec.json.encode(requests).decode()
         async with connection(self._pool) as conn:
-            row = await fetch_one(conn, sql.queries["admit"], {"requests": payload})
+            row = await fetch_one(conn, sql.queries["admit_v3" if self._v3 else "admit"],
+                                  {"requests": payload})
         assert row is not None
         out: list[Permit | Refusal] = []
         for req, raw in zip(requests, row["results"], strict=True):
@@ -148,8 +171,11 @@ class PostgresGovernanceStore:
 
     async def _settle_many(self, items: list[tuple[str, Settlement]]
                            ) -> list[SettleResult | Exception]:
-        """One transaction, one round trip: the batch's locks in the global order, then
-        each settlement as ``inferplane_settle_v2`` would take it alone, then COMMIT."""
+        """One transaction, one round trip: ``inferplane_settle_v3`` over the batch; with
+        the v2 functions, the batch's locks in the global order, then each settlement as
+        ``inferplane_settle_v2`` would take it alone, then COMMIT."""
+        if self._v3:
+            return await self._settle_v3(items)
         ids = sorted({permit_id for permit_id, _ in items})
         cursors = []
         async with connection(self._pool) as conn:
@@ -172,6 +198,20 @@ class PostgresGovernanceStore:
                 out.append(exc)
         return out
 
+    async def _settle_v3(self, items: list[tuple[str, Settlement]]
+                         ) -> list[SettleResult | Exception]:
+        async with connection(self._pool) as conn:
+            row = await fetch_one(conn, sql.queries["settle_v3"],
+                                  {"items": _settlements_json(items)})
+        assert row is not None
+        out: list[SettleResult | Exception] = []
+        for (permit_id, settlement), raw in zip(items, row["results"], strict=True):
+            try:
+                out.append(_settle_result(permit_id, settlement, raw))
+            except Exception as exc:  # this settlement's own answer (conflict, unknown)
+                out.append(exc)
+        return out
+
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a
         pending permit is settled with it (``inferplane_resolve_v2``)."""
@@ -180,6 +220,11 @@ class PostgresGovernanceStore:
     async def _settle(self, query: str, permit_id: str,
                       settlement: Settlement) -> SettleResult:
         _check(permit_id, settlement)
+        if query == "settle" and self._v3:
+            answer = (await self._settle_v3([(permit_id, settlement)]))[0]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
         params = {"permit_id": permit_id, "settlement": _settlement_json(settlement)}
         async with connection(self._pool) as conn:
             row = await fetch_one(conn, sql.queries[query], params)

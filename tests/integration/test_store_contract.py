@@ -1,6 +1,7 @@
 """The store contract: the local (SQLite) and shared (Postgres) stores answer alike.
 
-Every test runs against both stores, through the same key-store/governance-store pair a
+Every test runs against both stores (the shared one with its v2 and its set-based v3
+functions), through the same key-store/governance-store pair a
 gateway of that profile opens (the local pair shares one SQLite file, as the gateway's
 do). Same outcomes, same refusal codes, figures and wording, same replay and conflict
 rules, same liability arithmetic (DESIGN §5).
@@ -53,7 +54,7 @@ class Stores:
         return row.committed, row.liability, row.reserved
 
 
-@pytest.fixture(params=["local", "postgres"])
+@pytest.fixture(params=["local", "postgres-v2", "postgres-v3"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
     if request.param == "local":
         db = str(tmp_path / "mayu.db")
@@ -76,7 +77,9 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
                                       pool_max_size=4))
     await pool.open(wait=True)
     try:
-        yield Stores("postgres", PostgresKeyStore(pool), PostgresGovernanceStore(pool))
+        functions = int(request.param[-1])
+        yield Stores(request.param, PostgresKeyStore(pool),
+                     PostgresGovernanceStore(pool, functions=functions))
     finally:
         await pool.close()
 
