@@ -17,6 +17,7 @@ the limits).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -135,6 +136,7 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T = TypeVar("T")
+log = logging.getLogger("mayu.governance")
 
 
 class LocalGovernanceStore(SqliteBase):
@@ -201,6 +203,10 @@ class LocalGovernanceStore(SqliteBase):
 
     async def close(self) -> None:
         await self.drain()
+        b = self._batcher
+        if b.transactions:
+            log.info("local governance store %s: %d admissions and settlements in %d "
+                     "transactions", self.path, b.operations, b.transactions)
         await super().close()
 
     def _admit_one(self, conn: sqlite3.Connection, batch: Batch,

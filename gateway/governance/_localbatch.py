@@ -5,12 +5,16 @@ connection; about a third of its cost is ``BEGIN IMMEDIATE`` … ``COMMIT`` and 
 write, the same whatever the transaction holds. :class:`Batcher` shares that cost
 between the operations that are pending at the same time, without delaying a lone one:
 
-- **Idle**, an operation runs at once, alone, inline on the event loop (as before).
-  The rest of that loop turn is then a *window*: operations arriving in it queue.
-- **End of the turn** (one ``call_soon``): the queue, if any, runs as one transaction,
-  and the next turn is a window too; a turn that ends with nothing queued closes it.
-  So under load every turn's operations share one commit; at one request at a time
-  nothing ever waits.
+- **Idle** (nothing queued, nothing in a worker thread): an operation runs at once,
+  alone, inline on the event loop, as before. That opens a *window*: operations that
+  arrive while it is open queue.
+- **The window** is looked at after each loop turn (``call_soon``). While the loop has
+  other work (the turn took longer than ``_IDLE_TURN_S``), the queue waits for more, at
+  most ``max_turns`` turns or ``max_batch`` operations; when a turn finds the loop
+  idle, or at either bound, the whole queue runs as one transaction and the window
+  closes. Under load the operations of several turns share one commit (they would have
+  waited for the loop anyway); on an idle loop a queued operation waits one short turn,
+  and one request at a time never waits at all.
 - **Busy file** (another process writes, or a worker thread holds the connection): the
   queue goes to a worker thread as one transaction; what arrives meanwhile queues for
   the next.
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -49,6 +54,11 @@ from gateway.governance._model import Charge
 
 _MAX_BATCH = 64
 """Operations per transaction at most (a longer queue takes several, one after another)."""
+_MAX_TURNS = 8
+"""Loop turns a queue waits at most for more operations while the loop is busy."""
+_IDLE_TURN_S = 20e-6
+"""A loop turn shorter than this ran nothing but the batcher: the loop is idle, so the
+queue goes at once (nothing else would come to join it soon)."""
 
 
 class Batch:
@@ -141,7 +151,8 @@ class Batcher:
     """
 
     def __init__(self, *, inline: Inline, threaded: Threaded, alone: Alone,
-                 now: Callable[[], int], max_batch: int = _MAX_BATCH) -> None:
+                 now: Callable[[], int], max_batch: int = _MAX_BATCH,
+                 max_turns: int = _MAX_TURNS) -> None:
         self._inline, self._threaded, self._alone = inline, threaded, alone
         self._now = now
         self._max_batch = max(1, max_batch)
@@ -150,6 +161,9 @@ class Batcher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._max_turns = max_turns
+        self._waited = 0
+        self._turn_started = 0.0
         self.transactions = 0
         """Transactions committed or attempted (with ``operations``: the mean batch)."""
         self.operations = 0
@@ -191,14 +205,23 @@ class Batcher:
         if not self._active:
             self._active = True
             self._idle.clear()
+            self._turn_started = time.perf_counter()
             asyncio.get_running_loop().call_soon(self._turn)
 
     def _turn(self) -> None:
-        """The end of a loop turn: what queued in it goes, one transaction per batch."""
+        """A loop turn ended: the queue waits while the loop has other work (at most
+        ``max_turns`` turns), then goes, one transaction per batch."""
         if not self._queue:
-            self._active = False
-            self._idle.set()
+            self._close()
             return
+        now = time.perf_counter()
+        busy = now - self._turn_started > _IDLE_TURN_S
+        self._turn_started = now
+        if busy and self._waited < self._max_turns and len(self._queue) < self._max_batch:
+            self._waited += 1
+            asyncio.get_running_loop().call_soon(self._turn)
+            return
+        self._waited = 0
         while self._queue:
             items = self._take()
             try:
@@ -214,8 +237,13 @@ class Batcher:
                 return
             assert out is not None
             self._deliver(items, out)
-        # The next turn is a window too: under load its operations share one commit.
-        asyncio.get_running_loop().call_soon(self._turn)
+        self._close()
+
+    def _close(self) -> None:
+        """Nothing queued: the next operation runs at once, alone."""
+        self._active = False
+        self._waited = 0
+        self._idle.set()
 
     def _take(self) -> list[_Pending]:
         items = self._queue[:self._max_batch]

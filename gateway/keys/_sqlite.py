@@ -2,9 +2,10 @@
 
 Keys are stored as their SHA-256 and a short display prefix, never as plaintext. Every
 edit bumps the row's revision; revocation leaves a tombstone (``revoked_at``) so a
-revoked key stays listed and can never be re-created with the same hash. The stdlib
-``sqlite3`` module is blocking, so every call runs in a worker thread behind one lock:
-the store is a single connection, which is all a single replica needs.
+revoked key stays listed and can never be re-created with the same hash. Each store is
+a single connection behind one lock, which is all a single replica needs: the request
+path's short transactions run inline on the event loop when the file is free, the rest
+(and anything that would wait) in the store's worker threads (:class:`SqliteBase`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ class SqliteBase:
     request path's short transactions and by the store's own worker threads otherwise.
 
     The request path (key resolution, admission, settlement) runs its transactions
-    inline (:meth:`_run` with ``inline=True``): a few statements on a WAL file with
+    inline (:meth:`_run` with ``inline=True``, or :meth:`_inline`, which the governance
+    store's batcher uses to put the admissions and settlements pending at once in one
+    transaction: ``gateway/governance/_localbatch.py``): a few statements on a WAL file with
     ``synchronous=NORMAL`` take tens of µs, far less than handing them to a thread and
     back (a thread hop, a loop wake-up and GIL hand-offs each way: measured, about a
     third of the gateway's CPU per request). Inline never waits: the connection's busy
