@@ -61,6 +61,11 @@ _IDLE_TURN_S = 20e-6
 queue goes at once (nothing else would come to join it soon)."""
 
 
+_LOAD = ("SELECT counter, kind, dimension, balance, updated_us, reserved, committed,"
+         " frozen_by, liability FROM gov_counters WHERE counter = ?")
+"""One counter, its columns in CounterState's field order."""
+
+
 class Batch:
     """What the operations of one transaction share: one instant (µs since the epoch) and
     the counter rows they move, read once and written once, at the end of the batch.
@@ -84,11 +89,10 @@ class Batch:
         state = self._counters.get(charge.counter)
         if state is not None:
             return state
-        row = conn.execute("SELECT * FROM gov_counters WHERE counter = ?",
-                           (charge.counter,)).fetchone()
+        row = conn.execute(_LOAD, (charge.counter,)).fetchone()
         if row is None:  # never charged: born full/empty (read again there: rare)
             return load_counter(conn, charge, self.now)
-        state = CounterState(**dict(row))
+        state = CounterState(*row)
         self._counters[charge.counter] = state
         return state
 
