@@ -325,3 +325,56 @@ async def test_invalid_usage_in_a_batch_freezes_without_moving_counters(store):
     assert transactions == 2
     state = await store.counter(DAY_USD)
     assert state.frozen_by == permit.id and state.committed == 0
+
+
+async def test_admissions_of_a_failed_transaction_are_the_ingress_503(store):
+    """Through the Governor (as the ingress admits), an admission that shared a failed
+    transaction is GovernanceUnavailable (503, nothing dispatched), not another
+    request's error."""
+    from gateway.errors import GovernanceUnavailable
+    from gateway.governance import Governor
+
+    governor = Governor(store)
+    p = principal(TeamLimits(usd_micros_per_day=1_000_000))
+    _install_failure(store, "gov_permits", "request_id", "poison")
+
+    async def replan(refusal: Refusal, req: AdmissionRequest) -> None:
+        raise AssertionError("no snapshot mismatch expected")
+
+    def admit(req: AdmissionRequest) -> Awaitable[Permit]:
+        return governor.admit(lambda: req, replan=replan)
+
+    results, transactions = await together(
+        store, admit(request(p)), admit(request(p)),
+        admit(request(p, request_id="poison")))
+    opener, shared, poisoned = results
+    assert isinstance(opener, Permit) and transactions == 2
+    for failed in (shared, poisoned):
+        assert isinstance(failed, GovernanceUnavailable) and failed.status == 503
+    assert await store.pending_permits() == [opener.id]
+
+
+async def test_an_operation_that_raises_after_writing_fails_its_whole_batch(store):
+    """An operation that wrote and then raised (a bug, not a result) cannot be undone
+    alone: its transaction rolls back whole and its batch-mates are told the store
+    failed (GovernanceUnavailable), never handed its exception."""
+    from gateway.errors import GovernanceUnavailable
+
+    p = principal(TeamLimits(usd_micros_per_day=1_000_000))
+
+    def broken(conn: sqlite3.Connection, batch: object) -> None:
+        conn.execute("INSERT INTO gov_counters (counter, kind, dimension)"
+                     " VALUES ('team:x:broken', 'window', 'usd')")
+        raise ValueError("bug after a write")
+
+    results, _ = await together(
+        store, admit_one(store, request(p, usd=1)), admit_one(store, request(p, usd=2)),
+        store._batcher.run(broken), admit_one(store, request(p, usd=3)))
+    opener, before, bug, after = results
+    assert isinstance(opener, Permit)
+    for failed in (before, bug, after):
+        assert isinstance(failed, GovernanceUnavailable), failed
+    assert isinstance(bug.__cause__, ValueError)
+    assert _read(store, "SELECT count(*) FROM gov_counters WHERE counter = 'team:x:broken'"
+                 ) == [(0,)]
+    assert (await store.counter(DAY_USD)).reserved == 1
