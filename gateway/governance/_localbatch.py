@@ -10,11 +10,11 @@ between the operations that are pending at the same time, without delaying a lon
   arrive while it is open queue.
 - **The window** is looked at after each loop turn (``call_soon``). While the loop has
   other work (the turn took longer than ``_IDLE_TURN_S``), the queue waits for more, at
-  most ``max_turns`` turns or ``max_batch`` operations; when a turn finds the loop
-  idle, or at either bound, the whole queue runs as one transaction and the window
-  closes. Under load the operations of several turns share one commit (they would have
-  waited for the loop anyway); on an idle loop a queued operation waits one short turn,
-  and one request at a time never waits at all.
+  most ``max_turns`` turns, ``_MAX_WAIT_S`` or ``max_batch`` operations; when a turn
+  finds the loop idle, or at a bound, the whole queue runs as one transaction and the
+  window closes. Under load the operations of several turns share one commit (they
+  would have waited for the loop anyway); on an idle loop a queued operation waits one
+  short turn, and one request at a time never waits at all.
 - **Busy file** (another process writes, or a worker thread holds the connection): the
   queue goes to a worker thread as one transaction; what arrives meanwhile queues for
   the next.
@@ -56,6 +56,8 @@ _MAX_BATCH = 64
 """Operations per transaction at most (a longer queue takes several, one after another)."""
 _MAX_TURNS = 8
 """Loop turns a queue waits at most for more operations while the loop is busy."""
+_MAX_WAIT_S = 0.002
+"""How long a queue waits at most since its window opened (bounds the latency added)."""
 _IDLE_TURN_S = 20e-6
 """A loop turn shorter than this ran nothing but the batcher: the loop is idle, so the
 queue goes at once (nothing else would come to join it soon)."""
@@ -167,7 +169,7 @@ class Batcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._max_turns = max_turns
         self._waited = 0
-        self._turn_started = 0.0
+        self._turn_started = self._opened = 0.0
         self.transactions = 0
         """Transactions committed or attempted (with ``operations``: the mean batch)."""
         self.operations = 0
@@ -209,19 +211,20 @@ class Batcher:
         if not self._active:
             self._active = True
             self._idle.clear()
-            self._turn_started = time.perf_counter()
+            self._turn_started = self._opened = time.perf_counter()
             asyncio.get_running_loop().call_soon(self._turn)
 
     def _turn(self) -> None:
-        """A loop turn ended: the queue waits while the loop has other work (at most
-        ``max_turns`` turns), then goes, one transaction per batch."""
+        """A loop turn ended: the queue waits while the loop has other work (within the
+        bounds), then goes, one transaction per batch."""
         if not self._queue:
             self._close()
             return
         now = time.perf_counter()
         busy = now - self._turn_started > _IDLE_TURN_S
         self._turn_started = now
-        if busy and self._waited < self._max_turns and len(self._queue) < self._max_batch:
+        if (busy and self._waited < self._max_turns and len(self._queue) < self._max_batch
+                and now - self._opened < _MAX_WAIT_S):
             self._waited += 1
             asyncio.get_running_loop().call_soon(self._turn)
             return
