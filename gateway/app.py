@@ -1,10 +1,12 @@
 """The app factory and its lifespan: stores, pool, providers and policy source.
 
-:func:`create_app` builds the Litestar app; the lifespan opens everything the request
-path needs and closes it in reverse order. The component factory picks stores by
-profile: local (SQLite key store + local governance in ``<data_dir>/mayu.db``), lease
-(the same, bounded by budget leases from inferplaned: :mod:`gateway.lease`) or shared
-(Postgres, imported lazily so the local profile needs no database driver or server).
+:func:`create_app` builds the Litestar app (a :class:`gateway.ingress.GatewayApp`, which
+serves the generation routes below Litestar's request and response objects); the
+lifespan opens everything the request path needs and closes it in reverse order. The
+component factory picks stores by profile: local (SQLite key store + local governance in
+``<data_dir>/mayu.db``), lease (the same, bounded by budget leases from inferplaned:
+:mod:`gateway.lease`) or shared (Postgres, imported lazily so the local profile needs no
+database driver or server).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from gateway.governance import (
     SettleResult,
     utc_windows,
 )
-from gateway.ingress import ROUTES, Gateway, error_handler
+from gateway.ingress import ROUTES, Gateway, GatewayApp, error_handler
 from gateway.keys import KeyStore
 from gateway.metrics import POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
@@ -168,7 +170,8 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
     return Components(key_store=PostgresKeyStore(pool),
                       governance=PostgresGovernanceStore(
                           pool, coalesce=settings.database.admission_coalesce,
-                          settle_coalesce=settings.database.settlement_coalesce),
+                          settle_coalesce=settings.database.settlement_coalesce,
+                          merge=settings.database.merge_batches),
                       policy=policy, pool=pool)
 
 
@@ -347,6 +350,7 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
                      app.state.gateway.audit.path)
             yield
 
-    return Litestar(route_handlers=ROUTES, lifespan=[lifespan],
+    # GatewayApp: a Litestar app whose generation routes are served below it (ingress._asgi).
+    return GatewayApp(route_handlers=ROUTES, lifespan=[lifespan],
                     exception_handlers={Exception: error_handler},
                     request_max_body_size=None, openapi_config=None, logging_config=None)

@@ -1,5 +1,6 @@
 """The OpenAI- and Anthropic-shaped HTTP surface and the request path behind it."""
 
+from gateway.ingress._asgi import GatewayApp
 from gateway.ingress._attempt import Attempt, Call, outcome_for
 from gateway.ingress._context import Gateway
 from gateway.ingress._dispatch import InvalidUpstreamUsage, dispatch
@@ -10,6 +11,7 @@ __all__ = [
     "Attempt",
     "Call",
     "Gateway",
+    "GatewayApp",
     "InvalidUpstreamUsage",
     "outcome_for",
     "dispatch",

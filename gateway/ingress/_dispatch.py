@@ -31,17 +31,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from functools import partial
 
 import anyio
-from litestar import Response
-from litestar.background_tasks import BackgroundTask
-from litestar.response import Stream
 
 from gateway.errors import UpstreamUnavailable
 from gateway.governance import Outcome, OutcomeKind
 from gateway.ingress._attempt import Attempt, Call, outcome_for
 from gateway.ingress._prepare import upstream_body
+from gateway.ingress._reply import Reply
 from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import RETRYABLE_STATUS, UpstreamFailure, UpstreamResponse
 from gateway.usage import StreamMeter, extract_json, stream_error_event
@@ -73,7 +71,7 @@ def _failure_outcome(attempt: Attempt, exc: BaseException, detail: str) -> Outco
                    detail=detail)
 
 
-async def dispatch(call: Call) -> Response[Any]:
+async def dispatch(call: Call) -> Reply:
     for index, (deployment, provider) in enumerate(call.deployments):
         last = index == len(call.deployments) - 1
         attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index)
@@ -93,7 +91,7 @@ async def dispatch(call: Call) -> Response[Any]:
     raise UpstreamUnavailable("no deployment could be tried")  # pragma: no cover
 
 
-async def _attempt(attempt: Attempt, *, last: bool) -> Response[Any] | None:
+async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:
     """One deployment: the response to return, or None to fall back to the next one."""
     call, provider = attempt.call, attempt.provider
     body, strip = upstream_body(call.body, call.doc, attempt.deployment, call.endpoint,
@@ -131,7 +129,7 @@ async def _discard(upstream: UpstreamResponse) -> None:
         await upstream.close()
 
 
-async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Response[Any]:
+async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Reply:
     data = await upstream.read()
     if 200 <= upstream.status < 300:
         try:
@@ -151,19 +149,17 @@ async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Respon
             headers["x-inferplane-cost-micro-usd"] = str(settlement.usd_committed)
         headers["x-inferplane-committed-micro-usd"] = str(settlement.usd_committed)
         headers["x-inferplane-liability-micro-usd"] = str(settlement.usd_liability)
-    return Response(data, status_code=upstream.status, media_type=upstream.content_type,
-                    headers=headers)
+    return Reply(upstream.status, headers, upstream.content_type, data)
 
 
-def _stream_response(attempt: Attempt, upstream: UpstreamResponse,
-                     strip: bool) -> Stream:
+def _stream_response(attempt: Attempt, upstream: UpstreamResponse, strip: bool) -> Reply:
     meter = StreamMeter(attempt.call.endpoint, strip_usage_chunk=strip)
     relay = _relay(attempt, upstream, meter)
-    return Stream(relay, status_code=200, media_type="text/event-stream",
-                  headers={**upstream.headers, **attempt.headers(), "cache-control": "no-cache",
-                           # Reverse proxies must not buffer the stream.
-                           "x-accel-buffering": "no"},
-                  background=BackgroundTask(_after_stream, relay, attempt, upstream))
+    headers = {**upstream.headers, **attempt.headers(), "cache-control": "no-cache",
+               # Reverse proxies must not buffer the stream.
+               "x-accel-buffering": "no"}
+    return Reply(200, headers, "text/event-stream", stream=relay,
+                 after=partial(_after_stream, relay, attempt, upstream))
 
 
 async def _after_stream(relay: AsyncGenerator[bytes, None], attempt: Attempt,

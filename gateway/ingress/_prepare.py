@@ -8,11 +8,13 @@ allows (``max_tokens`` and its variants, times ``n`` choices) or the model's cei
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from litestar import Request
+from litestar.exceptions import ClientException, InternalServerException
 
 from gateway.config import Deployment, ModelSettings
 from gateway.errors import (
@@ -33,23 +35,25 @@ _OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 _MAX_CHOICES = 128
 
 
-def presented_key(request: Request[Any, Any, Any]) -> str | None:
-    auth = request.headers.get("authorization", "")
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The key in ``Authorization: Bearer`` or ``x-api-key`` (request headers, by their
+    lower-case names, the first value of each)."""
+    auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         return auth[7:].strip()
-    return request.headers.get("x-api-key") or None
+    return headers.get("x-api-key") or None
 
 
-def presented_key_hash(request: Request[Any, Any, Any]) -> str:
+def presented_key_hash(headers: Mapping[str, str]) -> str:
     """SHA-256 of the presented key; 401 when none is presented."""
-    key = presented_key(request)
+    key = presented_key(headers)
     if key is None:
         raise Unauthenticated("missing API key (Authorization: Bearer or x-api-key)")
     return hash_key(key)
 
 
 async def authenticate(gw: Gateway, request: Request[Any, Any, Any]) -> Principal:
-    return await resolve_principal(gw, presented_key_hash(request))
+    return await resolve_principal(gw, presented_key_hash(request.headers))
 
 
 async def resolve_principal(gw: Gateway, key_hash: str) -> Principal:
@@ -98,6 +102,38 @@ async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
             raise PayloadTooLarge(f"request body exceeds server.max_body_bytes ({limit})")
         parts.append(chunk)
     return b"".join(parts)
+
+
+async def receive_body(receive: Any, headers: Mapping[str, str], limit: int) -> bytes:
+    """:func:`read_body` from the raw ASGI ``receive``: the same limit and 413s, and the
+    same refusals Litestar's request stream made (an unparsable ``content-length``: 400;
+    a client gone mid-body: the 500 its ``InternalServerException`` became)."""
+    declared = headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds "
+                              f"server.max_body_bytes ({limit})")
+    if declared is not None:
+        try:
+            int(declared)
+        except ValueError:
+            raise ClientException(f"Invalid content-length: {declared!r}") from None
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        event = await receive()
+        if event["type"] == "http.request":
+            chunk = event["body"]
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"request body exceeds server.max_body_bytes ({limit})")
+                parts.append(chunk)
+            if not event.get("more_body", False):
+                break
+        elif event["type"] == "http.disconnect":
+            raise InternalServerException("client disconnected prematurely")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def parse_json(body: bytes) -> dict[str, Any]:

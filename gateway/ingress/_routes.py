@@ -1,8 +1,10 @@
 """The HTTP surface: OpenAI- and Anthropic-shaped routes, reports and health.
 
 Every generation route runs the same path (DESIGN §3): authenticate → read the body
-within ``server.max_body_bytes`` → parse → route → bound → admit → dispatch → settle.
-Errors are rendered once, by :func:`error_handler`, in the calling protocol's shape.
+within ``server.max_body_bytes`` → parse → route → bound → admit → dispatch → settle,
+served as raw ASGI below Litestar (:mod:`gateway.ingress._asgi`). Errors are rendered
+once, by ``_render.error_reply`` (here through :func:`error_handler`, Litestar's), in the
+calling protocol's shape.
 Request metrics are labelled by the matched route *template* (:func:`route_label`), never
 the raw path, so random paths cannot grow the series count. ``/metrics`` requires the
 ``server.metrics_token_ref`` bearer token when one is configured; ``/readyz`` fails from
@@ -12,48 +14,23 @@ the moment the server starts draining (``app.state.draining``).
 from __future__ import annotations
 
 import hmac
-import logging
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 import msgspec
-from litestar import MediaType, Request, Response, get, post
-from litestar.exceptions import HTTPException
+from litestar import Request, Response, get, post
+from litestar.types import ASGIApp
 
 from gateway.config import resolve_secret
-from gateway.errors import (
-    BadRequest,
-    GovernanceUnavailable,
-    InferplaneError,
-    NotFound,
-    Unauthenticated,
-    anthropic_error_body,
-    openai_error_body,
-)
+from gateway.errors import GovernanceUnavailable, InferplaneError, Unauthenticated
 from gateway.governance import utc_windows
-from gateway.ingress._attempt import Call, new_request_id
-from gateway.ingress._bounds import input_bound, input_classes
+from gateway.ingress._asgi import GENERATION
 from gateway.ingress._context import Gateway
-from gateway.ingress._dispatch import dispatch
 from gateway.ingress._models import anthropic_client, retrieve_model
-from gateway.ingress._prepare import (
-    authenticate,
-    output_bound,
-    parse_json,
-    presented_key,
-    presented_key_hash,
-    principal_to_admit,
-    read_body,
-    route,
-    wants_stream,
-)
-from gateway.pricing import cost_bound_micro_usd
-from gateway.providers import Protocol_
-from gateway.usage import Endpoint, estimate_tokens, prompt_text
-
-log = logging.getLogger("mayu.ingress")
-_FORWARDED = ("anthropic-version", "anthropic-beta")
+from gateway.ingress._prepare import authenticate, parse_json, presented_key, read_body, route
+from gateway.ingress._render import error_reply
+from gateway.ingress._reply import to_litestar
+from gateway.usage import estimate_tokens, prompt_text
 
 AnyRequest = Request[Any, Any, Any]
 
@@ -70,55 +47,27 @@ def gateway_of(request: AnyRequest) -> Gateway:
     return gw
 
 
-async def _generate(request: AnyRequest, endpoint: Endpoint) -> Response[Any]:
-    gw = gateway_of(request)
-    request.state.request_id = rid = new_request_id()
-    key_hash = presented_key_hash(request)
-    principal = await principal_to_admit(gw, key_hash)
-    request.state.principal = principal
-    body = await read_body(request, gw.settings.server.max_body_bytes)
-    doc = parse_json(body)
-    protocol: Protocol_ = "anthropic" if endpoint == "messages" else "openai"
-    target = route(gw, principal, doc, protocol)
-    out = output_bound(doc, endpoint, target.model, ceiling=gw.settings.server.max_output_tokens)
-    inp = input_bound(body, doc, target.model)
-    # The µUSD bound as a function of the output allowance (budget fit and refusals
-    # evaluate it at smaller max_tokens).
-    classes = input_classes(doc)
-    usd_bound_of = partial(cost_bound_micro_usd, inp, price=target.model.price,
-                           input_classes=classes)
-    call = Call(gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,
-                body=body, stream=wants_stream(doc, endpoint), input_bound=inp,
-                output_bound=out,
-                usd_bound=usd_bound_of(out), usd_bound_of=usd_bound_of,
-                client_headers={h: request.headers[h] for h in _FORWARDED
-                                if h in request.headers},
-                deployments=target.deployments, request_id=rid,
-                key_hash=key_hash, input_classes=classes)
-    request.state.call = call
-    response = await dispatch(call)
-    gw.metrics.requests.labels(route_label(request), str(response.status_code)).inc()
-    return response
-
-
+# The generation routes are served by gateway.ingress._asgi.Generation (below Litestar:
+# GatewayApp hands their POSTs to it first). These routes claim the paths for Litestar's
+# own routing (another method: 405; a trailing slash) and return the same ASGI app.
 @post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: AnyRequest) -> Response[Any]:
-    return await _generate(request, "chat")
+async def chat_completions() -> ASGIApp:
+    return GENERATION["/v1/chat/completions"]
 
 
 @post("/v1/responses", status_code=200)
-async def responses(request: AnyRequest) -> Response[Any]:
-    return await _generate(request, "responses")
+async def responses() -> ASGIApp:
+    return GENERATION["/v1/responses"]
 
 
 @post("/v1/embeddings", status_code=200)
-async def embeddings(request: AnyRequest) -> Response[Any]:
-    return await _generate(request, "embeddings")
+async def embeddings() -> ASGIApp:
+    return GENERATION["/v1/embeddings"]
 
 
 @post("/v1/messages", status_code=200)
-async def messages(request: AnyRequest) -> Response[Any]:
-    return await _generate(request, "messages")
+async def messages() -> ASGIApp:
+    return GENERATION["/v1/messages"]
 
 
 @post("/v1/messages/count_tokens", status_code=200)
@@ -152,7 +101,7 @@ async def usage_report(request: AnyRequest) -> dict[str, Any]:
     day, month = utc_windows(datetime.now(UTC))
     day = request.query_params.get("day", day)
     month = request.query_params.get("month", month)
-    key = presented_key(request)
+    key = presented_key(request.headers)
     scope: dict[str, str | None] = {"key_id": None, "team_id": None}
     is_admin = bool(gw.admin_token and key
                     and hmac.compare_digest(key.encode(), gw.admin_token.encode()))
@@ -192,7 +141,7 @@ async def metrics(request: AnyRequest) -> Response[bytes]:
         # Resolved per scrape (a file: reference can be rotated without a restart);
         # serve's preflight already proved it resolves.
         token = resolve_secret(ref, key="server.metrics_token_ref")
-        presented = presented_key(request)
+        presented = presented_key(request.headers)
         if not (presented and hmac.compare_digest(presented.encode(), token.encode())):
             raise Unauthenticated("/metrics requires the metrics token "
                                   "(Authorization: Bearer ...)")
@@ -209,53 +158,14 @@ def _anthropic_shaped(request: AnyRequest) -> bool:
                                                and anthropic_client(request))
 
 
-def _as_inferplane(exc: Exception) -> InferplaneError:
-    if isinstance(exc, InferplaneError):
-        return exc
-    if isinstance(exc, HTTPException):
-        # Litestar's own refusals (no such route, wrong method, client gone mid-body):
-        # keep their status, pick the closest of our error kinds for type and code.
-        detail = str(exc.detail)
-        mapped: InferplaneError
-        if exc.status_code == 401:
-            mapped = Unauthenticated(detail)
-        elif exc.status_code in (404, 405):
-            mapped = NotFound(detail)
-        elif exc.status_code >= 500:
-            mapped = InferplaneError(detail)
-        else:
-            mapped = BadRequest(detail)
-        # status is a ClassVar (each kind's default); this one instance keeps Litestar's
-        # own status (405, 413, ...), which the renderer reads from the instance.
-        mapped.status = exc.status_code  # type: ignore[misc]
-        return mapped
-    log.exception("unhandled error", exc_info=exc)
-    return InferplaneError()
-
-
 def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
-    """The one renderer of errors: status, headers and the ingress's own body shape.
-
-    Errors raised before an attempt was admitted are audited here (refusals and upstream
-    failures were audited by their attempt), so every request leaves one audit line.
-    """
-    err = _as_inferplane(exc)
-    body = anthropic_error_body(err) if _anthropic_shaped(request) else openai_error_body(err)
-    headers = err.headers()
+    """Litestar's exception handler: the ingress's one renderer (``_render.error_reply``)."""
     gw: Gateway | None = getattr(request.app.state, "gateway", None)
-    rid = request.state.get("request_id")
-    if rid:
-        headers["x-inferplane-request-id"] = rid
-    if gw is not None:
-        gw.metrics.requests.labels(route_label(request), str(err.status)).inc()
-        call: Call | None = request.state.get("call")
-        if rid and (call is None or not call.audited):
-            principal = request.state.get("principal")
-            gw.audit.write({"request_id": rid, "path": request.url.path,
-                            "key_id": principal.key_id if principal else None,
-                            "team_id": principal.team_id if principal else None,
-                            "status": err.status, "error": err.code, "detail": err.message})
-    return Response(body, status_code=err.status, headers=headers, media_type=MediaType.JSON)
+    reply = error_reply(gw, exc, anthropic=_anthropic_shaped(request), path=request.url.path,
+                        route=route_label(request), request_id=request.state.get("request_id"),
+                        principal=request.state.get("principal"),
+                        call=request.state.get("call"))
+    return to_litestar(reply)
 
 
 ROUTES = [chat_completions, responses, embeddings, messages, count_tokens, list_models,

@@ -1,0 +1,71 @@
+"""The one renderer of errors: status, headers, the calling protocol's body shape, the
+request's metrics label and, for errors before an attempt was admitted, its audit line."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from litestar import MediaType
+from litestar.exceptions import HTTPException
+
+from gateway.errors import (
+    BadRequest,
+    InferplaneError,
+    NotFound,
+    Unauthenticated,
+    anthropic_error_body,
+    openai_error_body,
+)
+from gateway.ingress._attempt import Call
+from gateway.ingress._context import Gateway
+from gateway.ingress._reply import Reply
+from gateway.keys import Principal
+
+log = logging.getLogger("mayu.ingress")
+
+
+def as_inferplane(exc: Exception) -> InferplaneError:
+    if isinstance(exc, InferplaneError):
+        return exc
+    if isinstance(exc, HTTPException):
+        # Litestar's own refusals (no such route, wrong method, client gone mid-body):
+        # keep their status, pick the closest of our error kinds for type and code.
+        detail = str(exc.detail)
+        mapped: InferplaneError
+        if exc.status_code == 401:
+            mapped = Unauthenticated(detail)
+        elif exc.status_code in (404, 405):
+            mapped = NotFound(detail)
+        elif exc.status_code >= 500:
+            mapped = InferplaneError(detail)
+        else:
+            mapped = BadRequest(detail)
+        # status is a ClassVar (each kind's default); this one instance keeps Litestar's
+        # own status (405, 413, ...), which the renderer reads from the instance.
+        mapped.status = exc.status_code  # type: ignore[misc]
+        return mapped
+    log.exception("unhandled error", exc_info=exc)
+    return InferplaneError()
+
+
+def error_reply(gw: Gateway | None, exc: Exception, *, anthropic: bool, path: str,
+                route: str, request_id: str | None, principal: Principal | None,
+                call: Call | None) -> Reply:
+    """``exc`` as the answer: Anthropic's shape or OpenAI's, the request id header, the
+    ``mayu_requests`` count under ``route``, and the audit line of a request that has a
+    request id and no audit line yet (refusals and upstream failures were audited by
+    their attempt), so every request leaves one."""
+    err = as_inferplane(exc)
+    body = anthropic_error_body(err) if anthropic else openai_error_body(err)
+    headers = err.headers()
+    if request_id:
+        headers["x-inferplane-request-id"] = request_id
+    if gw is not None:
+        gw.metrics.requests.labels(route, str(err.status)).inc()
+        if request_id and (call is None or not call.audited):
+            gw.audit.write({"request_id": request_id, "path": path,
+                            "key_id": principal.key_id if principal else None,
+                            "team_id": principal.team_id if principal else None,
+                            "status": err.status, "error": err.code, "detail": err.message})
+    return Reply(err.status, headers, MediaType.JSON.value, msgspec.json.encode(body))
