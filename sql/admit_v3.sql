@@ -8,7 +8,8 @@
 -- and walks a jsonb document for each; v3 runs a fixed number of statements per BATCH
 -- whatever its size, and decides in memory:
 --   1. the requests and their charges parsed once into typed arrays;
---   2. keys, teams FOR SHARE, policy_state FOR SHARE, and every snapshot check in one join;
+--   2. keys, teams FOR SHARE, policy_state FOR SHARE, and every snapshot check in one join
+--      (inferplane_snapshot_v3);
 --   3. the batch's accounts, then its counters, each locked by ONE sorted
 --      SELECT ... FOR UPDATE into arrays (accounts before counters: every "account:" key
 --      sorts before every counter key, the global order). If a row is missing (a new
@@ -23,15 +24,52 @@
 --      one for their segments.
 -- Frozen once released; a change is inferplane_admit_v4 in a new file and revision.
 
+-- The definitions a batch was planned from, locked in the fixed order (keys, teams FOR
+-- SHARE; policy_state FOR SHARE), and each request's snapshot checked with
+-- inferplane_check_snapshot_v1's conditions in one join: NULL where still current, else
+-- the 503 snapshot_mismatch refusal naming what changed. One element per request.
+CREATE FUNCTION inferplane_snapshot_v3(p_requests json) RETURNS jsonb[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur_gen bigint;
+    results jsonb[];
+BEGIN
+    PERFORM 1 FROM keys
+     WHERE id IN (SELECT r.key_id FROM json_to_recordset(p_requests) AS r(key_id text))
+     ORDER BY id COLLATE "C" FOR SHARE;
+    PERFORM 1 FROM teams
+     WHERE id IN (SELECT r.team_id FROM json_to_recordset(p_requests) AS r(team_id text))
+     ORDER BY id COLLATE "C" FOR SHARE;
+    SELECT ps.generation INTO cur_gen FROM policy_state ps FOR SHARE;
+    SELECT array_agg(CASE
+               WHEN k.id IS NULL OR k.revoked_at IS NOT NULL
+                    OR (k.expires_at IS NOT NULL AND k.expires_at <= clock_timestamp())
+                    OR k.revision <> q.key_revision OR k.team_id <> q.team_id
+               THEN jsonb_build_object('status', 503, 'reason', 'snapshot_mismatch',
+                                       'counter', 'key:' || q.key_id)
+               WHEN t.revision IS DISTINCT FROM q.team_revision
+               THEN jsonb_build_object('status', 503, 'reason', 'snapshot_mismatch',
+                                       'counter', 'team:' || q.team_id)
+               WHEN cur_gen <> q.policy_generation
+               THEN jsonb_build_object('status', 503, 'reason', 'snapshot_mismatch',
+                                       'counter', 'policy')
+           END ORDER BY q.o)
+      INTO results
+      FROM ROWS FROM (json_to_recordset(p_requests)
+                      AS (key_id text, key_revision bigint, team_id text,
+                          team_revision bigint, policy_generation bigint))
+           WITH ORDINALITY AS q(key_id, key_revision, team_id, team_revision,
+                                policy_generation, o)
+      LEFT JOIN keys k ON k.id = q.key_id
+      LEFT JOIN teams t ON t.id = q.team_id;
+    RETURN results;
+END
+$$;
+
 CREATE FUNCTION inferplane_admit_v3(p_requests json) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     n int;
-    r_key text[];
-    r_key_rev bigint[];
-    r_team text[];
-    r_team_rev bigint[];
-    r_gen bigint[];
     r_first int[];
     r_last int[];
     c_req int[];
@@ -63,7 +101,6 @@ DECLARE
     results jsonb[];
     granted int[] := '{}';
     pids uuid[] := '{}';
-    cur_gen bigint;
     now_us bigint;
     i int;
     j int;
@@ -78,15 +115,7 @@ DECLARE
     ch jsonb;
 BEGIN
     -- 1. Parse once.
-    SELECT count(*), array_agg(r.key_id ORDER BY r.o), array_agg(r.key_revision ORDER BY r.o),
-           array_agg(r.team_id ORDER BY r.o), array_agg(r.team_revision ORDER BY r.o),
-           array_agg(r.policy_generation ORDER BY r.o)
-      INTO n, r_key, r_key_rev, r_team, r_team_rev, r_gen
-      FROM ROWS FROM (json_to_recordset(p_requests)
-                      AS (key_id text, key_revision bigint, team_id text,
-                          team_revision bigint, policy_generation bigint))
-           WITH ORDINALITY AS r(key_id, key_revision, team_id, team_revision,
-                                policy_generation, o);
+    n := json_array_length(p_requests);
     IF n = 0 THEN
         RETURN '[]'::jsonb;
     END IF;
@@ -112,29 +141,8 @@ BEGIN
         r_last[c_req[j]] := j;
     END LOOP;
 
-    -- 2. Definitions, in a fixed order: keys, teams, policy generation; then every
-    --    snapshot check (inferplane_check_snapshot_v1's conditions) in one join.
-    PERFORM 1 FROM keys WHERE id = ANY(r_key) ORDER BY id COLLATE "C" FOR SHARE;
-    PERFORM 1 FROM teams WHERE id = ANY(r_team) ORDER BY id COLLATE "C" FOR SHARE;
-    SELECT ps.generation INTO cur_gen FROM policy_state ps FOR SHARE;
-    SELECT array_agg(CASE
-               WHEN k2.id IS NULL OR k2.revoked_at IS NOT NULL
-                    OR (k2.expires_at IS NOT NULL AND k2.expires_at <= clock_timestamp())
-                    OR k2.revision <> q.key_rev OR k2.team_id <> q.team_id
-               THEN jsonb_build_object('status', 503, 'reason', 'snapshot_mismatch',
-                                       'counter', 'key:' || q.key_id)
-               WHEN t.revision IS DISTINCT FROM q.team_rev
-               THEN jsonb_build_object('status', 503, 'reason', 'snapshot_mismatch',
-                                       'counter', 'team:' || q.team_id)
-               WHEN cur_gen <> q.gen
-               THEN jsonb_build_object('status', 503, 'reason', 'snapshot_mismatch',
-                                       'counter', 'policy')
-           END ORDER BY q.o)
-      INTO results
-      FROM unnest(r_key, r_key_rev, r_team, r_team_rev, r_gen)
-           WITH ORDINALITY AS q(key_id, key_rev, team_id, team_rev, gen, o)
-      LEFT JOIN keys k2 ON k2.id = q.key_id
-      LEFT JOIN teams t ON t.id = q.team_id;
+    -- 2. Definitions locked and every snapshot checked.
+    results := inferplane_snapshot_v3(p_requests);
 
     -- 3. The rows the still-admissible requests charge, in one sorted pass.
     SELECT coalesce(array_agg(DISTINCT x.counter) FILTER (WHERE x.kind = 'account'), '{}'),

@@ -83,6 +83,10 @@ SELECT inferplane_admit_v3(%(requests)s::json) AS results
 -- array of settle's p_settlement, each with its "permit_id"; one answer per element.
 SELECT inferplane_settle_v3(%(items)s::jsonb) AS results
 
+-- name: settle_admit_v3
+-- Settlements then admissions waiting at once, in one transaction (sql/batch_v3.sql).
+SELECT inferplane_settle_admit_v3(%(items)s::jsonb, %(requests)s::json) AS results
+
 -- name: lock_settling_permits
 -- A batch of settlements in one transaction takes its row locks first, in the one global
 -- order (permits by id, then the accounts and counters its permits charged by key, every

@@ -13,11 +13,15 @@
 --   1. the settlements parsed once into arrays;
 --   2. the permits locked by one SELECT ... ORDER BY id FOR UPDATE, their segments read
 --      in one statement;
---   3. the accounts, then the counters, those permits charged, each locked by one sorted
---      SELECT ... FOR UPDATE (the global order: permits by id, accounts, counters);
---   4. database time read once with every lock held; each settlement applied to the
---      running in-memory state, in batch order;
---   5. one UPDATE each for counters, accounts, segments and permits.
+--   3. each settlement's answer decided in batch order (unknown, replay, conflict, bad
+--      commits, or settled: none of it reads a counter), and the permits and segments
+--      written, one UPDATE each, BEFORE any counter is locked;
+--   4. the accounts, then the counters, the settled permits charged, each locked by one
+--      sorted SELECT ... FOR UPDATE (the global order: permits by id, accounts,
+--      counters), and database time read once with every lock held;
+--   5. each settlement's counter arithmetic applied to the running in-memory state, in
+--      batch order; one UPDATE each for accounts and counters.
+-- So a hot team's counter rows are held for the counter work and the commit only.
 -- Frozen once released; a change is inferplane_settle_v4 in a new file and revision.
 
 CREATE FUNCTION inferplane_settle_v3(p_items jsonb) RETURNS jsonb
@@ -84,7 +88,11 @@ DECLARE
     v_liability bigint;
     v_delta numeric;
     v_bad text;
-    v_any boolean := false;
+    v_rows text[];
+    m int;
+    -- The settlements that change their permit, and their permits' slots.
+    applied int[] := '{}';
+    applied_to int[] := '{}';
 BEGIN
     -- 1. Parse once.
     SELECT count(*),
@@ -145,41 +153,10 @@ BEGIN
         p_last[q] := s;
     END LOOP;
 
-    -- 3. Their accounts, then their counters, each in byte order.
-    SELECT coalesce(array_agg(a.key ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(true ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.reserved ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.committed ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.liability ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.frozen ORDER BY a.key COLLATE "C"), '{}')
-      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
-           s_frozen
-      FROM (SELECT * FROM authority_accounts
-             WHERE key IN (SELECT x.counter FROM unnest(g_counter, g_kind) AS x(counter, kind)
-                            WHERE x.kind = 'account')
-             ORDER BY key COLLATE "C" FOR UPDATE) a;
-    SELECT s_key || coalesce(array_agg(c.key ORDER BY c.key COLLATE "C"), '{}'),
-           s_acct || coalesce(array_agg(false ORDER BY c.key COLLATE "C"), '{}'),
-           s_balance || coalesce(array_agg(c.balance ORDER BY c.key COLLATE "C"), '{}'),
-           s_updated || coalesce(array_agg(c.updated_us ORDER BY c.key COLLATE "C"), '{}'),
-           s_reserved || coalesce(array_agg(c.reserved ORDER BY c.key COLLATE "C"), '{}'),
-           s_committed || coalesce(array_agg(c.committed ORDER BY c.key COLLATE "C"), '{}'),
-           s_liability || coalesce(array_agg(c.liability ORDER BY c.key COLLATE "C"), '{}'),
-           s_frozen || coalesce(array_agg(c.frozen ORDER BY c.key COLLATE "C"), '{}')
-      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
-           s_frozen
-      FROM (SELECT * FROM counters
-             WHERE key IN (SELECT x.counter FROM unnest(g_counter, g_kind) AS x(counter, kind)
-                            WHERE x.kind <> 'account')
-             ORDER BY key COLLATE "C" FOR UPDATE) c;
-    s_dirty := array_fill(false, ARRAY[cardinality(s_key)]);
-    SELECT coalesce(array_agg(array_position(s_key, x.counter) ORDER BY x.o), '{}')
-      INTO g_slot FROM unnest(g_counter) WITH ORDINALITY AS x(counter, o);
-    now_us := inferplane_now_us_v1();
-
-    -- 4. Each settlement in batch order, on the running state.
+    -- 3. Each settlement in batch order: its answer and its permit's new row. None of
+    --    this reads a counter, so it is decided, and the permits and segments written,
+    --    BEFORE the counters are locked: the counter locks are held only for the counter
+    --    arithmetic and the commit (what a hot team waits on).
     FOR t IN 1..n LOOP
         q := array_position(p_id, i_permit[t]);
         IF q IS NULL THEN
@@ -223,50 +200,15 @@ BEGIN
                     'bad_commits', v_bad, 'problem', 'this permit did not charge that counter');
                 CONTINUE;
             END IF;
-        END IF;
-
-        IF i_kind[t] = 'invalid' THEN
-            -- Change no counter; freeze every money window/account the permit charged.
             FOR s IN p_first[q]..p_last[q] LOOP
-                k := g_slot[s];
-                CONTINUE WHEN k IS NULL;
-                IF g_kind[s] = 'account' OR (g_kind[s] = 'window' AND g_dim[s] = 'usd') THEN
-                    s_frozen[k] := true;
-                    s_dirty[k] := true;
-                END IF;
-            END LOOP;
-        ELSE
-            FOR s IN p_first[q]..p_last[q] LOOP
-                v_commit := (i_commits[t] ->> g_counter[s])::bigint;
-                v_liability := coalesce((i_liabs[t] ->> g_counter[s])::bigint, 0);
-                k := g_slot[s];
-                IF k IS NOT NULL THEN
-                    IF g_kind[s] = 'bucket' THEN
-                        -- True-up exactly as inferplane_settle_v2.
-                        v_delta := (g_amount[s] - v_commit)::numeric * 60000000;
-                        IF v_delta > 0 THEN
-                            v_delta := greatest(0, v_delta - g_limit[s]::numeric
-                                                   * greatest(0, now_us - p_admitted[q]));
-                        END IF;
-                        s_balance[k] := least(g_limit[s]::numeric * 60000000,
-                                              inferplane_refill_v1(s_balance[k], g_limit[s],
-                                                                   now_us - s_updated[k])::numeric
-                                              + v_delta)::bigint;
-                        s_updated[k] := greatest(s_updated[k], now_us);
-                    ELSE
-                        s_reserved[k] := s_reserved[k] - g_amount[s];
-                        s_committed[k] := s_committed[k] + v_commit;
-                        s_liability[k] := s_liability[k] + v_liability;
-                    END IF;
-                    s_dirty[k] := true;
-                END IF;
                 u_permit := u_permit || g_permit[s];
                 u_counter := u_counter || g_counter[s];
-                u_commit := u_commit || v_commit;
-                u_liab := u_liab || v_liability;
+                u_commit := u_commit || (i_commits[t] ->> g_counter[s])::bigint;
+                u_liab := u_liab || coalesce((i_liabs[t] ->> g_counter[s])::bigint, 0);
             END LOOP;
         END IF;
-
+        applied := applied || t;
+        applied_to := applied_to || q;
         p_status[q] := i_kind[t];
         p_fp[q] := i_fp[t];
         p_detail[q] := i_detail[t];
@@ -276,42 +218,113 @@ BEGIN
         p_ul[q] := i_ul[t];
         p_be[q] := i_be[t];
         p_dirty[q] := true;
-        v_any := true;
         results[t] := jsonb_build_object(
             'permit_id', p_id[q], 'kind', p_status[q],
             'tokens_committed', p_tc[q], 'usd_committed', p_uc[q],
             'tokens_liability', coalesce(p_tl[q], 0), 'usd_liability', coalesce(p_ul[q], 0),
             'bound_exceeded', p_be[q], 'replay', false);
     END LOOP;
-
-    -- 5. Write what changed: one statement per table.
-    IF v_any THEN
-        UPDATE authority_accounts a
-           SET reserved = u.reserved, committed = u.committed, liability = u.liability,
-               frozen = u.frozen
-          FROM unnest(s_key, s_acct, s_dirty, s_reserved, s_committed, s_liability, s_frozen)
-               AS u(key, acct, dirty, reserved, committed, liability, frozen)
-         WHERE u.dirty AND u.acct AND a.key = u.key;
-        UPDATE counters c
-           SET balance = u.balance, updated_us = u.updated_us, reserved = u.reserved,
-               committed = u.committed, liability = u.liability, frozen = u.frozen
-          FROM unnest(s_key, s_acct, s_dirty, s_balance, s_updated, s_reserved, s_committed,
-                      s_liability, s_frozen)
-               AS u(key, acct, dirty, balance, updated_us, reserved, committed, liability,
-                    frozen)
-         WHERE u.dirty AND NOT u.acct AND c.key = u.key;
-        UPDATE permit_segments ps
-           SET committed = u.commit, liability = u.liab
-          FROM unnest(u_permit, u_counter, u_commit, u_liab) AS u(permit_id, counter, commit, liab)
-         WHERE ps.permit_id = u.permit_id AND ps.counter = u.counter;
-        UPDATE permits p
-           SET status = u.status, settle_fingerprint = u.fp, detail = u.detail,
-               tokens_committed = u.tc, usd_committed = u.uc, tokens_liability = u.tl,
-               usd_liability = u.ul, bound_exceeded = u.be, settled_at = clock_timestamp()
-          FROM unnest(p_id, p_dirty, p_status, p_fp, p_detail, p_tc, p_uc, p_tl, p_ul, p_be)
-               AS u(id, dirty, status, fp, detail, tc, uc, tl, ul, be)
-         WHERE u.dirty AND p.id = u.id;
+    IF cardinality(applied) = 0 THEN
+        RETURN to_jsonb(results);
     END IF;
+    UPDATE permit_segments ps
+       SET committed = u.commit, liability = u.liab
+      FROM unnest(u_permit, u_counter, u_commit, u_liab) AS u(permit_id, counter, commit, liab)
+     WHERE ps.permit_id = u.permit_id AND ps.counter = u.counter;
+    UPDATE permits p
+       SET status = u.status, settle_fingerprint = u.fp, detail = u.detail,
+           tokens_committed = u.tc, usd_committed = u.uc, tokens_liability = u.tl,
+           usd_liability = u.ul, bound_exceeded = u.be, settled_at = clock_timestamp()
+      FROM unnest(p_id, p_dirty, p_status, p_fp, p_detail, p_tc, p_uc, p_tl, p_ul, p_be)
+           AS u(id, dirty, status, fp, detail, tc, uc, tl, ul, be)
+     WHERE u.dirty AND p.id = u.id;
+
+    -- 4. The accounts, then the counters, the settled permits charged, each locked in
+    --    byte order by one statement (the global order: permits, accounts, counters).
+    SELECT coalesce(array_agg(x.counter), '{}') INTO v_rows
+      FROM unnest(g_permit, g_counter) AS x(permit_id, counter)
+     WHERE x.permit_id IN (SELECT p_id[y.slot] FROM unnest(applied_to) AS y(slot));
+    SELECT coalesce(array_agg(a.key ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(true ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.reserved ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.committed ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.liability ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.frozen ORDER BY a.key COLLATE "C"), '{}')
+      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
+           s_frozen
+      FROM (SELECT * FROM authority_accounts WHERE key = ANY(v_rows)
+             ORDER BY key COLLATE "C" FOR UPDATE) a;
+    SELECT s_key || coalesce(array_agg(c.key ORDER BY c.key COLLATE "C"), '{}'),
+           s_acct || coalesce(array_agg(false ORDER BY c.key COLLATE "C"), '{}'),
+           s_balance || coalesce(array_agg(c.balance ORDER BY c.key COLLATE "C"), '{}'),
+           s_updated || coalesce(array_agg(c.updated_us ORDER BY c.key COLLATE "C"), '{}'),
+           s_reserved || coalesce(array_agg(c.reserved ORDER BY c.key COLLATE "C"), '{}'),
+           s_committed || coalesce(array_agg(c.committed ORDER BY c.key COLLATE "C"), '{}'),
+           s_liability || coalesce(array_agg(c.liability ORDER BY c.key COLLATE "C"), '{}'),
+           s_frozen || coalesce(array_agg(c.frozen ORDER BY c.key COLLATE "C"), '{}')
+      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
+           s_frozen
+      FROM (SELECT * FROM counters WHERE key = ANY(v_rows)
+             ORDER BY key COLLATE "C" FOR UPDATE) c;
+    s_dirty := array_fill(false, ARRAY[cardinality(s_key)]);
+    SELECT coalesce(array_agg(array_position(s_key, x.counter) ORDER BY x.o), '{}')
+      INTO g_slot FROM unnest(g_counter) WITH ORDINALITY AS x(counter, o);
+    now_us := inferplane_now_us_v1();
+
+    -- 5. The counter arithmetic of inferplane_settle_v2, settlement by settlement in batch
+    --    order, on the running state; then one UPDATE per table.
+    FOR m IN 1..cardinality(applied) LOOP
+        t := applied[m];
+        q := applied_to[m];
+        FOR s IN p_first[q]..p_last[q] LOOP
+            k := g_slot[s];
+            CONTINUE WHEN k IS NULL;
+            IF i_kind[t] = 'invalid' THEN
+                -- Change no counter; freeze every money window/account the permit charged.
+                IF g_kind[s] = 'account' OR (g_kind[s] = 'window' AND g_dim[s] = 'usd') THEN
+                    s_frozen[k] := true;
+                    s_dirty[k] := true;
+                END IF;
+                CONTINUE;
+            END IF;
+            v_commit := (i_commits[t] ->> g_counter[s])::bigint;
+            v_liability := coalesce((i_liabs[t] ->> g_counter[s])::bigint, 0);
+            IF g_kind[s] = 'bucket' THEN
+                -- True-up exactly as inferplane_settle_v2.
+                v_delta := (g_amount[s] - v_commit)::numeric * 60000000;
+                IF v_delta > 0 THEN
+                    v_delta := greatest(0, v_delta - g_limit[s]::numeric
+                                           * greatest(0, now_us - p_admitted[q]));
+                END IF;
+                s_balance[k] := least(g_limit[s]::numeric * 60000000,
+                                      inferplane_refill_v1(s_balance[k], g_limit[s],
+                                                           now_us - s_updated[k])::numeric
+                                      + v_delta)::bigint;
+                s_updated[k] := greatest(s_updated[k], now_us);
+            ELSE
+                s_reserved[k] := s_reserved[k] - g_amount[s];
+                s_committed[k] := s_committed[k] + v_commit;
+                s_liability[k] := s_liability[k] + v_liability;
+            END IF;
+            s_dirty[k] := true;
+        END LOOP;
+    END LOOP;
+    UPDATE authority_accounts a
+       SET reserved = u.reserved, committed = u.committed, liability = u.liability,
+           frozen = u.frozen
+      FROM unnest(s_key, s_acct, s_dirty, s_reserved, s_committed, s_liability, s_frozen)
+           AS u(key, acct, dirty, reserved, committed, liability, frozen)
+     WHERE u.dirty AND u.acct AND a.key = u.key;
+    UPDATE counters c
+       SET balance = u.balance, updated_us = u.updated_us, reserved = u.reserved,
+           committed = u.committed, liability = u.liability, frozen = u.frozen
+      FROM unnest(s_key, s_acct, s_dirty, s_balance, s_updated, s_reserved, s_committed,
+                  s_liability, s_frozen)
+           AS u(key, acct, dirty, balance, updated_us, reserved, committed, liability,
+                frozen)
+     WHERE u.dirty AND NOT u.acct AND c.key = u.key;
     RETURN to_jsonb(results);
 END
 $$;

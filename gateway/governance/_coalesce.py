@@ -35,6 +35,7 @@ log = logging.getLogger("mayu.governance")
 Decision = Permit | Refusal
 Send = Callable[[list[AdmissionRequest]], Awaitable[list[Decision]]]
 Refund = Callable[[Permit], Awaitable[object]]
+AdmissionWaiter = tuple[list[AdmissionRequest], asyncio.Future[list[Decision]]]
 
 
 class Coalescer:
@@ -43,15 +44,13 @@ class Coalescer:
         self._send, self._refund = send, refund
         self._max_in_flight, self._max_batch = max_in_flight, max_batch
         self._in_flight = 0
-        self._queue: list[tuple[list[AdmissionRequest], asyncio.Future[list[Decision]]]] = []
+        self._queue: list[AdmissionWaiter] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Decision]:
         future: asyncio.Future[list[Decision]] = asyncio.get_running_loop().create_future()
         self._queue.append((requests, future))
-        if self._in_flight < self._max_in_flight:
-            self._in_flight += 1
-            self._spawn(self._drain())
+        self._wake()
         try:
             return await future
         except asyncio.CancelledError:
@@ -63,6 +62,12 @@ class Coalescer:
                         self._spawn(self._give_back(d))
             raise
 
+    def _wake(self) -> None:
+        """Start a drain if a call slot is free (else a running drain takes the queue)."""
+        if self._in_flight < self._max_in_flight:
+            self._in_flight += 1
+            self._spawn(self._drain())
+
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
@@ -72,17 +77,19 @@ class Coalescer:
         """Send queued requests, batch after batch, until the queue is empty."""
         try:
             while self._queue:
-                batch, size = [], 0
-                while self._queue and size < self._max_batch:
-                    item = self._queue.pop(0)
-                    batch.append(item)
-                    size += len(item[0])
-                await self._one_batch(batch)
+                await self._one_batch(self._take_admissions())
         finally:
             self._in_flight -= 1
 
-    async def _one_batch(self, batch: list[tuple[list[AdmissionRequest],
-                                                 asyncio.Future[list[Decision]]]]) -> None:
+    def _take_admissions(self) -> list[AdmissionWaiter]:
+        batch, size = [], 0
+        while self._queue and size < self._max_batch:
+            item = self._queue.pop(0)
+            batch.append(item)
+            size += len(item[0])
+        return batch
+
+    async def _one_batch(self, batch: list[AdmissionWaiter]) -> None:
         flat = [r for reqs, _ in batch for r in reqs]
         try:
             decisions = await self._send(flat)
@@ -91,6 +98,10 @@ class Coalescer:
                 if not future.done():
                     future.set_exception(exc)
             return
+        self._deliver(batch, decisions)
+
+    def _deliver(self, batch: list[AdmissionWaiter], decisions: list[Decision]) -> None:
+        """Each caller its own decisions; a cancelled caller's permits given back."""
         i = 0
         for reqs, future in batch:
             mine = decisions[i:i + len(reqs)]
@@ -113,6 +124,9 @@ class Coalescer:
 SettleItem = tuple[str, Settlement]
 SettleOne = Callable[[str, Settlement], Awaitable[SettleResult]]
 SettleMany = Callable[[list[SettleItem]], Awaitable[list[SettleResult | Exception]]]
+SettleWaiter = tuple[str, Settlement, asyncio.Future[SettleResult]]
+Merged = Callable[[list[SettleItem], list[AdmissionRequest]],
+                  Awaitable[tuple[list[SettleResult | Exception], list[Decision]]]]
 
 
 class SettlementCoalescer:
@@ -127,7 +141,7 @@ class SettlementCoalescer:
         self._one, self._many = one, many
         self._max_in_flight, self._max_batch = max_in_flight, max_batch
         self._in_flight = 0
-        self._queue: list[tuple[str, Settlement, asyncio.Future[SettleResult]]] = []
+        self._queue: list[SettleWaiter] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
@@ -145,32 +159,96 @@ class SettlementCoalescer:
             while self._queue:
                 batch = self._queue[:self._max_batch]
                 del self._queue[:self._max_batch]
-                if len(batch) == 1:
-                    await self._alone(*batch[0])
-                    continue
-                try:
-                    results = await self._many([(p, s) for p, s, _ in batch])
-                except Exception:
-                    for item in batch:
-                        await self._alone(*item)
-                    continue
-                for (_, _, future), result in zip(batch, results, strict=True):
-                    if future.done():
-                        continue
-                    if isinstance(result, Exception):
-                        future.set_exception(result)
-                    else:
-                        future.set_result(result)
+                await settle_batch(self._one, self._many, batch)
         finally:
             self._in_flight -= 1
 
-    async def _alone(self, permit_id: str, settlement: Settlement,
-                     future: asyncio.Future[SettleResult]) -> None:
-        try:
-            result = await self._one(permit_id, settlement)
-        except Exception as exc:
-            if not future.done():
-                future.set_exception(exc)
-            return
-        if not future.done():
+
+async def settle_batch(one: SettleOne, many: SettleMany, batch: list[SettleWaiter]) -> None:
+    """One batch of settlements: alone if it is one, else ``many``; if that transaction
+    fails as a whole, each is tried again alone."""
+    if len(batch) == 1:
+        await _alone(one, *batch[0])
+        return
+    try:
+        results = await many([(p, s) for p, s, _ in batch])
+    except Exception:
+        for item in batch:
+            await _alone(one, *item)
+        return
+    _deliver_settled(batch, results)
+
+
+def _deliver_settled(batch: list[SettleWaiter],
+                     results: list[SettleResult | Exception]) -> None:
+    for (_, _, future), result in zip(batch, results, strict=True):
+        if future.done():
+            continue
+        if isinstance(result, Exception):
+            future.set_exception(result)
+        else:
             future.set_result(result)
+
+
+async def _alone(one: SettleOne, permit_id: str, settlement: Settlement,
+                 future: asyncio.Future[SettleResult]) -> None:
+    try:
+        result = await one(permit_id, settlement)
+    except Exception as exc:
+        if not future.done():
+            future.set_exception(exc)
+        return
+    if not future.done():
+        future.set_result(result)
+
+
+class MergedCoalescer(Coalescer):
+    """Admissions and settlements in ONE lane: at most ``max_in_flight`` calls at once,
+    and what waits meanwhile goes as one transaction, settlements first, then admissions
+    (``merged``; docs/hot-team.md step 5): on a hot team that is one commit per
+    admit + settle pair instead of two. A batch of one kind only takes that kind's path
+    (``send`` for admissions, ``one``/``many`` for settlements). If a merged transaction
+    fails as a whole, its admissions fail with its error (nothing was dispatched) and its
+    settlements are tried again alone."""
+
+    def __init__(self, send: Send, refund: Refund, one: SettleOne, many: SettleMany,
+                 merged: Merged, *, max_in_flight: int, max_batch: int = 64) -> None:
+        super().__init__(send, refund, max_in_flight=max_in_flight, max_batch=max_batch)
+        self._one, self._many, self._merged = one, many, merged
+        self._settlements: list[SettleWaiter] = []
+
+    async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        future: asyncio.Future[SettleResult] = asyncio.get_running_loop().create_future()
+        self._settlements.append((permit_id, settlement, future))
+        self._wake()
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue or self._settlements:
+                admissions = self._take_admissions()
+                settlements = self._settlements[:self._max_batch]
+                del self._settlements[:self._max_batch]
+                if admissions and settlements:
+                    await self._merged_batch(settlements, admissions)
+                elif admissions:
+                    await self._one_batch(admissions)
+                else:
+                    await settle_batch(self._one, self._many, settlements)
+        finally:
+            self._in_flight -= 1
+
+    async def _merged_batch(self, settlements: list[SettleWaiter],
+                            admissions: list[AdmissionWaiter]) -> None:
+        flat = [r for reqs, _ in admissions for r in reqs]
+        try:
+            settled, decisions = await self._merged([(p, s) for p, s, _ in settlements], flat)
+        except Exception as exc:
+            for _, future in admissions:
+                if not future.done():
+                    future.set_exception(exc)
+            for item in settlements:
+                await _alone(self._one, *item)
+            return
+        _deliver_settled(settlements, settled)
+        self._deliver(admissions, decisions)

@@ -1,4 +1,4 @@
-"""Set-based admission and settlement: inferplane_admit_v3, inferplane_settle_v3.
+"""Set-based admission and settlement: inferplane_admit_v3, _settle_v3, _settle_admit_v3.
 
 Revision ID: 0004
 Revises: 0003
@@ -6,10 +6,11 @@ Create Date: 2026-12-01
 
 Installs ``sql/admit_v3.sql`` and ``sql/settle_v3.sql`` (issue 11, docs/hot-team.md):
 the same contracts, arithmetic and lock order as the ``_v2`` functions, deciding a
-whole batch with a fixed number of statements. Additive: no table changes, and the
+whole batch with a fixed number of statements; and ``sql/batch_v3.sql``, the two in one
+transaction (settlements, then admissions). Additive: no table changes, and the
 ``_v1``/``_v2`` functions stay installed and unchanged, so a gateway of the previous
 release keeps working against this schema during a rolling upgrade and an upgrade moves
-no figure; ``downgrade`` drops exactly the two functions.
+no figure; ``downgrade`` drops exactly the four functions.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-_FUNCTIONS = ("inferplane_admit_v3(json)", "inferplane_settle_v3(jsonb)")
+_FUNCTIONS = ("inferplane_settle_admit_v3(jsonb, json)", "inferplane_admit_v3(json)",
+              "inferplane_snapshot_v3(json)", "inferplane_settle_v3(jsonb)")
 
 
 def _run_script(text: str) -> None:
@@ -35,7 +37,7 @@ def _run_script(text: str) -> None:
 
 
 def upgrade() -> None:
-    for name in ("admit_v3", "settle_v3"):
+    for name in ("admit_v3", "settle_v3", "batch_v3"):
         _run_script(sql.script(name))
 
 

@@ -14,7 +14,7 @@ alternate (raw, each setting, …) for ``--rounds``; medians are printed with th
 admissions/raw.
 
     .venv/bin/python tests/bench/hotteam.py [--processes 3] [--workers 8] [--seconds 4] \
-        [--settings 1,0 1,1]
+        [--settings 1,1,2 1,1,3 1,1,3,1]
 
 Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 """
@@ -47,17 +47,22 @@ from tests.settling import exact, settlement  # noqa: E402
 LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
 
 
-def _store(pool: AsyncConnectionPool, coalesce: int, settle_coalesce: int
-           ) -> PostgresGovernanceStore:
-    if settle_coalesce and "settle_coalesce" in inspect.signature(
-            PostgresGovernanceStore).parameters:
-        return PostgresGovernanceStore(pool, coalesce=coalesce,  # type: ignore[call-arg]
-                                       settle_coalesce=settle_coalesce)
-    return PostgresGovernanceStore(pool, coalesce=coalesce)
+def _store(pool: AsyncConnectionPool, coalesce: int, settle_coalesce: int,
+           functions: int, merge: int) -> PostgresGovernanceStore:
+    params = inspect.signature(PostgresGovernanceStore).parameters
+    kwargs: dict[str, int] = {"coalesce": coalesce}
+    if settle_coalesce and "settle_coalesce" in params:
+        kwargs["settle_coalesce"] = settle_coalesce
+    if "functions" in params:
+        kwargs["functions"] = functions
+    if merge and "merge" in params:
+        kwargs["merge"] = merge
+    return PostgresGovernanceStore(pool, **kwargs)  # type: ignore[arg-type]
 
 
 async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: float,
-                 coalesce: int, settle_coalesce: int, start_at: float) -> int:
+                 coalesce: int, settle_coalesce: int, functions: int, merge: int,
+                 start_at: float) -> tuple[int, float]:
     async with AsyncConnectionPool(dsn, min_size=workers, max_size=workers,
                                    kwargs={"autocommit": True}) as pool:
         ops = 0
@@ -72,7 +77,7 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
         else:
             ks = PostgresKeyStore(pool)
             principals = [await ks.resolve(hash_key(k)) for k in keys]
-            gov = _store(pool, coalesce, settle_coalesce)
+            gov = _store(pool, coalesce, settle_coalesce, functions, merge)
             now = datetime.now(UTC)
 
             async def step(w: int) -> int:
@@ -90,6 +95,7 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
         while time.time() < start_at:
             await asyncio.sleep(0.005)
         stop = time.monotonic() + seconds
+        cpu0 = time.process_time()
 
         async def worker(w: int) -> None:
             nonlocal ops
@@ -97,27 +103,58 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
                 done = await step(w)  # not `ops += await ...`: that loses updates
                 ops += done
         await asyncio.gather(*(worker(w + 1000 * os.getpid()) for w in range(workers)))
-        return ops
+        return ops, time.process_time() - cpu0
 
 
-def _run_child(args: tuple[object, ...], out: mp.Queue[int]) -> None:
+def _run_child(args: tuple[object, ...], out: mp.Queue[tuple[int, float]]) -> None:
     out.put(asyncio.run(_child(*args)))  # type: ignore[arg-type]
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _backends(dsn: str) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND pid <> pg_backend_pid()").fetchall()
+    return [r[0] for r in rows]
+
+
+class Phase:
+    """One phase's rate and CPU per operation (bench processes; their Postgres
+    backends, read from /proc over the timed window)."""
+
+    def __init__(self, ops: int, seconds: float, client_s: float, pg_s: float) -> None:
+        self.rate = ops / seconds
+        self.client_ms = client_s * 1e3 / max(ops, 1)
+        self.pg_ms = pg_s * 1e3 / max(ops, 1)
+
+
 def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
-          setting: tuple[int, int] = (0, 0)) -> float:
+          setting: tuple[int, ...] = (0, 0, 3, 0)) -> Phase:
     ctx = mp.get_context("spawn")
-    out: mp.Queue[int] = ctx.Queue()
+    out: mp.Queue[tuple[int, float]] = ctx.Queue()
     start_at = time.time() + 3.0  # every process connected before the clock starts
     procs = [ctx.Process(target=_run_child, args=((dsn, mode, keys, a.workers, a.seconds,
                                                    *setting, start_at), out))
              for _ in range(a.processes)]
     for p in procs:
         p.start()
-    total = sum(out.get(timeout=120) for _ in procs)
+    time.sleep(max(0.0, start_at - time.time()))
+    backends = _backends(dsn)
+    pg0 = sum(_cpu_s(b) for b in backends)
+    time.sleep(max(0.0, start_at + a.seconds - 0.02 - time.time()))
+    pg_s = sum(_cpu_s(b) for b in backends) - pg0
+    results = [out.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(30)
-    return total / a.seconds
+    return Phase(sum(r[0] for r in results), a.seconds, sum(r[1] for r in results), pg_s)
 
 
 async def _keys(dsn: str, teams: int) -> list[str]:
@@ -132,17 +169,25 @@ async def _keys(dsn: str, teams: int) -> list[str]:
         return out
 
 
+def _label(scope: str, c: int, sc: int, fn: int, merge: int) -> str:
+    return f"{scope} {c},{sc} v{fn}" + ("m" if merge else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--workers", type=int, default=8, help="per process")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--settings", nargs="+", default=["1,0", "1,1"],
-                    help="admission_coalesce,settlement_coalesce pairs measured side by "
-                         "side (settlement coalescing only where the store has it)")
+    ap.add_argument("--settings", nargs="+", default=["1,1,2", "1,1,3", "1,1,3,1"],
+                    help="admission_coalesce,settlement_coalesce[,functions[,merge]] "
+                         "measured side by side: functions 2 = the v2 SQL functions, 3 "
+                         "(default) = the set-based v3; merge 1 = admissions and "
+                         "settlements waiting at once in one transaction (each only where "
+                         "the store has it)")
     a = ap.parse_args()
-    settings = [tuple(int(x) for x in pair.split(",")) for pair in a.settings]
+    settings = [(*parts, *(3, 0)[len(parts) - 2:])
+                for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
     server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
     name = f"iphot_{os.getpid()}"
     create_database(server, name)
@@ -154,29 +199,35 @@ def main() -> None:
             conn.execute("CREATE TABLE bench_raw (id int PRIMARY KEY, v bigint NOT NULL)")
             conn.execute("INSERT INTO bench_raw SELECT g, 0 FROM generate_series(0, 99) g")
         keys = asyncio.run(_keys(dsn, 100))
-        rates: dict[str, list[float]] = {}
+        rates: dict[str, list[Phase]] = {}
         for rnd in range(a.rounds):
             for scope, raw, ks in (("hot", "raw-hot", keys[:1]),
                                    ("spread", "raw-spread", keys)):
                 rates.setdefault(f"raw {scope}", []).append(phase(dsn, raw, ks, a))
-                for c, sc in settings:
-                    rates.setdefault(f"{scope} {c},{sc}", []).append(
-                        phase(dsn, "gov", ks, a, (c, sc)))
+                for c, sc, fn, mg in settings:
+                    rates.setdefault(_label(scope, c, sc, fn, mg), []).append(
+                        phase(dsn, "gov", ks, a, (c, sc, fn, mg)))
             print(f"round {rnd + 1}/{a.rounds}: " + ", ".join(
-                f"{k} {v[-1]:.0f}/s" for k, v in rates.items()), flush=True)
+                f"{k} {v[-1].rate:.0f}/s" for k, v in rates.items()), flush=True)
     finally:
         drop_database(server, name)
-    med = {k: statistics.median(v) for k, v in rates.items()}
+    med = {k: statistics.median(p.rate for p in v) for k, v in rates.items()}
+    cpu = {k: (statistics.median(p.client_ms for p in v), statistics.median(p.pg_ms for p in v))
+           for k, v in rates.items()}
     print(f"\n{a.processes} processes x {a.workers} workers, {a.seconds:g} s per phase; "
           f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
           f"medians of {a.rounds} rounds")
-    print(f"{'load':<7} {'coalesce adm,settle':>19} {'admit+settle/s':>15} "
-          f"{'raw UPDATE;COMMIT/s':>20} {'ratio':>6}")
+    print(f"{'load':<7} {'coalesce adm,settle':>19} {'SQL':>9} {'admit+settle/s':>15} "
+          f"{'raw UPDATE;COMMIT/s':>20} {'ratio':>6}   CPU ms per op: bench, Postgres "
+          f"(raw's)")
     for scope in ("hot", "spread"):
         raw = med[f"raw {scope}"]
-        for c, sc in settings:
-            gov = med[f"{scope} {c},{sc}"]
-            print(f"{scope:<7} {f'{c},{sc}':>19} {gov:15.0f} {raw:20.0f} {gov / raw:6.2f}")
+        for c, sc, fn, mg in settings:
+            gov = med[_label(scope, c, sc, fn, mg)]
+            sql_label = f"v{fn}" + (" merged" if mg else "")
+            (cm, pm), (rcm, rpm) = cpu[_label(scope, c, sc, fn, mg)], cpu[f"raw {scope}"]
+            print(f"{scope:<7} {f'{c},{sc}':>19} {sql_label:>9} {gov:15.0f} {raw:20.0f} "
+                  f"{gov / raw:6.2f}   {cm:.3f}, {pm:.3f} ({rcm:.3f}, {rpm:.3f})")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ batch, replays, conflicts, unknown permits, missing and extra commits. Each batc
 twice on the same state: first through the v2 functions (``inferplane_admit_v2`` on the
 batch; ``inferplane_settle_v2`` item by item in one transaction, as the v2 settlement
 coalescer sends it), whose answers and resulting rows are recorded and rolled back;
-then through ``inferplane_admit_v3`` / ``inferplane_settle_v3``, which commit. Answers
+then through ``inferplane_admit_v3`` / ``inferplane_settle_v3``, which commit. A merged
+batch (``inferplane_settle_admit_v3``: settlements, then admissions, one transaction)
+is compared with its serial run: each settlement through v2, then the admissions. Answers
 and every row of counters, accounts, permits and segments must be equal (permit ids,
 which each function draws at random, are compared through their request ids).
 
@@ -62,13 +64,21 @@ def db(pg_server_dsn: str, pg_template: str) -> Iterator[psycopg.Connection[Any]
 # -- what a batch is --------------------------------------------------------------------
 
 charge_spec = st.fixed_dictionaries({
-    "tokens": st.integers(0, 900), "usd": st.integers(0, 8_000),
+    "tokens": st.integers(0, 900), "usd": st.integers(0, 12_000),
     "day": st.sampled_from(DAYS), "team": st.sampled_from(TEAMS),
     "key_revision": st.sampled_from([1] * 15 + [2]),
     "account": st.booleans(), "hard": st.sampled_from([True, True, False]),
+})
+# The limits a batch was planned with, per team: one batch's requests for one team carry
+# the same limits (a team or policy edit between two plans is a snapshot mismatch), and
+# they change from batch to batch.
+limits_spec = st.fixed_dictionaries({
     "tpm": st.sampled_from([600, 5_000, 50_000]), "token_limit": st.sampled_from([None, 1_500]),
     "usd_limit": st.sampled_from([None, 9_000, 20_000]),
+    "account_limit": st.sampled_from([15_000, 30_000]),
 })
+batch_spec = st.tuples(st.fixed_dictionaries({t: limits_spec for t in TEAMS}),
+                       st.lists(charge_spec, min_size=1, max_size=6))
 settle_spec = st.fixed_dictionaries({
     "pick": st.integers(0, 10_000), "unknown": st.sampled_from([False] * 9 + [True]),
     "kind": st.sampled_from(["complete", "complete", "uncertain", "tokens_known",
@@ -79,15 +89,19 @@ settle_spec = st.fixed_dictionaries({
     "bound_exceeded": st.booleans(),
 })
 step = st.one_of(
-    st.tuples(st.just("admit"), st.lists(charge_spec, min_size=1, max_size=6)),
+    st.tuples(st.just("admit"), batch_spec),
     st.tuples(st.just("settle"), st.lists(settle_spec, min_size=1, max_size=6)),
+    st.tuples(st.just("both"), st.tuples(st.lists(settle_spec, min_size=1, max_size=5),
+                                         batch_spec)),
     st.tuples(st.just("lease"), st.integers(0, 12_000)),
     st.tuples(st.just("wait"), st.integers(0, 90_000_000)),
 )
 
 
-def _request(spec: dict[str, Any], rid: str) -> dict[str, Any]:
+def _request(limits: dict[str, dict[str, Any]], spec: dict[str, Any],
+             rid: str) -> dict[str, Any]:
     team, day = spec["team"], spec["day"]
+    spec = {**spec, **limits[team]}
     charges = [
         {"counter": f"team:{team}:tpm", "kind": "bucket", "dimension": "tokens",
          "amount": spec["tokens"], "limit": spec["tpm"], "window": None,
@@ -101,7 +115,8 @@ def _request(spec: dict[str, Any], rid: str) -> dict[str, Any]:
     ]
     if spec["account"]:
         charges.append({"counter": f"account:r1:team:{team}:day:{day}", "kind": "account",
-                        "dimension": "usd", "amount": spec["usd"], "limit": 15_000,
+                        "dimension": "usd", "amount": spec["usd"],
+                        "limit": spec["account_limit"],
                         "window": "day", "rule_uid": "r1", "hard": spec["hard"]})
     charges.sort(key=lambda c: c["counter"])
     return {"request_id": rid, "key_id": f"k-{team}", "key_revision": spec["key_revision"],
@@ -183,7 +198,7 @@ def _both(conn: psycopg.Connection[Any], now_us: int, v2: Any, v3: Any) -> list[
     return list(raw)
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(steps=st.lists(step, min_size=1, max_size=14))
@@ -203,9 +218,9 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
             continue
         if what == "admit":
             reqs = []
-            for spec in arg:
+            for spec in arg[1]:
                 n += 1
-                reqs.append(_request(spec, f"r{n:03}"))
+                reqs.append(_request(arg[0], spec, f"r{n:03}"))
             body = json.dumps(reqs)
             results = _both(
                 db, now_us,
@@ -216,19 +231,52 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
             permits += [(r["permit_id"], q["charges"])
                         for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
             continue
-        items = []
-        for spec in arg:
-            if spec["unknown"] or not permits:
-                items.append(_settlement(spec, str(uuid.uuid4()), []))
-            else:
-                permit_id, charges = permits[spec["pick"] % len(permits)]
-                items.append(_settlement(spec, permit_id, charges))
+        if what == "settle":
+            items = _items(arg, permits)
 
-        def v2(items: list[dict[str, Any]] = items) -> list[Any]:
-            return [db.execute("SELECT inferplane_settle_v2(%s::uuid, %s::jsonb) AS r",
-                               (i["permit_id"], json.dumps(i))).fetchone()["r"]  # type: ignore[index]
-                    for i in items]
+            def v2(items: list[dict[str, Any]] = items) -> list[Any]:
+                return _settle_v2(db, items)
 
-        _both(db, now_us, v2,
-              lambda items=items: db.execute("SELECT inferplane_settle_v3(%s::jsonb) AS r",
-                                             (json.dumps(items),)).fetchone()["r"])  # type: ignore[index]
+            _both(db, now_us, v2,
+                  lambda items=items: db.execute("SELECT inferplane_settle_v3(%s::jsonb) AS r",
+                                                 (json.dumps(items),)).fetchone()["r"])  # type: ignore[index]
+            continue
+        # Settlements and admissions in one transaction.
+        items = _items(arg[0], permits)
+        reqs = []
+        for spec in arg[1][1]:
+            n += 1
+            reqs.append(_request(arg[1][0], spec, f"r{n:03}"))
+        body = json.dumps(reqs)
+
+        def serial(items: list[dict[str, Any]] = items, body: str = body) -> list[Any]:
+            settled = _settle_v2(db, items)
+            return [*settled, *db.execute("SELECT inferplane_admit_v2(%s::jsonb) AS r",
+                                          (body,)).fetchone()["r"]]  # type: ignore[index]
+
+        def merged(items: list[dict[str, Any]] = items, body: str = body) -> list[Any]:
+            out = db.execute("SELECT inferplane_settle_admit_v3(%s::jsonb, %s::json) AS r",
+                             (json.dumps(items), body)).fetchone()["r"]  # type: ignore[index]
+            return [*out["settled"], *out["admitted"]]
+
+        results = _both(db, now_us, serial, merged)[len(items):]
+        permits += [(r["permit_id"], q["charges"])
+                    for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
+
+
+def _items(specs: list[dict[str, Any]],
+           permits: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    items = []
+    for spec in specs:
+        if spec["unknown"] or not permits:
+            items.append(_settlement(spec, str(uuid.uuid4()), []))
+        else:
+            permit_id, charges = permits[spec["pick"] % len(permits)]
+            items.append(_settlement(spec, permit_id, charges))
+    return items
+
+
+def _settle_v2(db: psycopg.Connection[Any], items: list[dict[str, Any]]) -> list[Any]:
+    return [db.execute("SELECT inferplane_settle_v2(%s::uuid, %s::jsonb) AS r",
+                       (i["permit_id"], json.dumps(i))).fetchone()["r"]  # type: ignore[index]
+            for i in items]
