@@ -112,3 +112,82 @@ def test_upgrade_from_0001_keeps_every_committed_figure(pg_empty_dsn: str) -> No
     with psycopg.connect(pg_empty_dsn) as conn:
         assert conn.execute("SELECT reserved, committed, liability FROM counters"
                             " WHERE key = %s", (window,)).fetchone() == (0, 1_234, 5_000)
+
+
+def test_upgrade_from_0003_keeps_every_figure_and_v3_settles_what_v2_admitted(
+        pg_empty_dsn: str) -> None:
+    """A database used by the 0003 gateway (admit_v2/settle_v2: permits settled complete
+    and uncertain, two pending) upgraded to head (0004 adds the set-based v3 functions)
+    keeps every row of counters, accounts, permits and segments unchanged, and the head
+    store settles the pending permits in one v3 batch next to a merged admission."""
+    import asyncio
+    import json
+
+    import msgspec
+
+    from gateway.governance import AdmissionRequest, Charge, Permit
+    from gateway.governance._postgres import PostgresGovernanceStore
+    from tests.settling import exact, settlement
+
+    migrate(pg_empty_dsn, "0003")
+    window = "team:t1:usd:day:2026-11-30"
+    account = "account:r1:team:t1:day:2026-11-30"
+    charges = (Charge(counter=account, kind="account", dimension="usd", amount=5_000,
+                      limit=50_000, window="day", rule_uid="r1"),
+               Charge(counter="team:t1:tpm", kind="bucket", dimension="tokens", amount=100,
+                      limit=10_000),
+               Charge(counter=window, kind="window", dimension="usd", amount=5_000,
+                      limit=40_000, window="2026-11-30"))
+
+    def req(rid: str) -> AdmissionRequest:
+        return AdmissionRequest(request_id=rid, key_id="k1", key_revision=1, team_id="t1",
+                                team_revision=1, user=None, model="m", token_bound=100,
+                                usd_bound=5_000, policy_generation=0, charges=charges,
+                                day="2026-11-30", month="2026-11")
+
+    def rows(conn: psycopg.Connection) -> dict[str, list[tuple[object, ...]]]:  # type: ignore[type-arg]
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                for t in ("counters", "authority_accounts", "permits", "permit_segments")}
+
+    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO teams (id, name) VALUES ('t1', 'one')")
+        conn.execute("INSERT INTO keys (id, team_id, key_hash, display_prefix)"
+                     " VALUES ('k1', 't1', 'h', 'sk-inf-x')")
+        [(done,)] = conn.execute("SELECT inferplane_admit_v2(%s::jsonb)", (
+            msgspec.json.encode([req(r) for r in "abcd"]).decode(),)).fetchall()
+        ids = [d["permit_id"] for d in done]
+        for pid, rid, kind, usd in ((ids[0], "a", "complete", 1_234),
+                                    (ids[1], "b", "uncertain", 200)):
+            body = msgspec.to_builtins(settlement(req(rid), exact(40, usd)))
+            body.update(kind=kind, fingerprint=f"fp-{rid}")
+            if kind == "uncertain":
+                body["liabilities"] = {window: 4_800, account: 4_800}
+                body["usd_liability"] = 4_800
+            conn.execute("SELECT inferplane_settle_v2(%s::uuid, %s::jsonb)",
+                         (pid, json.dumps(body)))
+        before = rows(conn)
+    by_key = {r[0]: r for r in before["counters"]}
+    assert by_key[window][7:10] == (10_000, 1_434, False)  # reserved, committed, frozen
+    migrate(pg_empty_dsn)
+    with psycopg.connect(pg_empty_dsn) as conn:
+        assert rows(conn) == before
+
+    async def settle_pending() -> None:
+        from psycopg.rows import dict_row
+        from psycopg_pool import AsyncConnectionPool
+
+        async with AsyncConnectionPool(pg_empty_dsn, kwargs={
+                "autocommit": True, "row_factory": dict_row}) as pool:
+            store = PostgresGovernanceStore(pool)
+            out = await store._settle_many([
+                (ids[2], settlement(req("c"), exact(50, 300))),
+                (ids[3], settlement(req("d"), exact(60, 400)))])
+            assert [getattr(r, "usd_committed", r) for r in out] == [300, 400]
+            settled, [granted] = await store._settle_admit([], [req("e")])
+            assert settled == [] and isinstance(granted, Permit)
+    asyncio.run(settle_pending())
+    with psycopg.connect(pg_empty_dsn) as conn:
+        assert conn.execute("SELECT reserved, committed, liability FROM counters"
+                            " WHERE key = %s", (window,)).fetchone() == (5_000, 2_134, 4_800)
+        assert conn.execute("SELECT reserved, committed, liability FROM authority_accounts"
+                            " WHERE key = %s", (account,)).fetchone() == (5_000, 2_134, 4_800)
