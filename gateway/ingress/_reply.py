@@ -4,21 +4,25 @@ The generation routes build a :class:`Reply` (status, headers, a body or a strea
 send it with :func:`send_reply`, below Litestar's response objects. Its bytes are what
 Litestar's ``Response``/``Stream`` sent for the same answer (header order and case,
 ``content-type`` with ``; charset=utf-8`` for ``text/*``, ``content-length``, a stream's
-end): ``tests/e2e/test_fast_path.py`` compares the two on the wire. A stream is sent by
-Litestar's own streaming response (its client-disconnect watch and background task are
-the semantics the relay's settlement relies on: ``gateway.ingress._dispatch``).
+end): ``tests/e2e/test_fast_path.py`` pins them on the wire.
+
+A stream is sent as Litestar's streaming response sent it, which the relay's settlement
+relies on (``gateway.ingress._dispatch``): while it is relayed, a watcher awaits the
+client's ``http.disconnect`` and cancels the relaying through an anyio cancel scope (so
+the relay's shielded settlements finish first); a cancelled relay parked at a ``yield``
+stays open; then ``after`` runs however the stream ended, unless relaying raised.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from litestar import Response
-from litestar.background_tasks import BackgroundTask
 from litestar.exceptions import ImproperlyConfiguredException
-from litestar.response.streaming import ASGIStreamingResponse
 
 _NO_BODY = frozenset({204, 304})
 
@@ -40,9 +44,13 @@ def _content_type(media_type: str) -> str:
     return f"{media_type}; charset=utf-8" if media_type.startswith("text/") else media_type
 
 
+def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
 def _head(reply: Reply) -> tuple[list[tuple[bytes, bytes]], bytes]:
     """The ASGI headers and body, as Litestar's ``ASGIResponse`` builds them."""
-    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
+    raw = _raw(reply.headers)
     body = reply.body
     if reply.status in _NO_BODY or reply.status < 200:
         if body and body != b"null":
@@ -62,11 +70,7 @@ def prepare(reply: Reply) -> Callable[[Any, Any, Any], Awaitable[None]]:
     """The ASGI callable that sends ``reply`` (raises, before anything is sent, where
     Litestar would have refused to build the response)."""
     if reply.stream is not None:
-        after = reply.after
-        return ASGIStreamingResponse(
-            iterator=reply.stream, status_code=reply.status, headers=reply.headers,
-            media_type=reply.media_type, content_length=0,
-            background=BackgroundTask(after) if after is not None else None)
+        return _stream_sender(reply)
     headers, body = _head(reply)
     status = reply.status
 
@@ -74,6 +78,40 @@ def prepare(reply: Reply) -> Callable[[Any, Any, Any], Awaitable[None]]:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
     return send_json
+
+
+def _stream_sender(reply: Reply) -> Callable[[Any, Any, Any], Awaitable[None]]:
+    """The ASGI callable that relays ``reply.stream`` (chunked; see the module docstring)."""
+    assert reply.stream is not None
+    relay, after, status = reply.stream, reply.after, reply.status
+    headers = _raw(reply.headers)
+    names = {k for k, _ in headers}
+    if b"content-type" not in names:
+        headers.append((b"content-type", _content_type(reply.media_type).encode("latin-1")))
+
+    async def send_stream(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        with anyio.CancelScope() as relaying:
+            watcher = asyncio.get_running_loop().create_task(_watch(receive, relaying))
+            try:
+                async for chunk in relay:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                watcher.cancel()
+        if after is not None:
+            await after()
+    return send_stream
+
+
+async def _watch(receive: Any, relaying: anyio.CancelScope) -> None:
+    """Cancel ``relaying`` when the client disconnects (after the end, the server
+    reports a disconnect too: by then nothing is left to cancel)."""
+    while not relaying.cancel_called:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            relaying.cancel()
+            return
 
 
 def to_litestar(reply: Reply) -> Response[bytes]:
