@@ -26,6 +26,7 @@ import asyncio
 import inspect
 import multiprocessing as mp
 import os
+import random
 import statistics
 import sys
 import time
@@ -62,7 +63,7 @@ def _store(pool: AsyncConnectionPool, coalesce: int, settle_coalesce: int,
 
 async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: float,
                  coalesce: int, settle_coalesce: int, functions: int, merge: int,
-                 start_at: float) -> tuple[int, float]:
+                 upstream_ms: float, start_at: float) -> tuple[int, float]:
     async with AsyncConnectionPool(dsn, min_size=workers, max_size=workers,
                                    kwargs={"autocommit": True}) as pool:
         ops = 0
@@ -88,6 +89,8 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
                 [d] = await gov.admit([req])
                 if not isinstance(d, Permit):
                     raise RuntimeError(f"refused: {d}")
+                if upstream_ms:  # the upstream call a permit is held for, 0..2x the mean
+                    await asyncio.sleep(random.random() * 2 * upstream_ms / 1e3)
                 await gov.settle(d.id, settlement(req, exact(
                     Usage(input=300, output=100).total_tokens(), 1_234)))
                 return 1
@@ -142,7 +145,7 @@ def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
     out: mp.Queue[tuple[int, float]] = ctx.Queue()
     start_at = time.time() + 3.0  # every process connected before the clock starts
     procs = [ctx.Process(target=_run_child, args=((dsn, mode, keys, a.workers, a.seconds,
-                                                   *setting, start_at), out))
+                                                   *setting, a.upstream_ms, start_at), out))
              for _ in range(a.processes)]
     for p in procs:
         p.start()
@@ -179,6 +182,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8, help="per process")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--upstream-ms", type=float, default=0.0,
+                    help="mean time a permit is held between admission and settlement "
+                         "(the upstream call; uniform 0..2x), so workers fall out of step "
+                         "as a gateway's requests do; 0: settle at once")
     ap.add_argument("--settings", nargs="+", default=["1,1,2", "1,1,3", "1,1,3,1"],
                     help="admission_coalesce,settlement_coalesce[,functions[,merge]] "
                          "measured side by side: functions 2 = the v2 SQL functions, 3 "
@@ -214,7 +221,8 @@ def main() -> None:
     med = {k: statistics.median(p.rate for p in v) for k, v in rates.items()}
     cpu = {k: (statistics.median(p.client_ms for p in v), statistics.median(p.pg_ms for p in v))
            for k, v in rates.items()}
-    print(f"\n{a.processes} processes x {a.workers} workers, {a.seconds:g} s per phase; "
+    print(f"\n{a.processes} processes x {a.workers} workers, {a.seconds:g} s per phase, "
+          f"permits held {a.upstream_ms:g} ms on average; "
           f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
           f"medians of {a.rounds} rounds")
     print(f"{'load':<7} {'coalesce adm,settle':>19} {'SQL':>9} {'admit+settle/s':>15} "
