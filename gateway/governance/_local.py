@@ -145,7 +145,8 @@ class LocalGovernanceStore(SqliteBase):
     def __init__(self, path: str, *,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  max_batch: int = 64) -> None:
-        """``max_batch``: operations per shared transaction at most (1: each alone)."""
+        """``max_batch``: operations per shared transaction at most (1: no batching, each
+        operation in a transaction of its own, at once, as before batching)."""
         super().__init__(path)
         self._clock = clock
         self._batcher = Batcher(inline=self._inline, threaded=self._run,

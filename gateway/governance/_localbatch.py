@@ -183,7 +183,8 @@ class Batcher:
             done, out = self._inline(self._body([op]), True)
             if done:
                 assert out is not None
-                self._open()
+                if self._max_batch > 1:  # 1: no window, every operation goes at once
+                    self._open()
                 ok, value = out[0]
                 if ok:
                     return value
