@@ -14,12 +14,12 @@ headers, with no key, grew the gateway from 74 to 302 MB (issue 10). This subcla
 - ``body_timeout_s``: the body must be complete within this long after the head: else
   the connection is closed, which the app sees as a client disconnect.
 
-And one write per answer: uvicorn writes a response head as soon as the app sends it and
-the body in a second ``write``; on loopback and in the kernel each ``write`` is a TCP
-segment of its own (the second was ≈ 4 % of the gateway's CPU). A head with a
-``Content-Length`` (its body is the app's very next message) now waits for the body and
-leaves with it (:class:`OneWriteCycle`); a chunked head (a stream) still leaves at once,
-so a client sees a stream's status and headers before its first event.
+And fewer writes: uvicorn writes a response head as soon as the app sends it, then each
+body message in a ``write`` of its own; each is a TCP segment and, on loopback, the
+receiver's side of the kernel work too (the second write of a JSON answer cost more CPU
+than Litestar's whole request handling). The response cycles write through a
+:class:`Cork`: what they write in one loop turn leaves in one ``write`` at its end — a
+JSON answer's head and body, a stream's events that arrived together and its end.
 
 Idle kept-alive connections are closed by uvicorn's own ``timeout_keep_alive``, and the
 number of connections is bounded by its ``limit_concurrency`` (both set by
@@ -35,73 +35,48 @@ from typing import Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http import httptools_impl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
-class _Held:
-    """Stands in for the transport while uvicorn writes a response head: keeps it."""
+class Cork:
+    """A connection's transport as its response cycles see it: what they write in one
+    event-loop turn leaves in one ``write`` at the end of the turn (or before a close).
 
-    __slots__ = ("data",)
+    Writes keep their order (every cycle of the connection writes through it, and the
+    protocol flushes it before writing or closing on its own); nothing waits longer
+    than the turn it was written in, so no answer, head or event is delayed.
+    """
 
-    def __init__(self) -> None:
-        self.data: bytes | None = None
+    __slots__ = ("loop", "parts", "transport")
 
-    def write(self, data: bytes) -> None:
-        self.data = data
-
-
-class _Prefixed:
-    """Stands in for the transport while uvicorn writes a body: the held head goes out
-    in front of the first write; everything else is the transport's."""
-
-    __slots__ = ("head", "transport")
-
-    def __init__(self, transport: Any, head: bytes) -> None:
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
-        self.head: bytes | None = head
+        self.loop = loop
+        self.parts: list[bytes] = []
 
     def write(self, data: bytes) -> None:
-        head, self.head = self.head, None
-        self.transport.write(data if head is None else head + data)
+        if not data:
+            return
+        if not self.parts:
+            self.loop.call_soon(self.flush)
+        self.parts.append(data)
+
+    def flush(self) -> None:
+        parts = self.parts
+        if parts:
+            self.parts = []
+            # Closing here means the peer went away (the protocol flushes before any
+            # close of its own): what it would have been sent is dropped, as uvicorn
+            # drops an answer to a disconnected client.
+            if not self.transport.is_closing():
+                self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.transport, name)
-
-
-class OneWriteCycle(RequestResponseCycle):
-    """uvicorn's request/response cycle, writing a ``Content-Length`` answer's head and
-    body in one ``write`` (see the module docstring). Every check and state change is
-    uvicorn's own ``send``; only where the head's bytes go differs."""
-
-    _head: bytes | None = None
-
-    async def send(self, message: Any) -> None:
-        if message["type"] == "http.response.start" and not self.response_started:
-            real, held = self.transport, _Held()
-            self.transport = held  # type: ignore[assignment]
-            try:
-                await super().send(message)
-            finally:
-                self.transport = real
-            if held.data is not None:
-                if self.chunked_encoding:
-                    real.write(held.data)
-                else:
-                    self._head = held.data
-            return
-        head, self._head = self._head, None
-        if head is None:
-            await super().send(message)
-            return
-        real = self.transport
-        prefixed = _Prefixed(real, head)
-        self.transport = prefixed  # type: ignore[assignment]
-        try:
-            await super().send(message)
-        finally:
-            self.transport = real
-            if prefixed.head is not None and not self.disconnected:
-                real.write(prefixed.head)  # nothing followed it (HEAD, an error)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -124,7 +99,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # -- connection ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
+        self._cork = Cork(transport, self.loop)
         self._arm_head_timer()
+
+    def shutdown(self) -> None:
+        self._cork.flush()  # uvicorn may close the transport itself here
+        super().shutdown()
+
+    def timeout_keep_alive_handler(self) -> None:
+        self._cork.flush()
+        super().timeout_keep_alive_handler()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel(head=True, body=True)
@@ -176,10 +160,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_raw = None
         self._cancel(head=True)
         super().on_headers_complete()
-        if type(self.cycle) is RequestResponseCycle:
-            # uvicorn builds its own cycle class here; ours only overrides ``send``
-            # (looked up when the cycle's task first runs, after this returns).
-            self.cycle.__class__ = OneWriteCycle
+        if self.cycle is not None:
+            # The cycle uvicorn just built writes through the connection's cork.
+            self.cycle.transport = self._cork  # type: ignore[assignment]
         assert self.transport is not None
         if not self.transport.is_closing():
             self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_timeout)
@@ -222,6 +205,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._body_timer = None
 
     def _close(self) -> None:
+        self._cork.flush()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
@@ -229,6 +213,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """Answer ``status`` and close; just close if a response is being written."""
         self._rejected = True
         self._cancel(head=True, body=True)
+        self._cork.flush()
         if self.transport is None or self.transport.is_closing():
             return
         if self.cycle is not None and not self.cycle.response_complete:
