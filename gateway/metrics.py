@@ -27,6 +27,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -111,16 +113,33 @@ class Metrics:
             ["team_id", "team"], registry=r), team_labels=team_labels)
         self.cluster = ClusterView(pseudonym=team_pseudonym, team_labels=team_labels)
         r.register(self.cluster)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered: the request path asks for the same few
+        label sets every time, and prometheus-client's ``labels`` (validation, a lock)
+        costs more than the ``inc`` it precedes. Label values are bounded sets here
+        (route templates, statuses, kinds, providers), so the memo is too; a child is
+        still created on first use, so the exposition is unchanged."""
+        key = (id(metric), labels)
+        got = self._children.get(key)
+        if got is None:
+            got = self._children[key] = metric.labels(*labels)
+        return got
+
+    def request_done(self, route: str, status: int) -> None:
+        """One request answered: ``mayu_requests_total{route, status}``."""
+        self.child(self.requests, route, str(status)).inc()
 
     def admitted(self, permit: Permit, team_name: str) -> None:
-        self.admissions.labels("admitted").inc()
+        self.child(self.admissions, "admitted").inc()
         self.reserved_usd.inc(permit.request.usd_bound)
         self.outstanding_usd.inc(permit.request.usd_bound)
         self.budget.admitted(permit, team_name)
 
     def settled(self, permit: Permit, settlement: Settlement, stored: bool) -> None:
         """``stored`` False: the store has not taken it yet (the journal replays it)."""
-        self.settlements.labels(str(settlement.kind)).inc()
+        self.child(self.settlements, str(settlement.kind)).inc()
         if not stored:
             return
         self.committed_usd.inc(settlement.usd_committed)
@@ -133,7 +152,7 @@ class Metrics:
         """``chunks``, observing the time to its first chunk (``elapsed_s``: the time
         the response headers took, already spent)."""
         started = time.perf_counter() - elapsed_s
-        return _FirstChunk(chunks, lambda: self.first_byte_latency.labels(provider).observe(
+        return _FirstChunk(chunks, lambda: self.child(self.first_byte_latency, provider).observe(
             time.perf_counter() - started))
 
     async def scrape(self) -> bytes:
@@ -196,6 +215,7 @@ class BudgetView:
         self._gauge = gauge
         self._team_labels = team_labels
         self._teams: dict[str, _TeamDay] = {}
+        self._children: dict[tuple[str, str], Any] = {}
 
     def seed(self, rows: list[UsageRow], day: str) -> None:
         """Start from the store's totals (local profile: this process is the only one)."""
@@ -244,9 +264,13 @@ class BudgetView:
         if entry.limit and entry.name is not None:
             labels = ((team_id, entry.name) if self._team_labels
                       else (team_pseudonym(team_id), ""))
-            self._gauge.labels(*labels).set((entry.committed + entry.reserved) / entry.limit)
+            child = self._children.get(labels)
+            if child is None:  # one per team (and name): remembered, as Metrics.child
+                child = self._children[labels] = self._gauge.labels(*labels)
+            child.set((entry.committed + entry.reserved) / entry.limit)
 
 
+@lru_cache(maxsize=65536)
 def team_pseudonym(team_id: str) -> str:
     """The ``team_id`` label by default: stable per team, not the id or the name
     (``printf %s <id> | sha256sum | cut -c1-16`` finds a team's series)."""

@@ -125,7 +125,7 @@ class Generation:
             deployments=target.deployments, request_id=rid, key_hash=key_hash,
             input_classes=classes)
         reply = await dispatch(call)
-        gw.metrics.requests.labels(self.template, str(reply.status)).inc()
+        gw.metrics.request_done(self.template, reply.status)
         return reply
 
 

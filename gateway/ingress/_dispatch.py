@@ -104,9 +104,9 @@ async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:
         if last:
             raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
         return None
-    call.gw.metrics.upstream_latency.labels(provider.name).observe(upstream.elapsed_s)
-    upstream.chunks = call.gw.metrics.first_byte(upstream.chunks, provider.name,
-                                                 upstream.elapsed_s)
+    metrics = call.gw.metrics
+    metrics.child(metrics.upstream_latency, provider.name).observe(upstream.elapsed_s)
+    upstream.chunks = metrics.first_byte(upstream.chunks, provider.name, upstream.elapsed_s)
     if upstream.status in RETRYABLE_STATUS and not last:
         await _discard(upstream)
         await attempt.finish(_error_outcome(upstream.status), status=upstream.status)

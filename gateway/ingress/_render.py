@@ -62,7 +62,7 @@ def error_reply(gw: Gateway | None, exc: Exception, *, anthropic: bool, path: st
     if request_id:
         headers["x-inferplane-request-id"] = request_id
     if gw is not None:
-        gw.metrics.requests.labels(route, str(err.status)).inc()
+        gw.metrics.request_done(route, err.status)
         if request_id and (call is None or not call.audited):
             gw.audit.write({"request_id": request_id, "path": path,
                             "key_id": principal.key_id if principal else None,
