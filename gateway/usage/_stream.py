@@ -59,6 +59,9 @@ def extract_json(endpoint: Endpoint, body: bytes) -> Usage | None:
 
 def _data_of(event: bytes) -> tuple[bytes | None, bytes]:
     """(event name, joined data) of one SSE event."""
+    line = event.rstrip(b"\r\n")
+    if line.startswith(b"data:") and b"\n" not in line and b"\r" not in line:
+        return None, line[5:].removeprefix(b" ")  # one data line: most events
     name: bytes | None = None
     data: list[bytes] = []
     for line in event.splitlines():
@@ -85,19 +88,28 @@ class StreamMeter:
 
     def feed(self, chunk: bytes) -> bytes:
         """Consume upstream bytes; return the complete events to forward now."""
-        self._buffer += chunk
+        buf = self._buffer + chunk if self._buffer else chunk
         out: list[bytes] = []
+        start = 0
+        # Resume the search just before the old end: a delimiter may straddle chunks.
+        pos = max(0, self._scan_from - 3)
+        # Without a CR, the only event end is LF LF: find it without the regex.
+        plain = b"\r" not in buf
         while True:
-            # Resume the search just before the old end: a delimiter may straddle chunks.
-            match = _EVENT_END.search(self._buffer, max(0, self._scan_from - 3))
-            if match is None:
-                self._scan_from = len(self._buffer)
+            if plain:
+                at = buf.find(b"\n\n", pos)
+                end = -1 if at < 0 else at + 2
+            else:
+                match = _EVENT_END.search(buf, pos)
+                end = -1 if match is None else match.end()
+            if end < 0:
                 break
-            event = self._buffer[: match.end()]
-            self._buffer = self._buffer[match.end():]
-            self._scan_from = 0
+            event = buf[start:end]
+            start = pos = end
             if self._observe(event):
                 out.append(event)
+        self._buffer = buf[start:] if start else buf
+        self._scan_from = len(self._buffer)
         if len(self._buffer) > MAX_EVENT_BYTES:
             out.append(self._buffer)
             self._buffer, self._scan_from = b"", 0

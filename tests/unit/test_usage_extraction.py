@@ -211,3 +211,21 @@ def test_stream_with_non_object_usage_is_unknown() -> None:
     meter = StreamMeter("chat")
     meter.feed(b'data: {"choices": [], "usage": "n/a"}\n\ndata: [DONE]\n\n')
     assert meter.complete and meter.usage() is None
+
+
+_MIXED = (b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+          b'event: note\ndata: {"choices": [{"delta":\ndata:  {"content": "b"}}]}\n\n'
+          b'data: {"choices": [{"delta": {"content": "c"}}]}\r\n\r\n'
+          b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3}}\n\r\n'
+          b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 40, len(_MIXED)])
+def test_lf_and_crlf_events_frame_alike_at_any_split(size: int) -> None:
+    """LF-only chunks (found without the regex), CR ones and multi-line data events give
+    the same events, content count and usage however the stream is cut into chunks."""
+    meter = StreamMeter("chat")
+    out = b"".join(meter.feed(_MIXED[i:i + size]) for i in range(0, len(_MIXED), size))
+    assert out + meter.flush() == _MIXED
+    assert meter.complete and meter.content_events == 3
+    assert meter.usage() == Usage(input=4, output=3)
