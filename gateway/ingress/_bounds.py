@@ -28,6 +28,11 @@ _REFERENCE_KEYS = ("previous_response_id", "conversation", "file_id", "container
                    "vector_store_ids", "mcp_servers")
 _URL_KEYS = ("url", "image_url", "file_url", "document_url")
 _CLIENT_TOOL_TYPES = ("function", "custom")
+_EMPTY = (None, "", [], {})
+_CONTAINERS = (dict, list)
+_CHECKED = frozenset((*_REFERENCE_KEYS, *_URL_KEYS, "prompt", "source", "tools"))
+"""The keys whose presence can make a dict add input (a dict with none of them can only
+hold such a part deeper down)."""
 
 
 def _is_remote_url(value: Any) -> bool:
@@ -56,8 +61,10 @@ def external_input(node: Any, path: str = "") -> str | None:
         return None
     if not isinstance(node, dict):
         return None
+    if _CHECKED.isdisjoint(node):
+        return _external_below(node, path)
     for key in _REFERENCE_KEYS:
-        if node.get(key) not in (None, "", [], {}):
+        if node.get(key) not in _EMPTY:
             return f"{path}.{key}".lstrip(".")
     if isinstance(node.get("prompt"), dict) and node["prompt"].get("id"):
         return f"{path}.prompt.id".lstrip(".")
@@ -69,8 +76,12 @@ def external_input(node: Any, path: str = "") -> str | None:
         return f"{path}.source.type={source['type']}".lstrip(".")
     if (found := _tool_reference(node.get("tools"), f"{path}.tools".lstrip("."))):
         return found
+    return _external_below(node, path)
+
+
+def _external_below(node: dict[str, Any], path: str) -> str | None:
     for key, value in node.items():
-        if (isinstance(value, dict | list) and key != "tools"
+        if (isinstance(value, _CONTAINERS) and key != "tools"
                 and (found := external_input(value, f"{path}.{key}")) is not None):
             return found
     return None
@@ -132,7 +143,7 @@ def _marker_ttls(doc: dict[str, Any]) -> frozenset[str]:
             found |= _WRITE_5M if five else _WRITE_ANY
             if found == _WRITE_ANY:
                 return found
-        stack.extend(v for v in node.values() if isinstance(v, dict | list))
+        stack.extend(v for v in node.values() if isinstance(v, _CONTAINERS))
     return found
 
 
