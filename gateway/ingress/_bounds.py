@@ -28,7 +28,7 @@ _REFERENCE_KEYS = ("previous_response_id", "conversation", "file_id", "container
                    "vector_store_ids", "mcp_servers")
 _URL_KEYS = ("url", "image_url", "file_url", "document_url")
 _CLIENT_TOOL_TYPES = ("function", "custom")
-_EMPTY = (None, "", [], {})
+_EMPTY: tuple[Any, ...] = (None, "", [], {})
 _CONTAINERS = (dict, list)
 _CHECKED = frozenset((*_REFERENCE_KEYS, *_URL_KEYS, "prompt", "source", "tools"))
 """The keys whose presence can make a dict add input (a dict with none of them can only
