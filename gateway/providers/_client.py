@@ -212,6 +212,8 @@ class Response:
         self._complete = False
         self._error: ClientError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     def _wake(self) -> None:
         w = self._waiter
@@ -219,16 +221,36 @@ class Response:
             w.set_result(None)
 
     async def _wait(self) -> None:
-        """Until something happens (head, body, end, error), at most the read timeout."""
+        """Until something happens (head, body, end, error), at most the read timeout.
+
+        One timer per answer, not per wait (a stream waits once per event): each wait
+        moves the deadline; the timer, when it fires, re-arms for a deadline that moved
+        and fails only a wait that is still pending at its own deadline."""
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(self._timeout_s, _timeout, waiter, ReadTimeout,
-                                f"no answer within {self._timeout_s:g}s")
+        self._deadline = loop.time() + self._timeout_s
+        if self._timer is None:
+            self._timer = loop.call_at(self._deadline, self._expire)
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # nothing pending: the next wait arms a timer again
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._expire)
+        else:
+            _timeout(waiter, ReadTimeout, f"no answer within {self._timeout_s:g}s")
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def _head(self) -> None:
         while not self.status and self._error is None:
@@ -249,8 +271,10 @@ class Response:
                 yield data
                 continue
             if self._complete:
+                self._stop_timer()
                 return
             if self._error is not None:
+                self._stop_timer()
                 raise self._error
             try:
                 await self._wait()
@@ -260,6 +284,7 @@ class Response:
 
     def close(self) -> None:
         """Release the answer: an unfinished one closes its connection."""
+        self._stop_timer()
         if not self._complete:
             self._complete = True
             self._conn.abort()

@@ -144,6 +144,33 @@ async def test_no_answer_in_time_is_dispatched() -> None:
         await client.aclose()
 
 
+async def test_read_timeout_is_per_read_not_per_answer() -> None:
+    """A stream whose chunks come more often than the timeout is read whole however long
+    it lasts; a stall of one timeout after its last chunk is a ReadTimeout in about that
+    time (one timer per answer, its deadline moved by each read)."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(6):
+            await asyncio.sleep(0.1)
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+        await asyncio.sleep(5)
+    async for _, url in _server(handler):
+        client = _client(url, timeout_s=0.3)
+        r = await client.post("/x", b"{}", {})
+        got = b""
+        loop = asyncio.get_running_loop()
+        with pytest.raises(ReadTimeout):
+            async for chunk in r.chunks():
+                got += chunk
+                last = loop.time()
+        assert got == b"x" * 6
+        assert 0.25 < loop.time() - last < 1.0
+        assert r._timer is None  # nothing left armed once the answer is given up
+        await client.aclose()
+
+
 async def test_cut_answer_raises_and_its_connection_is_not_reused() -> None:
     """An answer cut mid-body raises ConnectionBroken; the next request opens a new
     connection."""
