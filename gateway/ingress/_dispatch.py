@@ -21,9 +21,10 @@ protocol's end marker is settled (and audited) before the event carrying the mar
 relayed, so the client never holds a finished answer its replica has not journaled and
 audited. Otherwise settlement runs in the relay's ``finally`` (shielded from the
 cancellation a client disconnect delivers), and the reply's ``after`` hook (run once
-the response is over, ``gateway.ingress._reply``) closes the relay, so a disconnect while the relay is parked at a ``yield`` — or before it ever
-started — still settles. After a client disconnect the upstream request is aborted at
-once (``server.drain_on_disconnect_s`` = 0), or read on, discarded, for up to that many
+the response is over, ``gateway.ingress._reply``) closes the relay, so a disconnect
+while the relay is parked at a ``yield`` — or before it ever started — still settles.
+After a client disconnect the upstream request is aborted at once
+(``server.drain_on_disconnect_s`` = 0), or read on, discarded, for up to that many
 seconds so the exact usage can still be settled.
 """
 
