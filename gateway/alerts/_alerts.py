@@ -6,7 +6,11 @@ settlement path no I/O: it only notes which money budgets with a limit the permi
 task. That task asks the store, in one round trip per batch (every budget noted since
 its last question, however many settlements that was), which thresholds those budgets
 reached and which of them this replica claims first (:mod:`._stores`). A budget known to
-have reached 100 % is never asked about again in that window.
+have reached 100 % is never asked about again in that window. After a question the task
+waits ``check_interval_s`` (0.25 s) before the next: under load every settlement moves a
+budget, and asking after each one cost ≈ 15 % of a busy local gateway's CPU (a thread
+hop and a read transaction per check) for alerts that may as well be a quarter of a
+second late.
 
 For each claimed event: ``mayu_budget_alerts_total{threshold}``, an audit line
 (``event: budget_alert``), a warning in the log and, with ``server.alerts.webhook_url``,
@@ -18,6 +22,7 @@ late, never lost while the process runs); nothing here ever fails a request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -53,8 +58,11 @@ class BudgetAlerts:
     """Detects threshold crossings after settlements and delivers the events."""
 
     def __init__(self, store: AlertStore, *, replica: str, metrics: Metrics,
-                 audit: AuditLog, webhook: WebhookSender | None = None) -> None:
+                 audit: AuditLog, webhook: WebhookSender | None = None,
+                 check_interval_s: float = 0.25) -> None:
         self.store = store
+        self._interval_s = check_interval_s
+        self._stop = asyncio.Event()
         self.replica = replica
         self._metrics = metrics
         self._audit = audit
@@ -90,6 +98,7 @@ class BudgetAlerts:
         """Check what is still noted once more, wait up to ``grace_s`` for deliveries."""
         self._closing = True
         self._wake.set()
+        self._stop.set()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         if self._worker is not None:
@@ -145,6 +154,11 @@ class BudgetAlerts:
                 self._emit(event)
             if self._closing and not self._pending:
                 return
+            if self._interval_s > 0 and not self._closing:
+                # What settles meanwhile is noted and asked about together (or at once
+                # when closing).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self._interval_s)
 
     def _forget_old_windows(self) -> None:
         day, month = utc_windows(datetime.now(UTC))

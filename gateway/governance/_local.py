@@ -62,7 +62,7 @@ from gateway.governance._plan import (
     validate_request,
 )
 from gateway.governance._settle import settlement_for
-from gateway.governance._snapshot import snapshot_refusal
+from gateway.governance._snapshot import has_key_tables, snapshot_refusal
 from gateway.governance._usage import usage_rows
 from gateway.keys._sqlite import SqliteBase
 
@@ -154,6 +154,8 @@ class LocalGovernanceStore(SqliteBase):
                                 max_batch=max_batch)
         # Refunds of permits admitted for callers that were cancelled meanwhile.
         self._orphans: set[asyncio.Future[object]] = set()
+        self._key_tables = False
+        """Whether the file holds the key store's tables (admission re-checks keys)."""
 
     async def _run_alone(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(fn, inline=True)
@@ -212,7 +214,9 @@ class LocalGovernanceStore(SqliteBase):
 
     def _admit_one(self, conn: sqlite3.Connection, batch: Batch,
                    req: AdmissionRequest) -> Permit | Refusal:
-        stale = snapshot_refusal(conn, req, self._clock())
+        if not self._key_tables:  # asked until they exist (the key store may open later)
+            self._key_tables = has_key_tables(conn)
+        stale = snapshot_refusal(conn, req, self._clock()) if self._key_tables else None
         if stale is not None:
             return stale
         # Decide on every charge before writing any: all-or-none without savepoints.

@@ -17,7 +17,8 @@ from gateway.governance._model import AdmissionRequest, Refusal
 from gateway.governance._refusal import refusal
 
 
-def _has_key_tables(conn: sqlite3.Connection) -> bool:
+def has_key_tables(conn: sqlite3.Connection) -> bool:
+    """Whether this file holds the key store's tables (once it does, it always will)."""
     found = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
                          " AND name IN ('keys', 'teams')").fetchone()
     return bool(found[0] == 2)
@@ -30,9 +31,8 @@ def _mismatch(counter: str) -> Refusal:
 
 def snapshot_refusal(conn: sqlite3.Connection, req: AdmissionRequest,
                      now: datetime) -> Refusal | None:
-    """A 503 refusal if the key or team changed since ``req`` was planned, else None."""
-    if not _has_key_tables(conn):
-        return None
+    """A 503 refusal if the key or team changed since ``req`` was planned, else None
+    (in a file that holds the key tables: :func:`has_key_tables`)."""
     key = conn.execute("SELECT team_id, revision, revoked_at, expires_at FROM keys"
                        " WHERE id = ?", (req.key_id,)).fetchone()
     if (key is None or key["revoked_at"] is not None or key["team_id"] != req.team_id
