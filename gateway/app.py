@@ -94,7 +94,8 @@ async def build_components(settings: Settings, stack: AsyncExitStack) -> Compone
     stack.push_async_callback(keys.close)
     if settings.control_plane is not None:
         return await _lease_components(settings, keys, stack)
-    governance = LocalGovernanceStore(_local_path(settings, settings.governance_store.path))
+    governance = LocalGovernanceStore(_local_path(settings, settings.governance_store.path),
+                                      max_batch=settings.governance_store.max_batch)
     await governance.open()
     stack.push_async_callback(governance.close)
     return Components(key_store=keys, governance=governance, policy=_policy_source(settings))
@@ -110,7 +111,8 @@ async def _lease_components(settings: Settings, keys: KeyStore,
     token = resolve_secret(cp.token_ref, key="control_plane.token_ref") if cp.token_ref else None
     path = _local_path(settings, settings.governance_store.path)
     state = LeaseState()
-    governance = LeaseGovernanceStore(path, state=state)
+    governance = LeaseGovernanceStore(path, state=state,
+                                      max_batch=settings.governance_store.max_batch)
     await governance.open()
     stack.push_async_callback(governance.close)
     client = LeaseClient(

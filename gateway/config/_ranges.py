@@ -47,6 +47,7 @@ Rate = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
 """rpm / tpm: a zero-capacity bucket would mean "no cap" to the planner, so omit it."""
 Limit = Annotated[int, msgspec.Meta(ge=0, le=MAX_LIMIT)]
 Coalesce = Annotated[int, msgspec.Meta(ge=0, le=10_000)]
+BatchSize = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 FileCount = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 """How many rotated files to keep (at least one: rotation must not throw lines away)."""
 Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]

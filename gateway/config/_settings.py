@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 from gateway.config._ranges import (
+    BatchSize,
     Bytes,
     Coalesce,
     Connections,
@@ -135,6 +136,10 @@ class GovernanceStoreSettings(_Base, frozen=True):
     """SQLite file for local windows and permits; default ``<data_dir>/mayu.db``."""
     journal: bool = False
     """A local journal; refused in shared mode (ADR-046)."""
+    max_batch: BatchSize = 64
+    """Local (and lease) profile: at most this many admissions and settlements pending
+    at once share one SQLite transaction (each still decided on its own, in order). A
+    lone one always runs at once. 1: every operation its own transaction."""
 
 
 class DatabaseSettings(_Base, frozen=True):

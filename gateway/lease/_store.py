@@ -21,8 +21,9 @@ class LeaseGovernanceStore(LocalGovernanceStore):
     """A :class:`LocalGovernanceStore` whose admissions are clamped and gated by leases."""
 
     def __init__(self, path: str, *, state: LeaseState,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        super().__init__(path, clock=clock)
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 max_batch: int = 64) -> None:
+        super().__init__(path, clock=clock, max_batch=max_batch)
         self.state = state
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
