@@ -67,15 +67,17 @@ charge_spec = st.fixed_dictionaries({
     "tokens": st.integers(0, 900), "usd": st.integers(0, 12_000),
     "day": st.sampled_from(DAYS), "team": st.sampled_from(TEAMS),
     "key_revision": st.sampled_from([1] * 15 + [2]),
-    "account": st.booleans(), "hard": st.sampled_from([True, True, False]),
+    "account": st.booleans(),
 })
 # The limits a batch was planned with, per team: one batch's requests for one team carry
-# the same limits (a team or policy edit between two plans is a snapshot mismatch), and
-# they change from batch to batch.
+# the same limits and hardness (a team or policy edit between two plans is a snapshot
+# mismatch; which of two differing definitions creates a new row is not specified by
+# either version), and they change from batch to batch.
 limits_spec = st.fixed_dictionaries({
     "tpm": st.sampled_from([600, 5_000, 50_000]), "token_limit": st.sampled_from([None, 1_500]),
     "usd_limit": st.sampled_from([None, 9_000, 20_000]),
     "account_limit": st.sampled_from([15_000, 30_000]),
+    "hard": st.sampled_from([True, True, False]),
 })
 batch_spec = st.tuples(st.fixed_dictionaries({t: limits_spec for t in TEAMS}),
                        st.lists(charge_spec, min_size=1, max_size=6))
