@@ -192,6 +192,16 @@ def _team_key(config: Path, env: dict[str, str] | None) -> str:
     return key
 
 
+def _migrate(dsn: str, root: Path | None) -> None:
+    """Migrate with this checkout's migrations, or another one's (``--baseline``)."""
+    if root is None:
+        migrate(dsn)
+        return
+    full = {**os.environ, "INFERPLANE_DATABASE_URL": dsn, "PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, "-m", "gateway", "migrate"], env=full, cwd=str(root),
+                   check=True, capture_output=True)
+
+
 def _start(config: Path, env: dict[str, str] | None, root: Path | None) -> Proc:
     """``mayu serve`` from this checkout, or from another one (``--baseline``)."""
     if root is None:
@@ -360,7 +370,7 @@ def main() -> int:
             fast_upstream(Path(tmp), args.events) as (up_port, up_pid):
         work = Path(tmp)
         targets: list[Target] = []
-        made_db = False
+        made_dbs: list[str] = []
         try:
             if "direct" in only:
                 targets.append(Target("direct", up_port, up_pid, {}))
@@ -371,12 +381,15 @@ def main() -> int:
                         targets.append(t)
                         procs.append(p)
             if "shared" in only:
-                create_database(server, dbname)
-                made_db = True
-                dsn = dsn_for(server, dbname)
-                migrate(dsn)
                 for name, root in (("shared", None), ("shared-base", args.baseline)):
                     if name == "shared" or root is not None:
+                        # Each its own database, migrated by its own checkout (a gateway
+                        # refuses a schema newer than its own head).
+                        db = dbname + ("_base" if root is not None else "")
+                        create_database(server, db)
+                        made_dbs.append(db)
+                        dsn = dsn_for(server, db)
+                        _migrate(dsn, root)
                         t, p = mayu_shared(work, up_port, dsn, root=root, name=name)
                         targets.append(t)
                         procs.append(p)
@@ -409,8 +422,8 @@ def main() -> int:
                     o.wait(10)
                 except subprocess.TimeoutExpired:
                     o.kill()
-            if made_db:
-                drop_database(server, dbname)
+            for db in made_dbs:
+                drop_database(server, db)
     print(f"\n{os.cpu_count()} cores; load average {load0:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end; medians of {args.rounds} rounds; "
           f"{args.requests} requests at c={args.concurrency} and {args.requests_c1} at c=1 "
