@@ -90,6 +90,7 @@ class BudgetAlerts:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        await self.store.open()
         if self._webhook is not None:
             await self._webhook.start()
         self._worker = asyncio.get_running_loop().create_task(self._run())

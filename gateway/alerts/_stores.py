@@ -12,26 +12,22 @@ each (counter, window, threshold). The local store runs the same steps in one
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
 import sql
 from gateway.alerts._model import AlertEvent, Budget, CheckResult, thresholds_reached
+from gateway.keys._sqlite import SqliteBase
 
 if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
     from gateway.db import Pool
 
-T = TypeVar("T")
-
-
 class AlertStore(Protocol):
+    async def open(self) -> None: ...
+
     async def check(self, budgets: list[Budget], *, replica: str) -> CheckResult:
         """Thresholds the budgets reached; the events this call claimed first."""
 
@@ -47,6 +43,10 @@ class PostgresAlertStore:
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+
+    async def open(self) -> None:
+        """The pool belongs to the app lifespan (already open)."""
+        return None
 
     async def check(self, budgets: list[Budget], *, replica: str) -> CheckResult:
         from gateway.db import connection, fetch_one
@@ -76,44 +76,14 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class SqliteAlertStore:
+class SqliteAlertStore(SqliteBase):
     """:class:`AlertStore` in the local profile's SQLite file (``alert_events`` beside
-    the governance store's ``gov_counters``), on its own connection and thread."""
+    the governance store's ``gov_counters``), on its own connection: the same
+    transactions as every local store (:class:`gateway.keys.SqliteBase`), a read one a
+    WAL snapshot that never blocks admissions."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._conn: sqlite3.Connection | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alerts")
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
-        """``fn`` in one transaction; a write one takes the file's write lock first
-        (BEGIN IMMEDIATE), a read one is a WAL snapshot that never blocks admissions."""
-        def tx() -> T:
-            conn = self._connect()
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
-        return await asyncio.get_running_loop().run_in_executor(self._executor, tx)
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(Path(self.path).expanduser()), isolation_level=None,
-                                   check_same_thread=False, timeout=30.0)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(sql.local_alert_queries["schema"])
-            self._conn = conn
-        return self._conn
-
-    async def open(self) -> None:
-        await self._run(lambda conn: None)
+    def _schema(self) -> str:
+        return sql.local_alert_queries["schema"]
 
     async def check(self, budgets: list[Budget], *, replica: str) -> CheckResult:
         """Read first (no lock an admission would wait for); take the write lock only to
@@ -155,12 +125,3 @@ class SqliteAlertStore:
                   "threshold": event.threshold}
         await self._run(lambda conn: conn.execute(sql.local_alert_queries["delivered"],
                                                   params))
-
-    async def close(self) -> None:
-        def close() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-        await asyncio.get_running_loop().run_in_executor(self._executor, close)
-        self._executor.shutdown(wait=False)
-

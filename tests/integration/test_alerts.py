@@ -78,6 +78,7 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path,
     local = LocalGovernanceStore(str(tmp_path / "mayu.db"))
     await local.open()
     alerts = SqliteAlertStore(local.path)
+    await alerts.open()
     try:
         yield Stores(local, alerts, _local_principal())
     finally:
