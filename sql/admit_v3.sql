@@ -66,6 +66,55 @@ BEGIN
 END
 $$;
 
+-- Lock the accounts, then the counters, named in p_keys, each table by ONE
+-- SELECT ... ORDER BY key COLLATE "C" FOR UPDATE (the global order: every "account:" key
+-- sorts before every counter key), and return their rows as parallel arrays, accounts
+-- first (acct true), each part in key order; a counter's leased is 0 and its hard true.
+-- o_slots: for each element of p_for, its index in keys (NULL if not locked). Used by
+-- inferplane_admit_v3, inferplane_settle_v3 and inferplane_settle_admit_v3.
+CREATE FUNCTION inferplane_lock_rows_v3(
+    p_keys text[], p_for text[],
+    OUT o_keys text[], OUT o_acct boolean[], OUT o_balance bigint[], OUT o_updated_us bigint[],
+    OUT o_reserved bigint[], OUT o_committed bigint[], OUT o_liability bigint[],
+    OUT o_leased bigint[], OUT o_frozen boolean[], OUT o_lim bigint[], OUT o_hard boolean[],
+    OUT o_slots int[])
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT coalesce(array_agg(a.key ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(true ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.reserved ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.committed ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.liability ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.leased_outstanding ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.frozen ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a."limit" ORDER BY a.key COLLATE "C"), '{}'),
+           coalesce(array_agg(a.hard ORDER BY a.key COLLATE "C"), '{}')
+      INTO o_keys, o_acct, o_balance, o_updated_us, o_reserved, o_committed, o_liability,
+           o_leased, o_frozen, o_lim, o_hard
+      FROM (SELECT * FROM authority_accounts aa WHERE aa.key = ANY(p_keys)
+             ORDER BY aa.key COLLATE "C" FOR UPDATE) a;
+    SELECT o_keys || coalesce(array_agg(c.key ORDER BY c.key COLLATE "C"), '{}'),
+           o_acct || coalesce(array_agg(false ORDER BY c.key COLLATE "C"), '{}'),
+           o_balance || coalesce(array_agg(c.balance ORDER BY c.key COLLATE "C"), '{}'),
+           o_updated_us || coalesce(array_agg(c.updated_us ORDER BY c.key COLLATE "C"), '{}'),
+           o_reserved || coalesce(array_agg(c.reserved ORDER BY c.key COLLATE "C"), '{}'),
+           o_committed || coalesce(array_agg(c.committed ORDER BY c.key COLLATE "C"), '{}'),
+           o_liability || coalesce(array_agg(c.liability ORDER BY c.key COLLATE "C"), '{}'),
+           o_leased || coalesce(array_agg(0::bigint ORDER BY c.key COLLATE "C"), '{}'),
+           o_frozen || coalesce(array_agg(c.frozen ORDER BY c.key COLLATE "C"), '{}'),
+           o_lim || coalesce(array_agg(c."limit" ORDER BY c.key COLLATE "C"), '{}'),
+           o_hard || coalesce(array_agg(true ORDER BY c.key COLLATE "C"), '{}')
+      INTO o_keys, o_acct, o_balance, o_updated_us, o_reserved, o_committed, o_liability,
+           o_leased, o_frozen, o_lim, o_hard
+      FROM (SELECT * FROM counters cc WHERE cc.key = ANY(p_keys)
+             ORDER BY cc.key COLLATE "C" FOR UPDATE) c;
+    SELECT coalesce(array_agg(array_position(o_keys, x.k) ORDER BY x.o), '{}') INTO o_slots
+      FROM unnest(p_for) WITH ORDINALITY AS x(k, o);
+END
+$$;
+
 CREATE FUNCTION inferplane_admit_v3(p_requests json) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -172,39 +221,10 @@ BEGIN
     END IF;
     -- Every row exists now; lock (or, after the row-by-row path, re-read under the locks
     -- already held) accounts, then counters, each in byte order.
-    SELECT coalesce(array_agg(a.key ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(true ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.reserved ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.committed ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.liability ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.leased_outstanding ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.frozen ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a."limit" ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.hard ORDER BY a.key COLLATE "C"), '{}')
-      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
-           s_leased, s_frozen, s_limit, s_hard
-      FROM (SELECT * FROM authority_accounts WHERE key = ANY(a_keys)
-             ORDER BY key COLLATE "C" FOR UPDATE) a;
-    SELECT s_key || coalesce(array_agg(c.key ORDER BY c.key COLLATE "C"), '{}'),
-           s_acct || coalesce(array_agg(false ORDER BY c.key COLLATE "C"), '{}'),
-           s_balance || coalesce(array_agg(c.balance ORDER BY c.key COLLATE "C"), '{}'),
-           s_updated || coalesce(array_agg(c.updated_us ORDER BY c.key COLLATE "C"), '{}'),
-           s_reserved || coalesce(array_agg(c.reserved ORDER BY c.key COLLATE "C"), '{}'),
-           s_committed || coalesce(array_agg(c.committed ORDER BY c.key COLLATE "C"), '{}'),
-           s_liability || coalesce(array_agg(c.liability ORDER BY c.key COLLATE "C"), '{}'),
-           s_leased || coalesce(array_agg(0::bigint ORDER BY c.key COLLATE "C"), '{}'),
-           s_frozen || coalesce(array_agg(c.frozen ORDER BY c.key COLLATE "C"), '{}'),
-           s_limit || coalesce(array_agg(c."limit" ORDER BY c.key COLLATE "C"), '{}'),
-           s_hard || coalesce(array_agg(true ORDER BY c.key COLLATE "C"), '{}')
-      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
-           s_leased, s_frozen, s_limit, s_hard
-      FROM (SELECT * FROM counters WHERE key = ANY(k_keys)
-             ORDER BY key COLLATE "C" FOR UPDATE) c;
+    SELECT * INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
+                  s_leased, s_frozen, s_limit, s_hard, c_slot
+      FROM inferplane_lock_rows_v3(a_keys || k_keys, c_counter);
     s_dirty := array_fill(false, ARRAY[cardinality(s_key)]);
-    SELECT coalesce(array_agg(array_position(s_key, x.counter) ORDER BY x.o), '{}')
-      INTO c_slot FROM unnest(c_counter) WITH ORDINALITY AS x(counter, o);
     -- Database time read with every lock held (see inferplane_admit_v1).
     now_us := inferplane_now_us_v1();
 

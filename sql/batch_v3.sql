@@ -64,9 +64,7 @@ BEGIN
             END IF;
         END LOOP;
     ELSE
-        PERFORM 1 FROM authority_accounts WHERE key = ANY(v_rows)
-         ORDER BY key COLLATE "C" FOR UPDATE;
-        PERFORM 1 FROM counters WHERE key = ANY(v_rows) ORDER BY key COLLATE "C" FOR UPDATE;
+        PERFORM inferplane_lock_rows_v3(v_rows, '{}');
     END IF;
 
     RETURN jsonb_build_object('settled', inferplane_settle_v3(p_items),

@@ -72,6 +72,9 @@ DECLARE
     s_committed bigint[];
     s_liability bigint[];
     s_frozen boolean[];
+    s_leased bigint[];
+    s_limit bigint[];
+    s_hard boolean[];
     s_dirty boolean[];
     -- The segment updates.
     u_permit uuid[] := '{}';
@@ -244,33 +247,10 @@ BEGIN
     SELECT coalesce(array_agg(x.counter), '{}') INTO v_rows
       FROM unnest(g_permit, g_counter) AS x(permit_id, counter)
      WHERE x.permit_id IN (SELECT p_id[y.slot] FROM unnest(applied_to) AS y(slot));
-    SELECT coalesce(array_agg(a.key ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(true ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(NULL::bigint ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.reserved ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.committed ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.liability ORDER BY a.key COLLATE "C"), '{}'),
-           coalesce(array_agg(a.frozen ORDER BY a.key COLLATE "C"), '{}')
-      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
-           s_frozen
-      FROM (SELECT * FROM authority_accounts WHERE key = ANY(v_rows)
-             ORDER BY key COLLATE "C" FOR UPDATE) a;
-    SELECT s_key || coalesce(array_agg(c.key ORDER BY c.key COLLATE "C"), '{}'),
-           s_acct || coalesce(array_agg(false ORDER BY c.key COLLATE "C"), '{}'),
-           s_balance || coalesce(array_agg(c.balance ORDER BY c.key COLLATE "C"), '{}'),
-           s_updated || coalesce(array_agg(c.updated_us ORDER BY c.key COLLATE "C"), '{}'),
-           s_reserved || coalesce(array_agg(c.reserved ORDER BY c.key COLLATE "C"), '{}'),
-           s_committed || coalesce(array_agg(c.committed ORDER BY c.key COLLATE "C"), '{}'),
-           s_liability || coalesce(array_agg(c.liability ORDER BY c.key COLLATE "C"), '{}'),
-           s_frozen || coalesce(array_agg(c.frozen ORDER BY c.key COLLATE "C"), '{}')
-      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
-           s_frozen
-      FROM (SELECT * FROM counters WHERE key = ANY(v_rows)
-             ORDER BY key COLLATE "C" FOR UPDATE) c;
+    SELECT * INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
+                  s_leased, s_frozen, s_limit, s_hard, g_slot
+      FROM inferplane_lock_rows_v3(v_rows, g_counter);
     s_dirty := array_fill(false, ARRAY[cardinality(s_key)]);
-    SELECT coalesce(array_agg(array_position(s_key, x.counter) ORDER BY x.o), '{}')
-      INTO g_slot FROM unnest(g_counter) WITH ORDINALITY AS x(counter, o);
     now_us := inferplane_now_us_v1();
 
     -- 5. The counter arithmetic of inferplane_settle_v2, settlement by settlement in batch

@@ -10,7 +10,7 @@ whole batch with a fixed number of statements; and ``sql/batch_v3.sql``, the two
 transaction (settlements, then admissions). Additive: no table changes, and the
 ``_v1``/``_v2`` functions stay installed and unchanged, so a gateway of the previous
 release keeps working against this schema during a rolling upgrade and an upgrade moves
-no figure; ``downgrade`` drops exactly the four functions.
+no figure; ``downgrade`` drops exactly the five functions.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ branch_labels = None
 depends_on = None
 
 _FUNCTIONS = ("inferplane_settle_admit_v3(jsonb, json)", "inferplane_admit_v3(json)",
-              "inferplane_snapshot_v3(json)", "inferplane_settle_v3(jsonb)")
+              "inferplane_snapshot_v3(json)", "inferplane_settle_v3(jsonb)",
+              "inferplane_lock_rows_v3(text[], text[])")
 
 
 def _run_script(text: str) -> None:
