@@ -181,9 +181,9 @@ class PostgresGovernanceStore:
                 _decisions(requests, row["results"]["admitted"]))
 
     async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        _check(permit_id, settlement)
         if self._settler is None:
             return await self._settle("settle", permit_id, settlement)
-        _check(permit_id, settlement)
         return await self._settler.settle(permit_id, settlement)
 
     async def _settle_one(self, permit_id: str, settlement: Settlement) -> SettleResult:
@@ -209,14 +209,7 @@ class PostgresGovernanceStore:
                         "permit_id": permit_id, "settlement": _settlement_json(settlement)})
                     cursors.append(cur)
             rows = [await cur.fetchone() for cur in cursors]
-        out: list[SettleResult | Exception] = []
-        for (permit_id, settlement), row in zip(items, rows, strict=True):
-            assert row is not None
-            try:
-                out.append(_settle_result(permit_id, settlement, row["result"]))
-            except Exception as exc:  # this settlement's own answer (conflict, unknown)
-                out.append(exc)
-        return out
+        return _settle_results(items, [row["result"] for row in rows if row is not None])
 
     async def _settle_v3(self, items: list[tuple[str, Settlement]]
                          ) -> list[SettleResult | Exception]:
@@ -229,11 +222,12 @@ class PostgresGovernanceStore:
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a
         pending permit is settled with it (``inferplane_resolve_v2``)."""
+        _check(permit_id, settlement)
         return await self._settle("resolve", permit_id, settlement)
 
     async def _settle(self, query: str, permit_id: str,
                       settlement: Settlement) -> SettleResult:
-        _check(permit_id, settlement)
+        """One call (the caller has run :func:`_check`)."""
         params = {"permit_id": permit_id, "settlement": _settlement_json(settlement)}
         async with connection(self._pool) as conn:
             row = await fetch_one(conn, sql.queries[query], params)
