@@ -8,7 +8,7 @@ its last question, however many settlements that was), which thresholds those bu
 reached and which of them this replica claims first (:mod:`._stores`). A budget known to
 have reached 100 % is never asked about again in that window. After a question the task
 waits ``check_interval_s`` (0.25 s) before the next: under load every settlement moves a
-budget, and asking after each one cost ≈ 15 % of a busy local gateway's CPU (a thread
+budget, and asking after each one cost ≈ 15 % of a busy local gateway's GIL samples (a thread
 hop and a read transaction per check) for alerts that may as well be a quarter of a
 second late.
 
