@@ -89,25 +89,15 @@ async def principal_to_admit(gw: Gateway, key_hash: str) -> Principal:
 
 
 async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
-    """The body, refused with 413 as soon as it exceeds ``server.max_body_bytes``."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes exceeds "
-                              f"server.max_body_bytes ({limit})")
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds server.max_body_bytes ({limit})")
-        parts.append(chunk)
-    return b"".join(parts)
+    """The body of a Litestar request, as :func:`receive_body` reads it."""
+    return await receive_body(request.receive, request.headers, limit)
 
 
 async def receive_body(receive: Any, headers: Mapping[str, str], limit: int) -> bytes:
-    """:func:`read_body` from the raw ASGI ``receive``: the same limit and 413s, and the
-    same refusals Litestar's request stream made (an unparsable ``content-length``: 400;
-    a client gone mid-body: the 500 its ``InternalServerException`` became)."""
+    """The body from the raw ASGI ``receive``, refused with 413 as soon as it exceeds
+    ``server.max_body_bytes``, with the refusals Litestar's request stream made (an
+    unparsable ``content-length``: 400; a client gone mid-body: the 500 its
+    ``InternalServerException`` became)."""
     declared = headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds "
