@@ -87,6 +87,26 @@ SELECT inferplane_settle_v3(%(items)s::jsonb) AS results
 -- Settlements then admissions waiting at once, in one transaction (sql/batch_v3.sql).
 SELECT inferplane_settle_admit_v3(%(items)s::jsonb, %(requests)s::json) AS results
 
+-- name: admit_v4
+-- The v4 calls (sql/plans_v4.sql): the same functions as admit, settle, resolve and the
+-- _v3 ones, planned without sequential scans or JIT.
+SELECT inferplane_admit_v4(%(requests)s::json) AS results
+
+-- name: admit_one_v4
+SELECT inferplane_admit_one_v4(%(requests)s::jsonb) AS results
+
+-- name: settle_v4
+SELECT inferplane_settle_v4(%(items)s::jsonb) AS results
+
+-- name: settle_one_v4
+SELECT inferplane_settle_one_v4(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+
+-- name: resolve_v4
+SELECT inferplane_resolve_v4(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+
+-- name: settle_admit_v4
+SELECT inferplane_settle_admit_v4(%(items)s::jsonb, %(requests)s::json) AS results
+
 -- name: lock_settling_permits
 -- A batch of settlements in one transaction takes its row locks first, in the one global
 -- order (permits by id, then the accounts and counters its permits charged by key, every

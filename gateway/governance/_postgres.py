@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from psycopg.rows import dict_row
@@ -78,6 +78,24 @@ def _settlements_json(items: list[tuple[str, Settlement]]) -> str:
                        for permit_id, settlement in items])
 
 
+class _Calls(NamedTuple):
+    """The named queries (``sql/queries.sql``) one ``functions`` version calls."""
+
+    admit_one: str
+    admit_many: str
+    settle_one: str
+    settle_many: str  # "": v2's per-permit calls in one pipelined transaction
+    resolve: str
+    settle_admit: str  # "": no merged batch
+
+
+_QUERIES = {2: _Calls("admit", "admit", "settle", "", "resolve", ""),
+            3: _Calls("admit", "admit_v3", "settle", "settle_v3", "resolve",
+                      "settle_admit_v3"),
+            4: _Calls("admit_one_v4", "admit_v4", "settle_one_v4", "settle_v4",
+                      "resolve_v4", "settle_admit_v4")}
+
+
 class PostgresGovernanceStore:
     """:class:`gateway.governance.GovernanceStore` on the shared Postgres database.
 
@@ -88,26 +106,29 @@ class PostgresGovernanceStore:
     locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
     sent in one round trip (pipeline mode).
 
-    ``functions``: which released SQL functions decide. 3 (default): batches go to the
-    set-based ``inferplane_admit_v3`` / ``inferplane_settle_v3`` (revision 0004), a batch
-    of settlements being ONE call, and a lone admission or settlement to the v2
-    function, which does less for one; 2: ``inferplane_admit_v2`` / ``inferplane_settle_v2``
+    ``functions``: which released SQL functions decide. 4 (default): the v3/v2 functions
+    below run through their ``_v4`` calls (revision 0005, ``sql/plans_v4.sql``), planned
+    without sequential scans or JIT, so the plans a connection caches while the tables
+    are small stay index plans as they grow. 3: batches go to the set-based
+    ``inferplane_admit_v3`` / ``inferplane_settle_v3`` (revision 0004), a batch of
+    settlements being ONE call, and a lone admission or settlement to the v2 function,
+    which does less for one; 2: ``inferplane_admit_v2`` / ``inferplane_settle_v2``
     (revision 0002), a settlement batch being their per-permit calls after the batch's
-    locks. Both give the same answers (``tests/integration/test_store_contract.py`` runs
-    against both); 2 is kept to measure one against the other
-    (``tests/bench/hotteam.py``). Resolution is ``inferplane_resolve_v2`` either way.
+    locks. All give the same answers (``tests/integration/test_store_contract.py`` runs
+    against each); 2 and 3 are kept to measure one against another
+    (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``).
 
-    ``merge`` (v3, with both coalescings on): admissions and settlements share one lane
+    ``merge`` (v3 or v4, with both coalescings on): admissions and settlements share one lane
     of ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
     settlements first (``inferplane_settle_admit_v3``, :class:`MergedCoalescer`).
     """
 
     def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
-                 functions: int = 3, merge: bool = False) -> None:
-        if functions not in (2, 3):
-            raise ValueError(f"functions: 2 or 3, not {functions!r}")
+                 functions: int = 4, merge: bool = False) -> None:
+        if functions not in _QUERIES:
+            raise ValueError(f"functions: 2, 3 or 4, not {functions!r}")
         self._pool = pool
-        self._v3 = functions == 3
+        self._q = _QUERIES[functions]
         # Admissions whose caller was cancelled, and the refunds of their permits.
         self._background: set[asyncio.Future[Any]] = set()
         self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce)
@@ -116,7 +137,7 @@ class PostgresGovernanceStore:
             SettlementCoalescer(self._settle_one, self._settle_many,
                                 max_in_flight=settle_coalesce)
             if settle_coalesce > 0 else None)
-        if merge and self._v3 and coalesce > 0 and settle_coalesce > 0:
+        if merge and self._q.settle_admit and coalesce > 0 and settle_coalesce > 0:
             merged = MergedCoalescer(self._admit_now, self._refund, self._settle_one,
                                      self._settle_many, self._settle_admit,
                                      max_in_flight=coalesce)
@@ -166,7 +187,7 @@ class PostgresGovernanceStore:
     def _admit_query(self, n: int) -> str:
         # One request alone costs fewer statements in v2 (about 0.6 ms against 0.9 ms
         # here); from two on, v3's per-batch statements win. Both answer alike.
-        return "admit_v3" if self._v3 and n > 1 else "admit"
+        return self._q.admit_many if n > 1 else self._q.admit_one
 
     async def _settle_admit(self, items: list[tuple[str, Settlement]],
                             requests: list[AdmissionRequest]
@@ -175,7 +196,7 @@ class PostgresGovernanceStore:
         params = {"items": _settlements_json(items),
                   "requests": msgspec.json.encode(requests).decode()}
         async with connection(self._pool) as conn:
-            row = await fetch_one(conn, sql.queries["settle_admit_v3"], params)
+            row = await fetch_one(conn, sql.queries[self._q.settle_admit], params)
         assert row is not None
         return (_settle_results(items, row["results"]["settled"]),
                 _decisions(requests, row["results"]["admitted"]))
@@ -183,19 +204,20 @@ class PostgresGovernanceStore:
     async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
         _check(permit_id, settlement)
         if self._settler is None:
-            return await self._settle("settle", permit_id, settlement)
+            return await self._settle(self._q.settle_one, permit_id, settlement)
         return await self._settler.settle(permit_id, settlement)
 
     async def _settle_one(self, permit_id: str, settlement: Settlement) -> SettleResult:
-        return await self._settle("settle", permit_id, settlement)
+        return await self._settle(self._q.settle_one, permit_id, settlement)
 
     async def _settle_many(self, items: list[tuple[str, Settlement]]
                            ) -> list[SettleResult | Exception]:
-        """One transaction, one round trip: ``inferplane_settle_v3`` over the batch; with
+        """One transaction, one round trip: ``inferplane_settle_v3`` (or ``_v4``) over the
+        batch; with
         the v2 functions, the batch's locks in the global order, then each settlement as
         ``inferplane_settle_v2`` would take it alone, then COMMIT."""
-        if self._v3:
-            return await self._settle_v3(items)
+        if self._q.settle_many:
+            return await self._settle_batch(items)
         ids = sorted({permit_id for permit_id, _ in items})
         cursors = []
         async with connection(self._pool) as conn:
@@ -211,10 +233,10 @@ class PostgresGovernanceStore:
             rows = [await cur.fetchone() for cur in cursors]
         return _settle_results(items, [row["result"] for row in rows if row is not None])
 
-    async def _settle_v3(self, items: list[tuple[str, Settlement]]
+    async def _settle_batch(self, items: list[tuple[str, Settlement]]
                          ) -> list[SettleResult | Exception]:
         async with connection(self._pool) as conn:
-            row = await fetch_one(conn, sql.queries["settle_v3"],
+            row = await fetch_one(conn, sql.queries[self._q.settle_many],
                                   {"items": _settlements_json(items)})
         assert row is not None
         return _settle_results(items, row["results"])
@@ -223,7 +245,7 @@ class PostgresGovernanceStore:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a
         pending permit is settled with it (``inferplane_resolve_v2``)."""
         _check(permit_id, settlement)
-        return await self._settle("resolve", permit_id, settlement)
+        return await self._settle(self._q.resolve, permit_id, settlement)
 
     async def _settle(self, query: str, permit_id: str,
                       settlement: Settlement) -> SettleResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from tests.conftest import migrate
 
@@ -114,12 +115,14 @@ def test_upgrade_from_0001_keeps_every_committed_figure(pg_empty_dsn: str) -> No
                             " WHERE key = %s", (window,)).fetchone() == (0, 1_234, 5_000)
 
 
-def test_upgrade_from_0003_keeps_every_figure_and_v3_settles_what_v2_admitted(
-        pg_empty_dsn: str) -> None:
-    """A database used by the 0003 gateway (admit_v2/settle_v2: permits settled complete
-    and uncertain, two pending) upgraded to head (0004 adds the set-based v3 functions)
-    keeps every row of counters, accounts, permits and segments unchanged, and the head
-    store settles the pending permits in one v3 batch next to a merged admission."""
+@pytest.mark.parametrize("start", ["0003", "0004"])
+def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitted(
+        pg_empty_dsn: str, start: str) -> None:
+    """A database used by the 0003 gateway (admit_v2/settle_v2) or the 0004 one (batches
+    through admit_v3/settle_v3): permits settled complete and uncertain, two pending;
+    upgraded to head (0004 adds the set-based v3 functions, 0005 the v4 calls) it keeps
+    every row of counters, accounts, permits and segments unchanged, and the head store
+    settles the pending permits in one batch next to a merged admission."""
     import asyncio
     import json
 
@@ -129,7 +132,7 @@ def test_upgrade_from_0003_keeps_every_figure_and_v3_settles_what_v2_admitted(
     from gateway.governance._postgres import PostgresGovernanceStore
     from tests.settling import exact, settlement
 
-    migrate(pg_empty_dsn, "0003")
+    migrate(pg_empty_dsn, start)
     window = "team:t1:usd:day:2026-11-30"
     account = "account:r1:team:t1:day:2026-11-30"
     charges = (Charge(counter=account, kind="account", dimension="usd", amount=5_000,
@@ -153,18 +156,26 @@ def test_upgrade_from_0003_keeps_every_figure_and_v3_settles_what_v2_admitted(
         conn.execute("INSERT INTO teams (id, name) VALUES ('t1', 'one')")
         conn.execute("INSERT INTO keys (id, team_id, key_hash, display_prefix)"
                      " VALUES ('k1', 't1', 'h', 'sk-inf-x')")
-        [(done,)] = conn.execute("SELECT inferplane_admit_v2(%s::jsonb)", (
+        admit = "inferplane_admit_v2(%s::jsonb)" if start == "0003" else \
+            "inferplane_admit_v3(%s::json)"
+        [(done,)] = conn.execute(f"SELECT {admit}", (
             msgspec.json.encode([req(r) for r in "abcd"]).decode(),)).fetchall()
         ids = [d["permit_id"] for d in done]
+        bodies = []
         for pid, rid, kind, usd in ((ids[0], "a", "complete", 1_234),
                                     (ids[1], "b", "uncertain", 200)):
             body = msgspec.to_builtins(settlement(req(rid), exact(40, usd)))
-            body.update(kind=kind, fingerprint=f"fp-{rid}")
+            body.update(kind=kind, fingerprint=f"fp-{rid}", permit_id=pid)
             if kind == "uncertain":
                 body["liabilities"] = {window: 4_800, account: 4_800}
                 body["usd_liability"] = 4_800
-            conn.execute("SELECT inferplane_settle_v2(%s::uuid, %s::jsonb)",
-                         (pid, json.dumps(body)))
+            bodies.append(body)
+        if start == "0003":
+            for body in bodies:
+                conn.execute("SELECT inferplane_settle_v2(%s::uuid, %s::jsonb)",
+                             (body.pop("permit_id"), json.dumps(body)))
+        else:
+            conn.execute("SELECT inferplane_settle_v3(%s::jsonb)", (json.dumps(bodies),))
         before = rows(conn)
     by_key = {r[0]: r for r in before["counters"]}
     assert by_key[window][7:10] == (10_000, 1_434, False)  # reserved, committed, frozen
