@@ -1,11 +1,15 @@
 """What one batch costs the database (a script, not a test): the shared profile's
-admission and settlement calls timed alone, on one connection, v2 against v3, for batches
-of several sizes, in one run.
+admission and settlement calls timed alone, on one connection, v2 against v3 against the
+v4 calls (v3 planned without sequential scans, the gateway's), for batches of several
+sizes, in one run.
 
-For each SQL version and batch size N, ``--iterations`` times: one admission call for N
-requests of one team (``_admit_now``: ``inferplane_admit_v2`` or ``_v3``), then one
-settlement call for the N permits (``_settle_many``: v2's per-permit calls in one
-pipelined transaction, or one ``inferplane_settle_v3``); the median wall time of each
+For each SQL version (each on its own connection) and batch size N, ``--iterations``
+times: one admission call for N requests of one team (``_admit_now``:
+``inferplane_admit_v2``, ``_v3`` or ``_v4``), then one settlement call for the N permits
+(``_settle_many``: v2's per-permit calls in one pipelined transaction, or one
+``inferplane_settle_v3`` or ``_v4``); the tables grow as it runs (a permit and its
+segments per request, as in a gateway), so later figures show how a version's cached
+plans scale with them. The median wall time of each
 call is printed, per call and per operation, next to ``SELECT 1``'s round trip. With no
 other client this is the in-lock cost a hot team pays per batch (docs/hot-team.md).
 
@@ -48,9 +52,15 @@ async def run(dsn: str, sizes: list[int], iterations: int, rounds: int) -> None:
         assert principal is not None
         now = datetime.now(UTC)
         times: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
-        for _ in range(rounds):  # versions alternate, so both see the same machine
-            for fn in (2, 3):
-                store = PostgresGovernanceStore(pool, functions=fn)
+        # One connection per version: v4 runs v3's functions, whose plans a session
+        # caches whichever call planned them first.
+        pools = {fn: AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False,
+                                         kwargs={"autocommit": True}) for fn in (2, 3, 4)}
+        for own in pools.values():
+            await own.open(wait=True)
+        for _ in range(rounds):  # versions alternate, so all see the same machine
+            for fn, own in pools.items():
+                store = PostgresGovernanceStore(own, functions=fn)
                 for n in sizes:
                     admit_s, settle_s = times.setdefault((fn, n), ([], []))
                     for i in range(iterations):
@@ -66,6 +76,8 @@ async def run(dsn: str, sizes: list[int], iterations: int, rounds: int) -> None:
                         if i >= iterations // 6:  # warm plans and caches first
                             admit_s.append(t1 - t0)
                             settle_s.append(t2 - t1)
+        for own in pools.values():
+            await own.close()
         async with pool.connection() as conn:
             rtt = []
             for _ in range(200):

@@ -14,7 +14,7 @@ alternate (raw, each setting, …) for ``--rounds``; medians are printed with th
 admissions/raw.
 
     .venv/bin/python tests/bench/hotteam.py [--processes 3] [--workers 8] [--seconds 4] \
-        [--settings 1,1,2 1,1,3 1,1,3,1]
+        [--settings 1,1,3 1,1,4 1,1,4,1]
 
 Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 """
@@ -186,14 +186,15 @@ def main() -> None:
                     help="mean time a permit is held between admission and settlement "
                          "(the upstream call; uniform 0..2x), so workers fall out of step "
                          "as a gateway's requests do; 0: settle at once")
-    ap.add_argument("--settings", nargs="+", default=["1,1,2", "1,1,3", "1,1,3,1"],
+    ap.add_argument("--settings", nargs="+", default=["1,1,3", "1,1,4", "1,1,4,1"],
                     help="admission_coalesce,settlement_coalesce[,functions[,merge]] "
                          "measured side by side: functions 2 = the v2 SQL functions, 3 "
-                         "(default) = the set-based v3; merge 1 = admissions and "
+                         "= the set-based v3, 4 (default) = the v4 calls (v3 with "
+                         "stable plans, the gateway's); merge 1 = admissions and "
                          "settlements waiting at once in one transaction (each only where "
                          "the store has it)")
     a = ap.parse_args()
-    settings = [(*parts, *(3, 0)[len(parts) - 2:])
+    settings = [(*parts, *(4, 0)[len(parts) - 2:])
                 for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
     server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
     name = f"iphot_{os.getpid()}"
