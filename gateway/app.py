@@ -155,6 +155,7 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
         PostgresPolicySource,
     )
     from gateway.keys import PostgresKeyStore
+    from gateway.schema import check_schema
 
     assert settings.database is not None  # load_settings refuses shared mode without it
     check_policy_source(settings)
@@ -167,7 +168,7 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
         raise ConfigError(f"database.dsn_ref: no connection to the database within "
                           f"{wait_s:g}s ({type(exc).__name__}: {exc})") from exc
     stack.push_async_callback(pool.close)
-    await _check_schema(pool)
+    await check_schema(pool)
     policy = PostgresPolicySource(pool, refresh_s=settings.database.policy_refresh_s)
     return Components(key_store=PostgresKeyStore(pool),
                       governance=PostgresGovernanceStore(
@@ -175,18 +176,6 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
                           settle_coalesce=settings.database.settlement_coalesce,
                           merge=settings.database.merge_batches),
                       policy=policy, pool=pool)
-
-
-async def _check_schema(pool: Pool) -> None:
-    """Refuse, in one line naming ``mayu migrate``, a database not at the code's head
-    (``mayu serve`` checks before it starts; this covers every other way in)."""
-    from gateway.db import connection
-    from gateway.schema import database_heads_async, schema_problem
-
-    async with connection(pool, "governance database") as conn:
-        problem = schema_problem(await database_heads_async(conn))
-    if problem:
-        raise ConfigError(problem)
 
 
 def _policy_source(settings: Settings) -> PolicySource:

@@ -122,6 +122,18 @@ async def database_heads_async(conn: psycopg.AsyncConnection[Any]) -> tuple[str,
                  for r in await cur.fetchall())
 
 
+async def check_schema(pool: Any) -> None:
+    """Refuse, in one line naming ``mayu migrate``, a database not at the code's head:
+    ``mayu serve`` checks before it starts; this covers every other way a store is
+    opened on a pool (the app's components, the ``permits`` and ``accounts`` commands)."""
+    from gateway.db import connection
+
+    async with connection(pool, "governance database") as conn:
+        problem = schema_problem(await database_heads_async(conn))
+    if problem:
+        raise ConfigError(problem)
+
+
 def check_dsn(dsn: str, *, connect_timeout_s: float = 5.0) -> None:
     """Raise :class:`ConfigError` (one line) unless the database at ``dsn`` is at head."""
     try:

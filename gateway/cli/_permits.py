@@ -64,10 +64,16 @@ async def open_governance(settings: Settings) -> tuple[Any, Callable[[], Awaitab
 async def _open_postgres(settings: Settings) -> tuple[Any, Callable[[], Awaitable[None]]]:
     from gateway.db import open_pool_now
     from gateway.governance import PostgresGovernanceStore
+    from gateway.schema import check_schema
 
     if settings.database is None:  # load_settings already refuses this; be explicit
         raise ConfigError("database: required when governance_store.type is postgres")
     pool = await open_pool_now(settings.database, name="mayu-cli", what="governance database")
+    try:  # the store calls the head's functions: refuse a database behind, naming migrate
+        await check_schema(pool)
+    except BaseException:
+        await pool.close()
+        raise
     return PostgresGovernanceStore(pool), pool.close
 
 

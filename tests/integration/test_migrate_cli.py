@@ -122,3 +122,32 @@ async def test_app_components_refuse_an_unmigrated_database(pg_empty_dsn: str,
     with pytest.raises(ConfigError, match="mayu migrate"):
         async with AsyncExitStack() as stack:
             await build_components(load_settings(config), stack)
+
+
+def test_permits_command_refuses_a_database_behind(tmp_path: Path,
+                                                   pg_empty_dsn: str) -> None:
+    """``mayu permits list`` on a database one revision behind (the store calls the
+    head's functions): exit 2, one line naming mayu migrate, no SQL error; at head it
+    lists."""
+    from alembic.script import ScriptDirectory
+
+    from gateway.schema import _config
+    from tests.conftest import migrate
+
+    [head] = code_heads()
+    previous = ScriptDirectory.from_config(_config()).get_revision(head).down_revision
+    assert isinstance(previous, str)
+    migrate(pg_empty_dsn, previous)
+    config = tmp_path / "mayu.yaml"
+    config.write_text(yaml.safe_dump({
+        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
+        "database": {"dsn_ref": "env:IPT_PERMITS_DSN"}}))
+    behind = run("gateway", "permits", "list", "--config", str(config), cwd=tmp_path,
+                 IPT_PERMITS_DSN=pg_empty_dsn)
+    assert behind.returncode == 2, behind.stderr
+    lines = [line for line in behind.stderr.splitlines() if "error" in line.lower()]
+    assert len(lines) == 1 and "mayu migrate" in lines[0], behind.stderr
+    migrate(pg_empty_dsn)
+    current = run("gateway", "permits", "list", "--config", str(config), cwd=tmp_path,
+                  IPT_PERMITS_DSN=pg_empty_dsn)
+    assert current.returncode == 0, current.stderr
