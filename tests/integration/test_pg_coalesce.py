@@ -88,7 +88,7 @@ async def test_cancelled_direct_admission_is_refunded(pg_pool, pg_dsn) -> None: 
         while True:  # until the admission is in the database, waiting on the lock
             cur = await blocker.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%inferplane_admit_v%%'")
+                " AND query LIKE '%%inferplane_admit_%%'")
             if (await cur.fetchone())[0]:  # type: ignore[index]
                 break
             assert asyncio.get_running_loop().time() < deadline, "admission never waited"
