@@ -118,9 +118,9 @@ class PostgresGovernanceStore:
     against each); 2 and 3 are kept to measure one against another
     (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``).
 
-    ``merge`` (v3 or v4, with both coalescings on): admissions and settlements share one lane
-    of ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
-    settlements first (``inferplane_settle_admit_v3``, :class:`MergedCoalescer`).
+    ``merge`` (v3 or v4, with both coalescings on): admissions and settlements share one
+    lane of ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
+    settlements first (``inferplane_settle_admit_v3`` or ``_v4``, :class:`MergedCoalescer`).
     """
 
     def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
@@ -213,9 +213,8 @@ class PostgresGovernanceStore:
     async def _settle_many(self, items: list[tuple[str, Settlement]]
                            ) -> list[SettleResult | Exception]:
         """One transaction, one round trip: ``inferplane_settle_v3`` (or ``_v4``) over the
-        batch; with
-        the v2 functions, the batch's locks in the global order, then each settlement as
-        ``inferplane_settle_v2`` would take it alone, then COMMIT."""
+        batch; with the v2 functions, the batch's locks in the global order, then each
+        settlement as ``inferplane_settle_v2`` would take it alone, then COMMIT."""
         if self._q.settle_many:
             return await self._settle_batch(items)
         ids = sorted({permit_id for permit_id, _ in items})
