@@ -7,15 +7,17 @@
 -- exactly the v2 and v3 code.
 --
 -- Why. PL/pgSQL keeps the plan of each statement for the session, and after five calls
--- it keeps a generic one. A gateway connects when the tables are small (a new install,
--- the first minutes of a day's windows): a sequential scan of permits is then the
+-- it keeps a generic one. A gateway connects when the tables are small (a new install:
+-- a gateway's pool opens before its traffic): a sequential scan of permits is then the
 -- cheapest way to find a batch's permits by id, and a hash join over a sequential scan
 -- of permit_segments the cheapest way to update their segments. That plan stays until
--- autovacuum next analyzes the table, while the table grows by a row per request and
--- four per request: measured (tests/bench/batchcost.py, 6,000 permits in), a v3
--- settlement read every row of both tables and cost twice what it costs with its
--- indexes. A plan bad enough can also cross jit_above_cost, and JIT compiling one
--- statement then costs ~13 ms, inside the counter locks.
+-- autovacuum next analyzes the table, while permits grow by a row per request and
+-- segments by one per counter. Measured on a connection opened on a fresh database:
+-- after ~6,000 permits a v3 admit + settle pair in batches of 16 cost 0.45-0.64 ms of
+-- Postgres CPU, 0.21-0.30 ms with index plans; through one gateway at c=16, Postgres CPU
+-- per request fell from 0.94 to 0.63 ms with these calls (tests/bench/speed.py,
+-- docs/benchmarks.md). A plan bad enough can also cross jit_above_cost, and JIT
+-- compiling one statement then costs ~13 ms, inside the counter locks.
 --
 -- What. Each function below runs its callee with enable_seqscan off and jit off for the
 -- call only (a function's SET clause: restored when it returns, whatever the session
