@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -37,13 +36,7 @@ from gateway.governance import (  # noqa: E402
 from gateway.keys import PostgresKeyStore, Principal, TeamLimits, hash_key  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
 from gateway.pricing import Usage  # noqa: E402
-from tests.conftest import (  # noqa: E402
-    DEFAULT_DSN,
-    create_database,
-    drop_database,
-    dsn_for,
-    migrate,
-)
+from tests.bench._bench import own_database  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 NOW = datetime.now(UTC)
@@ -175,15 +168,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
-    name = f"ipbench_{os.getpid()}"
-    create_database(server, name)
-    try:
-        dsn = dsn_for(server, name)
-        migrate(dsn)
+    with own_database("ipbench") as dsn:
         pairs = asyncio.run(bench(dsn, args.workers, args.seconds))
-    finally:
-        drop_database(server, name)
     print(f"{args.workers} concurrent workers, {args.seconds:.0f} s per measurement; "
           "admit+settle = 2 round trips (one admission, one settlement) per admission")
     for admit_run, raw_run in pairs:

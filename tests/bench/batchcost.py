@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from gateway.governance import PostgresGovernanceStore, build_request  # noqa: E402
 from gateway.keys import PostgresKeyStore, TeamLimits, hash_key  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
-from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.bench._bench import own_database  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
@@ -99,15 +99,8 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
-    name = f"ipcost_{os.getpid()}"
-    create_database(server, name)
-    try:
-        dsn = dsn_for(server, name)
-        migrate(dsn)
+    with own_database("ipcost") as dsn:
         asyncio.run(run(dsn, a.sizes, a.iterations, a.rounds))
-    finally:
-        drop_database(server, name)
 
 
 if __name__ == "__main__":

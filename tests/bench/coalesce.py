@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -26,14 +25,8 @@ from psycopg_pool import AsyncConnectionPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gateway.governance import PostgresGovernanceStore  # noqa: E402
+from tests.bench._bench import own_database  # noqa: E402
 from tests.bench.admission import Run, _admit_settle, _drive, _principals  # noqa: E402
-from tests.conftest import (  # noqa: E402
-    DEFAULT_DSN,
-    create_database,
-    drop_database,
-    dsn_for,
-    migrate,
-)
 
 
 async def bench(dsn: str, args: argparse.Namespace) -> dict[tuple[str, int], list[float]]:
@@ -64,15 +57,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--settings", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args()
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
-    name = f"ipcoal_{os.getpid()}"
-    create_database(server, name)
-    try:
-        dsn = dsn_for(server, name)
-        migrate(dsn)
+    with own_database("ipcoal") as dsn:
         rates = asyncio.run(bench(dsn, args))
-    finally:
-        drop_database(server, name)
     base = args.settings[0]
     for load in ("hot", "spread"):
         for setting in args.settings[1:]:

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from gateway.governance import Permit, PostgresGovernanceStore, build_request  # noqa: E402
 from gateway.keys import PostgresKeyStore, TeamLimits, hash_key  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
-from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.bench._bench import cpu_s, own_database  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 LIMITS = TeamLimits(rpm=1 << 30, tpm=1 << 35, tokens_per_day=1 << 49,
@@ -108,14 +108,6 @@ BEGIN
 END $$;
 """
 
-TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TCK
-
-
 async def _timed(pool: AsyncConnectionPool[Any], pair: Callable[[], Awaitable[None]],
                  rounds: int) -> tuple[float, float]:
     """(backend CPU s, wall s) of ``rounds`` calls of ``pair`` after a warm-up."""
@@ -123,10 +115,10 @@ async def _timed(pool: AsyncConnectionPool[Any], pair: Callable[[], Awaitable[No
         [(pid,)] = await (await conn.execute("SELECT pg_backend_pid()")).fetchall()
     for _ in range(max(10, rounds // 10)):
         await pair()
-    c0, t0 = _cpu_s(pid), time.perf_counter()
+    c0, t0 = cpu_s(pid), time.perf_counter()
     for _ in range(rounds):
         await pair()
-    return _cpu_s(pid) - c0, time.perf_counter() - t0
+    return cpu_s(pid) - c0, time.perf_counter() - t0
 
 
 async def _v4_pair(store: PostgresGovernanceStore, principal: Any, now: datetime,
@@ -184,15 +176,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--pairs", type=int, default=1600, help="operations per case")
     a = ap.parse_args()
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
-    name = f"ipfloor_{os.getpid()}"
-    create_database(server, name)
-    try:
-        dsn = dsn_for(server, name)
-        migrate(dsn)
+    with own_database("ipfloor") as dsn:
         asyncio.run(run(dsn, a.sizes, a.pairs))
-    finally:
-        drop_database(server, name)
 
 
 if __name__ == "__main__":

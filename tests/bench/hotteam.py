@@ -42,7 +42,7 @@ from gateway.governance import Permit, PostgresGovernanceStore, build_request  #
 from gateway.keys import PostgresKeyStore, TeamLimits, hash_key  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
 from gateway.pricing import Usage  # noqa: E402
-from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.bench._bench import cpu_s, own_database  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
@@ -113,15 +113,6 @@ def _run_child(args: tuple[object, ...], out: mp.Queue[tuple[int, float]]) -> No
     out.put(asyncio.run(_child(*args)))  # type: ignore[arg-type]
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _backends(dsn: str) -> list[int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = "
@@ -151,9 +142,9 @@ def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
         p.start()
     time.sleep(max(0.0, start_at - time.time()))
     backends = _backends(dsn)
-    pg0 = sum(_cpu_s(b) for b in backends)
+    pg0 = sum(cpu_s(b) for b in backends)
     time.sleep(max(0.0, start_at + a.seconds - 0.02 - time.time()))
-    pg_s = sum(_cpu_s(b) for b in backends) - pg0
+    pg_s = sum(cpu_s(b) for b in backends) - pg0
     results = [out.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(30)
@@ -196,13 +187,8 @@ def main() -> None:
     a = ap.parse_args()
     settings = [(*parts, *(4, 0)[len(parts) - 2:])
                 for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
-    name = f"iphot_{os.getpid()}"
-    create_database(server, name)
     load0 = os.getloadavg()[0]
-    try:
-        dsn = dsn_for(server, name)
-        migrate(dsn)
+    with own_database("iphot") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE bench_raw (id int PRIMARY KEY, v bigint NOT NULL)")
             conn.execute("INSERT INTO bench_raw SELECT g, 0 FROM generate_series(0, 99) g")
@@ -217,8 +203,6 @@ def main() -> None:
                         phase(dsn, "gov", ks, a, (c, sc, fn, mg)))
             print(f"round {rnd + 1}/{a.rounds}: " + ", ".join(
                 f"{k} {v[-1].rate:.0f}/s" for k, v in rates.items()), flush=True)
-    finally:
-        drop_database(server, name)
     med = {k: statistics.median(p.rate for p in v) for k, v in rates.items()}
     cpu = {k: (statistics.median(p.client_ms for p in v), statistics.median(p.pg_ms for p in v))
            for k, v in rates.items()}

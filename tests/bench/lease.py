@@ -42,7 +42,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.bench._bench import cpu_s, own_database  # noqa: E402
 from tests.e2e._lease import (  # noqa: E402
     DATAPLANE_TOKEN,
     MODEL,
@@ -60,11 +60,6 @@ from tests.e2e._procs import (  # noqa: E402
 )
 
 TEAM = "bench"
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -128,10 +123,10 @@ def overhead(work: Path, dsn: str, args: argparse.Namespace) -> None:
         cpu = dict.fromkeys(lat, 0.0)
         for _ in range(args.rounds):
             for name, (proc, key) in targets.items():
-                before = _cpu_s(proc.popen.pid)
+                before = cpu_s(proc.popen.pid)
                 got, seconds = asyncio.run(_load(proc.url, key, n=args.requests,
                                                  concurrency=args.concurrency))
-                cpu[name] += _cpu_s(proc.popen.pid) - before
+                cpu[name] += cpu_s(proc.popen.pid) - before
                 lat[name] += got
                 wall[name] += seconds
     finally:
@@ -160,37 +155,34 @@ def _cost(answer: dict[str, Any]) -> int:
             + usage["completion_tokens"] * PRICE["output"]) // 1_000_000
 
 
-def spendable(work: Path, server_dsn: str, args: argparse.Namespace) -> None:
+def spendable(work: Path, args: argparse.Namespace) -> None:
     print(f"\n2. spendable budget: 3 planes x 4 workers, limit {args.limit_micro} µUSD")
     print(f"{'grant':>6} {'at 1st refusal':>15} {'at 1st 402':>11} {'at the end':>11} "
           f"{'503s':>6} {'200s':>6} {'heartbeats':>10}")
     for per_mille in (1, 10, 100):
-        name = f"ipt_bench_{os.getpid()}_{per_mille}"
-        create_database(server_dsn, name)
-        dsn = dsn_for(server_dsn, name)
-        migrate(dsn)
-        stack = LeaseStack(workdir=work / f"spend-{per_mille}", dsn=dsn)
-        stack.workdir.mkdir()
-        try:
-            stack.start_control()
-            limit_milli = args.limit_micro // 1000
-            stack.publish(budget_doc("bench", "*", limit_milli=limit_milli,
-                                     grant_milli=max(1, limit_milli * per_mille // 1000)))
-            planes = ["p1", "p2", "p3"]
-            for p in planes:
-                stack.add_plane(p, teams=[TEAM])
-            for p in planes:
-                url, key = stack.planes[p].url, stack.keys[(p, TEAM)]
-                wait_until(lambda url=url, key=key: httpx.post(
-                    f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                    json={"model": MODEL, "max_tokens": 1, "messages": [
-                        {"role": "user", "content": "x"}]}).status_code == 200,
-                    what="plane serving")
-            spent, seen, firsts = _race(stack, planes)
-            beats = sum(v["heartbeats"] for v in stack.dataplanes().values())
-        finally:
-            stack.stop()
-            drop_database(server_dsn, name)
+        with own_database(f"ipt_bench_{per_mille}") as dsn:
+            stack = LeaseStack(workdir=work / f"spend-{per_mille}", dsn=dsn)
+            stack.workdir.mkdir()
+            try:
+                stack.start_control()
+                limit_milli = args.limit_micro // 1000
+                stack.publish(budget_doc("bench", "*", limit_milli=limit_milli,
+                                         grant_milli=max(1, limit_milli * per_mille // 1000)))
+                planes = ["p1", "p2", "p3"]
+                for p in planes:
+                    stack.add_plane(p, teams=[TEAM])
+                for p in planes:
+                    url, key = stack.planes[p].url, stack.keys[(p, TEAM)]
+                    wait_until(lambda url=url, key=key: httpx.post(
+                        f"{url}/v1/chat/completions",
+                        headers={"Authorization": f"Bearer {key}"},
+                        json={"model": MODEL, "max_tokens": 1, "messages": [
+                            {"role": "user", "content": "x"}]}).status_code == 200,
+                        what="plane serving")
+                spent, seen, firsts = _race(stack, planes)
+                beats = sum(v["heartbeats"] for v in stack.dataplanes().values())
+            finally:
+                stack.stop()
         pct = [f"{100 * x / args.limit_micro:.1f}%" for x in
                (firsts.get("any", spent), firsts.get(402, spent), spent)]
         print(f"{per_mille / 10:5.1f}% {pct[0]:>15} {pct[1]:>11} {pct[2]:>11} "
@@ -254,13 +246,13 @@ def heartbeat_cpu(work: Path, dsn: str, args: argparse.Namespace) -> None:
                     "fingerprint"]
                 rtt: list[float] = []
                 backends = _backends(dsn)
-                before, pg_before = _cpu_s(pid), _cpu_many(backends)
+                before, pg_before = cpu_s(pid), _cpu_many(backends)
                 for seq in range(args.heartbeats):
                     t0 = time.perf_counter()
                     r = client.post("/v1alpha1/sync", json=_beat(seq + 2, accounts, fp))
                     rtt.append(time.perf_counter() - t0)
                     r.raise_for_status()
-                used, pg_used = _cpu_s(pid) - before, _cpu_many(backends) - pg_before
+                used, pg_used = cpu_s(pid) - before, _cpu_many(backends) - pg_before
                 print(f"{n:8} {used / args.heartbeats * 1000:8.2f} "
                       f"{pg_used / args.heartbeats * 1000:10.2f} {_pct(rtt, 50):11.2f} "
                       f"{_pct(rtt, 99):11.2f}")
@@ -282,7 +274,7 @@ def _cpu_many(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
         with contextlib.suppress(OSError):  # a backend gone (the pool recycled it)
-            total += _cpu_s(pid)
+            total += cpu_s(pid)
     return total
 
 
@@ -304,21 +296,14 @@ def main() -> int:
     ap.add_argument("--heartbeats", type=int, default=300)
     ap.add_argument("--only", choices=["overhead", "spendable", "cpu"])
     args = ap.parse_args()
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
-    name = f"ipt_bench_{os.getpid()}"
-    create_database(server, name)
-    dsn = dsn_for(server, name)
-    try:
-        migrate(dsn)
-        with tempfile.TemporaryDirectory(prefix="mayu-lease-bench-") as tmp:
-            if args.only in (None, "overhead"):
-                overhead(Path(tmp), dsn, args)
-            if args.only in (None, "spendable"):
-                spendable(Path(tmp), server, args)
-            if args.only in (None, "cpu"):
-                heartbeat_cpu(Path(tmp), dsn, args)
-    finally:
-        drop_database(server, name)
+    with own_database("ipt_bench") as dsn, \
+            tempfile.TemporaryDirectory(prefix="mayu-lease-bench-") as tmp:
+        if args.only in (None, "overhead"):
+            overhead(Path(tmp), dsn, args)
+        if args.only in (None, "spendable"):
+            spendable(Path(tmp), args)
+        if args.only in (None, "cpu"):
+            heartbeat_cpu(Path(tmp), dsn, args)
     return 0
 
 

@@ -33,7 +33,7 @@ from gateway.audit import AuditLog  # noqa: E402
 from gateway.cluster_metrics import postgres_reader  # noqa: E402
 from gateway.governance import Charge, OutcomeKind, Permit, Settlement  # noqa: E402
 from gateway.metrics import Metrics  # noqa: E402
-from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.bench._bench import own_database  # noqa: E402
 
 LINE: dict[str, Any] = {
     "event": "settled", "request_id": "req_" + "0" * 32, "attempt": 0,
@@ -192,14 +192,8 @@ def main() -> None:
         for p in where.iterdir():
             p.unlink()
         where.rmdir()
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
-    name = f"ipt_bench_operate_{os.getpid()}"
-    create_database(server, name)
-    try:
-        migrate(dsn_for(server, name))
-        asyncio.run(bench_db(dsn_for(server, name)))
-    finally:
-        drop_database(server, name)
+    with own_database("ipt_bench_operate") as dsn:
+        asyncio.run(bench_db(dsn))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.bench._bench import cpu_s  # noqa: E402
 from tests.e2e._procs import (  # noqa: E402
     create_key,
     create_team,
@@ -63,12 +64,6 @@ async def _load(base: str, path: str, headers: dict[str, str], *, n: int, concur
     return latencies, wall
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] * 1000
@@ -100,12 +95,12 @@ def main() -> int:
             for name, base, headers in (
                     ("direct", f"{upstream.url}/v1", {}),
                     ("gateway", f"{gateway.url}/v1", {"Authorization": f"Bearer {key}"})):
-                before = (_cpu_s(upstream.popen.pid), _cpu_s(gateway.popen.pid))
+                before = (cpu_s(upstream.popen.pid), cpu_s(gateway.popen.pid))
                 results[name] = asyncio.run(_load(
                     base, "/chat/completions", headers, n=args.requests,
                     concurrency=args.concurrency, stream=args.stream))
-                cpu[name] = (_cpu_s(upstream.popen.pid) - before[0],
-                             _cpu_s(gateway.popen.pid) - before[1])
+                cpu[name] = (cpu_s(upstream.popen.pid) - before[0],
+                             cpu_s(gateway.popen.pid) - before[1])
         finally:
             if gateway is not None:
                 gateway.stop()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -36,13 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import (  # noqa: E402
-    DEFAULT_DSN,
-    create_database,
-    drop_database,
-    dsn_for,
-    migrate,
-)
+from tests.bench._bench import own_database  # noqa: E402
 from tests.e2e._controlplane import (  # noqa: E402
     MODEL,
     WRITER_TOKEN,
@@ -129,21 +122,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
-    name = f"ipd_bench_{os.getpid()}"
-    create_database(server, name)
-    try:
-        dsn = dsn_for(server, name)
-        migrate(dsn)
-        with tempfile.TemporaryDirectory(prefix="ipd-bench-") as tmp:
-            stack = SharedStack.start(Path(tmp), dsn, gateways=2)
-            try:
-                key = stack.team_key("bench")
-                asyncio.run(run(stack, key, args.rounds))
-            finally:
-                stack.stop()
-    finally:
-        drop_database(server, name)
+    with own_database("ipd_bench") as dsn, \
+            tempfile.TemporaryDirectory(prefix="ipd-bench-") as tmp:
+        stack = SharedStack.start(Path(tmp), dsn, gateways=2)
+        try:
+            key = stack.team_key("bench")
+            asyncio.run(run(stack, key, args.rounds))
+        finally:
+            stack.stop()
     return 0
 
 

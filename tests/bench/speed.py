@@ -47,8 +47,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.bench._bench import cpu_s, server_dsn  # noqa: E402
 from tests.bench._loadgen import run_load  # noqa: E402
-from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate  # noqa: E402
+from tests.conftest import create_database, drop_database, dsn_for, migrate  # noqa: E402
 from tests.e2e._procs import Proc, free_port, run_cli, start_gateway  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,15 +65,6 @@ def body(stream: bool, max_tokens: int = 16) -> bytes:
 
 
 # -- /proc ---------------------------------------------------------------------------
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def tree(pid: int) -> list[int]:
     """``pid`` and its descendants."""
@@ -362,7 +354,7 @@ def main() -> int:
     args = ap.parse_args()
     only = set(args.only.split(","))
     load0 = os.getloadavg()[0]
-    server = os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
+    server = server_dsn()
     dbname = f"ipspeed_{os.getpid()}"
     procs: list[Proc] = []
     others: list[subprocess.Popen[bytes]] = []

@@ -1,0 +1,37 @@
+"""What the benches share: a scratch database of their own, and a process's CPU time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate
+
+
+def server_dsn() -> str:
+    """The Postgres server the benches use: ``INFERPLANE_TEST_PG_DSN``, else the local one."""
+    return os.environ.get("INFERPLANE_TEST_PG_DSN", DEFAULT_DSN)
+
+
+@contextmanager
+def own_database(prefix: str) -> Iterator[str]:
+    """A new database on :func:`server_dsn`'s server, migrated to head; dropped after."""
+    server, name = server_dsn(), f"{prefix}_{os.getpid()}"
+    create_database(server, name)
+    try:
+        dsn = dsn_for(server, name)
+        migrate(dsn)
+        yield dsn
+    finally:
+        drop_database(server, name)
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (``/proc``; 0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
