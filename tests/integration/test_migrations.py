@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from gateway.governance import AdmissionRequest, Charge
 from tests.conftest import migrate
 
 TABLES = {"authority_namespace", "teams", "keys", "bootstrap_declarations", "policy_state",
@@ -23,6 +24,21 @@ def _functions(dsn: str) -> set[str]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'inferplane%'")
         return {r[0] for r in rows.fetchall()}
+
+
+def _team_and_key(conn: psycopg.Connection) -> None:
+    """Team t1 and its key k1, written as any release's key store writes them."""
+    conn.execute("INSERT INTO teams (id, name) VALUES ('t1', 'one')")
+    conn.execute("INSERT INTO keys (id, team_id, key_hash, display_prefix)"
+                 " VALUES ('k1', 't1', 'h', 'sk-inf-x')")
+
+
+def _request(rid: str, charges: tuple[Charge, ...]) -> AdmissionRequest:
+    """An admission of team t1's key k1 on 2026-11-30 with these charges."""
+    return AdmissionRequest(request_id=rid, key_id="k1", key_revision=1, team_id="t1",
+                            team_revision=1, user=None, model="m", token_bound=100,
+                            usd_bound=5_000, policy_generation=0, charges=charges,
+                            day="2026-11-30", month="2026-11")
 
 
 def test_empty_to_head_to_base_to_head(pg_empty_dsn: str) -> None:
@@ -55,8 +71,6 @@ def test_upgrade_from_0001_keeps_every_committed_figure(pg_empty_dsn: str) -> No
     import msgspec
 
     from gateway.governance import (
-        AdmissionRequest,
-        Charge,
         Outcome,
         OutcomeKind,
         Permit,
@@ -72,14 +86,9 @@ def test_upgrade_from_0001_keeps_every_committed_figure(pg_empty_dsn: str) -> No
                       limit=20_000, window="2026-11-30"))
 
     def req(rid: str) -> AdmissionRequest:
-        return AdmissionRequest(request_id=rid, key_id="k1", key_revision=1, team_id="t1",
-                                team_revision=1, user=None, model="m", token_bound=100,
-                                usd_bound=5_000, policy_generation=0, charges=charges,
-                                day="2026-11-30", month="2026-11")
+        return _request(rid, charges)
     with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO teams (id, name) VALUES ('t1', 'one')")
-        conn.execute("INSERT INTO keys (id, team_id, key_hash, display_prefix)"
-                     " VALUES ('k1', 't1', 'h', 'sk-inf-x')")
+        _team_and_key(conn)
         [(done,)] = conn.execute("SELECT inferplane_admit_v1(%s::jsonb)", (
             msgspec.json.encode([req("a"), req("b")]).decode(),)).fetchall()
         first, second = (d["permit_id"] for d in done)
@@ -128,7 +137,7 @@ def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitt
 
     import msgspec
 
-    from gateway.governance import AdmissionRequest, Charge, Permit
+    from gateway.governance import Permit
     from gateway.governance._postgres import PostgresGovernanceStore
     from tests.settling import exact, settlement
 
@@ -143,19 +152,14 @@ def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitt
                       limit=40_000, window="2026-11-30"))
 
     def req(rid: str) -> AdmissionRequest:
-        return AdmissionRequest(request_id=rid, key_id="k1", key_revision=1, team_id="t1",
-                                team_revision=1, user=None, model="m", token_bound=100,
-                                usd_bound=5_000, policy_generation=0, charges=charges,
-                                day="2026-11-30", month="2026-11")
+        return _request(rid, charges)
 
-    def rows(conn: psycopg.Connection) -> dict[str, list[tuple[object, ...]]]:  # type: ignore[type-arg]
+    def rows(conn: psycopg.Connection) -> dict[str, list[tuple[object, ...]]]:
         return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
                 for t in ("counters", "authority_accounts", "permits", "permit_segments")}
 
     with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO teams (id, name) VALUES ('t1', 'one')")
-        conn.execute("INSERT INTO keys (id, team_id, key_hash, display_prefix)"
-                     " VALUES ('k1', 't1', 'h', 'sk-inf-x')")
+        _team_and_key(conn)
         admit = "inferplane_admit_v2(%s::jsonb)" if start == "0003" else \
             "inferplane_admit_v3(%s::json)"
         [(done,)] = conn.execute(f"SELECT {admit}", (
