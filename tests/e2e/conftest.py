@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
 import yaml
 
@@ -160,6 +162,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         gateway.stop()
         upstream.stop()
+
+
+# The real SDKs as clients of the module's ``stack``, with the module's own ``key``.
+@pytest.fixture
+def oai(stack: Stack, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{stack.gateway.url}/v1", api_key=key, max_retries=0)
+
+
+@pytest.fixture
+def claude(stack: Stack, key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=stack.gateway.url, api_key=key, max_retries=0)
 
 
 @pytest.fixture

@@ -21,16 +21,6 @@ def key(stack: Stack) -> str:
     return stack.team_key("fast", "--rpm", "100000", "--tpm", "100000000")
 
 
-@pytest.fixture
-def oai(stack: Stack, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{stack.gateway.url}/v1", api_key=key, max_retries=0)
-
-
-@pytest.fixture
-def claude(stack: Stack, key: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=stack.gateway.url, api_key=key, max_retries=0)
-
-
 def _events(stack: Stack, request_id: str) -> list[str | None]:
     return [line.get("event") for line in stack.audit()
             if line.get("request_id") == request_id]

@@ -19,16 +19,6 @@ def key(stack: Stack) -> str:
     return stack.team_key("sdk")
 
 
-@pytest.fixture
-def oai(stack: Stack, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{stack.gateway.url}/v1", api_key=key, max_retries=0)
-
-
-@pytest.fixture
-def claude(stack: Stack, key: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=stack.gateway.url, api_key=key, max_retries=0)
-
-
 def _only_entry(stack: Stack) -> dict[str, object]:
     entries = stack.ledger()
     assert len(entries) == 1, entries
