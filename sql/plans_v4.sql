@@ -16,8 +16,9 @@
 -- with 6,400 to 8,000 permits a v3 admit + settle pair in batches of 16 cost 0.45-0.64
 -- ms of Postgres CPU, 0.21-0.30 ms with index plans; through one gateway at c=16,
 -- Postgres CPU per request fell from 0.94 to 0.63 ms with these calls
--- (tests/bench/speed.py, docs/benchmarks.md). A plan bad enough can also cross jit_above_cost, and JIT
--- compiling one statement then costs ~13 ms, inside the counter locks.
+-- (tests/bench/speed.py, docs/benchmarks.md). A plan bad enough can also cross
+-- jit_above_cost, and JIT compiling one statement then costs ~13 ms, inside the counter
+-- locks.
 --
 -- What. Each function below runs its callee with enable_seqscan off and jit off for the
 -- call only (a function's SET clause: restored when it returns, whatever the session
