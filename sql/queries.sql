@@ -107,6 +107,26 @@ SELECT inferplane_resolve_v4(%(permit_id)s::uuid, %(settlement)s::jsonb) AS resu
 -- name: settle_admit_v4
 SELECT inferplane_settle_admit_v4(%(items)s::jsonb, %(requests)s::json) AS results
 
+-- name: admit_v5
+-- The v5 calls (sql/plans_v5.sql): the v4 calls planned once per session (generic
+-- plans), and a lone settlement in fewer statements.
+SELECT inferplane_admit_v5(%(requests)s::json) AS results
+
+-- name: admit_one_v5
+SELECT inferplane_admit_one_v5(%(requests)s::jsonb) AS results
+
+-- name: settle_v5
+SELECT inferplane_settle_v5(%(items)s::jsonb) AS results
+
+-- name: settle_one_v5
+SELECT inferplane_settle_one_v5(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+
+-- name: resolve_v5
+SELECT inferplane_resolve_v5(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+
+-- name: settle_admit_v5
+SELECT inferplane_settle_admit_v5(%(items)s::jsonb, %(requests)s::json) AS results
+
 -- name: lock_settling_permits
 -- A batch of settlements in one transaction takes its row locks first, in the one global
 -- order (permits by id, then the accounts and counters its permits charged by key, every

@@ -93,7 +93,9 @@ _QUERIES = {2: _Calls("admit", "admit", "settle", "", "resolve", ""),
             3: _Calls("admit", "admit_v3", "settle", "settle_v3", "resolve",
                       "settle_admit_v3"),
             4: _Calls("admit_one_v4", "admit_v4", "settle_one_v4", "settle_v4",
-                      "resolve_v4", "settle_admit_v4")}
+                      "resolve_v4", "settle_admit_v4"),
+            5: _Calls("admit_one_v5", "admit_v5", "settle_one_v5", "settle_v5",
+                      "resolve_v5", "settle_admit_v5")}
 
 
 class PostgresGovernanceStore:
@@ -106,7 +108,9 @@ class PostgresGovernanceStore:
     locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
     sent in one round trip (pipeline mode).
 
-    ``functions``: which released SQL functions decide. 4 (default): the v3/v2 functions
+    ``functions``: which released SQL functions decide. 5 (default): the ``_v5`` calls
+    (revision 0006, ``sql/plans_v5.sql``): 4's, each statement planned once per session
+    (generic plans), and a lone settlement in fewer statements. 4: the v3/v2 functions
     below run through their ``_v4`` calls (revision 0005, ``sql/plans_v4.sql``), planned
     without sequential scans or JIT, so the plans a connection caches while the tables
     are small stay index plans as they grow. 3: batches go to the set-based
@@ -115,18 +119,19 @@ class PostgresGovernanceStore:
     which does less for one; 2: ``inferplane_admit_v2`` / ``inferplane_settle_v2``
     (revision 0002), a settlement batch being their per-permit calls after the batch's
     locks. All give the same answers (``tests/integration/test_store_contract.py`` runs
-    against each); 2 and 3 are kept to measure one against another
+    against each); 2, 3 and 4 are kept to measure one against another
     (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``).
 
-    ``merge`` (v3 or v4, with both coalescings on): admissions and settlements share one
+    ``merge`` (v3 and later, with both coalescings on): admissions and settlements share one
     lane of ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
-    settlements first (``inferplane_settle_admit_v3`` or ``_v4``, :class:`MergedCoalescer`).
+    settlements first (``inferplane_settle_admit_v3``, ``_v4`` or ``_v5``,
+    :class:`MergedCoalescer`).
     """
 
     def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
-                 functions: int = 4, merge: bool = False) -> None:
+                 functions: int = 5, merge: bool = False) -> None:
         if functions not in _QUERIES:
-            raise ValueError(f"functions: 2, 3 or 4, not {functions!r}")
+            raise ValueError(f"functions: 2, 3, 4 or 5, not {functions!r}")
         self._pool = pool
         self._q = _QUERIES[functions]
         # Admissions whose caller was cancelled, and the refunds of their permits.

@@ -124,14 +124,21 @@ def test_upgrade_from_0001_keeps_every_committed_figure(pg_empty_dsn: str) -> No
                             " WHERE key = %s", (window,)).fetchone() == (0, 1_234, 5_000)
 
 
-@pytest.mark.parametrize("start", ["0003", "0004"])
+# What each release's gateway called to admit a batch and to settle one.
+_RELEASED = {"0003": ("inferplane_admit_v2(%s::jsonb)", ""),
+             "0004": ("inferplane_admit_v3(%s::json)", "inferplane_settle_v3(%s::jsonb)"),
+             "0005": ("inferplane_admit_v4(%s::json)", "inferplane_settle_v4(%s::jsonb)")}
+
+
+@pytest.mark.parametrize("start", sorted(_RELEASED))
 def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitted(
         pg_empty_dsn: str, start: str) -> None:
-    """A database used by the 0003 gateway (admit_v2/settle_v2) or the 0004 one (batches
-    through admit_v3/settle_v3): permits settled complete and uncertain, two pending;
-    upgraded to head (0004 adds the set-based v3 functions, 0005 the v4 calls) it keeps
-    every row of counters, accounts, permits and segments unchanged, and the head store
-    settles the pending permits in one batch next to a merged admission."""
+    """A database used by the 0003 gateway (admit_v2/settle_v2), the 0004 one (batches
+    through admit_v3/settle_v3) or the 0005 one (the v4 calls): permits settled complete
+    and uncertain, two pending; upgraded to head (0004 adds the set-based v3 functions,
+    0005 the v4 calls, 0006 the v5 ones) it keeps every row of counters, accounts,
+    permits and segments unchanged, and the head store settles one pending permit alone
+    and the other in a batch, next to a merged admission."""
     import asyncio
     import json
 
@@ -160,8 +167,7 @@ def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitt
 
     with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
         _team_and_key(conn)
-        admit = "inferplane_admit_v2(%s::jsonb)" if start == "0003" else \
-            "inferplane_admit_v3(%s::json)"
+        admit, settle_batch = _RELEASED[start]
         [(done,)] = conn.execute(f"SELECT {admit}", (
             msgspec.json.encode([req(r) for r in "abcd"]).decode(),)).fetchall()
         ids = [d["permit_id"] for d in done]
@@ -174,12 +180,12 @@ def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitt
                 body["liabilities"] = {window: 4_800, account: 4_800}
                 body["usd_liability"] = 4_800
             bodies.append(body)
-        if start == "0003":
+        if not settle_batch:
             for body in bodies:
                 conn.execute("SELECT inferplane_settle_v2(%s::uuid, %s::jsonb)",
                              (body.pop("permit_id"), json.dumps(body)))
         else:
-            conn.execute("SELECT inferplane_settle_v3(%s::jsonb)", (json.dumps(bodies),))
+            conn.execute(f"SELECT {settle_batch}", (json.dumps(bodies),))
         before = rows(conn)
     by_key = {r[0]: r for r in before["counters"]}
     assert by_key[window][7:10] == (10_000, 1_434, False)  # reserved, committed, frozen
@@ -194,9 +200,9 @@ def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitt
         async with AsyncConnectionPool(pg_empty_dsn, kwargs={
                 "autocommit": True, "row_factory": dict_row}) as pool:
             store = PostgresGovernanceStore(pool)
-            out = await store._settle_many([
-                (ids[2], settlement(req("c"), exact(50, 300))),
-                (ids[3], settlement(req("d"), exact(60, 400)))])
+            out = [await store._settle_one(ids[2], settlement(req("c"), exact(50, 300))),
+                   *await store._settle_many([(ids[3], settlement(req("d"),
+                                                                 exact(60, 400)))])]
             assert [getattr(r, "usd_committed", r) for r in out] == [300, 400]
             settled, [granted] = await store._settle_admit([], [req("e")])
             assert settled == [] and isinstance(granted, Permit)

@@ -1,4 +1,5 @@
-"""The set-based ``_v3`` functions answer exactly as the ``_v2`` ones, batch by batch.
+"""The set-based ``_v3`` functions, and the ``_v5`` calls, answer exactly as the ``_v2``
+functions, batch by batch.
 
 A property test (hypothesis) drives one database through random sequences of admission
 batches and settlement batches — refusals of every kind, new windows created mid-run,
@@ -7,9 +8,13 @@ batch, replays, conflicts, unknown permits, missing and extra commits. Each batc
 twice on the same state: first through the v2 functions (``inferplane_admit_v2`` on the
 batch; ``inferplane_settle_v2`` item by item in one transaction, as the v2 settlement
 coalescer sends it), whose answers and resulting rows are recorded and rolled back;
-then through ``inferplane_admit_v3`` / ``inferplane_settle_v3``, which commit. A merged
-batch (``inferplane_settle_admit_v3``: settlements, then admissions, one transaction)
-is compared with its serial run: each settlement through v2, then the admissions. Answers
+then through ``inferplane_admit_v3`` / ``inferplane_settle_v3``, which commit. In between,
+each ``_v5`` call runs on the same state and is rolled back: ``inferplane_admit_v5`` and
+``inferplane_admit_one_v5`` on the batch, ``inferplane_settle_v5`` on the settlement batch
+and ``inferplane_settle_one_v5`` item by item (its own statements, not v2's), and
+``inferplane_settle_admit_v5`` on a merged one. A merged batch
+(``inferplane_settle_admit_v3``: settlements, then admissions, one transaction) is
+compared with its serial run: each settlement through v2, then the admissions. Answers
 and every row of counters, accounts, permits and segments must be equal (permit ids,
 which each function draws at random, are compared through their request ids).
 
@@ -24,6 +29,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -180,12 +186,20 @@ def _normal(results: list[dict[str, Any]], conn: psycopg.Connection[Any]) -> lis
     return out
 
 
-def _both(conn: psycopg.Connection[Any], now_us: int, v2: Any, v3: Any) -> list[Any]:
-    """Run v2 (rolled back) then v3 (committed) on the same state; both must agree."""
+def _both(conn: psycopg.Connection[Any], now_us: int, v2: Any, v3: Any,
+          *also: Any) -> list[Any]:
+    """Run v2 (rolled back), each of ``also`` (rolled back), then v3 (committed) on the
+    same state; all must agree."""
     with conn.transaction(force_rollback=True):
         conn.execute("SELECT set_config('inferplane.test_now_us', %s, true)", (str(now_us),))
         old = _normal(v2(), conn)
         old_state = _state(conn)
+    for other in also:
+        with conn.transaction(force_rollback=True):
+            conn.execute("SELECT set_config('inferplane.test_now_us', %s, true)",
+                         (str(now_us),))
+            assert _normal(other(), conn) == old
+            assert _state(conn) == old_state
     with conn.transaction():
         conn.execute("SELECT set_config('inferplane.test_now_us', %s, true)", (str(now_us),))
         raw = v3()
@@ -226,10 +240,10 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
             body = json.dumps(reqs)
             results = _both(
                 db, now_us,
-                lambda body=body: db.execute("SELECT inferplane_admit_v2(%s::jsonb) AS r",
-                                             (body,)).fetchone()["r"],  # type: ignore[index]
-                lambda body=body: db.execute("SELECT inferplane_admit_v3(%s::json) AS r",
-                                             (body,)).fetchone()["r"])  # type: ignore[index]
+                lambda body=body: _call(db, "inferplane_admit_v2(%s::jsonb)", body),
+                lambda body=body: _call(db, "inferplane_admit_v3(%s::json)", body),
+                lambda body=body: _call(db, "inferplane_admit_one_v5(%s::jsonb)", body),
+                lambda body=body: _call(db, "inferplane_admit_v5(%s::json)", body))
             permits += [(r["permit_id"], q["charges"])
                         for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
             continue
@@ -239,9 +253,15 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
             def v2(items: list[dict[str, Any]] = items) -> list[Any]:
                 return _settle_v2(db, items)
 
+            def one_v5(items: list[dict[str, Any]] = items) -> list[Any]:
+                return _settle_v2(db, items, "inferplane_settle_one_v5")
+
             _both(db, now_us, v2,
-                  lambda items=items: db.execute("SELECT inferplane_settle_v3(%s::jsonb) AS r",
-                                                 (json.dumps(items),)).fetchone()["r"])  # type: ignore[index]
+                  lambda items=items: _call(db, "inferplane_settle_v3(%s::jsonb)",
+                                            json.dumps(items)),
+                  one_v5,
+                  lambda items=items: _call(db, "inferplane_settle_v5(%s::jsonb)",
+                                            json.dumps(items)))
             continue
         # Settlements and admissions in one transaction.
         items = _items(arg[0], permits)
@@ -256,12 +276,13 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
             return [*settled, *db.execute("SELECT inferplane_admit_v2(%s::jsonb) AS r",
                                           (body,)).fetchone()["r"]]  # type: ignore[index]
 
-        def merged(items: list[dict[str, Any]] = items, body: str = body) -> list[Any]:
-            out = db.execute("SELECT inferplane_settle_admit_v3(%s::jsonb, %s::json) AS r",
-                             (json.dumps(items), body)).fetchone()["r"]  # type: ignore[index]
+        def merged(items: list[dict[str, Any]] = items, body: str = body,
+                   version: int = 3) -> list[Any]:
+            out = _call(db, f"inferplane_settle_admit_v{version}(%s::jsonb, %s::json)",
+                        json.dumps(items), body)
             return [*out["settled"], *out["admitted"]]
 
-        results = _both(db, now_us, serial, merged)[len(items):]
+        results = _both(db, now_us, serial, merged, partial(merged, version=5))[len(items):]
         permits += [(r["permit_id"], q["charges"])
                     for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
 
@@ -278,7 +299,13 @@ def _items(specs: list[dict[str, Any]],
     return items
 
 
-def _settle_v2(db: psycopg.Connection[Any], items: list[dict[str, Any]]) -> list[Any]:
-    return [db.execute("SELECT inferplane_settle_v2(%s::uuid, %s::jsonb) AS r",
-                       (i["permit_id"], json.dumps(i))).fetchone()["r"]  # type: ignore[index]
+def _call(db: psycopg.Connection[Any], call: str, *args: Any) -> Any:
+    """The one value ``SELECT <call>`` returns."""
+    return db.execute(f"SELECT {call} AS r", args).fetchone()["r"]  # type: ignore[index]
+
+
+def _settle_v2(db: psycopg.Connection[Any], items: list[dict[str, Any]],
+               function: str = "inferplane_settle_v2") -> list[Any]:
+    """Each settlement alone, in order (in the caller's transaction)."""
+    return [_call(db, f"{function}(%s::uuid, %s::jsonb)", i["permit_id"], json.dumps(i))
             for i in items]

@@ -1,7 +1,7 @@
 """The store contract: the local (SQLite) and shared (Postgres) stores answer alike.
 
 Every test runs against both stores (the shared one with its v2 functions, its set-based
-v3 ones and the v4 calls the gateway uses), through the same key-store/governance-store pair a
+v3 ones, the v4 calls and the v5 calls the gateway uses), through the same key-store/governance-store pair a
 gateway of that profile opens (the local pair shares one SQLite file, as the gateway's
 do). Same outcomes, same refusal codes, figures and wording, same replay and conflict
 rules, same liability arithmetic (DESIGN §5).
@@ -54,7 +54,8 @@ class Stores:
         return row.committed, row.liability, row.reserved
 
 
-@pytest.fixture(params=["local", "postgres-v2", "postgres-v3", "postgres-v4"])
+@pytest.fixture(params=["local", "postgres-v2", "postgres-v3", "postgres-v4",
+                        "postgres-v5"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
     if request.param == "local":
         db = str(tmp_path / "mayu.db")
