@@ -1,13 +1,15 @@
 """What one batch costs the database (a script, not a test): the shared profile's
 admission and settlement calls timed alone, on one connection, v2 against v3 against the
-v4 calls (v3 planned without sequential scans, the gateway's), for batches of several
-sizes, in one run.
+v4 calls (v3 planned without sequential scans) against the v5 calls (v4 planned once per
+session, a lone settlement set-based: the gateway's), for batches of several sizes, in
+one run.
 
 For each SQL version (each on its own connection) and batch size N, ``--iterations``
 times: one admission call for N requests of one team (``_admit_now``:
-``inferplane_admit_v2``, ``_v3`` or ``_v4``), then one settlement call for the N permits
-(``_settle_many``: v2's per-permit calls in one pipelined transaction, or one
-``inferplane_settle_v3`` or ``_v4``); the tables grow as it runs (a permit and its
+``inferplane_admit_v2``, ``_v3``, ``_v4`` or ``_v5``; a lone request the lone call), then
+one settlement call for the N permits (``_settle_many``: v2's per-permit calls in one
+pipelined transaction, or one ``inferplane_settle_v3``, ``_v4`` or ``_v5``; a lone permit
+``_settle_one``, as a gateway settles one alone); the tables grow as it runs (a permit and its
 segments per request, as in a gateway), so later figures show how a version's cached
 plans scale with them. The median wall time of each
 call is printed, per call and per operation, next to ``SELECT 1``'s round trip. With no
@@ -52,10 +54,10 @@ async def run(dsn: str, sizes: list[int], iterations: int, rounds: int) -> None:
         assert principal is not None
         now = datetime.now(UTC)
         times: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
-        # One connection per version: v4 runs v3's functions, whose plans a session
-        # caches whichever call planned them first.
+        # One connection per version: v4 and v5 run v3's functions, whose plans a
+        # session caches whichever call planned them first.
         pools = {fn: AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False,
-                                         kwargs={"autocommit": True}) for fn in (2, 3, 4)}
+                                         kwargs={"autocommit": True}) for fn in (2, 3, 4, 5)}
         for own in pools.values():
             await own.open(wait=True)
         for _ in range(rounds):  # versions alternate, so all see the same machine
@@ -70,8 +72,10 @@ async def run(dsn: str, sizes: list[int], iterations: int, rounds: int) -> None:
                         t0 = time.perf_counter()
                         decisions = await store._admit_now(reqs)
                         t1 = time.perf_counter()
-                        await store._settle_many([(d.id, settlement(d.request, exact(400, 1_234)))
-                                                  for d in decisions])  # type: ignore[union-attr]
+                        items = [(d.id, settlement(d.request, exact(400, 1_234)))  # type: ignore[union-attr]
+                                 for d in decisions]
+                        await (store._settle_one(*items[0]) if n == 1
+                               else store._settle_many(items))
                         t2 = time.perf_counter()
                         if i >= iterations // 6:  # warm plans and caches first
                             admit_s.append(t1 - t0)

@@ -1,10 +1,10 @@
 """What the row work alone costs Postgres (a script, not a test): the CPU of one backend
-per admit + settle pair through the gateway's ``_v4`` calls, next to two floors doing
+per admit + settle pair through the gateway's ``_v5`` calls, next to two floors doing
 only the same row work with the fewest statements, in one run.
 
 For batch sizes N (``--sizes``), each on its own connection, ``--pairs`` operations:
 
-- **v4**: ``PostgresGovernanceStore`` (the gateway's default) admitting N requests of
+- **v5**: ``PostgresGovernanceStore`` (the gateway's default) admitting N requests of
   one team charging four counters (RPM and TPM buckets, day token and µUSD windows) in
   one call, then settling them exactly in one call (a lone request: the lone calls);
 - **floor, segments as rows**: a PL/pgSQL function that takes the same locks (key, team,
@@ -18,7 +18,7 @@ For batch sizes N (``--sizes``), each on its own connection, ``--pairs`` operati
 
 CPU is the backend's user + system time (``/proc/<pid>/stat``) over the timed pairs
 (after a warm-up), divided by the operations; wall per pair is printed too. The gap
-between v4 and the row floor is what the functions' own statements cost (parsing,
+between v5 and the row floor is what the functions' own statements cost (parsing,
 arrays, decisions, answers); the gap between the two floors is the segment rows'.
 
     .venv/bin/python tests/bench/floor.py [--sizes 1 4 16] [--pairs 1600]
@@ -121,7 +121,7 @@ async def _timed(pool: AsyncConnectionPool[Any], pair: Callable[[], Awaitable[No
     return cpu_s(pid) - c0, time.perf_counter() - t0
 
 
-async def _v4_pair(store: PostgresGovernanceStore, principal: Any, now: datetime,
+async def _store_pair(store: PostgresGovernanceStore, principal: Any, now: datetime,
                    n: int) -> None:
     reqs = [build_request(principal, EMPTY_SNAPSHOT, request_id=f"r{j}", model="m",
                           token_bound=500, usd_bound=2_000, now=now) for j in range(n)]
@@ -154,14 +154,14 @@ async def run(dsn: str, sizes: list[int], pairs: int) -> None:
     print(f"{'batch':>5} {'calls':<22} {'PG CPU per pair':>16} {'wall per pair':>14}")
     for n in sizes:
         rounds = max(60, pairs // n)
-        for label in ("v4", "floor, segments as rows", "floor, segments folded"):
+        for label in ("v5", "floor, segments as rows", "floor, segments folded"):
             # Its own connection: plans cached by this case only.
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 dsn, min_size=1, max_size=1, open=False, kwargs={"autocommit": True})
             await pool.open(wait=True)
             store = PostgresGovernanceStore(pool)
 
-            pair = (partial(_v4_pair, store, principal, now, n) if label == "v4"
+            pair = (partial(_store_pair, store, principal, now, n) if label == "v5"
                     else partial(_floor_pair, pool, n, label.endswith("folded")))
             cpu, wall = await _timed(pool, pair, rounds)
             await pool.close()

@@ -1,10 +1,10 @@
 """The store contract: the local (SQLite) and shared (Postgres) stores answer alike.
 
 Every test runs against both stores (the shared one with its v2 functions, its set-based
-v3 ones, the v4 calls and the v5 calls the gateway uses), through the same key-store/governance-store pair a
-gateway of that profile opens (the local pair shares one SQLite file, as the gateway's
-do). Same outcomes, same refusal codes, figures and wording, same replay and conflict
-rules, same liability arithmetic (DESIGN §5).
+v3 ones, the v4 calls and the v5 calls the gateway uses), through the same
+key-store/governance-store pair a gateway of that profile opens (the local pair shares
+one SQLite file, as the gateway's do). Same outcomes, same refusal codes, figures and
+wording, same replay and conflict rules, same liability arithmetic (DESIGN §5).
 """
 
 from __future__ import annotations
