@@ -23,14 +23,24 @@
 --     per session and statement and cannot use a sequential scan, so it stays an index
 --     plan: tests/integration/test_pg_plans.py checks it on tables grown after the plans
 --     were cached.
+--   * inferplane_admit_one_v5 is inferplane_admit_v2 for one request in a dozen
+--     statements instead of about thirty: the snapshot checked inline; the rows locked
+--     as v2 locks them (a missing row on v1's row-by-row path); the charges checked in
+--     order by one join, with inferplane_check_charge_v2's arithmetic and figures; the
+--     counters and accounts reserved by one UPDATE each (inferplane_reserve_charge_v1's
+--     arithmetic, the buckets' balances returned by it); the permit and its segments
+--     inserted. Any other input (a batch, a counter charged twice) goes to v2 itself.
 --   * inferplane_settle_one_v5 is inferplane_settle_v2 with its per-segment loop made
 --     set-based and its SQL helpers written inline: the permit locked; the answer for an
 --     unknown, replayed, conflicting or mismatched settlement as v2 gives it; the
 --     permit's accounts, then its counters, locked by one sorted statement each (every
 --     "account:" key sorts before every counter key: v2's byte order over all of them);
 --     the segments, buckets, windows and accounts written by one UPDATE each with v2's
---     arithmetic; the permit recorded. tests/integration/test_pg_v3_equivalence.py runs
---     it next to v2 on every settlement batch and compares answers and rows.
+--     arithmetic; the permit recorded.
+--   tests/integration/test_pg_v3_equivalence.py runs both next to v2 (admit_one_v5 on
+--   every request of an admission batch, one by one, against v2 on the same requests
+--   one by one; settle_one_v5 on every settlement batch, item by item) and compares
+--   answers and every row.
 -- Measured (one connection each, interleaved, admit + settle pairs of one team charging
 -- four counters; tests/bench/batchcost.py and docs/hot-team.md): Postgres CPU per pair
 -- 14 per cent less in batches of 4, 6 per cent less in batches of 16 than v4, and
@@ -47,8 +57,160 @@ $$;
 CREATE FUNCTION inferplane_admit_one_v5(p_requests jsonb) RETURNS jsonb
 LANGUAGE plpgsql
 SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    req jsonb := p_requests->0;
+    k keys;
+    team_rev bigint;
+    cur_gen bigint;
+    now_us bigint;
+    n_missing int;
+    n_repeated int;
+    ch record;
+    bal bigint;
+    refusal jsonb;
+    balances jsonb;
+    pid uuid := gen_random_uuid();
 BEGIN
-    RETURN inferplane_admit_v2(p_requests);
+    IF jsonb_array_length(p_requests) <> 1 THEN  -- the store sends one; any other, v2
+        RETURN inferplane_admit_v2(p_requests);
+    END IF;
+    -- 1. Definitions, in the fixed order (keys, teams, policy generation), and the
+    --    snapshot checked with inferplane_check_snapshot_v1's conditions.
+    SELECT * INTO k FROM keys WHERE id = req->>'key_id' FOR SHARE;
+    SELECT revision INTO team_rev FROM teams WHERE id = req->>'team_id' FOR SHARE;
+    SELECT ps.generation INTO cur_gen FROM policy_state ps FOR SHARE;
+    IF k.id IS NULL OR k.revoked_at IS NOT NULL
+       OR (k.expires_at IS NOT NULL AND k.expires_at <= clock_timestamp())
+       OR k.revision <> (req->>'key_revision')::bigint
+       OR k.team_id <> req->>'team_id' THEN
+        RETURN jsonb_build_array(jsonb_build_object(
+            'status', 503, 'reason', 'snapshot_mismatch', 'counter', 'key:' || (req->>'key_id')));
+    END IF;
+    IF team_rev IS DISTINCT FROM (req->>'team_revision')::bigint THEN
+        RETURN jsonb_build_array(jsonb_build_object(
+            'status', 503, 'reason', 'snapshot_mismatch', 'counter', 'team:' || (req->>'team_id')));
+    END IF;
+    IF cur_gen <> (req->>'policy_generation')::bigint THEN
+        RETURN jsonb_build_array(jsonb_build_object(
+            'status', 503, 'reason', 'snapshot_mismatch', 'counter', 'policy'));
+    END IF;
+
+    -- 2. The rows it charges, locked in the global order: if one is missing (a new
+    --    window, team or key), v1's row-by-row path in byte order (lock, else insert and
+    --    lock), as v2 does; else the accounts, then the counters, each by one sorted
+    --    statement (every "account:" key sorts before every counter key).
+    SELECT count(*) FILTER (WHERE NOT EXISTS (
+                SELECT 1 FROM authority_accounts a WHERE x.kind = 'account' AND a.key = x.counter
+                UNION ALL
+                SELECT 1 FROM counters c WHERE x.kind <> 'account' AND c.key = x.counter)),
+           count(*) - count(DISTINCT x.counter)
+      INTO n_missing, n_repeated
+      FROM jsonb_to_recordset(req->'charges') AS x(counter text, kind text);
+    IF n_repeated > 0 THEN  -- a counter charged twice: v2 reserves it charge by charge
+        RETURN inferplane_admit_v2(p_requests);
+    END IF;
+    now_us := inferplane_now_us_v1();
+    IF n_missing > 0 THEN
+        PERFORM inferplane_lock_charge_v1(x, now_us)
+           FROM jsonb_array_elements(req->'charges') x
+          ORDER BY x->>'counter' COLLATE "C";
+    ELSE
+        PERFORM 1 FROM authority_accounts
+         WHERE key IN (SELECT x->>'counter' FROM jsonb_array_elements(req->'charges') x
+                        WHERE x->>'kind' = 'account')
+         ORDER BY key COLLATE "C" FOR UPDATE;
+        PERFORM 1 FROM counters
+         WHERE key IN (SELECT x->>'counter' FROM jsonb_array_elements(req->'charges') x
+                        WHERE x->>'kind' <> 'account')
+         ORDER BY key COLLATE "C" FOR UPDATE;
+    END IF;
+    now_us := inferplane_now_us_v1();
+
+    -- 3. Each charge checked in order (inferplane_check_charge_v2), all or none.
+    FOR ch IN
+        SELECT x.counter, x.kind, x.dimension, x.amount, x."limit" AS cap,
+               coalesce(x.hard, true) AS hard, x."window",
+               c.balance, c.updated_us,
+               coalesce(c.committed, a.committed) AS committed,
+               coalesce(c.reserved, a.reserved) AS reserved,
+               coalesce(c.liability, a.liability) AS liability,
+               coalesce(c.frozen, a.frozen) AS frozen,
+               coalesce(a.leased_outstanding, 0) AS leased
+          FROM ROWS FROM (jsonb_to_recordset(req->'charges')
+                          AS (counter text, kind text, dimension text, amount bigint,
+                              "limit" bigint, hard boolean, "window" text))
+               WITH ORDINALITY AS x(counter, kind, dimension, amount, "limit", hard,
+                                    "window", o)
+          LEFT JOIN counters c ON x.kind <> 'account' AND c.key = x.counter
+          LEFT JOIN authority_accounts a ON x.kind = 'account' AND a.key = x.counter
+         ORDER BY x.o
+    LOOP
+        IF ch.kind = 'bucket' THEN
+            bal := inferplane_refill_v1(ch.balance, ch.cap, now_us - ch.updated_us);
+            IF bal < least(ch.amount, ch.cap)::numeric * 60000000 THEN
+                refusal := jsonb_build_object(
+                    'status', CASE WHEN ch.dimension = 'usd' THEN 402 ELSE 429 END,
+                    'reason', 'rate_limited', 'counter', ch.counter,
+                    'retry_after', inferplane_retry_after_v1(bal, ch.cap, ch.amount),
+                    'limit', ch.cap, 'amount', ch.amount, 'dimension', ch.dimension);
+            END IF;
+        ELSIF ch.frozen THEN
+            refusal := jsonb_build_object('status', 402, 'reason', 'account_frozen',
+                                          'counter', ch.counter);
+        ELSIF ch.hard AND ch.cap IS NOT NULL
+              AND ch.committed + ch.liability + ch.reserved + ch.leased + ch.amount > ch.cap THEN
+            refusal := jsonb_build_object(
+                'status', CASE WHEN ch.dimension = 'usd' THEN 402 ELSE 429 END,
+                'reason', CASE WHEN ch.dimension = 'usd' THEN 'budget_exhausted'
+                               ELSE 'token_quota_exhausted' END,
+                'counter', ch.counter, 'limit', ch.cap, 'committed', ch.committed,
+                'liability', ch.liability, 'reserved', ch.reserved, 'leased', ch.leased,
+                'amount', ch.amount, 'window', ch."window", 'dimension', ch.dimension);
+        END IF;
+        IF refusal IS NOT NULL THEN
+            RETURN jsonb_build_array(refusal);
+        END IF;
+    END LOOP;
+
+    -- 4. Reserved (inferplane_reserve_charge_v1), and the permit written.
+    WITH u AS (
+        UPDATE counters c
+           SET balance = CASE WHEN x.kind = 'bucket'
+                              THEN inferplane_refill_v1(c.balance, x."limit",
+                                                        now_us - c.updated_us)
+                                   - x.amount * 60000000
+                              ELSE c.balance END,
+               updated_us = CASE WHEN x.kind = 'bucket' THEN greatest(c.updated_us, now_us)
+                                 ELSE c.updated_us END,
+               reserved = CASE WHEN x.kind = 'bucket' THEN c.reserved
+                               ELSE c.reserved + x.amount END,
+               "limit" = x."limit"
+          FROM jsonb_to_recordset(req->'charges')
+               AS x(counter text, kind text, amount bigint, "limit" bigint)
+         WHERE x.kind <> 'account' AND c.key = x.counter
+        RETURNING c.key, c.balance, c.kind = 'bucket' AND x.kind = 'bucket' AS bucket)
+    -- Each charged bucket's balance right after its reservation (inferplane_admit_v2).
+    SELECT coalesce(jsonb_object_agg(u.key, u.balance) FILTER (WHERE u.bucket), '{}'::jsonb)
+      INTO balances FROM u;
+    UPDATE authority_accounts a
+       SET reserved = a.reserved + x.amount, "limit" = x."limit",
+           hard = coalesce(x.hard, true)
+      FROM jsonb_to_recordset(req->'charges')
+           AS x(counter text, kind text, amount bigint, "limit" bigint, hard boolean)
+     WHERE x.kind = 'account' AND a.key = x.counter;
+    INSERT INTO permits (id, request_id, key_id, team_id, user_name, model, token_bound,
+                         usd_bound, generation, day, month, admitted_us)
+    VALUES (pid, req->>'request_id', req->>'key_id', req->>'team_id', req->>'user',
+            req->>'model', (req->>'token_bound')::bigint, (req->>'usd_bound')::bigint,
+            (req->>'policy_generation')::bigint, req->>'day', req->>'month', now_us);
+    INSERT INTO permit_segments (permit_id, counter, kind, dimension, amount, "limit",
+                                 "window", rule_uid, hard)
+    SELECT pid, x.counter, x.kind, x.dimension, x.amount, x."limit", x."window", x.rule_uid,
+           coalesce(x.hard, true)
+      FROM jsonb_to_recordset(req->'charges')
+           AS x(counter text, kind text, dimension text, amount bigint, "limit" bigint,
+                "window" text, rule_uid text, hard boolean);
+    RETURN jsonb_build_array(jsonb_build_object('permit_id', pid, 'buckets', balances));
 END
 $$;
 

@@ -9,10 +9,11 @@ twice on the same state: first through the v2 functions (``inferplane_admit_v2``
 batch; ``inferplane_settle_v2`` item by item in one transaction, as the v2 settlement
 coalescer sends it), whose answers and resulting rows are recorded and rolled back;
 then through ``inferplane_admit_v3`` / ``inferplane_settle_v3``, which commit. In between,
-each ``_v5`` call runs on the same state and is rolled back: ``inferplane_admit_v5`` and
-``inferplane_admit_one_v5`` on the batch, ``inferplane_settle_v5`` on the settlement batch
-and ``inferplane_settle_one_v5`` item by item (its own statements, not v2's), and
-``inferplane_settle_admit_v5`` on a merged one. A merged batch
+each ``_v5`` call runs on the same state and is rolled back: ``inferplane_admit_v5`` on
+the batch and ``inferplane_admit_one_v5`` request by request, ``inferplane_settle_v5`` on
+the settlement batch and ``inferplane_settle_one_v5`` item by item (the two lone calls
+run their own statements, not v2's), and ``inferplane_settle_admit_v5`` on a merged
+one. A merged batch
 (``inferplane_settle_admit_v3``: settlements, then admissions, one transaction) is
 compared with its serial run: each settlement through v2, then the admissions. Answers
 and every row of counters, accounts, permits and segments must be equal (permit ids,
@@ -242,7 +243,8 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
                 db, now_us,
                 lambda body=body: _call(db, "inferplane_admit_v2(%s::jsonb)", body),
                 lambda body=body: _call(db, "inferplane_admit_v3(%s::json)", body),
-                lambda body=body: _call(db, "inferplane_admit_one_v5(%s::jsonb)", body),
+                lambda reqs=reqs: [_call(db, "inferplane_admit_one_v5(%s::jsonb)",
+                                         json.dumps([r]))[0] for r in reqs],
                 lambda body=body: _call(db, "inferplane_admit_v5(%s::json)", body))
             permits += [(r["permit_id"], q["charges"])
                         for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
