@@ -66,6 +66,7 @@ DECLARE
     n_missing int;
     n_repeated int;
     ch record;
+    chj jsonb;
     bal bigint;
     refusal jsonb;
     balances jsonb;
@@ -111,9 +112,10 @@ BEGIN
     END IF;
     now_us := inferplane_now_us_v1();
     IF n_missing > 0 THEN
-        PERFORM inferplane_lock_charge_v1(x, now_us)
-           FROM jsonb_array_elements(req->'charges') x
-          ORDER BY x->>'counter' COLLATE "C";
+        FOR chj IN SELECT x FROM jsonb_array_elements(req->'charges') x
+                    ORDER BY x->>'counter' COLLATE "C" LOOP
+            PERFORM inferplane_lock_charge_v1(chj, now_us);
+        END LOOP;
     ELSE
         PERFORM 1 FROM authority_accounts
          WHERE key IN (SELECT x->>'counter' FROM jsonb_array_elements(req->'charges') x

@@ -89,12 +89,17 @@ async def test_settlements_and_admissions_queued_together_go_as_one_call(pg_pool
     assert (window["committed"], window["reserved"]) == (250, 1_750)
 
 
-async def test_merged_and_v2_replicas_crossing_new_windows_never_deadlock(pg_pool) -> None:  # type: ignore[no-untyped-def]
-    """Two replicas, one merging with the v3 functions and one on v2 (a rolling upgrade),
-    loop admit → settle on two teams in opposite orders while every round opens a new day
-    (new window rows created mid-race): every call completes, none errors."""
+@pytest.mark.parametrize("lone", [False, True], ids=["merged", "lone"])
+async def test_head_and_v2_replicas_crossing_new_windows_never_deadlock(pg_pool, lone) -> None:  # type: ignore[no-untyped-def]
+    """Two replicas, one on the head's calls and one on v2 (a rolling upgrade), loop admit
+    → settle on two teams in opposite orders while every round opens a new day (new window
+    rows created mid-race): every call completes, none errors, and every window ends
+    exact. The head replica either merges its batches or (``lone``) sends every admission
+    and settlement alone (``inferplane_admit_one_v5`` / ``_settle_one_v5``, their own
+    statements) while the v2 replica creates the same rows in its batches."""
     keys = PostgresKeyStore(pg_pool)
-    merged = PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1, merge=True)
+    merged = (PostgresGovernanceStore(pg_pool) if lone else
+              PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1, merge=True))
     old = PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1, functions=2)
     limits = TeamLimits(tpm=10_000_000, tokens_per_day=10_000_000,
                         usd_micros_per_day=10_000_000)
@@ -107,8 +112,12 @@ async def test_merged_and_v2_replicas_crossing_new_windows_never_deadlock(pg_poo
         for i in range(8):
             now = start + timedelta(days=i)
             pair = (px, py) if w % 2 else (py, px)
-            [a, b] = await store.admit([request(pair[0], rid=f"{w}-{i}a", now=now),
-                                        request(pair[1], rid=f"{w}-{i}b", now=now)])
+            ra, rb = (request(pair[0], rid=f"{w}-{i}a", now=now),
+                      request(pair[1], rid=f"{w}-{i}b", now=now))
+            if lone and store is merged:
+                [a], [b] = await asyncio.gather(store.admit([ra]), store.admit([rb]))
+            else:
+                [a, b] = await store.admit([ra, rb])
             assert isinstance(a, Permit) and isinstance(b, Permit), (a, b)
             await asyncio.gather(store.settle(a.id, settlement(a.request, exact(5, 10))),
                                  store.settle(b.id, settlement(b.request, exact(5, 10))))
