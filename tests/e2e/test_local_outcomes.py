@@ -73,6 +73,15 @@ def test_upstream_timeout_after_dispatch_is_502_and_keeps_the_bound(stack: Stack
     assert audit["outcome"] == "uncertain" and audit["usd_committed"] == 0
     assert audit["usd_liability"] == audit["usd_bound"] == usage["usd_liability"] > 0
     assert audit["tokens_liability"] == audit["token_bound"] == usage["tokens_liability"]
+    # The upstream did get the call: it answers the slow model 4 s after the request, long
+    # after the gateway's 1 s timeout, and records it then. Wait for that record, so it
+    # cannot land in a later test's ledger (seen on a slow machine: the fallback test
+    # below read two entries).
+    end = time.monotonic() + 30
+    while not any(e["model"] == "mock-slow-stream" for e in stack.ledger()):
+        assert time.monotonic() < end, "the upstream never recorded the timed-out call"
+        time.sleep(0.1)
+    stack.clear_ledger()
 
 
 def test_connect_error_cancels_and_refunds_everything(stack: Stack) -> None:
