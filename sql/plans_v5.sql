@@ -38,13 +38,13 @@
 --     the segments, buckets, windows and accounts written by one UPDATE each with v2's
 --     arithmetic; the permit recorded.
 --   tests/integration/test_pg_v3_equivalence.py runs both next to v2 (admit_one_v5 on
---   every request of an admission batch, one by one, against v2 on the same requests
---   one by one; settle_one_v5 on every settlement batch, item by item) and compares
---   answers and every row.
--- Measured (one connection each, interleaved, admit + settle pairs of one team charging
--- four counters; tests/bench/batchcost.py and docs/hot-team.md): Postgres CPU per pair
--- 14 per cent less in batches of 4, 6 per cent less in batches of 16 than v4, and
--- a lone pair 19 per cent less.
+--   the requests of an admission batch one by one, against v2 on the batch;
+--   settle_one_v5 on every settlement batch item by item, against v2 item by item) and
+--   compares answers and every row.
+-- Measured (tests/bench/versions.py: v4 and v5 on their own connections, interleaved on
+-- one database; Postgres CPU per admit + settle pair of one team charging four counters;
+-- docs/hot-team.md step 7): 26 per cent less alone, 16 per cent less in batches of 4 and
+-- 6 per cent less in batches of 16 than v4.
 
 CREATE FUNCTION inferplane_admit_v5(p_requests json) RETURNS jsonb
 LANGUAGE plpgsql
