@@ -217,7 +217,7 @@ class PostgresGovernanceStore:
 
     async def _settle_many(self, items: list[tuple[str, Settlement]]
                            ) -> list[SettleResult | Exception]:
-        """One transaction, one round trip: ``inferplane_settle_v3`` (or ``_v4``) over the
+        """One transaction, one round trip: ``inferplane_settle_v3`` (``_v4``, ``_v5``) over the
         batch; with the v2 functions, the batch's locks in the global order, then each
         settlement as ``inferplane_settle_v2`` would take it alone, then COMMIT."""
         if self._q.settle_many:
