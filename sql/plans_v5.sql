@@ -29,7 +29,7 @@
 --     order by one join, with inferplane_check_charge_v2's arithmetic and figures; the
 --     counters and accounts reserved by one UPDATE each (inferplane_reserve_charge_v1's
 --     arithmetic, the buckets' balances returned by it); the permit and its segments
---     inserted. Any other input (a batch, a counter charged twice) goes to v2 itself.
+--     written by inferplane_write_permit_v1. Any other input (a batch, a counter charged twice) goes to v2 itself.
 --   * inferplane_settle_one_v5 is inferplane_settle_v2 with its per-segment loop made
 --     set-based and its SQL helpers written inline: the permit locked; the answer for an
 --     unknown, replayed, conflicting or mismatched settlement as v2 gives it; the
@@ -70,7 +70,6 @@ DECLARE
     bal bigint;
     refusal jsonb;
     balances jsonb;
-    pid uuid := gen_random_uuid();
 BEGIN
     IF jsonb_array_length(p_requests) <> 1 THEN  -- the store sends one; any other, v2
         RETURN inferplane_admit_v2(p_requests);
@@ -200,19 +199,8 @@ BEGIN
       FROM jsonb_to_recordset(req->'charges')
            AS x(counter text, kind text, amount bigint, "limit" bigint, hard boolean)
      WHERE x.kind = 'account' AND a.key = x.counter;
-    INSERT INTO permits (id, request_id, key_id, team_id, user_name, model, token_bound,
-                         usd_bound, generation, day, month, admitted_us)
-    VALUES (pid, req->>'request_id', req->>'key_id', req->>'team_id', req->>'user',
-            req->>'model', (req->>'token_bound')::bigint, (req->>'usd_bound')::bigint,
-            (req->>'policy_generation')::bigint, req->>'day', req->>'month', now_us);
-    INSERT INTO permit_segments (permit_id, counter, kind, dimension, amount, "limit",
-                                 "window", rule_uid, hard)
-    SELECT pid, x.counter, x.kind, x.dimension, x.amount, x."limit", x."window", x.rule_uid,
-           coalesce(x.hard, true)
-      FROM jsonb_to_recordset(req->'charges')
-           AS x(counter text, kind text, dimension text, amount bigint, "limit" bigint,
-                "window" text, rule_uid text, hard boolean);
-    RETURN jsonb_build_array(jsonb_build_object('permit_id', pid, 'buckets', balances));
+    RETURN jsonb_build_array(jsonb_build_object(
+        'permit_id', inferplane_write_permit_v1(req, now_us), 'buckets', balances));
 END
 $$;
 
@@ -239,12 +227,7 @@ BEGIN
     END IF;
     IF p.status <> 'pending' THEN
         IF p.settle_fingerprint = p_settlement->>'fingerprint' THEN
-            RETURN jsonb_build_object('permit_id', p.id, 'kind', p.status,
-                                      'tokens_committed', p.tokens_committed,
-                                      'usd_committed', p.usd_committed,
-                                      'tokens_liability', coalesce(p.tokens_liability, 0),
-                                      'usd_liability', coalesce(p.usd_liability, 0),
-                                      'bound_exceeded', p.bound_exceeded, 'replay', true);
+            RETURN inferplane_settle_result_v2(p, true);  -- a replay: rare, planned per call
         END IF;
         RETURN jsonb_build_object('conflict', true, 'kind', p.status);
     END IF;
@@ -319,6 +302,8 @@ BEGIN
            settled_at = clock_timestamp()
      WHERE id = p_permit
     RETURNING * INTO p;
+    -- inferplane_settle_result_v2's answer, built here: that SQL function is planned on
+    -- every call.
     RETURN jsonb_build_object('permit_id', p.id, 'kind', p.status,
                               'tokens_committed', p.tokens_committed,
                               'usd_committed', p.usd_committed,
