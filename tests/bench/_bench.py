@@ -1,4 +1,5 @@
-"""What the benches share: a scratch database of their own, and a process's CPU time."""
+"""What the benches share: a scratch database of their own, a team with a key on it, and a
+process's CPU time."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from psycopg_pool import AsyncConnectionPool
+
+from gateway.keys import PostgresKeyStore, Principal, TeamLimits, hash_key
 from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate
 
 
@@ -35,3 +39,14 @@ def cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def team_principal(pool: AsyncConnectionPool, name: str, limits: TeamLimits) -> Principal:
+    """A new team ``name`` with ``limits`` and a key on it: the key's Principal, resolved as
+    a gateway resolves it."""
+    keys = PostgresKeyStore(pool)
+    await keys.create_team(name=name, limits=limits)
+    plaintext, _ = await keys.create_key(team=name)
+    principal = await keys.resolve(hash_key(plaintext))
+    assert principal is not None
+    return principal

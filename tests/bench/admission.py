@@ -33,10 +33,10 @@ from gateway.governance import (  # noqa: E402
     PostgresGovernanceStore,
     build_request,
 )
-from gateway.keys import PostgresKeyStore, Principal, TeamLimits, hash_key  # noqa: E402
+from gateway.keys import Principal, TeamLimits  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
 from gateway.pricing import Usage  # noqa: E402
-from tests.bench._bench import own_database  # noqa: E402
+from tests.bench._bench import own_database, team_principal  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 NOW = datetime.now(UTC)
@@ -92,15 +92,7 @@ async def _drive(name: str, workers: int, seconds: float,
 
 
 async def _principals(pool: AsyncConnectionPool, teams: int) -> list[Principal]:
-    keys = PostgresKeyStore(pool)
-    out = []
-    for t in range(teams):
-        await keys.create_team(name=f"team{t}", limits=LIMITS)
-        plaintext, _ = await keys.create_key(team=f"team{t}")
-        principal = await keys.resolve(hash_key(plaintext))
-        assert principal is not None
-        out.append(principal)
-    return out
+    return [await team_principal(pool, f"team{t}", LIMITS) for t in range(teams)]
 
 
 def _admit_settle(gov: PostgresGovernanceStore, pick: Callable[[int], Principal],

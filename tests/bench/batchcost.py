@@ -36,9 +36,9 @@ from psycopg_pool import AsyncConnectionPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gateway.governance import PostgresGovernanceStore, build_request  # noqa: E402
-from gateway.keys import PostgresKeyStore, TeamLimits, hash_key  # noqa: E402
+from gateway.keys import TeamLimits  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
-from tests.bench._bench import own_database  # noqa: E402
+from tests.bench._bench import own_database, team_principal  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
@@ -47,11 +47,7 @@ LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 <<
 async def run(dsn: str, sizes: list[int], iterations: int, rounds: int) -> None:
     async with AsyncConnectionPool(dsn, min_size=1, max_size=1,
                                    kwargs={"autocommit": True}) as pool:
-        ks = PostgresKeyStore(pool)
-        await ks.create_team(name="t", limits=LIMITS)
-        plaintext, _ = await ks.create_key(team="t")
-        principal = await ks.resolve(hash_key(plaintext))
-        assert principal is not None
+        principal = await team_principal(pool, "t", LIMITS)
         now = datetime.now(UTC)
         times: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         # One connection per version: v4 and v5 run v3's functions, whose plans a

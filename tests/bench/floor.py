@@ -44,9 +44,9 @@ from psycopg_pool import AsyncConnectionPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gateway.governance import Permit, PostgresGovernanceStore, build_request  # noqa: E402
-from gateway.keys import PostgresKeyStore, TeamLimits, hash_key  # noqa: E402
+from gateway.keys import TeamLimits  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
-from tests.bench._bench import cpu_s, own_database  # noqa: E402
+from tests.bench._bench import cpu_s, own_database, team_principal  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 LIMITS = TeamLimits(rpm=1 << 30, tpm=1 << 35, tokens_per_day=1 << 49,
@@ -145,11 +145,7 @@ async def run(dsn: str, sizes: list[int], pairs: int) -> None:
                                    kwargs={"autocommit": True}) as setup:
         async with setup.connection() as conn:
             await conn.execute(FLOOR)
-        ks = PostgresKeyStore(setup)
-        await ks.create_team(name="t", limits=LIMITS)
-        plaintext, _ = await ks.create_key(team="t")
-        principal = await ks.resolve(hash_key(plaintext))
-        assert principal is not None
+        principal = await team_principal(setup, "t", LIMITS)
     now = datetime.now(UTC)
     print(f"{'batch':>5} {'calls':<22} {'PG CPU per pair':>16} {'wall per pair':>14}")
     for n in sizes:

@@ -33,8 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gateway.governance import PostgresGovernanceStore  # noqa: E402
-from gateway.keys import PostgresKeyStore, hash_key  # noqa: E402
-from tests.bench._bench import cpu_s, own_database  # noqa: E402
+from tests.bench._bench import cpu_s, own_database, team_principal  # noqa: E402
 from tests.bench.floor import LIMITS, _store_pair  # noqa: E402
 
 
@@ -42,11 +41,7 @@ async def run(dsn: str, versions: list[int], sizes: list[int], rounds: int,
               block: int) -> None:
     async with AsyncConnectionPool(dsn, min_size=1, max_size=1,
                                    kwargs={"autocommit": True}) as setup:
-        ks = PostgresKeyStore(setup)
-        await ks.create_team(name="t", limits=LIMITS)
-        plaintext, _ = await ks.create_key(team="t")
-        principal = await ks.resolve(hash_key(plaintext))
-        assert principal is not None
+        principal = await team_principal(setup, "t", LIMITS)
     now = datetime.now(UTC)
     print(f"{'batch':>5} {'SQL':<4} {'PG CPU per pair':>16} {'vs first':>9}")
     for n in sizes:
