@@ -110,17 +110,18 @@ class PostgresGovernanceStore:
 
     ``functions``: which released SQL functions decide. 5 (default): the ``_v5`` calls
     (revision 0006, ``sql/plans_v5.sql``): 4's, each statement planned once per session
-    (generic plans), and a lone settlement in fewer statements. 4: the v3/v2 functions
-    below run through their ``_v4`` calls (revision 0005, ``sql/plans_v4.sql``), planned
-    without sequential scans or JIT, so the plans a connection caches while the tables
-    are small stay index plans as they grow. 3: batches go to the set-based
-    ``inferplane_admit_v3`` / ``inferplane_settle_v3`` (revision 0004), a batch of
-    settlements being ONE call, and a lone admission or settlement to the v2 function,
-    which does less for one; 2: ``inferplane_admit_v2`` / ``inferplane_settle_v2``
-    (revision 0002), a settlement batch being their per-permit calls after the batch's
-    locks. All give the same answers (``tests/integration/test_store_contract.py`` runs
-    against each); 2, 3 and 4 are kept to measure one against another
-    (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``).
+    (generic plans), and a lone admission and settlement in fewer statements. 4: the
+    v3/v2 functions below run through their ``_v4`` calls (revision 0005,
+    ``sql/plans_v4.sql``), planned without sequential scans or JIT, so the plans a
+    connection caches while the tables are small stay index plans as they grow. 3:
+    batches go to the set-based ``inferplane_admit_v3`` / ``inferplane_settle_v3``
+    (revision 0004), a batch of settlements being ONE call, and a lone admission or
+    settlement to the v2 function, which does less for one; 2: ``inferplane_admit_v2`` /
+    ``inferplane_settle_v2`` (revision 0002), a settlement batch being their per-permit
+    calls after the batch's locks. All give the same answers
+    (``tests/integration/test_store_contract.py`` runs against each); 2, 3 and 4 are kept
+    to measure one against another (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``,
+    ``tests/bench/versions.py``).
 
     ``merge`` (v3 and later, with both coalescings on): admissions and settlements share one
     lane of ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
@@ -190,8 +191,8 @@ class PostgresGovernanceStore:
         return _decisions(requests, row["results"])
 
     def _admit_query(self, n: int) -> str:
-        # One request alone costs fewer statements in v2 (about 0.6 ms against 0.9 ms
-        # here); from two on, v3's per-batch statements win. Both answer alike.
+        # One request alone goes to the lone call (v2's statements, or v5's own fewer),
+        # which costs less for one; from two on, v3's per-batch statements win.
         return self._q.admit_many if n > 1 else self._q.admit_one
 
     async def _settle_admit(self, items: list[tuple[str, Settlement]],
@@ -238,7 +239,7 @@ class PostgresGovernanceStore:
         return _settle_results(items, [row["result"] for row in rows if row is not None])
 
     async def _settle_batch(self, items: list[tuple[str, Settlement]]
-                         ) -> list[SettleResult | Exception]:
+                            ) -> list[SettleResult | Exception]:
         async with connection(self._pool) as conn:
             row = await fetch_one(conn, sql.queries[self._q.settle_many],
                                   {"items": _settlements_json(items)})
