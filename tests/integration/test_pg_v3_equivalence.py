@@ -13,9 +13,9 @@ each ``_v5`` call runs on the same state and is rolled back: ``inferplane_admit_
 the batch and ``inferplane_admit_one_v5`` request by request, ``inferplane_settle_v5`` on
 the settlement batch and ``inferplane_settle_one_v5`` item by item (the two lone calls
 run their own statements, not v2's), and ``inferplane_settle_admit_v5`` on a merged
-one. A merged batch
-(``inferplane_settle_admit_v3``: settlements, then admissions, one transaction) is
-compared with its serial run: each settlement through v2, then the admissions. Answers
+one. A merged batch (``inferplane_settle_admit_v3``: settlements, then admissions, one
+transaction) is compared with its serial run: each settlement through v2, then the
+admissions. Answers
 and every row of counters, accounts, permits and segments must be equal (permit ids,
 which each function draws at random, are compared through their request ids).
 
@@ -253,10 +253,10 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
             items = _items(arg, permits)
 
             def v2(items: list[dict[str, Any]] = items) -> list[Any]:
-                return _settle_v2(db, items)
+                return _settle_each(db, items)
 
             def one_v5(items: list[dict[str, Any]] = items) -> list[Any]:
-                return _settle_v2(db, items, "inferplane_settle_one_v5")
+                return _settle_each(db, items, "inferplane_settle_one_v5")
 
             _both(db, now_us, v2,
                   lambda items=items: _call(db, "inferplane_settle_v3(%s::jsonb)",
@@ -274,9 +274,8 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
         body = json.dumps(reqs)
 
         def serial(items: list[dict[str, Any]] = items, body: str = body) -> list[Any]:
-            settled = _settle_v2(db, items)
-            return [*settled, *db.execute("SELECT inferplane_admit_v2(%s::jsonb) AS r",
-                                          (body,)).fetchone()["r"]]  # type: ignore[index]
+            settled = _settle_each(db, items)
+            return [*settled, *_call(db, "inferplane_admit_v2(%s::jsonb)", body)]
 
         def merged(items: list[dict[str, Any]] = items, body: str = body,
                    version: int = 3) -> list[Any]:
@@ -306,8 +305,8 @@ def _call(db: psycopg.Connection[Any], call: str, *args: Any) -> Any:
     return db.execute(f"SELECT {call} AS r", args).fetchone()["r"]  # type: ignore[index]
 
 
-def _settle_v2(db: psycopg.Connection[Any], items: list[dict[str, Any]],
-               function: str = "inferplane_settle_v2") -> list[Any]:
+def _settle_each(db: psycopg.Connection[Any], items: list[dict[str, Any]],
+                 function: str = "inferplane_settle_v2") -> list[Any]:
     """Each settlement alone, in order (in the caller's transaction)."""
     return [_call(db, f"{function}(%s::uuid, %s::jsonb)", i["permit_id"], json.dumps(i))
             for i in items]
