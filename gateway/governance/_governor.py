@@ -38,7 +38,11 @@ from gateway.pricing import ModelPrice
 log = logging.getLogger("mayu.governance")
 
 MAX_SNAPSHOT_RETRIES = 3
-"""Re-plans after a snapshot mismatch before the client gets the 503 (with Retry-After)."""
+"""Re-plans that brought no newer snapshot (the refresh could not clear the mismatch)
+before the client gets the 503 (with Retry-After)."""
+MAX_SNAPSHOT_ROUNDS = 12
+"""Re-plans in all, even when each one planned from a newer snapshot: a policy published,
+or a key or team edited, again while every previous round was in flight."""
 
 SettledHook = Callable[[Permit, Settlement, SettleResult | None, str | None, bool], None]
 """Called after each settlement attempt: (permit, settlement, result or None, error,
@@ -57,6 +61,11 @@ class Refused(Exception):
 
 def is_snapshot_mismatch(decision: object) -> bool:
     return isinstance(decision, Refusal) and decision.code == "snapshot_mismatch"
+
+
+def _snapshot_of(request: AdmissionRequest) -> tuple[int, int, int]:
+    """What a snapshot mismatch compares: the key and team revisions, the generation."""
+    return request.key_revision, request.team_revision, request.policy_generation
 
 
 class Governor:
@@ -85,16 +94,24 @@ class Governor:
                     replan: Callable[[Refusal, AdmissionRequest], Awaitable[None]]
                     ) -> Permit:
         """Admit ``plan()``; after a snapshot mismatch ``replan`` refreshes what the plan
-        reads and it is planned again (at most MAX_SNAPSHOT_RETRIES times), so a permit is
-        always admitted under one snapshot. Raises :class:`Refused`, or
-        GovernanceUnavailable when the store cannot decide."""
-        for retry in range(MAX_SNAPSHOT_RETRIES + 1):
-            request = plan()
+        reads and it is planned again, so a permit is always admitted under one snapshot.
+
+        A round planned from a newer snapshot than the refused one (generation, key or
+        team revision moved) is progress: publishes in quick succession can refuse a
+        request several times in a row, and each re-plan still converges. Rounds that
+        brought nothing newer end after MAX_SNAPSHOT_RETRIES, all rounds after
+        MAX_SNAPSHOT_ROUNDS. Raises :class:`Refused`, or GovernanceUnavailable when the
+        store cannot decide."""
+        request, refused, stale = plan(), None, 0
+        for retry in range(MAX_SNAPSHOT_ROUNDS + 1):
             decision = await self._decide(request)
-            if not is_snapshot_mismatch(decision) or retry == MAX_SNAPSHOT_RETRIES:
+            stale += refused is not None and _snapshot_of(request) == _snapshot_of(refused)
+            if (not is_snapshot_mismatch(decision) or retry == MAX_SNAPSHOT_ROUNDS
+                    or stale == MAX_SNAPSHOT_RETRIES):
                 break
             assert isinstance(decision, Refusal)
             await replan(decision, request)
+            refused, request = request, plan()
         if isinstance(decision, Refusal):
             raise Refused(decision)
         self._open[decision.id] = decision

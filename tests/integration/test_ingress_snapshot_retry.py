@@ -8,6 +8,7 @@ exactly the window a concurrent ``mayu keys revoke`` / ``mayu teams set`` can hi
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from litestar.testing import AsyncTestClient
 from gateway.app import Components, create_app
 from gateway.config import load_settings
 from gateway.governance import AdmissionRequest, LocalGovernanceStore, Permit, Refusal
+from gateway.governance._governor import MAX_SNAPSHOT_RETRIES, MAX_SNAPSHOT_ROUNDS
 from gateway.keys import SqliteKeyStore, TeamLimits
 from gateway.policy import StaticPolicySource
 
@@ -96,10 +98,11 @@ async def test_team_edited_before_admission_is_admitted_with_new_limits(
     assert 'mayu_snapshot_retries_total{changed="team"} 1.0' in metrics
 
 
-async def test_persistent_mismatch_is_503_snapshot_mismatch(tmp_path: Path,
-                                                            keys: SqliteKeyStore) -> None:
-    """A mismatch on every round ends, after the bounded retries, as a 503
-    snapshot_mismatch with Retry-After (the team is edited before every admission)."""
+async def test_a_mismatch_on_every_round_ends_as_503_after_the_rounds_cap(
+        tmp_path: Path, keys: SqliteKeyStore) -> None:
+    """The team edited before every admission: each re-plan sees a newer revision (so it
+    goes on past MAX_SNAPSHOT_RETRIES), and ends at MAX_SNAPSHOT_ROUNDS as a 503
+    snapshot_mismatch with Retry-After."""
     await keys.create_team(name="t")
     plaintext, _ = await keys.create_key(team="t")
     edits = iter(range(2, 100))
@@ -122,5 +125,31 @@ async def test_persistent_mismatch_is_503_snapshot_mismatch(tmp_path: Path,
         await governance.close()
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert r.json()["error"]["code"] == "snapshot_mismatch"
-    assert len(governance.decisions) == 4 and all(
+    assert len(governance.decisions) == MAX_SNAPSHOT_ROUNDS + 1 and all(
         isinstance(d, Refusal) for d in governance.decisions)
+    revisions = [d.counter for d in governance.decisions]
+    assert revisions == ["team:" + revisions[0].split(":", 1)[1]] * len(revisions)
+
+
+async def test_a_mismatch_no_re_plan_can_clear_ends_after_the_retries(
+        tmp_path: Path, keys: SqliteKeyStore) -> None:
+    """Admission reads a file where the team was edited, the gateway resolves keys from a
+    copy taken before the edit: every re-plan brings the same stale revision, so it ends
+    after MAX_SNAPSHOT_RETRIES (not MAX_SNAPSHOT_ROUNDS) as a 503 snapshot_mismatch."""
+    await keys.create_team(name="t")
+    plaintext, _ = await keys.create_key(team="t")
+    await keys.close()
+    stale_copy = tmp_path / "stale.db"
+    shutil.copyfile(tmp_path / "mayu.db", stale_copy)
+    await keys.open()
+    await keys.update_team("t", limits=TeamLimits(rpm=7))
+    stale = SqliteKeyStore(str(stale_copy))
+    await stale.open()
+    governance = ChangeFirst(str(tmp_path / "mayu.db"), lambda: keys.list_teams())
+    try:
+        status, body, metrics = await _call(tmp_path, stale, governance, plaintext)
+    finally:
+        await stale.close()
+    assert status == 503 and body["error"]["code"] == "snapshot_mismatch"
+    assert len(governance.decisions) == MAX_SNAPSHOT_RETRIES + 1
+    assert f'mayu_snapshot_retries_total{{changed="team"}} {MAX_SNAPSHOT_RETRIES}.0' in metrics
