@@ -127,6 +127,17 @@ SELECT inferplane_resolve_v5(%(permit_id)s::uuid, %(settlement)s::jsonb) AS resu
 -- name: settle_admit_v5
 SELECT inferplane_settle_admit_v5(%(items)s::jsonb, %(requests)s::json) AS results
 
+-- name: admit_v6
+-- The v6 batch calls (sql/plans_v6.sql): the requests as jsonb, parsed once; one sort
+-- per statement. The lone calls stay the v5 ones.
+SELECT inferplane_admit_v6(%(requests)s::jsonb) AS results
+
+-- name: settle_v6
+SELECT inferplane_settle_v6(%(items)s::jsonb) AS results
+
+-- name: settle_admit_v6
+SELECT inferplane_settle_admit_v6(%(items)s::jsonb, %(requests)s::jsonb) AS results
+
 -- name: lock_settling_permits
 -- A batch of settlements in one transaction takes its row locks first, in the one global
 -- order (permits by id, then the accounts and counters its permits charged by key, every

@@ -95,7 +95,9 @@ _QUERIES = {2: _Calls("admit", "admit", "settle", "", "resolve", ""),
             4: _Calls("admit_one_v4", "admit_v4", "settle_one_v4", "settle_v4",
                       "resolve_v4", "settle_admit_v4"),
             5: _Calls("admit_one_v5", "admit_v5", "settle_one_v5", "settle_v5",
-                      "resolve_v5", "settle_admit_v5")}
+                      "resolve_v5", "settle_admit_v5"),
+            6: _Calls("admit_one_v5", "admit_v6", "settle_one_v5", "settle_v6",
+                      "resolve_v5", "settle_admit_v6")}
 
 
 class PostgresGovernanceStore:
@@ -108,7 +110,9 @@ class PostgresGovernanceStore:
     locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
     sent in one round trip (pipeline mode).
 
-    ``functions``: which released SQL functions decide. 5 (default): the ``_v5`` calls
+    ``functions``: which released SQL functions decide. 6 (default): 5's lone calls, and
+    the ``_v6`` batch calls (revision 0007, ``sql/plans_v6.sql``): the requests sent as
+    jsonb, parsed once, and one sort per statement. 5: the ``_v5`` calls
     (revision 0006, ``sql/plans_v5.sql``): 4's, each statement planned once per session
     (generic plans), and a lone admission and settlement in fewer statements. 4: the
     v3/v2 functions below run through their ``_v4`` calls (revision 0005,
@@ -119,20 +123,20 @@ class PostgresGovernanceStore:
     settlement to the v2 function, which does less for one; 2: ``inferplane_admit_v2`` /
     ``inferplane_settle_v2`` (revision 0002), a settlement batch being their per-permit
     calls after the batch's locks. All give the same answers
-    (``tests/integration/test_store_contract.py`` runs against each); 2, 3 and 4 are kept
+    (``tests/integration/test_store_contract.py`` runs against each); 2 to 5 are kept
     to measure one against another (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``,
     ``tests/bench/versions.py``).
 
     ``merge`` (v3 and later, with both coalescings on): admissions and settlements share one
     lane of ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
-    settlements first (``inferplane_settle_admit_v3``, ``_v4`` or ``_v5``,
+    settlements first (``inferplane_settle_admit_v3``, ``_v4``, ``_v5`` or ``_v6``,
     :class:`MergedCoalescer`).
     """
 
     def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
-                 functions: int = 5, merge: bool = False) -> None:
+                 functions: int = 6, merge: bool = False) -> None:
         if functions not in _QUERIES:
-            raise ValueError(f"functions: 2, 3, 4 or 5, not {functions!r}")
+            raise ValueError(f"functions: 2, 3, 4, 5 or 6, not {functions!r}")
         self._pool = pool
         self._q = _QUERIES[functions]
         # Admissions whose caller was cancelled, and the refunds of their permits.

@@ -1,14 +1,14 @@
 """What one batch costs the database (a script, not a test): the shared profile's
 admission and settlement calls timed alone, on one connection, v2 against v3 against the
 v4 calls (v3 planned without sequential scans) against the v5 calls (v4 planned once per
-session, a lone settlement set-based: the gateway's), for batches of several sizes, in
-one run.
+session, a lone settlement set-based) against the v6 ones (5's lone calls, batches parsed
+and sorted once: the gateway's), for batches of several sizes, in one run.
 
 For each SQL version (each on its own connection) and batch size N, ``--iterations``
 times: one admission call for N requests of one team (``_admit_now``:
-``inferplane_admit_v2``, ``_v3``, ``_v4`` or ``_v5``; a lone request the lone call), then
+``inferplane_admit_v2``, ``_v3``, ``_v4``, ``_v5`` or ``_v6``; a lone request the lone call), then
 one settlement call for the N permits (``_settle_many``: v2's per-permit calls in one
-pipelined transaction, or one ``inferplane_settle_v3``, ``_v4`` or ``_v5``; a lone permit
+pipelined transaction, or one ``inferplane_settle_v3``, ``_v4``, ``_v5`` or ``_v6``; a lone permit
 ``_settle_one``, as a gateway settles one alone); the tables grow as it runs (a permit and its
 segments per request, as in a gateway), so later figures show how a version's cached
 plans scale with them. The median wall time of each
@@ -53,7 +53,7 @@ async def run(dsn: str, sizes: list[int], iterations: int, rounds: int) -> None:
         # One connection per version: v4 and v5 run v3's functions, whose plans a
         # session caches whichever call planned them first.
         pools = {fn: AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False,
-                                         kwargs={"autocommit": True}) for fn in (2, 3, 4, 5)}
+                                         kwargs={"autocommit": True}) for fn in (2, 3, 4, 5, 6)}
         for own in pools.values():
             await own.open(wait=True)
         for _ in range(rounds):  # versions alternate, so all see the same machine

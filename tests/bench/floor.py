@@ -1,10 +1,10 @@
 """What the row work alone costs Postgres (a script, not a test): the CPU of one backend
-per admit + settle pair through the gateway's ``_v5`` calls, next to two floors doing
+per admit + settle pair through the gateway's calls (``_v6``), next to two floors doing
 only the same row work with the fewest statements, in one run.
 
 For batch sizes N (``--sizes``), each on its own connection, ``--pairs`` operations:
 
-- **v5**: ``PostgresGovernanceStore`` (the gateway's default) admitting N requests of
+- **v6**: ``PostgresGovernanceStore`` (the gateway's default) admitting N requests of
   one team charging four counters (RPM and TPM buckets, day token and µUSD windows) in
   one call, then settling them exactly in one call (a lone request: the lone calls);
 - **floor, segments as rows**: a PL/pgSQL function that takes the same locks (key, team,
@@ -18,7 +18,7 @@ For batch sizes N (``--sizes``), each on its own connection, ``--pairs`` operati
 
 CPU is the backend's user + system time (``/proc/<pid>/stat``) over the timed pairs
 (after a warm-up), divided by the operations; wall per pair is printed too. The gap
-between v5 and the row floor is what the functions' own statements cost (parsing,
+between v6 and the row floor is what the functions' own statements cost (parsing,
 arrays, decisions, answers); the gap between the two floors is the segment rows'.
 
     .venv/bin/python tests/bench/floor.py [--sizes 1 4 16] [--pairs 1600]
@@ -150,14 +150,14 @@ async def run(dsn: str, sizes: list[int], pairs: int) -> None:
     print(f"{'batch':>5} {'calls':<22} {'PG CPU per pair':>16} {'wall per pair':>14}")
     for n in sizes:
         rounds = max(60, pairs // n)
-        for label in ("v5", "floor, segments as rows", "floor, segments folded"):
+        for label in ("v6", "floor, segments as rows", "floor, segments folded"):
             # Its own connection: plans cached by this case only.
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 dsn, min_size=1, max_size=1, open=False, kwargs={"autocommit": True})
             await pool.open(wait=True)
             store = PostgresGovernanceStore(pool)
 
-            pair = (partial(_store_pair, store, principal, now, n) if label == "v5"
+            pair = (partial(_store_pair, store, principal, now, n) if label == "v6"
                     else partial(_floor_pair, pool, n, label.endswith("folded")))
             cpu, wall = await _timed(pool, pair, rounds)
             await pool.close()

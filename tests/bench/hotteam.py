@@ -177,16 +177,17 @@ def main() -> None:
                     help="mean time a permit is held between admission and settlement "
                          "(the upstream call; uniform 0..2x), so workers fall out of step "
                          "as a gateway's requests do; 0: settle at once")
-    ap.add_argument("--settings", nargs="+", default=["1,1,4", "1,1,5", "1,1,5,1"],
+    ap.add_argument("--settings", nargs="+", default=["1,1,5", "1,1,6", "1,1,5,1", "1,1,6,1"],
                     help="admission_coalesce,settlement_coalesce[,functions[,merge]] "
                          "measured side by side: functions 2 = the v2 SQL functions, 3 "
                          "= the set-based v3, 4 = the v4 calls (v3 with stable "
-                         "plans), 5 (default) = the v5 calls (v4 planned once per "
-                         "session, the gateway's); merge 1 = admissions and "
+                         "plans), 5 = the v5 calls (v4 planned once per session), "
+                         "6 (default) = 5's lone calls and the v6 batch calls (parsed "
+                         "and sorted once, the gateway's); merge 1 = admissions and "
                          "settlements waiting at once in one transaction (each only where "
                          "the store has it)")
     a = ap.parse_args()
-    settings = [(*parts, *(5, 0)[len(parts) - 2:])
+    settings = [(*parts, *(6, 0)[len(parts) - 2:])
                 for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
     load0 = os.getloadavg()[0]
     with own_database("iphot") as dsn:

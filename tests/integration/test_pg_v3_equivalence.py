@@ -1,5 +1,5 @@
-"""The set-based ``_v3`` functions, and the ``_v5`` calls, answer exactly as the ``_v2``
-functions, batch by batch.
+"""The set-based ``_v3`` functions, and the ``_v5`` and ``_v6`` calls, answer exactly as
+the ``_v2`` functions, batch by batch.
 
 A property test (hypothesis) drives one database through random sequences of admission
 batches and settlement batches — refusals of every kind, new windows created mid-run,
@@ -13,9 +13,10 @@ each ``_v5`` call runs on the same state and is rolled back: ``inferplane_admit_
 the batch and ``inferplane_admit_one_v5`` request by request, ``inferplane_settle_v5`` on
 the settlement batch and ``inferplane_settle_one_v5`` item by item (the two lone calls
 run their own statements, not v2's), and ``inferplane_settle_admit_v5`` on a merged
-one. A merged batch (``inferplane_settle_admit_v3``: settlements, then admissions, one
-transaction) is compared with its serial run: each settlement through v2, then the
-admissions. Answers
+one; so does each ``_v6`` batch call (``inferplane_admit_v6``, ``_settle_v6``,
+``_settle_admit_v6``: their own bodies, on jsonb requests). A merged batch
+(``inferplane_settle_admit_v3``: settlements, then admissions, one transaction) is
+compared with its serial run: each settlement through v2, then the admissions. Answers
 and every row of counters, accounts, permits and segments must be equal (permit ids,
 which each function draws at random, are compared through their request ids).
 
@@ -245,7 +246,8 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
                 lambda body=body: _call(db, "inferplane_admit_v3(%s::json)", body),
                 lambda reqs=reqs: [_call(db, "inferplane_admit_one_v5(%s::jsonb)",
                                          json.dumps([r]))[0] for r in reqs],
-                lambda body=body: _call(db, "inferplane_admit_v5(%s::json)", body))
+                lambda body=body: _call(db, "inferplane_admit_v5(%s::json)", body),
+                lambda body=body: _call(db, "inferplane_admit_v6(%s::jsonb)", body))
             permits += [(r["permit_id"], q["charges"])
                         for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
             continue
@@ -263,6 +265,8 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
                                             json.dumps(items)),
                   one_v5,
                   lambda items=items: _call(db, "inferplane_settle_v5(%s::jsonb)",
+                                            json.dumps(items)),
+                  lambda items=items: _call(db, "inferplane_settle_v6(%s::jsonb)",
                                             json.dumps(items)))
             continue
         # Settlements and admissions in one transaction.
@@ -279,11 +283,13 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
 
         def merged(items: list[dict[str, Any]] = items, body: str = body,
                    version: int = 3) -> list[Any]:
-            out = _call(db, f"inferplane_settle_admit_v{version}(%s::jsonb, %s::json)",
+            requests = "jsonb" if version >= 6 else "json"
+            out = _call(db, f"inferplane_settle_admit_v{version}(%s::jsonb, %s::{requests})",
                         json.dumps(items), body)
             return [*out["settled"], *out["admitted"]]
 
-        results = _both(db, now_us, serial, merged, partial(merged, version=5))[len(items):]
+        results = _both(db, now_us, serial, merged, partial(merged, version=5),
+                        partial(merged, version=6))[len(items):]
         permits += [(r["permit_id"], q["charges"])
                     for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
 
