@@ -24,7 +24,8 @@
 --     subquery's order (max_parallel_workers_per_gather = 0 for the call: no parallel
 --     aggregate can interleave them);
 --   * inferplane_settle_admit_v6 checks the snapshots once and hands them to the admission
---     (inferplane_admit_checked_v6).
+--     (inferplane_admit_checked_v6), and takes its up-front row locks without building
+--     the arrays of inferplane_lock_rows_v3 (nothing reads them there).
 --   Every entry point runs with v5's settings for the call (enable_seqscan and jit off,
 --   plan_cache_mode = force_generic_plan: sql/plans_v4.sql, sql/plans_v5.sql).
 --   tests/integration/test_pg_v3_equivalence.py runs the v6 calls next to v2 and compares
@@ -691,7 +692,11 @@ BEGIN
             END IF;
         END LOOP;
     ELSE
-        PERFORM inferplane_lock_rows_v6(v_rows, '{}');
+        -- Accounts, then counters, each in byte order (what inferplane_lock_rows_v3 locks
+        -- here in v3, without building its arrays, which nothing here reads).
+        PERFORM 1 FROM authority_accounts WHERE key = ANY(v_rows)
+         ORDER BY key COLLATE "C" FOR UPDATE;
+        PERFORM 1 FROM counters WHERE key = ANY(v_rows) ORDER BY key COLLATE "C" FOR UPDATE;
     END IF;
 
     RETURN jsonb_build_object('settled', inferplane_settle_v6(p_items),

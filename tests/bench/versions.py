@@ -11,9 +11,11 @@ backend's user + system CPU (``/proc/<pid>/stat``) over its blocks, divided by i
 operations, is printed per version, with the ratio to the first version. Interleaving
 in short blocks puts every version on the same machine state and the same table sizes,
 which on a box whose speed moves with its neighbours' load is what makes two versions
-comparable.
+comparable. ``--merged``: each operation is instead one merged call (v3 and later), as a
+busy gateway sends them: the N permits the previous call admitted settled, and N more
+admitted, in one transaction.
 
-    .venv/bin/python tests/bench/versions.py [--versions 4 5] [--sizes 1 4 16]
+    .venv/bin/python tests/bench/versions.py [--versions 5 6] [--sizes 1 4 16] [--merged]
 
 Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 """
@@ -32,18 +34,31 @@ from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gateway.governance import PostgresGovernanceStore  # noqa: E402
+from gateway.governance import Permit, PostgresGovernanceStore, build_request  # noqa: E402
+from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
 from tests.bench._bench import cpu_s, own_database, team_principal  # noqa: E402
 from tests.bench.floor import LIMITS, _store_pair  # noqa: E402
+from tests.settling import exact, settlement  # noqa: E402
+
+
+async def _merged_op(store: PostgresGovernanceStore, principal: Any, now: datetime, n: int,
+                     held: list[Permit]) -> None:
+    """One merged call: settle the permits the previous call admitted, admit n more."""
+    reqs = [build_request(principal, EMPTY_SNAPSHOT, request_id=f"r{j}", model="m",
+                          token_bound=500, usd_bound=2_000, now=now) for j in range(n)]
+    items = [(d.id, settlement(d.request, exact(400, 1_234))) for d in held]
+    _, decisions = await store._settle_admit(items, reqs)
+    held[:] = [d for d in decisions if isinstance(d, Permit)]
 
 
 async def run(dsn: str, versions: list[int], sizes: list[int], rounds: int,
-              block: int) -> None:
+              block: int, merged: bool) -> None:
     async with AsyncConnectionPool(dsn, min_size=1, max_size=1,
                                    kwargs={"autocommit": True}) as setup:
         principal = await team_principal(setup, "t", LIMITS)
     now = datetime.now(UTC)
-    print(f"{'batch':>5} {'SQL':<4} {'PG CPU per pair':>16} {'vs first':>9}")
+    print(f"{'batch':>5} {'SQL':<4} {'PG CPU per pair':>16} {'vs first':>9}"
+          + ("  (merged calls)" if merged else ""))
     for n in sizes:
         arms: list[tuple[int, PostgresGovernanceStore, int]] = []
         pools: list[AsyncConnectionPool[Any]] = []
@@ -55,15 +70,21 @@ async def run(dsn: str, versions: list[int], sizes: list[int], rounds: int,
             async with pool.connection() as conn:
                 [(pid,)] = await (await conn.execute("SELECT pg_backend_pid()")).fetchall()
             arms.append((fn, PostgresGovernanceStore(pool, functions=fn), pid))
-        for _, store, _ in arms:  # plans cached, caches warm
+        held: dict[int, list[Permit]] = {fn: [] for fn in versions}
+
+        def op(fn: int, store: PostgresGovernanceStore, n: int = n,
+               held: dict[int, list[Permit]] = held) -> Any:
+            return (_merged_op(store, principal, now, n, held[fn]) if merged
+                    else _store_pair(store, principal, now, n))
+        for fn, store, _ in arms:  # plans cached, caches warm
             for _ in range(max(10, block // 2)):
-                await _store_pair(store, principal, now, n)
+                await op(fn, store)
         cpu = {fn: 0.0 for fn in versions}
         for _ in range(rounds):
             for fn, store, pid in arms:
                 c0 = cpu_s(pid)
                 for _ in range(block):
-                    await _store_pair(store, principal, now, n)
+                    await op(fn, store)
                 cpu[fn] += cpu_s(pid) - c0
         for pool in pools:
             await pool.close()
@@ -77,13 +98,15 @@ async def run(dsn: str, versions: list[int], sizes: list[int], rounds: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--versions", type=int, nargs="+", default=[4, 5])
+    ap.add_argument("--versions", type=int, nargs="+", default=[5, 6])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--block", type=int, default=40, help="pairs per turn")
+    ap.add_argument("--merged", action="store_true",
+                    help="each operation one merged call (settle n, admit n)")
     a = ap.parse_args()
     with own_database("ipvers") as dsn:
-        asyncio.run(run(dsn, a.versions, a.sizes, a.rounds, a.block))
+        asyncio.run(run(dsn, a.versions, a.sizes, a.rounds, a.block, a.merged))
 
 
 if __name__ == "__main__":
