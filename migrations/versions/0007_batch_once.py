@@ -10,7 +10,7 @@ each statement), one sort per statement instead of one per aggregated array, and
 merged batch's snapshots checked once (the file says why and what was measured), with
 their helpers. Additive: no table changes and no function changed, so a gateway of the
 previous release keeps working against this schema during a rolling upgrade and an
-upgrade moves no figure; ``downgrade`` drops exactly the six functions.
+upgrade moves no figure; ``downgrade`` drops exactly the five functions.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ depends_on = None
 
 _FUNCTIONS = ("inferplane_settle_admit_v6(jsonb, jsonb)", "inferplane_settle_v6(jsonb)",
               "inferplane_admit_v6(jsonb)", "inferplane_admit_checked_v6(jsonb, jsonb[])",
-              "inferplane_lock_rows_v6(text[], text[])", "inferplane_snapshot_v6(jsonb)")
+              "inferplane_snapshot_v6(jsonb)")
 
 
 def upgrade() -> None:
