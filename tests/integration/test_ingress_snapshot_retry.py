@@ -127,8 +127,8 @@ async def test_a_mismatch_on_every_round_ends_as_503_after_the_rounds_cap(
     assert r.json()["error"]["code"] == "snapshot_mismatch"
     assert len(governance.decisions) == MAX_SNAPSHOT_ROUNDS + 1 and all(
         isinstance(d, Refusal) for d in governance.decisions)
-    revisions = [d.counter for d in governance.decisions]
-    assert revisions == ["team:" + revisions[0].split(":", 1)[1]] * len(revisions)
+    [changed] = {d.counter for d in governance.decisions}  # type: ignore[union-attr]
+    assert changed is not None and changed.startswith("team:")
 
 
 async def test_a_mismatch_no_re_plan_can_clear_ends_after_the_retries(
