@@ -1,17 +1,21 @@
-"""What the benches share: a scratch database of their own, a team with a key on it, and a
-process's CPU time."""
+"""What the benches share: a scratch database of their own, a team with a key on it, a
+batch of its requests and their exact settlements, and a process's CPU time."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from psycopg_pool import AsyncConnectionPool
 
+from gateway.governance import AdmissionRequest, Permit, Settlement, build_request
 from gateway.keys import PostgresKeyStore, Principal, TeamLimits, hash_key
+from gateway.policy import EMPTY_SNAPSHOT
 from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate
+from tests.settling import exact, settlement
 
 
 def server_dsn() -> str:
@@ -50,3 +54,14 @@ async def team_principal(pool: AsyncConnectionPool, name: str, limits: TeamLimit
     principal = await keys.resolve(hash_key(plaintext))
     assert principal is not None
     return principal
+
+
+def batch_requests(principal: Principal, now: datetime, n: int) -> list[AdmissionRequest]:
+    """``n`` requests of the principal's team (500 tokens, 2,000 µUSD bound each)."""
+    return [build_request(principal, EMPTY_SNAPSHOT, request_id=f"r{j}", model="m",
+                          token_bound=500, usd_bound=2_000, now=now) for j in range(n)]
+
+
+def exact_settlements(permits: list[Permit]) -> list[tuple[str, Settlement]]:
+    """Each permit settled complete at 400 tokens and 1,234 µUSD."""
+    return [(p.id, settlement(p.request, exact(400, 1_234))) for p in permits]

@@ -35,11 +35,14 @@ from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gateway.governance import PostgresGovernanceStore, build_request  # noqa: E402
+from gateway.governance import Permit, PostgresGovernanceStore  # noqa: E402
 from gateway.keys import TeamLimits  # noqa: E402
-from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
-from tests.bench._bench import own_database, team_principal  # noqa: E402
-from tests.settling import exact, settlement  # noqa: E402
+from tests.bench._bench import (  # noqa: E402
+    batch_requests,
+    exact_settlements,
+    own_database,
+    team_principal,
+)
 
 LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
 
@@ -62,14 +65,13 @@ async def run(dsn: str, sizes: list[int], iterations: int, rounds: int) -> None:
                 for n in sizes:
                     admit_s, settle_s = times.setdefault((fn, n), ([], []))
                     for i in range(iterations):
-                        reqs = [build_request(principal, EMPTY_SNAPSHOT, request_id=f"r{j}",
-                                              model="m", token_bound=500, usd_bound=2_000,
-                                              now=now) for j in range(n)]
+                        reqs = batch_requests(principal, now, n)
                         t0 = time.perf_counter()
                         decisions = await store._admit_now(reqs)
                         t1 = time.perf_counter()
-                        items = [(d.id, settlement(d.request, exact(400, 1_234)))  # type: ignore[union-attr]
-                                 for d in decisions]
+                        permits = [d for d in decisions if isinstance(d, Permit)]
+                        assert len(permits) == n, decisions
+                        items = exact_settlements(permits)
                         await (store._settle_one(*items[0]) if n == 1
                                else store._settle_many(items))
                         t2 = time.perf_counter()

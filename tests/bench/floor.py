@@ -43,11 +43,15 @@ from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gateway.governance import Permit, PostgresGovernanceStore, build_request  # noqa: E402
+from gateway.governance import Permit, PostgresGovernanceStore  # noqa: E402
 from gateway.keys import TeamLimits  # noqa: E402
-from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
-from tests.bench._bench import cpu_s, own_database, team_principal  # noqa: E402
-from tests.settling import exact, settlement  # noqa: E402
+from tests.bench._bench import (  # noqa: E402
+    batch_requests,
+    cpu_s,
+    exact_settlements,
+    own_database,
+    team_principal,
+)
 
 LIMITS = TeamLimits(rpm=1 << 30, tpm=1 << 35, tokens_per_day=1 << 49,
                     usd_micros_per_day=1 << 49)
@@ -123,10 +127,8 @@ async def _timed(pool: AsyncConnectionPool[Any], pair: Callable[[], Awaitable[No
 
 async def _store_pair(store: PostgresGovernanceStore, principal: Any, now: datetime,
                    n: int) -> None:
-    reqs = [build_request(principal, EMPTY_SNAPSHOT, request_id=f"r{j}", model="m",
-                          token_bound=500, usd_bound=2_000, now=now) for j in range(n)]
-    granted = [d for d in await store._admit_now(reqs) if isinstance(d, Permit)]
-    items = [(d.id, settlement(d.request, exact(400, 1_234))) for d in granted]
+    decisions = await store._admit_now(batch_requests(principal, now, n))
+    items = exact_settlements([d for d in decisions if isinstance(d, Permit)])
     if n == 1:  # the lone calls, as a gateway at concurrency 1 makes them
         await store._settle_one(*items[0])
     else:

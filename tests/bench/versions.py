@@ -34,20 +34,22 @@ from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gateway.governance import Permit, PostgresGovernanceStore, build_request  # noqa: E402
-from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
-from tests.bench._bench import cpu_s, own_database, team_principal  # noqa: E402
+from gateway.governance import Permit, PostgresGovernanceStore  # noqa: E402
+from tests.bench._bench import (  # noqa: E402
+    batch_requests,
+    cpu_s,
+    exact_settlements,
+    own_database,
+    team_principal,
+)
 from tests.bench.floor import LIMITS, _store_pair  # noqa: E402
-from tests.settling import exact, settlement  # noqa: E402
 
 
 async def _merged_op(store: PostgresGovernanceStore, principal: Any, now: datetime, n: int,
                      held: list[Permit]) -> None:
     """One merged call: settle the permits the previous call admitted, admit n more."""
-    reqs = [build_request(principal, EMPTY_SNAPSHOT, request_id=f"r{j}", model="m",
-                          token_bound=500, usd_bound=2_000, now=now) for j in range(n)]
-    items = [(d.id, settlement(d.request, exact(400, 1_234))) for d in held]
-    _, decisions = await store._settle_admit(items, reqs)
+    _, decisions = await store._settle_admit(exact_settlements(held),
+                                             batch_requests(principal, now, n))
     held[:] = [d for d in decisions if isinstance(d, Permit)]
 
 
