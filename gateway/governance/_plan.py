@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import UTC, datetime
+from functools import lru_cache
+
+import msgspec
 
 from gateway.errors import BadRequest
 from gateway.governance._model import (
@@ -35,7 +38,12 @@ MAX_AMOUNT = 1 << 50
 def utc_windows(now: datetime) -> tuple[str, str]:
     """The explicit UTC calendar windows (day, month) that contain ``now``."""
     now = now.astimezone(UTC)
-    return now.strftime("%Y-%m-%d"), now.strftime("%Y-%m")
+    return _windows(now.year, now.month, now.day)
+
+
+@lru_cache(maxsize=8)
+def _windows(year: int, month: int, day: int) -> tuple[str, str]:
+    return f"{year:04d}-{month:02d}-{day:02d}", f"{year:04d}-{month:02d}"
 
 
 def _bucket(counter: str, capacity: int | None, amount: int, *, rule: str | None = None,
@@ -220,10 +228,20 @@ def check_settlement(request: AdmissionRequest, s: Settlement) -> None:
     check_commit_values(totals, what="settlement")
 
 
+_encode = msgspec.json.Encoder().encode
+
+
 def settlement_fingerprint(s: Settlement) -> str:
-    """What makes two settlements "the same": kind, totals and every counter's part."""
-    body = json.dumps([str(s.kind), s.tokens_committed, s.usd_committed,
-                       s.tokens_liability, s.usd_liability, s.bound_exceeded,
-                       sorted(s.commits.items()), sorted(s.liabilities.items())],
-                      separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()
+    """What makes two settlements "the same": kind, totals and every counter's part.
+
+    The SHA-256 of ``json.dumps`` of those parts with compact separators, which is what
+    every release has stored. msgspec writes the same bytes for the same values unless
+    a string needs an escape or is not ASCII (``json.dumps`` escapes those its own way),
+    and then ``json.dumps`` writes them."""
+    parts = [str(s.kind), s.tokens_committed, s.usd_committed, s.tokens_liability,
+             s.usd_liability, s.bound_exceeded, sorted(s.commits.items()),
+             sorted(s.liabilities.items())]
+    body = _encode(parts)
+    if b"\\" in body or not body.isascii():
+        body = json.dumps(parts, separators=(",", ":")).encode()
+    return hashlib.sha256(body).hexdigest()

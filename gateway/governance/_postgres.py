@@ -12,7 +12,6 @@ same commit validation.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any, NamedTuple
 
@@ -68,14 +67,21 @@ def _settlement_body(settlement: Settlement) -> dict[str, Any]:
     return body
 
 
+_encode = msgspec.json.Encoder().encode
+
+
 def _settlement_json(settlement: Settlement) -> str:
-    return json.dumps(_settlement_body(settlement))
+    return _encode(_settlement_body(settlement)).decode()
 
 
 def _settlements_json(items: list[tuple[str, Settlement]]) -> str:
     """``inferplane_settle_v3``'s input: each settlement with its permit id."""
-    return json.dumps([dict(_settlement_body(settlement), permit_id=permit_id)
-                       for permit_id, settlement in items])
+    bodies = []
+    for permit_id, settlement in items:
+        body = _settlement_body(settlement)
+        body["permit_id"] = permit_id
+        bodies.append(body)
+    return _encode(bodies).decode()
 
 
 class _Calls(NamedTuple):

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
-from gateway.governance import build_request, plan_charges, utc_windows
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.governance import (
+    OutcomeKind,
+    Settlement,
+    build_request,
+    plan_charges,
+    settlement_fingerprint,
+    utc_windows,
+)
 from gateway.keys import KeyLimits, Principal, Team, TeamLimits
 from gateway.policy import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
 
@@ -23,6 +35,35 @@ def test_utc_windows_use_utc_not_local_time():
     """A local timestamp just after midnight east of UTC is still the previous UTC day."""
     local = datetime(2026, 12, 1, 1, 0, tzinfo=timezone(timedelta(hours=2)))
     assert utc_windows(local) == ("2026-11-30", "2026-11")
+
+
+@given(st.datetimes(min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 30),
+                    timezones=st.sampled_from([UTC, timezone(timedelta(hours=-11)),
+                                               timezone(timedelta(hours=13, minutes=45))])))
+def test_utc_windows_are_the_utc_calendar_day_and_month(now: datetime):
+    utc = now.astimezone(UTC)
+    assert utc_windows(now) == (utc.strftime("%Y-%m-%d"), utc.strftime("%Y-%m"))
+
+
+_parts = st.dictionaries(st.text(max_size=12), st.integers(0, 1 << 50), max_size=4)
+
+
+@given(st.sampled_from(list(OutcomeKind)), st.integers(0, 1 << 50), st.integers(0, 1 << 50),
+       st.booleans(), _parts, _parts)
+def test_settlement_fingerprint_is_the_one_earlier_releases_stored(
+        kind: OutcomeKind, tokens: int, usd: int, exceeded: bool, commits: dict[str, int],
+        liabilities: dict[str, int]):
+    """Replays compare against fingerprints stored by earlier releases: the SHA-256 of
+    json.dumps of the parts, compact, whatever the counter names hold (quotes,
+    backslashes, control and non-ASCII characters)."""
+    s = Settlement(kind=kind, tokens_committed=tokens, usd_committed=usd,
+                   tokens_liability=usd // 3, usd_liability=tokens // 7,
+                   bound_exceeded=exceeded, commits=commits, liabilities=liabilities)
+    stored = json.dumps([str(s.kind), s.tokens_committed, s.usd_committed,
+                         s.tokens_liability, s.usd_liability, s.bound_exceeded,
+                         sorted(s.commits.items()), sorted(s.liabilities.items())],
+                        separators=(",", ":"))
+    assert settlement_fingerprint(s) == hashlib.sha256(stored.encode()).hexdigest()
 
 
 def test_uncapped_principal_charges_nothing():
