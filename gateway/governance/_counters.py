@@ -9,7 +9,9 @@ applies them all-or-none inside its transaction.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, replace
+
+import msgspec
+from msgspec.structs import replace
 
 from gateway.governance._model import BUCKET_SCALE, Charge, Refusal, RefusalFigures
 from gateway.governance._plan import bucket_admits, bucket_settle, refill, retry_after_seconds
@@ -20,9 +22,10 @@ from gateway.governance._refusal import refusal
 _SATURATE = 1 << 62
 
 
-@dataclass(frozen=True, slots=True)
-class CounterState:
-    """One counter as stored (for operators, response headers and tests)."""
+class CounterState(msgspec.Struct, frozen=True):
+    """One counter as stored (for operators, response headers and tests). A msgspec
+    Struct: the request path makes a new one per charge, and ``replace`` on a Struct
+    costs a tenth of ``dataclasses.replace``."""
 
     counter: str
     kind: str

@@ -45,8 +45,10 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from msgspec.structs import replace
 
 from gateway.errors import GovernanceUnavailable
 from gateway.governance._counters import CounterState, load_counter
