@@ -124,6 +124,10 @@ class Figures:
     pg_ms: list[float] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
     hwm: list[float] = field(default_factory=list)
+    admit_ms: list[float] = field(default_factory=list)
+    """mayu: mean admission call at c=1 (its ``mayu_admission_seconds`` histogram)."""
+    settle_ms: list[float] = field(default_factory=list)
+    """mayu: mean settlement call at c=1 (``mayu_settlement_seconds``)."""
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, path: str) -> None:
@@ -257,13 +261,39 @@ def litellm(work: Path, upstream: int, exe: str) -> tuple[Target, subprocess.Pop
 
 # -- measuring -----------------------------------------------------------------------
 
+def histograms(t: Target) -> dict[str, tuple[float, float]] | None:
+    """mayu's admission and settlement histograms: name -> (sum s, count); None for a
+    target that is not mayu."""
+    if not t.name.startswith("mayu"):
+        return None
+    text = httpx.get(f"http://127.0.0.1:{t.port}/metrics", timeout=10).text
+    found: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        for metric in ("mayu_admission_seconds", "mayu_settlement_seconds"):
+            if name in (f"{metric}_sum", f"{metric}_count"):
+                found.setdefault(metric, [0.0, 0.0])[name.endswith("_count")] = float(value)
+    return {k: (v[0], v[1]) for k, v in found.items()}
+
+
+def _mean_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]],
+             metric: str) -> float:
+    (s0, n0), (s1, n1) = before.get(metric, (0.0, 0.0)), after.get(metric, (0.0, 0.0))
+    return (s1 - s0) / (n1 - n0) * 1000 if n1 > n0 else float("nan")
+
+
 def measure(t: Target, stream: bool, args: argparse.Namespace, figures: Figures) -> None:
     pg_before = {p: cpu_s(p) for p in t.backends()} if t.backends else {}
     before = tree_cpu(t.pid)
     hot = run_load(t.port, t.path, body(stream), headers=t.headers, n=args.requests,
                    concurrency=args.concurrency)
+    calls = histograms(t)
     one = run_load(t.port, t.path, body(stream), headers=t.headers, n=args.requests_c1,
                    concurrency=1, warmup=20)
+    if calls is not None:  # the c=1 load alone (its warm-up included)
+        after_c1 = histograms(t) or {}
+        figures.admit_ms.append(_mean_ms(calls, after_c1, "mayu_admission_seconds"))
+        figures.settle_ms.append(_mean_ms(calls, after_c1, "mayu_settlement_seconds"))
     n = args.requests + args.requests_c1 + 200 + 20
     for r in (hot, one):
         if r.errors:
@@ -333,6 +363,15 @@ def report(results: dict[tuple[str, bool], Figures], names: list[str],
             print(f"{name:<12} {rate:11.0f} {xd:9.3f} {xl:10.2f} {med(f.p50):7.2f}ms "
                   f"{over:+8.2f}ms {med(f.cpu_ms):7.3f}ms {pg} {med(f.rss):5.0f}M "
                   f"{max(f.hwm):5.0f}M")
+        calls = [(name, f) for name in names
+                 if (f := results.get((name, stream))) is not None and f.admit_ms]
+        if calls:
+            print("at c=1, the governance calls in each request's path (mean per call, "
+                  "from mayu's own histograms; the JSON answer waits for both):")
+        for name, f in calls:
+            a, st = med(f.admit_ms), med(f.settle_ms)
+            print(f"  {name:<16} admission {a:6.3f} ms  settlement {st:6.3f} ms  "
+                  f"together {a + st:6.3f} ms")
 
 
 def main() -> int:
