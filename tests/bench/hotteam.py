@@ -14,7 +14,7 @@ alternate (raw, each setting, …) for ``--rounds``; medians are printed with th
 admissions/raw.
 
     .venv/bin/python tests/bench/hotteam.py [--processes 3] [--workers 8] [--seconds 4] \
-        [--settings 1,1,3 1,1,4 1,1,4,1]
+        [--settings 1,1,5 1,1,6 1,1,5,1 1,1,6,1]
 
 Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 """
