@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -157,8 +158,9 @@ def fast_upstream(work: Path, events: int) -> Iterator[tuple[int, int]]:
         proc.wait(10)
 
 
-def _gateway_config(work: Path, name: str, upstream: int, shared: bool) -> Path:
-    config: dict[str, object] = {
+def _gateway_config(work: Path, name: str, upstream: int, shared: bool,
+                    overrides: dict[str, object] | None = None) -> Path:
+    config: dict[str, Any] = {
         "data_dir": str(work / f"data-{name}"), "demo": False,
         "server": {"replica_id": name},
         "providers": [{"name": "up", "kind": "openai",
@@ -170,6 +172,12 @@ def _gateway_config(work: Path, name: str, upstream: int, shared: bool) -> Path:
                        "governance_store": {"type": "postgres"},
                        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL",
                                     "pool_min_size": 4, "pool_max_size": 16}})
+    for dotted, value in (overrides or {}).items():
+        *parents, leaf = dotted.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -214,8 +222,9 @@ def _start(config: Path, env: dict[str, str] | None, root: Path | None) -> Proc:
 
 
 def mayu_local(work: Path, upstream: int, *, root: Path | None = None,
-               name: str = "local") -> tuple[Target, Proc]:
-    config = _gateway_config(work, name, upstream, shared=False)
+               name: str = "local", overrides: dict[str, object] | None = None
+               ) -> tuple[Target, Proc]:
+    config = _gateway_config(work, name, upstream, shared=False, overrides=overrides)
     key = _team_key(config, None)
     gw = _start(config, None, root)
     return Target(f"mayu {name}", gw.port, gw.popen.pid,
@@ -223,9 +232,10 @@ def mayu_local(work: Path, upstream: int, *, root: Path | None = None,
 
 
 def mayu_shared(work: Path, upstream: int, dsn: str, *, root: Path | None = None,
-                name: str = "shared") -> tuple[Target, Proc]:
+                name: str = "shared", overrides: dict[str, object] | None = None
+                ) -> tuple[Target, Proc]:
     env = {"INFERPLANE_DATABASE_URL": dsn}
-    config = _gateway_config(work, name, upstream, shared=True)
+    config = _gateway_config(work, name, upstream, shared=True, overrides=overrides)
     key = _team_key(config, env)
     gw = _start(config, env, root)
     dbname = dsn.rsplit("/", 1)[1]
@@ -374,6 +384,17 @@ def report(results: dict[tuple[str, bool], Figures], names: list[str],
                   f"together {a + st:6.3f} ms")
 
 
+def variant(text: str) -> tuple[str, str, dict[str, object]]:
+    """``NAME=PROFILE[,KEY=VALUE...]`` (``--variant``) → (name, profile, settings)."""
+    name, _, rest = text.partition("=")
+    profile, *settings = rest.split(",")
+    if not name or profile not in ("local", "shared") or not all("=" in s for s in settings):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: NAME=local|shared[,dotted.key=value...] expected")
+    overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in settings)}
+    return name, profile, overrides
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -388,6 +409,11 @@ def main() -> int:
     ap.add_argument("--long-events", type=int, default=100_000,
                     help="the long-stream memory check: streams of N/10 and N content "
                          "events through each target after the rounds (0: skip)")
+    ap.add_argument("--variant", action="append", default=[], type=variant,
+                    metavar="NAME=PROFILE[,KEY=VALUE...]",
+                    help="one more mayu target: the local or shared profile with these "
+                         "config settings (dotted keys, YAML values), e.g. "
+                         "'answer-first=shared,server.settle_wait_s=0'; repeatable")
     ap.add_argument("--baseline", type=Path, help="another checkout (e.g. a git worktree "
                     "of the previous commit): its mayu local/shared run next to this one's")
     args = ap.parse_args()
@@ -424,6 +450,18 @@ def main() -> int:
                         t, p = mayu_shared(work, up_port, dsn, root=root, name=name)
                         targets.append(t)
                         procs.append(p)
+            for name, profile, overrides in args.variant:
+                if profile == "local":
+                    t, p = mayu_local(work, up_port, name=name, overrides=overrides)
+                else:
+                    db = f"{dbname}_{len(made_dbs)}"
+                    create_database(server, db)
+                    made_dbs.append(db)
+                    dsn = dsn_for(server, db)
+                    _migrate(dsn, None)
+                    t, p = mayu_shared(work, up_port, dsn, name=name, overrides=overrides)
+                targets.append(t)
+                procs.append(p)
             if "litellm" in only:
                 if Path(args.litellm).exists():
                     t, lp = litellm(work, up_port, args.litellm)
