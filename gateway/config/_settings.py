@@ -96,9 +96,12 @@ class ServerSettings(_Base, frozen=True):
     machine crash loses none; ``interval``: fsync every ``journal_fsync_interval_s``
     (a process crash loses nothing, a machine crash at most that interval)."""
     journal_fsync_interval_s: Seconds = 1.0
-    settle_wait_s: SecondsOrZero = 0.5
-    """How long a finished request waits for the store to take its settlement before
-    leaving it to the journal's replay (the client's answer is never held longer)."""
+    settle_wait_s: SecondsOrZero = 0.0
+    """How long a finished request's answer waits for the store to take its settlement.
+    Default 0 (answer first): the settlement is journaled and audited, then taken while
+    the answer leaves, so no request pays a store round trip after its upstream call
+    (docs/settlement.md, "Answer first"). A settlement the store cannot take is replayed
+    from the journal, whatever this is."""
     shutdown_grace_s: SecondsOrZero = 30.0
     """On SIGTERM: how long in-flight requests and streams may run on (new connections
     are refused and ``/readyz`` fails at once); what is still running then is cancelled.

@@ -5,11 +5,15 @@ tells it when a request is about to leave (journaled before the first byte goes
 upstream), and hands it what the wire said; the Governor computes the one
 :class:`Settlement` (:func:`settlement_for`), journals it, and has the store take it.
 
-A settlement the store cannot take (database down, slow) never holds the client: after
-``settle_wait_s`` it is left to the replayer, which retries in journal order until the
-store answers. At startup :meth:`Governor.start` resolves what a crashed run left open
-in the journal before the gateway serves. At shutdown :meth:`Governor.close` settles
-every permit still open (uncertain, with the reason) and flushes what it can.
+The client's answer waits for the store's taking of its settlement at most
+``settle_wait_s`` (default 0: not at all — the settlement is journaled first, then taken
+while the answer leaves; docs/settlement.md, "Answer first"). A settlement the store
+cannot take (database down, slow) is left to the replayer, which retries in journal order
+until the store answers. :meth:`Governor.caught_up` waits for the settlements in flight,
+so a usage report read after an answer includes it. At startup :meth:`Governor.start`
+resolves what a crashed run left open in the journal before the gateway serves. At
+shutdown :meth:`Governor.close` settles every permit still open (uncertain, with the
+reason) and flushes what it can.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ class Governor:
     """Admits, journals, settles and replays permits against one governance store."""
 
     def __init__(self, store: GovernanceStore, *, journal: Journal | None = None,
-                 settle_wait_s: float = 0.5, replay_interval_s: float = 1.0,
+                 settle_wait_s: float = 0.0, replay_interval_s: float = 1.0,
                  on_settled: SettledHook | None = None) -> None:
         self.store = store
         self.journal = journal
@@ -145,8 +149,9 @@ class Governor:
         return settlement_for(permit.request, outcome, price)
 
     async def settle(self, permit: Permit, settlement: Settlement) -> SettleResult | None:
-        """Journal ``settlement`` and have the store take it; None when it was left to
-        the replayer (store unavailable or slower than ``settle_wait_s``)."""
+        """Journal ``settlement`` and have the store take it; None when the caller goes
+        on before the store answered (``settle_wait_s`` 0, or the store slower than it)
+        or the settlement was left to the replayer (store unavailable)."""
         if self.journal is not None:
             await self.journal.observed(permit.id, settlement)
         self._open.pop(permit.id, None)
@@ -156,6 +161,8 @@ class Governor:
         task = asyncio.ensure_future(self._take(permit, settlement))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
+        if self._wait <= 0:
+            return None  # answer first: journaled, and taken while the answer leaves
         try:
             return await asyncio.wait_for(asyncio.shield(task), self._wait)
         except TimeoutError:
@@ -210,6 +217,18 @@ class Governor:
                         "unavailable)", permit.id)
         self._backlog[permit.id] = (permit, settlement)
         self._wake.set()
+
+    async def caught_up(self, *, timeout_s: float = 1.0) -> bool:
+        """Wait (at most ``timeout_s``) until the store answered every settlement in
+        flight now: taken, or left to the replayer. False if some were still in flight.
+
+        A usage report read after an answer then counts that answer's settlement even
+        though the answer did not wait for it (read your own writes on this replica)."""
+        pending = [t for t in self._inflight if not t.done()]
+        if not pending:
+            return True
+        _, still = await asyncio.wait(pending, timeout=timeout_s)
+        return not still
 
     @property
     def backlog(self) -> int:

@@ -215,9 +215,9 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse,
             async for chunk in chunks:
                 out = meter.feed(chunk)
                 if meter.complete and not attempt.settled:
-                    # Settled (journal, store, audit line) before the client sees the end
-                    # marker: a crash right after the client got its whole answer cannot
-                    # leave it without its exact settlement and its audit line.
+                    # Settled (journal, audit line, the store asked) before the client sees
+                    # the end marker: a crash right after the client got its whole answer
+                    # cannot leave it without its exact settlement and its audit line.
                     with anyio.CancelScope(shield=True):
                         await attempt.finish(_stream_outcome(meter, True, ""), status=200)
                 if out:

@@ -32,6 +32,10 @@ from gateway.ingress._render import error_reply
 from gateway.ingress._reply import to_litestar
 from gateway.usage import estimate_tokens, prompt_text
 
+USAGE_CATCH_UP_S = 1.0
+"""How long ``GET /v1/usage`` waits for this replica's settlements still in flight
+(their answers left first) before it reads; past it, they show as reserved."""
+
 AnyRequest = Request[Any, Any, Any]
 
 
@@ -108,6 +112,9 @@ async def usage_report(request: AnyRequest) -> dict[str, Any]:
     if not is_admin:
         principal = await authenticate(gw, request)
         scope = {"key_id": principal.key_id, "team_id": principal.team_id}
+    # Answers do not wait for their settlements (server.settle_wait_s): the ones still
+    # in flight are waited for, so a caller reads its own finished requests as committed.
+    await gw.governor.caught_up(timeout_s=USAGE_CATCH_UP_S)
     try:
         rows = await gw.governance.usage(day=day, month=month, **scope)
     except InferplaneError:

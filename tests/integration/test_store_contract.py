@@ -219,6 +219,23 @@ async def test_governor_refusal_carries_the_store_refusal(stores):
     assert refused.value.refusal.code == "budget_exhausted"
 
 
+async def test_governor_answers_first_and_catches_up(stores):
+    """With settle_wait_s 0 (the default) settle hands back before the store answered
+    (None); caught_up waits for the store, after which the window holds exactly the
+    commit and nothing reserved."""
+    p = await principal(stores.keys, team="t1", limits=LIMITS)
+    governor = Governor(stores.gov)
+
+    async def never(*_: object) -> None:
+        raise AssertionError("no snapshot mismatch expected")
+    permit = await governor.admit(lambda: request(p, usd=900, rid="af"), replan=never)
+    window = f"team:{p.team_id}:usd:day:2026-11-29"
+    assert await governor.settle(permit, settlement(permit.request, exact(10, 250))) is None
+    assert await governor.caught_up(timeout_s=30)
+    assert await stores.figures(window) == (250, 0, 0)
+    assert await governor.caught_up(timeout_s=0)  # nothing in flight: at once
+
+
 async def test_a_permit_carries_its_bucket_balances(stores):
     """Admission returns each charged bucket's balance after the reservation, the same
     in both stores (the remaining-limit headers come from it, no extra read)."""
