@@ -48,6 +48,10 @@ MAX_SNAPSHOT_ROUNDS = 12
 """Re-plans in all, even when each one planned from a newer snapshot: a policy published,
 or a key or team edited, again while every previous round was in flight."""
 
+REFUSAL_CATCH_UP_S = 1.0
+"""How long a refused admission waits for its team's settlements in flight on this
+replica before it is decided again (once); past it, the refusal stands."""
+
 SettledHook = Callable[[Permit, Settlement, SettleResult | None, str | None, bool], None]
 """Called after each settlement attempt: (permit, settlement, result or None, error,
 late: the attempt came from the replay, after the request's own answer)."""
@@ -85,7 +89,7 @@ class Governor:
         self.on_settled = on_settled
         self._open: dict[str, Permit] = {}
         self._backlog: dict[str, tuple[Permit, Settlement]] = {}
-        self._inflight: set[asyncio.Task[Any]] = set()
+        self._inflight: dict[asyncio.Task[Any], str] = {}  # settlement → its team id
         self._wake = asyncio.Event()
         self._replayer: asyncio.Task[None] | None = None
         self.admission_seconds: Callable[[float], None] | None = None
@@ -116,6 +120,12 @@ class Governor:
             assert isinstance(decision, Refusal)
             await replan(decision, request)
             refused, request = request, plan()
+        if (isinstance(decision, Refusal) and not is_snapshot_mismatch(decision)
+                and await self._settled_meanwhile(request.team_id)):
+            # Answers go first: what this replica's own finished requests will release
+            # may not have landed yet. Decided again once it has, a sequential client is
+            # never refused what waiting for its previous answer's settlement would admit.
+            decision = await self._decide(request)
         if isinstance(decision, Refusal):
             raise Refused(decision)
         self._open[decision.id] = decision
@@ -159,8 +169,8 @@ class Governor:
             self._queue(permit, settlement)
             return None
         task = asyncio.ensure_future(self._take(permit, settlement))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+        self._inflight[task] = permit.request.team_id
+        task.add_done_callback(self._inflight.pop)
         if self._wait <= 0:
             return None  # answer first: journaled, and taken while the answer leaves
         try:
@@ -218,17 +228,25 @@ class Governor:
         self._backlog[permit.id] = (permit, settlement)
         self._wake.set()
 
-    async def caught_up(self, *, timeout_s: float = 1.0) -> bool:
+    async def caught_up(self, *, timeout_s: float = 1.0, team_id: str | None = None) -> bool:
         """Wait (at most ``timeout_s``) until the store answered every settlement in
-        flight now: taken, or left to the replayer. False if some were still in flight.
+        flight now (of ``team_id``'s permits, or all): taken, or left to the replayer.
+        False if some were still in flight.
 
         A usage report read after an answer then counts that answer's settlement even
         though the answer did not wait for it (read your own writes on this replica)."""
-        pending = [t for t in self._inflight if not t.done()]
+        pending = [t for t, team in self._inflight.items()
+                   if not t.done() and team_id in (None, team)]
         if not pending:
             return True
         _, still = await asyncio.wait(pending, timeout=timeout_s)
         return not still
+
+    async def _settled_meanwhile(self, team_id: str) -> bool:
+        """True if settlements of ``team_id`` were in flight and have landed since."""
+        if not any(team == team_id for team in self._inflight.values()):
+            return False
+        return await self.caught_up(timeout_s=REFUSAL_CATCH_UP_S, team_id=team_id)
 
     @property
     def backlog(self) -> int:

@@ -9,6 +9,7 @@ wording, same replay and conflict rules, same liability arithmetic (DESIGN §5).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,6 +235,49 @@ async def test_governor_answers_first_and_catches_up(stores):
     assert await governor.caught_up(timeout_s=30)
     assert await stores.figures(window) == (250, 0, 0)
     assert await governor.caught_up(timeout_s=0)  # nothing in flight: at once
+
+
+class _HeldSettlements:
+    """``store`` with its settlements held until an admission is refused (a slow store
+    whose answers go first), counting the refusals it hands back."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.refusals = store, 0
+        self.gate = asyncio.Event()
+
+    async def admit(self, requests: list[Any]) -> list[Any]:
+        decisions = await self.store.admit(requests)
+        if any(isinstance(d, Refusal) for d in decisions):
+            self.refusals += 1
+            self.gate.set()
+        return list(decisions)
+
+    async def settle(self, permit_id: str, settlement: Settlement) -> Any:
+        await self.gate.wait()
+        return await self.store.settle(permit_id, settlement)
+
+
+async def test_a_refusal_is_decided_again_once_the_teams_settlements_landed(stores):
+    """A request refused while its team's previous answer is still being settled on
+    this replica is decided again once that settlement landed: 900 of 1,000 µUSD held
+    by an answer that cost 100, the next request of 800 is refused once, then admitted."""
+    p = await principal(stores.keys, team="t1",
+                        limits=TeamLimits(usd_micros_per_day=1_000))
+    held = _HeldSettlements(stores.gov)
+    governor = Governor(held)
+
+    async def never(*_: object) -> None:
+        raise AssertionError("no snapshot mismatch expected")
+    first = await governor.admit(lambda: request(p, usd=900, rid="a"), replan=never)
+    assert await governor.settle(first, settlement(first.request, exact(10, 100))) is None
+    second = await governor.admit(lambda: request(p, usd=800, rid="b"), replan=never)
+    assert held.refusals == 1
+    assert await governor.caught_up(timeout_s=30)
+    window = f"team:{p.team_id}:usd:day:2026-11-29"
+    assert await stores.figures(window) == (100, 0, 800)
+    await governor.settle(second, settlement(second.request, exact(10, 800)))
+    assert await governor.caught_up(timeout_s=30)
+    assert await stores.figures(window) == (900, 0, 0)
 
 
 async def test_a_permit_carries_its_bucket_balances(stores):
