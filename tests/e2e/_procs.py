@@ -3,7 +3,8 @@
 Each process runs from this checkout's interpreter on a free port with its output in a
 log file; :func:`wait_ready` polls ``/readyz`` and fails with the log if the process
 exits first. :meth:`Proc.stop` terminates (then kills) it; fixtures call it in their
-finalizers so no test leaves a process behind.
+finalizers so no test leaves a process behind. :func:`wait_none_pending` waits for the
+shared database to have taken the settlements of answers already received.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,6 +103,31 @@ def start_gateway(config: Path, *, env: dict[str, str] | None = None) -> Proc:
                   "--log-level", "warning"], port=port,
                  log_path=config.parent / f"gateway-{port}.log", env=env)
     return wait_ready(proc)
+
+
+def wait_none_pending(dsn: str, *, team_id: str | None = None,
+                      deadline_s: float = 60.0) -> None:
+    """Poll the shared database until no permit (of ``team_id``, or at all) is pending.
+
+    An answer leaves before the store takes its settlement (``server.settle_wait_s`` 0):
+    a test reading the database directly after its answers waits here first. Each
+    settlement is one transaction (the permit's status with its counters), so once none
+    is pending the counters hold every settlement. A hang guard, not a timing assertion.
+    """
+    query = "SELECT count(*) FROM permits WHERE status = 'pending'"
+    params: tuple[str, ...] = ()
+    if team_id is not None:
+        query, params = query + " AND team_id = %s", (team_id,)
+    end = time.monotonic() + deadline_s
+    while True:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(query, params).fetchone()
+        pending = int(row[0]) if row is not None else 0
+        if pending == 0:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"{pending} permit(s) still pending after {deadline_s}s")
+        time.sleep(0.05)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ import pytest
 from tests.e2e._controlplane import MODEL as SHARED_MODEL
 from tests.e2e._controlplane import shared_gateway_config
 from tests.e2e._lease import LeaseStack, budget_doc, chat, wait_until
-from tests.e2e._procs import Proc, run_cli, start_gateway
+from tests.e2e._procs import Proc, run_cli, start_gateway, wait_none_pending
 
 pytestmark = pytest.mark.e2e
 
@@ -112,6 +112,8 @@ def test_shared_admissions_and_leases_never_exceed_one_budget_together(
             r["committed"] for r in rows if r) == planes_committed()
 
     wait_until(ledger_caught_up, what="both planes reported")
+    # The shared gateway's answers left before its store took their settlements.
+    wait_none_pending(pg_dsn)
     with psycopg.connect(pg_dsn) as conn:
         row = conn.execute("SELECT coalesce(sum(usd_committed), 0) FROM permits"
                            " WHERE status <> 'pending'").fetchone()

@@ -55,6 +55,7 @@ def test_tpm_reserves_the_estimate_so_agent_sized_prompts_run_concurrently(
     assert set(statuses) <= {200, 429}
     ledger = stack.ledger()
     assert len(ledger) == statuses.count(200)
+    # /v1/usage before the file: it waits for the settlements still in flight.
     team_id = stack.usage(key)[("team", "day")]["id"]
     with _db(stack) as conn:
         rows = conn.execute(
@@ -77,6 +78,7 @@ def test_an_under_estimate_leaves_the_bucket_in_debt(stack: Stack) -> None:
                    json={"model": "gpt-hidden", "max_tokens": 5,
                          "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200
+    # /v1/usage before the file: it waits for the settlements still in flight.
     team_id = stack.usage(key)[("team", "day")]["id"]
     with _db(stack) as conn:
         [balance] = conn.execute("SELECT balance FROM gov_counters WHERE counter = ?",

@@ -37,7 +37,14 @@ from gateway.governance import BUCKET_SCALE
 from gateway.keys import PostgresKeyStore, TeamLimits
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd
 from tests.conftest import ROOT, create_database, drop_database, dsn_for
-from tests.e2e._procs import Proc, free_port, run_cli, start_gateway, start_mock_upstream
+from tests.e2e._procs import (
+    Proc,
+    free_port,
+    run_cli,
+    start_gateway,
+    start_mock_upstream,
+    wait_none_pending,
+)
 from tests.e2e.conftest import PRICE, expected_cost
 
 pytestmark = pytest.mark.e2e
@@ -269,6 +276,8 @@ def test_hot_team_budget_and_tpm_hold_across_replicas(shared: Shared) -> None:
     second = Counter(asyncio.run(burst(200, 0)))
     assert second[429] > 0, second
     statuses = first + second
+    # The answers left before the store took their settlements: read once none is pending.
+    wait_none_pending(shared.dsn, team_id=team_id)
     committed, reserved = shared.team_usd_window(team_id)
     ledger = shared.ledger()
     reported = sum(expected_cost(e) for e in ledger)
@@ -436,7 +445,7 @@ def test_mixed_workload_commits_what_the_upstream_reported(shared: Shared) -> No
     assert by_kind["upstream-cut"].startswith("raised")
     assert by_kind["upstream-cut-anthropic"].startswith("raised")
     assert by_kind["error-500"].startswith("raised") and by_kind["chat"] == "ok"
-    _wait_none_pending(shared, team_id)
+    wait_none_pending(shared.dsn, team_id=team_id)
     rows = shared.sql("SELECT model, status, usd_committed, usd_liability, usd_bound"
                       " FROM permits WHERE team_id = %s", team_id)
     ledger = shared.ledger()
@@ -462,18 +471,6 @@ def test_mixed_workload_commits_what_the_upstream_reported(shared: Shared) -> No
     [(reserved,)] = shared.sql("SELECT coalesce(sum(reserved), 0) FROM counters"
                                " WHERE key LIKE %s", f"team:{team_id}:%")
     assert reserved == 0
-
-
-def _wait_none_pending(shared: Shared, team_id: str) -> None:
-    """Until no permit of the team is pending (settlements may trail the answers)."""
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        [(pending,)] = shared.sql("SELECT count(*) FROM permits WHERE team_id = %s"
-                                  " AND status = 'pending'", team_id)
-        if pending == 0:
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"team {team_id}: {pending} permit(s) still pending")
 
 
 def _fold(entry: dict[str, Any], into: str) -> Usage:
@@ -591,7 +588,7 @@ def test_database_outage_while_streams_finish(shared: Shared) -> None:
         time.sleep(max(0.0, 15 - 1 - max(durations)))
     finally:
         shared.proxy.start()
-    _wait_none_pending(shared, team_id)
+    wait_none_pending(shared.dsn, team_id=team_id)
     ledger = shared.ledger()
     assert len(ledger) == len(threads)
     [(committed, liability)] = shared.sql(

@@ -45,10 +45,13 @@ async def test_governance_store_failure_is_503_with_retry_after(
         tmp_path: Path, parts: tuple[SqliteKeyStore, LocalGovernanceStore, str]) -> None:
     """Admission against a failing governance store: 503 governance_unavailable, Retry-After."""
     keys, governance, key = parts
-    async with AsyncTestClient(app=_app(tmp_path, keys, governance)) as client:
+    app = _app(tmp_path, keys, governance)
+    async with AsyncTestClient(app=app) as client:
         ok = await client.post("/v1/chat/completions", json=BODY,
                                headers={"Authorization": f"Bearer {key}"})
         assert ok.status_code == 200
+        # Its settlement trails the answer: the store fails after taking it, not during.
+        assert await app.state.gateway.governor.caught_up()
         await governance.close()
         r = await client.post("/v1/chat/completions", json=BODY,
                               headers={"Authorization": f"Bearer {key}"})

@@ -46,12 +46,15 @@ async def test_settlement_and_first_byte_histograms_move(tmp_path: Path) -> None
             Deployment(provider="slow", upstream_model="mock-gpt")])])
     body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
     headers = {"Authorization": f"Bearer {key}"}
-    async with AsyncTestClient(app=create_app(settings)) as client:
+    app = create_app(settings)
+    async with AsyncTestClient(app=app) as client:
         assert (await client.post("/v1/chat/completions", json=body,
                                   headers=headers)).status_code == 200
         r = await client.post("/v1/chat/completions", json={**body, "stream": True},
                               headers=headers)
         assert r.status_code == 200 and "[DONE]" in r.text
+        # The answers left before the store took their settlements (timed when it has).
+        assert await app.state.gateway.governor.caught_up()
         text = (await client.get("/metrics")).text
     assert _value(text, "mayu_settlement_seconds_count") == 2
     assert _value(text, "mayu_upstream_first_byte_seconds_count", provider="slow") == 2

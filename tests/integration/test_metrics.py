@@ -80,6 +80,9 @@ async def test_each_design_metric_appears_and_moves(
         assert refused.status_code == 402
         policy.write_text("spec: [not, a, policy]\n")
         app.state.gateway.policy.reload()  # what the poll does: logs the rejection
+        # The answer left before the store took its settlement (the settled series move
+        # when it has): wait for it, as /v1/usage does.
+        assert await app.state.gateway.governor.caught_up()
         after = (await client.get("/metrics")).text
 
     for name, labels in [("mayu_admissions_total", {"outcome": "admitted"}),
@@ -114,6 +117,7 @@ async def test_budget_utilisation_starts_from_the_days_usage(
     async with AsyncTestClient(app=app) as client:  # a new lifespan: a fresh process view
         second = await client.post("/v1/chat/completions", json=BODY, headers=headers)
         assert int(second.headers["x-inferplane-cost-micro-usd"]) == cost
+        assert await app.state.gateway.governor.caught_up()  # its settlement trails it
         text = (await client.get("/metrics")).text
     assert value(text, "mayu_budget_utilisation_ratio", team_id=keys["rich_id"],
                  team="rich") == pytest.approx(2 * cost / LIMIT)
