@@ -168,7 +168,8 @@ class Governor:
         if self._backlog:  # the store is known to be down: keep the journal order
             self._queue(permit, settlement)
             return None
-        task = asyncio.ensure_future(self._take(permit, settlement))
+        task = asyncio.ensure_future(self._take(permit, settlement,
+                                                after_answer=self._wait <= 0))
         self._inflight[task] = permit.request.team_id
         task.add_done_callback(self._inflight.pop)
         if self._wait <= 0:
@@ -178,8 +179,14 @@ class Governor:
         except TimeoutError:
             return None  # the task goes on; it queues itself if the store fails
 
-    async def _take(self, permit: Permit, settlement: Settlement,
-                    *, queue_on_failure: bool = True) -> SettleResult | None:
+    async def _take(self, permit: Permit, settlement: Settlement, *,
+                    queue_on_failure: bool = True,
+                    after_answer: bool = False) -> SettleResult | None:
+        if after_answer:
+            # One loop turn first: the answer's bytes leave at the end of the turn its
+            # handler wrote them in (gateway.server's Cork), and the local store settles
+            # inline, which would otherwise run before them.
+            await asyncio.sleep(0)
         started = time.perf_counter()
         try:
             result = await self.store.settle(permit.id, settlement)
