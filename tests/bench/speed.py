@@ -437,29 +437,29 @@ def main() -> int:
                         t, p = mayu_local(work, up_port, root=root, name=name)
                         targets.append(t)
                         procs.append(p)
+
+            def fresh_dsn(root: Path | None) -> str:
+                """A database of its own, migrated by its own checkout (a gateway refuses
+                a schema newer than its own head)."""
+                db = f"{dbname}_{len(made_dbs)}"
+                create_database(server, db)
+                made_dbs.append(db)
+                dsn = dsn_for(server, db)
+                _migrate(dsn, root)
+                return dsn
             if "shared" in only:
                 for name, root in (("shared", None), ("shared-base", args.baseline)):
                     if name == "shared" or root is not None:
-                        # Each its own database, migrated by its own checkout (a gateway
-                        # refuses a schema newer than its own head).
-                        db = dbname + ("_base" if root is not None else "")
-                        create_database(server, db)
-                        made_dbs.append(db)
-                        dsn = dsn_for(server, db)
-                        _migrate(dsn, root)
-                        t, p = mayu_shared(work, up_port, dsn, root=root, name=name)
+                        t, p = mayu_shared(work, up_port, fresh_dsn(root), root=root,
+                                           name=name)
                         targets.append(t)
                         procs.append(p)
             for name, profile, overrides in args.variant:
                 if profile == "local":
                     t, p = mayu_local(work, up_port, name=name, overrides=overrides)
                 else:
-                    db = f"{dbname}_{len(made_dbs)}"
-                    create_database(server, db)
-                    made_dbs.append(db)
-                    dsn = dsn_for(server, db)
-                    _migrate(dsn, None)
-                    t, p = mayu_shared(work, up_port, dsn, name=name, overrides=overrides)
+                    t, p = mayu_shared(work, up_port, fresh_dsn(None), name=name,
+                                       overrides=overrides)
                 targets.append(t)
                 procs.append(p)
             if "litellm" in only:
