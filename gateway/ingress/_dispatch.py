@@ -2,7 +2,8 @@
 
 A fallback is tried only while no byte has reached the client: after a connect error,
 a timeout, or a retryable status (429/5xx). Each attempt has its own permit and is
-settled before the next one is admitted.
+settled (journaled, the store asked) before the next one is admitted; a refusal of the
+next one while the store is still taking it is decided again once it has (Governor).
 
 What the settlement is told (DESIGN §5):
 
