@@ -242,18 +242,20 @@ class Governor:
 
         A usage report read after an answer then counts that answer's settlement even
         though the answer did not wait for it (read your own writes on this replica)."""
-        pending = [t for t, team in self._inflight.items()
-                   if not t.done() and team_id in (None, team)]
+        pending = self._pending(team_id)
         if not pending:
             return True
         _, still = await asyncio.wait(pending, timeout=timeout_s)
         return not still
 
+    def _pending(self, team_id: str | None) -> list[asyncio.Task[Any]]:
+        return [t for t, team in self._inflight.items()
+                if not t.done() and team_id in (None, team)]
+
     async def _settled_meanwhile(self, team_id: str) -> bool:
         """True if settlements of ``team_id`` were in flight and have landed since."""
-        if not any(team == team_id for team in self._inflight.values()):
-            return False
-        return await self.caught_up(timeout_s=REFUSAL_CATCH_UP_S, team_id=team_id)
+        return bool(self._pending(team_id)) and await self.caught_up(
+            timeout_s=REFUSAL_CATCH_UP_S, team_id=team_id)
 
     @property
     def backlog(self) -> int:

@@ -377,7 +377,8 @@ def report(results: dict[tuple[str, bool], Figures], names: list[str],
                  if (f := results.get((name, stream))) is not None and f.admit_ms]
         if calls:
             print("at c=1, the governance calls in each request's path (mean per call, "
-                  "from mayu's own histograms; the answer waits for both):")
+                  "from mayu's own histograms; the answer waits for the admission, and "
+                  "for the settlement only where server.settle_wait_s > 0):")
         for name, f in calls:
             a, st = med(f.admit_ms), med(f.settle_ms)
             print(f"  {name:<16} admission {a:6.3f} ms  settlement {st:6.3f} ms  "
