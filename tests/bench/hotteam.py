@@ -9,7 +9,9 @@ Each of ``--processes`` processes opens its own pool and ``PostgresGovernanceSto
 database: the team's TPM bucket, day token window and day µUSD window charged, a permit
 with its segments written, then settled exactly) for ``--seconds``.
 The raw loop is the same processes and workers doing ``UPDATE bench_raw
-SET v = v + 1 WHERE id = …; COMMIT`` on one row (hot) or 100 rows (spread). Phases
+SET v = v + 1 WHERE id = …; COMMIT`` on one row (hot) or 100 rows (spread). Spread:
+each worker of all the processes loops over its own share of the 100 teams (rows), so
+no two workers wait on each other's row locks. Phases
 alternate (raw, each setting, …) for ``--rounds``; medians are printed with the ratio
 admissions/raw.
 
@@ -61,19 +63,29 @@ def _store(pool: AsyncConnectionPool, coalesce: int, settle_coalesce: int,
     return PostgresGovernanceStore(pool, **kwargs)  # type: ignore[arg-type]
 
 
+def _owned(worker: int, workers: int, n: int) -> list[int]:
+    """The rows (teams) one worker loops over: worker ``worker`` of ``workers`` in all
+    owns every ``workers``-th of ``n``, so two workers never share one while there are
+    at least as many rows as workers (spread: none waits on another's row lock), and
+    every row is used (hot: ``n`` = 1, all share it)."""
+    return list(range(worker % n, n, workers)) or [worker % n]
+
+
 async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: float,
                  coalesce: int, settle_coalesce: int, functions: int, merge: int,
-                 upstream_ms: float, start_at: float) -> tuple[int, float]:
+                 upstream_ms: float, start_at: float, index: int,
+                 processes: int) -> tuple[int, float]:
     async with AsyncConnectionPool(dsn, min_size=workers, max_size=workers,
                                    kwargs={"autocommit": True}) as pool:
         ops = 0
         if mode.startswith("raw"):
             rows = 1 if mode == "raw-hot" else 100
 
-            async def step(w: int) -> int:
+            async def step(w: int, turn: int) -> int:
+                owned = _owned(w, workers * processes, rows)
                 async with pool.connection() as conn:
                     await conn.execute("UPDATE bench_raw SET v = v + 1 WHERE id = %s",
-                                       (w % rows,))
+                                       (owned[turn % len(owned)],))
                 return 1
         else:
             ks = PostgresKeyStore(pool)
@@ -81,8 +93,9 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
             gov = _store(pool, coalesce, settle_coalesce, functions, merge)
             now = datetime.now(UTC)
 
-            async def step(w: int) -> int:
-                principal = principals[w % len(principals)]
+            async def step(w: int, turn: int) -> int:
+                owned = _owned(w, workers * processes, len(principals))
+                principal = principals[owned[turn % len(owned)]]
                 assert principal is not None
                 req = build_request(principal, EMPTY_SNAPSHOT, request_id=f"h{w}", model="m",
                                     token_bound=500, usd_bound=2_000, now=now)
@@ -102,10 +115,15 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
 
         async def worker(w: int) -> None:
             nonlocal ops
+            turn = 0
             while time.monotonic() < stop:
-                done = await step(w)  # not `ops += await ...`: that loses updates
+                done = await step(w, turn)  # not `ops += await ...`: that loses updates
                 ops += done
-        await asyncio.gather(*(worker(w + 1000 * os.getpid()) for w in range(workers)))
+                turn += 1
+        # Worker numbers are unique across the processes (the process's index, not its
+        # pid: a pid-based offset that is a multiple of the row count maps every
+        # process's workers onto the same rows).
+        await asyncio.gather(*(worker(index * workers + w) for w in range(workers)))
         return ops, time.process_time() - cpu0
 
 
@@ -136,8 +154,9 @@ def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
     out: mp.Queue[tuple[int, float]] = ctx.Queue()
     start_at = time.time() + 3.0  # every process connected before the clock starts
     procs = [ctx.Process(target=_run_child, args=((dsn, mode, keys, a.workers, a.seconds,
-                                                   *setting, a.upstream_ms, start_at), out))
-             for _ in range(a.processes)]
+                                                   *setting, a.upstream_ms, start_at, i,
+                                                   a.processes), out))
+             for i in range(a.processes)]
     for p in procs:
         p.start()
     time.sleep(max(0.0, start_at - time.time()))
