@@ -170,11 +170,14 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
     stack.push_async_callback(pool.close)
     await check_schema(pool)
     policy = PostgresPolicySource(pool, refresh_s=settings.database.policy_refresh_s)
-    return Components(key_store=PostgresKeyStore(pool),
-                      governance=PostgresGovernanceStore(
-                          pool, coalesce=settings.database.admission_coalesce,
-                          settle_coalesce=settings.database.settlement_coalesce,
-                          merge=settings.database.merge_batches),
+    governance = PostgresGovernanceStore(
+        pool, coalesce=settings.database.admission_coalesce,
+        settle_coalesce=settings.database.settlement_coalesce,
+        merge=settings.database.merge_batches)
+    # Runs before pool.close (the stack unwinds last in, first out): the connections
+    # the store keeps between its calls go back to the pool first.
+    stack.push_async_callback(governance.close)
+    return Components(key_store=PostgresKeyStore(pool), governance=governance,
                       policy=policy, pool=pool)
 
 

@@ -13,12 +13,14 @@ original error stays attached as ``__cause__``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 import psycopg_pool
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from gateway.config import DatabaseSettings, resolve_secret
@@ -100,6 +102,68 @@ async def connection(pool: Pool, what: str = "governance database"
             raise
 
 
+class HeldConnections:
+    """Connections a store's hot calls keep between calls instead of handing them back.
+
+    A pool checkout and return cost about 30 µs of the gateway's CPU per call
+    (``docs/benchmarks.md``), and an admission or a settlement is one call of about a
+    millisecond. :meth:`connection` takes the most recently kept connection, else one from
+    the pool, and after a call that ended cleanly (no error, no transaction left open)
+    keeps it again, up to ``keep`` of them, most recent first. Any other ending gives it
+    back to the pool, which checks it and replaces a broken one; a database error is
+    translated as :func:`connection` translates it. A kept connection goes back to the
+    pool ``max_age_s`` after it was taken from it, so the pool's own recycling and
+    health checks still see every connection. :meth:`close` gives every kept connection
+    back (before the pool is closed).
+    """
+
+    def __init__(self, pool: Pool, *, keep: int, max_age_s: float = 60.0,
+                 what: str = "governance database") -> None:
+        self._pool = pool
+        self._keep = max(0, keep)
+        self._max_age_s = max_age_s
+        self._what = what
+        self._kept: list[tuple[psycopg.AsyncConnection[Any], float]] = []
+        self._closed = False
+
+    @property
+    def kept(self) -> int:
+        """How many connections are kept now (idle, out of the pool)."""
+        return len(self._kept)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with wrap_exceptions(self._what):
+            if self._kept:
+                conn, taken = self._kept.pop()
+            else:
+                conn, taken = await self._pool.getconn(), time.monotonic()
+            clean = False
+            try:
+                yield conn
+                clean = True
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                _check_pool_soon(self._pool)
+                raise
+            finally:
+                if clean and self._keeps(conn, taken):
+                    self._kept.append((conn, taken))
+                else:
+                    await self._pool.putconn(conn)
+
+    def _keeps(self, conn: psycopg.AsyncConnection[Any], taken: float) -> bool:
+        return (not self._closed and len(self._kept) < self._keep and not conn.closed
+                and conn.info.transaction_status == TransactionStatus.IDLE
+                and time.monotonic() - taken < self._max_age_s)
+
+    async def close(self) -> None:
+        """Give every kept connection back to the pool; later calls keep none."""
+        self._closed = True
+        kept, self._kept = self._kept, []
+        for conn, _ in kept:
+            await self._pool.putconn(conn)
+
+
 async def fetch_one(conn: psycopg.AsyncConnection[Any], query: str,
                     params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """First row of ``query`` as a dict, whatever the connection's own row factory."""
@@ -116,4 +180,5 @@ async def fetch_all(conn: psycopg.AsyncConnection[Any], query: str,
         return await cur.fetchall()
 
 
-__all__ = ["Pool", "connection", "fetch_all", "fetch_one", "open_pool", "wrap_exceptions"]
+__all__ = ["HeldConnections", "Pool", "connection", "fetch_all", "fetch_one", "open_pool",
+           "wrap_exceptions"]

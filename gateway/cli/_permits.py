@@ -74,7 +74,12 @@ async def _open_postgres(settings: Settings) -> tuple[Any, Callable[[], Awaitabl
     except BaseException:
         await pool.close()
         raise
-    return PostgresGovernanceStore(pool), pool.close
+    store = PostgresGovernanceStore(pool)
+
+    async def close() -> None:
+        await store.close()  # its kept connections go back first
+        await pool.close()
+    return store, close
 
 
 def _run(args: argparse.Namespace, action: Callable[[Any], Awaitable[T]]) -> T:
