@@ -109,7 +109,9 @@ class HeldConnections:
     (``docs/benchmarks.md``), and an admission or a settlement is one call of about a
     millisecond. :meth:`connection` takes the most recently kept connection, else one from
     the pool, and after a call that ended cleanly (no error, no transaction left open)
-    keeps it again, up to ``keep`` of them, most recent first. Any other ending gives it
+    keeps it again, up to ``keep`` of them (never the pool's last connection: at most
+    ``max_size - 1``, so the other queries always have one), most recent first. Any other
+    ending gives it
     back to the pool, which checks it and replaces a broken one; a database error is
     translated as :func:`connection` translates it. A kept connection goes back to the
     pool ``max_age_s`` after it was taken from it, so the pool's own recycling and
@@ -120,7 +122,7 @@ class HeldConnections:
     def __init__(self, pool: Pool, *, keep: int, max_age_s: float = 60.0,
                  what: str = "governance database") -> None:
         self._pool = pool
-        self._keep = max(0, keep)
+        self._keep = max(0, min(keep, pool.max_size - 1))
         self._max_age_s = max_age_s
         self._what = what
         self._kept: list[tuple[psycopg.AsyncConnection[Any], float]] = []

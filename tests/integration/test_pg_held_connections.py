@@ -95,6 +95,26 @@ async def test_an_error_or_an_open_transaction_gives_it_back(pg_pool: Pool) -> N
     await held.close()
 
 
+async def test_never_keeps_the_pools_last_connection(pg_dsn: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.config import DatabaseSettings
+    from gateway.db import open_pool
+
+    monkeypatch.setenv("INFERPLANE_DATABASE_URL", pg_dsn)
+    pool = open_pool(DatabaseSettings(pool_min_size=1, pool_max_size=2, pool_timeout_s=1.0))
+    await pool.open(wait=True)
+    try:
+        held = HeldConnections(pool, keep=2)
+        async with held.connection(), held.connection():
+            pass
+        assert held.kept == 1  # the second went back: the pool keeps one for others
+        async with pool.connection() as conn:  # a key lookup, a usage read: no wait
+            await conn.execute("SELECT 1")
+        await held.close()
+    finally:
+        await pool.close()
+
+
 async def test_a_kept_connection_goes_back_after_max_age(pg_pool: Pool) -> None:
     held = HeldConnections(pg_pool, keep=1, max_age_s=0.0)
     await _pid(held)
