@@ -144,9 +144,9 @@ class PostgresGovernanceStore:
         if functions not in _QUERIES:
             raise ValueError(f"functions: 2, 3, 4, 5 or 6, not {functions!r}")
         self._pool = pool
-        # The admission and settlement calls keep their connections between calls (a
-        # pool checkout costs about as much CPU as a tenth of the call): as many as the
-        # calls in flight at once with coalescing, two (one of each) without.
+        # The admission and settlement calls keep their connections between calls, so
+        # they stay on warm backends (gateway.db.HeldConnections): as many as the calls
+        # in flight at once with coalescing, two (one of each) without.
         self._held = HeldConnections(
             pool, keep=coalesce + settle_coalesce if coalesce + settle_coalesce else 2)
         self._q = _QUERIES[functions]
