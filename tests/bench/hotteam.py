@@ -7,7 +7,9 @@ Each of ``--processes`` processes opens its own pool and ``PostgresGovernanceSto
 ``settlement_coalesce``; each ``--settings`` pair measured side by side) and runs
 ``--workers`` asyncio workers, each looping admit → settle (what one request costs the
 database: the team's TPM bucket, day token window and day µUSD window charged, a permit
-with its segments written, then settled exactly) for ``--seconds``.
+with its segments written, then settled exactly) for ``--seconds``. A setting's fifth
+field 1 runs it answer first, as a gateway answers by default (``server.settle_wait_s``
+0): a worker's next admission goes while its settlement is being taken.
 The raw loop is the same processes and workers doing ``UPDATE bench_raw
 SET v = v + 1 WHERE id = …; COMMIT`` on one row (hot) or 100 rows (spread). Spread:
 each worker of all the processes loops over its own share of the 100 teams (rows), so
@@ -17,7 +19,7 @@ alternate (raw, each setting, …) for ``--rounds``; medians are printed with th
 admissions/raw.
 
     .venv/bin/python tests/bench/hotteam.py [--processes 3] [--workers 8] [--seconds 4] \
-        [--settings 1,1,5 1,1,6 1,1,5,1 1,1,6,1]
+        [--settings 1,1,6 1,1,6,1 1,1,6,0,1 1,1,6,1,1]
 
 Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 """
@@ -74,7 +76,7 @@ def _owned(worker: int, workers: int, n: int) -> list[int]:
 
 async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: float,
                  coalesce: int, settle_coalesce: int, functions: int, merge: int,
-                 upstream_ms: float, start_at: float, index: int,
+                 answer_first: int, upstream_ms: float, start_at: float, index: int,
                  processes: int) -> tuple[int, float]:
     async with AsyncConnectionPool(dsn, min_size=workers, max_size=workers,
                                    kwargs={"autocommit": True}) as pool:
@@ -93,6 +95,8 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
             principals = [await ks.resolve(hash_key(k)) for k in keys]
             gov = _store(pool, coalesce, settle_coalesce, functions, merge)
             now = datetime.now(UTC)
+            pending: dict[int, asyncio.Future[object] | None] = {
+                index * workers + w: None for w in range(workers)}
 
             async def step(w: int, turn: int) -> int:
                 owned = _owned(w, workers * processes, len(principals))
@@ -105,9 +109,19 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
                     raise RuntimeError(f"refused: {d}")
                 if upstream_ms:  # the upstream call a permit is held for, 0..2x the mean
                     await asyncio.sleep(random.random() * 2 * upstream_ms / 1e3)
-                await gov.settle(d.id, settlement(req, exact(
+                settling = gov.settle(d.id, settlement(req, exact(
                     Usage(input=300, output=100).total_tokens(), 1_234)))
-                return 1
+                if not answer_first:
+                    await settling
+                    return 1
+                # As a gateway answers (server.settle_wait_s 0): the settlement is taken
+                # while the worker's next request is admitted; a worker has at most one
+                # settlement in flight, and a pair counts when its settlement is taken.
+                before = pending[w]
+                if before is not None:
+                    await before
+                pending[w] = asyncio.ensure_future(settling)
+                return 0 if before is None else 1
 
         while time.time() < start_at:
             await asyncio.sleep(0.005)
@@ -125,7 +139,10 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
         # pid: a pid-based offset that is a multiple of the row count maps every
         # process's workers onto the same rows).
         await asyncio.gather(*(worker(index * workers + w) for w in range(workers)))
-        return ops, time.process_time() - cpu0
+        cpu = time.process_time() - cpu0
+        if not mode.startswith("raw"):  # the settlements still in flight: taken, not counted
+            await asyncio.gather(*(f for f in pending.values() if f is not None))
+        return ops, cpu
 
 
 def _run_child(args: tuple[object, ...], out: mp.Queue[tuple[int, float]]) -> None:
@@ -157,7 +174,7 @@ class Phase:
 
 
 def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
-          setting: tuple[int, ...] = (0, 0, 3, 0)) -> Phase:
+          setting: tuple[int, ...] = (0, 0, 3, 0, 0)) -> Phase:
     ctx = mp.get_context("spawn")
     out: mp.Queue[tuple[int, float]] = ctx.Queue()
     start_at = time.time() + 3.0  # every process connected before the clock starts
@@ -190,8 +207,8 @@ async def _keys(dsn: str, teams: int) -> list[str]:
         return out
 
 
-def _label(scope: str, c: int, sc: int, fn: int, merge: int) -> str:
-    return f"{scope} {c},{sc} v{fn}" + ("m" if merge else "")
+def _label(scope: str, c: int, sc: int, fn: int, merge: int, first: int) -> str:
+    return f"{scope} {c},{sc} v{fn}" + ("m" if merge else "") + (" first" if first else "")
 
 
 def main() -> None:
@@ -204,17 +221,22 @@ def main() -> None:
                     help="mean time a permit is held between admission and settlement "
                          "(the upstream call; uniform 0..2x), so workers fall out of step "
                          "as a gateway's requests do; 0: settle at once")
-    ap.add_argument("--settings", nargs="+", default=["1,1,5", "1,1,6", "1,1,5,1", "1,1,6,1"],
-                    help="admission_coalesce,settlement_coalesce[,functions[,merge]] "
+    ap.add_argument("--settings", nargs="+",
+                    default=["1,1,6", "1,1,6,1", "1,1,6,0,1", "1,1,6,1,1"],
+                    help="admission_coalesce,settlement_coalesce[,functions[,merge[,first]]] "
                          "measured side by side: functions 2 = the v2 SQL functions, 3 "
                          "= the set-based v3, 4 = the v4 calls (v3 with stable "
                          "plans), 5 = the v5 calls (v4 planned once per session), "
                          "6 (default) = 5's lone calls and the v6 batch calls (parsed "
                          "and sorted once, the gateway's); merge 1 = admissions and "
                          "settlements waiting at once in one transaction (each only where "
-                         "the store has it)")
+                         "the store has it); first 1 = answer first, as a gateway "
+                         "answers by default (server.settle_wait_s 0): a worker's next "
+                         "admission does not wait for its settlement to be taken (at most "
+                         "one in flight per worker; a pair counts when its settlement is "
+                         "taken); 0: each settlement awaited")
     a = ap.parse_args()
-    settings = [(*parts, *(6, 0)[len(parts) - 2:])
+    settings = [(*parts, *(6, 0, 0)[len(parts) - 2:])
                 for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
     load0 = os.getloadavg()[0]
     with own_database("iphot") as dsn:
@@ -227,9 +249,9 @@ def main() -> None:
             for scope, raw, ks in (("hot", "raw-hot", keys[:1]),
                                    ("spread", "raw-spread", keys)):
                 rates.setdefault(f"raw {scope}", []).append(phase(dsn, raw, ks, a))
-                for c, sc, fn, mg in settings:
-                    rates.setdefault(_label(scope, c, sc, fn, mg), []).append(
-                        phase(dsn, "gov", ks, a, (c, sc, fn, mg)))
+                for setting in settings:
+                    rates.setdefault(_label(scope, *setting), []).append(
+                        phase(dsn, "gov", ks, a, setting))
             print(f"round {rnd + 1}/{a.rounds}: " + ", ".join(
                 f"{k} {v[-1].rate:.0f}/s" for k, v in rates.items()), flush=True)
     med = {k: statistics.median(p.rate for p in v) for k, v in rates.items()}
@@ -239,17 +261,20 @@ def main() -> None:
           f"permits held {a.upstream_ms:g} ms on average; "
           f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
           f"medians of {a.rounds} rounds")
-    print(f"{'load':<7} {'coalesce adm,settle':>19} {'SQL':>9} {'admit+settle/s':>15} "
+    print(f"{'load':<7} {'coalesce adm,settle':>19} {'SQL':>9} {'settled':>8} "
+          f"{'admit+settle/s':>15} "
           f"{'raw UPDATE;COMMIT/s':>20} {'ratio':>6}   CPU ms per op: bench, Postgres "
           f"(raw's)")
     for scope in ("hot", "spread"):
-        raw = med[f"raw {scope}"]
-        for c, sc, fn, mg in settings:
-            gov = med[_label(scope, c, sc, fn, mg)]
+        raw_rate = med[f"raw {scope}"]
+        for c, sc, fn, mg, first in settings:
+            label = _label(scope, c, sc, fn, mg, first)
+            rate = med[label]
             sql_label = f"v{fn}" + (" merged" if mg else "")
-            (cm, pm), (rcm, rpm) = cpu[_label(scope, c, sc, fn, mg)], cpu[f"raw {scope}"]
-            print(f"{scope:<7} {f'{c},{sc}':>19} {sql_label:>9} {gov:15.0f} {raw:20.0f} "
-                  f"{gov / raw:6.2f}   {cm:.3f}, {pm:.3f} ({rcm:.3f}, {rpm:.3f})")
+            (cm, pm), (rcm, rpm) = cpu[label], cpu[f"raw {scope}"]
+            print(f"{scope:<7} {f'{c},{sc}':>19} {sql_label:>9} "
+                  f"{'1st' if first else 'awaited':>8} {rate:15.0f} {raw_rate:20.0f} "
+                  f"{rate / raw_rate:6.2f}   {cm:.3f}, {pm:.3f} ({rcm:.3f}, {rpm:.3f})")
 
 
 if __name__ == "__main__":
