@@ -4,6 +4,7 @@ batch of its requests and their exact settlements, and a process's CPU time."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -43,6 +44,19 @@ def cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_ms() -> float:
+    """How fast this machine runs now: the median CPU time (ms) of a fixed pure-Python
+    loop, three tries. Shared machines swing by half or more between runs (and a
+    loaded host slows system calls more than Python), so a run's figures compare with
+    another run's only next to this one."""
+    times = []
+    for _ in range(3):
+        t0 = time.process_time()
+        sum(range(3_000_000))
+        times.append(time.process_time() - t0)
+    return sorted(times)[1] * 1e3
 
 
 async def team_principal(pool: AsyncConnectionPool, name: str, limits: TeamLimits) -> Principal:

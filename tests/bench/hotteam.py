@@ -47,7 +47,7 @@ from gateway.governance import Permit, PostgresGovernanceStore, build_request  #
 from gateway.keys import PostgresKeyStore, TeamLimits, hash_key  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
 from gateway.pricing import Usage  # noqa: E402
-from tests.bench._bench import cpu_s, own_database  # noqa: E402
+from tests.bench._bench import cpu_s, machine_ms, own_database  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
@@ -238,7 +238,7 @@ def main() -> None:
     a = ap.parse_args()
     settings = [(*parts, *(6, 0, 0)[len(parts) - 2:])
                 for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
-    load0 = os.getloadavg()[0]
+    load0, speed0 = os.getloadavg()[0], machine_ms()
     with own_database("iphot") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE bench_raw (id int PRIMARY KEY, v bigint NOT NULL)")
@@ -260,6 +260,8 @@ def main() -> None:
     print(f"\n{a.processes} processes x {a.workers} workers, {a.seconds:g} s per phase, "
           f"permits held {a.upstream_ms:g} ms on average; "
           f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+          f"machine: {speed0:.0f} -> {machine_ms():.0f} ms per probe loop (tests/bench/_bench.py "
+          f"machine_ms); "
           f"medians of {a.rounds} rounds")
     print(f"{'load':<7} {'coalesce adm,settle':>19} {'SQL':>9} {'settled':>8} "
           f"{'admit+settle/s':>15} "

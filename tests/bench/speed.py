@@ -48,7 +48,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench._bench import cpu_s, server_dsn  # noqa: E402
+from tests.bench._bench import cpu_s, machine_ms, server_dsn  # noqa: E402
 from tests.bench._loadgen import run_load  # noqa: E402
 from tests.conftest import create_database, drop_database, dsn_for, migrate  # noqa: E402
 from tests.e2e._procs import Proc, free_port, run_cli, start_gateway  # noqa: E402
@@ -419,7 +419,7 @@ def main() -> int:
                     "of the previous commit): its mayu local/shared run next to this one's")
     args = ap.parse_args()
     only = set(args.only.split(","))
-    load0 = os.getloadavg()[0]
+    load0, speed0 = os.getloadavg()[0], machine_ms()
     server = server_dsn()
     dbname = f"ipspeed_{os.getpid()}"
     procs: list[Proc] = []
@@ -495,7 +495,8 @@ def main() -> int:
             for db in made_dbs:
                 drop_database(server, db)
     print(f"\n{os.cpu_count()} cores; load average {load0:.2f} at the start, "
-          f"{os.getloadavg()[0]:.2f} at the end; medians of {args.rounds} rounds; "
+          f"{os.getloadavg()[0]:.2f} at the end; machine {speed0:.0f} -> {machine_ms():.0f} ms "
+          f"per probe loop (tests/bench/_bench.py machine_ms); medians of {args.rounds} rounds; "
           f"{args.requests} requests at c={args.concurrency} and {args.requests_c1} at c=1 "
           "per round; CPU/req = server process user+sys over both loads")
     report(results, [t.name for t in targets], args)
