@@ -109,8 +109,9 @@ class HeldConnections:
     calls cycle through every connection of the pool: each a Postgres backend with cold
     caches that plans the called functions' statements again. Keeping the connection
     cut Postgres CPU per admit + settle pair by about a quarter in
-    ``tests/bench/hotteam.py``, and saves the checkout's own ~30 µs of client CPU per
-    call (``docs/benchmarks.md``, "Hot team").
+    ``tests/bench/hotteam.py``; the client CPU it saves is small (a kept connection
+    costs about 9 µs per call against 17 µs for a pool checkout and return, uvloop;
+    ``docs/benchmarks.md``, "Hot team").
 
     :meth:`connection` takes the most recently kept connection, else one from the pool.
     After a call that ended cleanly (no error, no transaction left open) it keeps it

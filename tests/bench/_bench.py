@@ -48,9 +48,9 @@ def cpu_s(pid: int) -> float:
 
 def machine_ms() -> float:
     """How fast this machine runs now: the median CPU time (ms) of a fixed pure-Python
-    loop, three tries. Shared machines swing by half or more between runs (and a
-    loaded host slows system calls more than Python), so a run's figures compare with
-    another run's only next to this one."""
+    loop, three tries. Shared machines swing by half or more between runs, and not
+    every kind of work slows alike (docs/benchmarks.md, "Hot team"), so a run's figures
+    compare with another run's only next to this one."""
     times = []
     for _ in range(3):
         t0 = time.process_time()
