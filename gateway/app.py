@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from litestar import Litestar
 
 from gateway.alerts import BudgetAlerts, WebhookSender
-from gateway.audit import AuditLog, default_audit_path
+from gateway.audit import AuditLog
 from gateway.config import Settings, resolve_secret
 from gateway.errors import ConfigError, InferplaneError
 from gateway.governance import (
@@ -40,6 +40,7 @@ from gateway.keys import KeyStore
 from gateway.metrics import POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
 from gateway.providers import Provider, build_providers
+from gateway.replicas import audit_path, journal_path, orphan_journals
 
 if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
     from gateway.db import Pool
@@ -208,12 +209,6 @@ async def _seed_budget(metrics: Metrics, governance: GovernanceStore) -> None:
         log.warning("budget utilisation starts from zero: usage unavailable (%s)", exc)
 
 
-def journal_path(settings: Settings) -> str:
-    replica = settings.server.replica_id or socket.gethostname()
-    return os.path.expanduser(settings.server.journal_path or os.path.join(
-        os.path.expanduser(settings.data_dir), f"journal-{replica}.jsonl"))
-
-
 async def _start_alerts(settings: Settings, comps: Components, metrics: Metrics,
                         audit: AuditLog, stack: AsyncExitStack) -> BudgetAlerts | None:
     """Budget alerts (ADR-050) deduplicated where the profile keeps its counters: the
@@ -250,12 +245,16 @@ async def _start_alerts(settings: Settings, comps: Components, metrics: Metrics,
 
 async def _start_governor(settings: Settings, store: GovernanceStore, metrics: Metrics,
                           audit: AuditLog, stack: AsyncExitStack,
-                          alerts: BudgetAlerts | None = None) -> Governor:
+                          alerts: BudgetAlerts | None = None,
+                          orphans: list[str] | None = None) -> Governor:
     """The permit owner, with this replica's journal; what a previous run left open is
-    resolved before the gateway serves (Governor.start)."""
+    resolved before the gateway serves (Governor.start), and so is what the journals
+    no process of this run owns left open (``orphans``: :mod:`gateway.replicas`)."""
     server = settings.server
-    journal = Journal(journal_path(settings), fsync=server.journal_fsync,
-                      fsync_interval_s=server.journal_fsync_interval_s)
+
+    def journal(path: str) -> Journal:
+        return Journal(path, fsync=server.journal_fsync,
+                       fsync_interval_s=server.journal_fsync_interval_s)
 
     def settled(permit: Permit, settlement: Settlement, result: SettleResult | None,
                 error: str | None, late: bool) -> None:
@@ -275,8 +274,10 @@ async def _start_governor(settings: Settings, store: GovernanceStore, metrics: M
                          "usd_liability": result.usd_liability,
                          "detail": settlement.detail})
 
-    governor = Governor(store, journal=journal, settle_wait_s=server.settle_wait_s,
-                        on_settled=settled)
+    for path in orphans or ():
+        await _adopt(Governor(store, journal=journal(path), on_settled=settled), path)
+    governor = Governor(store, journal=journal(journal_path(settings)),
+                        settle_wait_s=server.settle_wait_s, on_settled=settled)
     governor.admission_seconds = metrics.admission_latency.observe
     governor.settlement_seconds = metrics.settlement_latency.observe
     await governor.start()
@@ -285,13 +286,35 @@ async def _start_governor(settings: Settings, store: GovernanceStore, metrics: M
     return governor
 
 
-def audit_path(settings: Settings) -> str:
-    return os.path.expanduser(settings.server.audit_path or default_audit_path(
-        os.path.expanduser(settings.data_dir), settings.server.replica_id))
+async def _adopt(governor: Governor, path: str) -> None:
+    """Resolve what a journal no process of this run owns left open, as its own replica
+    would at startup; one another live process holds (its lock) is left to it."""
+    try:
+        await governor.start()
+    except ConfigError:
+        log.info("journal %s: in use by another process, left to it", path)
+        return
+    left = governor.backlog
+    await governor.close()
+    if left:
+        log.warning("journal %s (no worker of this run owns it): %d settlement(s) "
+                    "waiting for the store, replayed at the next start", path, left)
 
 
-def create_app(settings: Settings, *, components: Components | None = None) -> Litestar:
-    """The gateway as an ASGI app; the lifespan owns whatever it opens."""
+def create_app(settings: Settings, *, components: Components | None = None,
+               worker: tuple[int, int] | None = None,
+               adopt_journals: bool = False) -> Litestar:
+    """The gateway as an ASGI app; the lifespan owns whatever it opens.
+
+    ``worker``: (index, count) when this process is worker ``index`` of a ``mayu
+    serve`` with ``server.workers: count`` (``settings`` are then that worker's, from
+    :func:`gateway.replicas.worker_settings`); ``adopt_journals``: resolve the journals
+    of this replica no process of this run owns (``mayu serve`` asks for it)."""
+    base = settings
+    if worker is not None:
+        from gateway.replicas import worker_settings
+
+        settings = worker_settings(base, worker[0])
 
     async def start(app: Litestar, stack: AsyncExitStack) -> Gateway:
         # Secrets first: a bad reference fails before anything is opened or created.
@@ -304,7 +327,7 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
             stack.push_async_callback(provider.close)
         metrics = Metrics(team_labels=settings.server.metrics_team_labels)
         _count_policy_errors(metrics, stack)
-        if not settings.shared:
+        if not settings.shared and worker is None:
             await _seed_budget(metrics, comps.governance)
         await comps.policy.start()
         stack.push_async_callback(comps.policy.stop)
@@ -320,8 +343,9 @@ def create_app(settings: Settings, *, components: Components | None = None) -> L
 
             metrics.cluster.reader = postgres_reader(comps.pool)
         alerts = await _start_alerts(settings, comps, metrics, audit, stack)
+        orphans = orphan_journals(base, worker) if adopt_journals else []
         governor = await _start_governor(settings, comps.governance, metrics, audit, stack,
-                                         alerts)
+                                         alerts, orphans)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.cluster_metrics import ClusterView
 from gateway.governance import Permit, Settlement, UsageRow
@@ -44,6 +46,9 @@ _SYNC_ERRORS = (("policy refresh failed", "refresh_failed"),
                 ("policy files rejected", "rejected"),
                 ("policy LISTEN connection", "listen_failed"))
 POLICY_LOGGERS = ("mayu.policy", "gateway.policy")
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+"""Set by ``mayu serve`` for its workers (``server.workers`` > 1): prometheus-client keeps
+each worker's values in files there, and ``/metrics`` serves their sum."""
 
 
 class Metrics:
@@ -72,10 +77,11 @@ class Metrics:
                                       registry=r)
         self.settle_backlog = Gauge("mayu_settlement_backlog",
                                     "Settlements journaled and waiting for the governance "
-                                    "store (replayed in order).", registry=r)
+                                    "store (replayed in order).", registry=r,
+                                    multiprocess_mode="livesum")
         self.outstanding_usd = Gauge("mayu_reserved_outstanding_micro_usd",
                                      "µUSD reserved by this process's permits not yet "
-                                     "settled.", registry=r)
+                                     "settled.", registry=r, multiprocess_mode="livesum")
         self.admission_latency = Histogram("mayu_admission_seconds",
                                            "Time to admit or refuse one attempt.",
                                            buckets=_LATENCY_BUCKETS, registry=r)
@@ -110,7 +116,8 @@ class Metrics:
         self.budget = BudgetView(Gauge(
             "mayu_budget_utilisation_ratio", "(committed + reserved) / limit of each team's "
             "day µUSD window, from this process's admissions and settlements.",
-            ["team_id", "team"], registry=r), team_labels=team_labels)
+            ["team_id", "team"], registry=r, multiprocess_mode="livesum"),
+            team_labels=team_labels)
         self.cluster = ClusterView(pseudonym=team_pseudonym, team_labels=team_labels)
         r.register(self.cluster)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -161,7 +168,15 @@ class Metrics:
         return self.render()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not os.environ.get(MULTIPROCESS_DIR):
+            return generate_latest(self.registry)
+        # A worker of `mayu serve` with server.workers > 1: every worker's values, from
+        # the files they share (gauges summed over the live workers), and the cluster
+        # gauges this one reads.
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(self.cluster)
+        return generate_latest(registry)
 
     def policy_log_handler(self) -> logging.Handler:
         """A handler for the policy sources' loggers that counts their sync failures."""

@@ -9,7 +9,8 @@ declarations: a conflicting one refuses startup naming ``bootstrap_teams[i]``), 
 the local profile the first run creates a demo team and key (``demo: true``) and prints
 the key once, with a curl line ready to paste. The server itself
 (:func:`gateway.server.serve`) applies the HTTP limits and drains on SIGTERM within
-``server.shutdown_grace_s``.
+``server.shutdown_grace_s``; with ``server.workers`` > 1 this process supervises that
+many of them on one socket (:mod:`gateway.server._workers`).
 """
 
 from __future__ import annotations
@@ -106,7 +107,11 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if key:
         _announce_demo(key, settings)
-    app = create_app(settings)
+    if settings.server.workers > 1:
+        from gateway.server import run_workers
+
+        return run_workers(settings, log_level=args.log_level)
+    app = create_app(settings, adopt_journals=True)
     started = serve(app, settings.server, log_level=args.log_level)
     # uvicorn reports a failed startup (bad secret ref, unreachable store) by not
     # starting; make that a non-zero exit for scripts and supervisors.

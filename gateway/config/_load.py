@@ -103,6 +103,10 @@ def _check(settings: Settings) -> None:
         raise ConfigError("control_plane: the lease profile needs governance_store.type: "
                           "local (the shared profile takes its policies and budgets from "
                           "the database, not from leases)")
+    if settings.control_plane is not None and settings.server.workers > 1:
+        raise ConfigError(f"server.workers: the lease profile runs one process per node "
+                          f"(its leases are the node's share of a budget), not "
+                          f"{settings.server.workers}; set 1")
     ks, gs = settings.key_store.type, settings.governance_store.type
     if (ks == "postgres") != (gs == "postgres"):
         raise ConfigError("governance_store.type: shared mode needs key_store.type: postgres "

@@ -51,6 +51,8 @@ BatchSize = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 FileCount = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 """How many rotated files to keep (at least one: rotation must not throw lines away)."""
 Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
+Workers = Annotated[int, msgspec.Meta(ge=1, le=64)]
+"""Server worker processes on one host (``server.workers``)."""
 PRICE_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
 """Prices (µUSD per million tokens) are checked in ``_load`` against ``MAX_AMOUNT``:
 ``ModelPrice`` lives in ``gateway.pricing``, shared with the request path."""

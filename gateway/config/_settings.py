@@ -28,6 +28,7 @@ from gateway.config._ranges import (
     SecondsOrZero,
     Tokens,
     TokensOrZero,
+    Workers,
 )
 from gateway.pricing import ModelPrice
 
@@ -125,6 +126,15 @@ class ServerSettings(_Base, frozen=True):
     is labelled by its opaque id alone (names can say who a customer is)."""
     alerts: AlertSettings = AlertSettings()
     """Budget alerts at 80/90/100 % of every money budget (see AlertSettings)."""
+    workers: Workers = 1
+    """Server processes sharing this listening socket (local and shared profiles; the
+    lease profile runs one). With more than one, ``mayu serve`` supervises them: each is
+    a replica of its own, ``<replica_id>-<i>`` with its own journal and audit file
+    (``journal-<replica>-<i>.jsonl``), all admitting against the same store (one SQLite
+    file: every admission is one ``BEGIN IMMEDIATE`` transaction, so a limit holds
+    across them as it does in one), ``/metrics`` summed over them, a worker that dies
+    restarted, and what a worker left open resolved from its journal
+    (docs/deploy.md, "Worker processes")."""
 
 
 class KeyStoreSettings(_Base, frozen=True):

@@ -2,6 +2,7 @@
 
 from gateway.server._protocol import GuardedHttpToolsProtocol, guarded_protocol
 from gateway.server._run import GatewayServer, serve, uvicorn_config
+from gateway.server._workers import run_workers
 
-__all__ = ["GatewayServer", "GuardedHttpToolsProtocol", "guarded_protocol", "serve",
-           "uvicorn_config"]
+__all__ = ["GatewayServer", "GuardedHttpToolsProtocol", "guarded_protocol", "run_workers",
+           "serve", "uvicorn_config"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import socket
 import threading
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
@@ -31,10 +32,17 @@ log = logging.getLogger("mayu.server")
 class GatewayServer(uvicorn.Server):
     """uvicorn.Server that tells the app it is draining and survives SIGHUP."""
 
-    def __init__(self, config: uvicorn.Config, *, on_drain: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, *, on_drain: Callable[[], None],
+                 on_started: Callable[[], None] | None = None) -> None:
         super().__init__(config)
         self._on_drain = on_drain
+        self._on_started = on_started
         self.hangups = 0
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.should_exit:
@@ -81,12 +89,16 @@ def uvicorn_config(app: Any, server: ServerSettings, *, log_level: str) -> uvico
 
 
 def serve(app: Any, server: ServerSettings, *, log_level: str,
-          on_drain: Callable[[], None] | None = None) -> bool:
+          on_drain: Callable[[], None] | None = None,
+          sockets: list[socket.socket] | None = None,
+          on_started: Callable[[], None] | None = None) -> bool:
     """Run ``app`` (a Litestar app) until SIGTERM/SIGINT and a graceful drain.
 
     ``app.state.draining`` is False while serving and True from the signal on (so
-    ``/readyz`` fails at once); ``on_drain`` runs right after it is set. False if the
-    server never started (a failed lifespan startup).
+    ``/readyz`` fails at once); ``on_drain`` runs right after it is set. ``sockets``:
+    listen on these (a worker of :func:`gateway.server.run_workers`) instead of binding
+    ``server.host:port``; ``on_started`` runs once the app is ready and listening.
+    False if the server never started (a failed lifespan startup).
     """
     app.state.draining = False
 
@@ -95,6 +107,7 @@ def serve(app: Any, server: ServerSettings, *, log_level: str,
         if on_drain is not None:
             on_drain()
 
-    runner = GatewayServer(uvicorn_config(app, server, log_level=log_level), on_drain=drain)
-    runner.run()
+    runner = GatewayServer(uvicorn_config(app, server, log_level=log_level), on_drain=drain,
+                           on_started=on_started)
+    runner.run(sockets=sockets)
     return bool(runner.started)

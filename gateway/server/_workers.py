@@ -1,0 +1,205 @@
+"""``mayu serve`` with ``server.workers: N`` > 1: N gateway processes on one socket.
+
+The process ``mayu serve`` started becomes a supervisor: it binds the listening socket
+once, makes a directory for the workers' metric files (``PROMETHEUS_MULTIPROC_DIR``, so
+any worker's ``/metrics`` serves the sum over all of them) and starts N workers, each a
+fresh interpreter (``spawn``, not ``fork``) running the app on the inherited socket; the
+kernel hands each new connection to one of them. Worker ``i`` is replica
+``<replica_id>-<i>`` with its own journal and audit file (:mod:`gateway.replicas`), and
+worker 0 resolves the journals no worker of this run owns (after the count changed).
+
+- All workers admit against the same store: in the local profile one SQLite file, where
+  every admission and settlement is one ``BEGIN IMMEDIATE`` transaction (the write lock
+  is taken before the counters are read), so a limit holds across the workers exactly
+  as it does within one; in the shared profile the database, as across replicas.
+- SIGTERM or SIGINT: the supervisor passes SIGTERM to every worker, each drains as a
+  single ``mayu serve`` does (``server.shutdown_grace_s``), and the supervisor exits once
+  they have. SIGHUP is logged and ignored, as in one process.
+- A worker that fails before it ever served (bad secret, unreachable store, ...) stops
+  them all (exit status 1), so a broken config never loops; a worker that dies after it
+  served is restarted (after 1 s, doubling up to 30 s while it keeps dying early) and
+  resolves what it left open from its journal, like a restarted replica.
+- Each worker asks the kernel for SIGTERM when the supervisor dies (``PR_SET_PDEATHSIG``),
+  so a killed supervisor leaves no worker serving behind it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any
+
+from gateway.config import ServerSettings, Settings
+from gateway.errors import ConfigError
+from gateway.metrics import MULTIPROCESS_DIR
+
+log = logging.getLogger("mayu.server")
+
+_FIRST_RESTART_S = 1.0
+_MAX_RESTART_S = 30.0
+_STEADY_S = 60.0
+"""A worker that served this long before it died is restarted after the first delay
+again (its earlier deaths are forgotten)."""
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class _Slot:
+    index: int
+    process: BaseProcess | None = None
+    ready: Any = None  # a multiprocessing Event, set by the worker once it serves
+    served: bool = False
+    """It served at least once (a later death is a crash to restart, not a bad config)."""
+    started_at: float = 0.0
+    delay_s: float = _FIRST_RESTART_S
+    restart_at: float | None = None
+    announced: bool = field(default=False)
+
+
+def listen_socket(server: ServerSettings) -> socket.socket:
+    """The bound socket every worker listens on (they call ``listen`` themselves)."""
+    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((server.host, server.port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"server.port: cannot listen on {server.host}:{server.port}: "
+                          f"{exc.strerror}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_workers(settings: Settings, *, log_level: str) -> int:
+    """Supervise ``settings.server.workers`` workers until SIGTERM/SIGINT; the exit
+    status (0, or 1 when a worker failed before it ever served)."""
+    count = settings.server.workers
+    try:
+        sock = listen_socket(settings.server)
+    except ConfigError as exc:
+        print(f"mayu: error: {exc.message}", file=sys.stderr)
+        return 2
+    metrics_dir = tempfile.mkdtemp(prefix="mayu-metrics-")
+    os.environ[MULTIPROCESS_DIR] = metrics_dir  # inherited by the spawned workers
+    ctx = multiprocessing.get_context("spawn")
+    slots = [_Slot(i) for i in range(count)]
+    state = {"stopping": False, "failed": False}
+
+    def spawn(slot: _Slot) -> None:
+        slot.ready = ctx.Event()
+        slot.process = ctx.Process(
+            target=_worker_main, name=f"mayu-worker-{slot.index}",
+            args=(settings, slot.index, count, sock, slot.ready, log_level, os.getpid()))
+        slot.process.start()
+        slot.started_at, slot.restart_at, slot.announced = time.monotonic(), None, False
+
+    def stop(sig: int, frame: FrameType | None) -> None:
+        if not state["stopping"]:
+            log.info("signal %s: stopping %d workers (each drains in up to %gs)",
+                     signal.Signals(sig).name, count, settings.server.shutdown_grace_s)
+        state["stopping"] = True
+        for slot in slots:
+            if slot.process is not None and slot.process.is_alive():
+                os.kill(slot.process.pid or 0, signal.SIGTERM)
+
+    def hangup(sig: int, frame: FrameType | None) -> None:
+        log.warning("SIGHUP: reload is not supported (the config is read at startup); "
+                    "still serving. Restart mayu serve to apply a new config.")
+
+    previous = {s: signal.signal(s, h) for s, h in ((signal.SIGTERM, stop),
+                                                   (signal.SIGINT, stop),
+                                                   (signal.SIGHUP, hangup))}
+    host, port = sock.getsockname()[:2]
+    log.info("mayu: %d workers on http://%s:%d (pids below; Ctrl-C stops them)", count,
+             host if ":" not in host else f"[{host}]", port)
+    try:
+        for slot in slots:
+            spawn(slot)
+        while any(s.process is not None for s in slots):
+            _supervise(slots, spawn, stop, state, metrics_dir)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        sock.close()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 1 if state["failed"] else 0
+
+
+def _supervise(slots: list[_Slot], spawn: Any, stop: Any, state: dict[str, bool],
+               metrics_dir: str) -> None:
+    """One turn: reap the workers that exited, restart those due, announce the ready."""
+    from prometheus_client import multiprocess
+
+    running = [s.process.sentinel for s in slots if s.process is not None]
+    if running:
+        wait(running, timeout=0.2)
+    else:
+        time.sleep(0.2)
+    now = time.monotonic()
+    for slot in slots:
+        proc = slot.process
+        if proc is not None and slot.ready.is_set() and not slot.announced:
+            slot.served = slot.announced = True
+            log.info("worker %d (pid %d) serving", slot.index, proc.pid)
+        if proc is not None and not proc.is_alive():
+            proc.join()
+            multiprocess.mark_process_dead(proc.pid, metrics_dir)  # type: ignore[no-untyped-call]
+            slot.process = None
+            if state["stopping"]:
+                continue
+            if not slot.served:
+                log.error("worker %d exited with status %s before it served; stopping "
+                          "all workers (its log lines above say why)", slot.index,
+                          proc.exitcode)
+                state["failed"] = True
+                stop(signal.SIGTERM, None)
+                continue
+            if now - slot.started_at > _STEADY_S:
+                slot.delay_s = _FIRST_RESTART_S
+            log.error("worker %d (pid %d) exited with status %s; restarting it in %gs",
+                      slot.index, proc.pid, proc.exitcode, slot.delay_s)
+            slot.restart_at = now + slot.delay_s
+            slot.delay_s = min(_MAX_RESTART_S, slot.delay_s * 2)
+        if (slot.process is None and slot.restart_at is not None and now >= slot.restart_at
+                and not state["stopping"]):
+            spawn(slot)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Ask for SIGTERM when the supervisor dies (Linux); exit at once if it already has."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        sys.exit(0)
+
+
+def _worker_main(settings: Settings, index: int, count: int, sock: socket.socket,
+                 ready: Any, log_level: str, parent: int) -> None:
+    """One worker: the app of replica ``<replica_id>-<index>`` on the shared socket."""
+    _die_with_parent(parent)
+    logging.basicConfig(level=log_level.upper(),
+                        format=f"%(asctime)s %(levelname)s %(name)s [worker {index}]: "
+                               "%(message)s")
+    from gateway.app import create_app
+    from gateway.server._run import serve
+
+    app = create_app(settings, worker=(index, count), adopt_journals=True)
+    started = serve(app, settings.server, log_level=log_level, sockets=[sock],
+                    on_started=ready.set)
+    sys.exit(0 if started else 1)
