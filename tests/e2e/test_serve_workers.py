@@ -1,0 +1,322 @@
+"""``mayu serve`` with ``server.workers: 2`` (local profile): two processes, one SQLite
+file, one budget.
+
+Real processes: the gateway's supervisor and its two spawned workers in front of ``mayu
+mock-upstream``. The mock's own ledger says what each admitted request cost; the SQLite
+file says what was admitted and settled; the supervisor's log says which worker has
+which pid, so a test can kill one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.e2e._procs import Proc, create_key, create_team, free_port, start, wait_ready
+from tests.e2e._procs import start_mock_upstream as mock_upstream
+from tests.e2e.conftest import ADMIN_TOKEN, expected_cost, gateway_config
+
+pytestmark = pytest.mark.e2e
+
+LIMIT = 8_000  # µUSD per day: a few dozen of these requests fit, not all
+CLIENTS, EACH = 40, 6
+N = CLIENTS * EACH
+
+
+def _config(tmp_path: Path, upstream: Proc, workers: int) -> Path:
+    path = gateway_config(tmp_path, upstream)
+    config = yaml.safe_load(path.read_text())
+    config["server"].update(workers=workers, replica_id="gw")
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _serve(config: Path, name: str) -> Proc:
+    port = free_port()
+    return wait_ready(start(["serve", "--config", str(config), "--port", str(port),
+                             "--log-level", "info"], port=port,
+                            log_path=config.parent / f"{name}.log",
+                            env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN}))
+
+
+def _worker_pids(gw: Proc, count: int, *, after: int = 0) -> dict[int, int]:
+    """{worker index: pid} from the supervisor's "worker i (pid p) serving" lines (the
+    last ``count`` distinct workers announced after the first ``after`` lines)."""
+    end = time.monotonic() + 60
+    while True:
+        found = re.findall(r"worker (\d+) \(pid (\d+)\) serving", gw.logs())[after:]
+        pids = {int(i): int(p) for i, p in found}
+        if len(pids) >= count:
+            return pids
+        assert time.monotonic() < end, gw.logs()[-3000:]
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too (reaped by its parent later).
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _permits(db: Path, team: str, expected: int) -> dict[str, dict[str, Any]]:
+    """The team's permits with their settlement, once none is pending."""
+    end = time.monotonic() + 60
+    while True:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        conn.row_factory = sqlite3.Row
+        try:
+            rows = conn.execute(
+                "SELECT p.id, p.status, s.kind, s.usd_committed, s.tokens_committed,"
+                " s.usd_liability, (SELECT count(*) FROM gov_settlements x"
+                " WHERE x.permit_id = p.id) AS settlements FROM gov_permits p"
+                " JOIN teams t ON t.id = p.team_id LEFT JOIN gov_settlements s"
+                " ON s.permit_id = p.id WHERE t.name = ?", (team,)).fetchall()
+        finally:
+            conn.close()
+        if (not any(r["status"] == "pending" for r in rows) and len(rows) >= expected) \
+                or time.monotonic() > end:
+            return {r["id"]: dict(r) for r in rows}
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Iterator[Proc]:
+    proc = mock_upstream(tmp_path)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+async def _one(client: httpx.AsyncClient, i: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "gpt-up", "max_tokens": 16 + i % 7,
+        "messages": [{"role": "user", "content": f"request {i} " * (1 + i % 4)}]}
+    if i % 3 == 0:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            text = (await r.aread()).decode()
+    else:
+        r = await client.post("/v1/chat/completions", json=body)
+        text = r.text
+    found = re.search(r'"id":"chatcmpl-mock-(\d+)"', text) if r.status_code == 200 else None
+    return {"status": r.status_code, "permit": r.headers.get("x-inferplane-permit"),
+            "mock": int(found.group(1)) if found else None, "body": text}
+
+
+def test_two_workers_hold_one_budget_exactly(tmp_path: Path, upstream: Proc) -> None:
+    """40 clients x 6 calls (a third streamed) through two workers on one small day
+    budget, /v1/usage polled all along: both workers serve, committed + reserved +
+    liability never exceeds the limit at any observation, every refusal is a 402, every
+    admitted request has one permit settled once at what the upstream's ledger says,
+    /metrics (any worker's) counts every request of both, and SIGTERM stops all three
+    processes with status 0."""
+    config = _config(tmp_path, upstream, workers=2)
+    gw = _serve(config, "gateway")
+    try:
+        pids = _worker_pids(gw, 2)
+        create_team(config, "w", "--usd-micros-per-day", str(LIMIT))
+        key = create_key(config, "w")
+        observed: list[int] = []
+
+        async def run() -> list[dict[str, Any]]:
+            limits = httpx.Limits(max_connections=N, max_keepalive_connections=N)
+            async with httpx.AsyncClient(base_url=gw.url, limits=limits, timeout=120,
+                                         headers={"Authorization": f"Bearer {key}"}) as c:
+                done = asyncio.Event()
+
+                async def watch() -> None:
+                    while not done.is_set():
+                        r = await c.get("/v1/usage")
+                        for row in r.json()["data"]:
+                            if (row["scope"], row["window"]) == ("team", "day"):
+                                observed.append(row["usd_committed"] + row["usd_reserved"]
+                                                + row["usd_liability"])
+                        await asyncio.sleep(0.005)
+                watcher = asyncio.ensure_future(watch())
+
+                async def client(w: int) -> list[dict[str, Any]]:
+                    return [await _one(c, w * EACH + j) for j in range(EACH)]
+                try:
+                    got = await asyncio.gather(*(client(w) for w in range(CLIENTS)))
+                    return [r for rs in got for r in rs]
+                finally:
+                    done.set()
+                    await watcher
+
+        results = asyncio.run(run())
+        admitted = [r for r in results if r["status"] == 200]
+        refused = [r for r in results if r["status"] != 200]
+        assert admitted and refused, "the limit should admit some and refuse others"
+        for r in refused:
+            assert r["status"] == 402 and '"insufficient_quota"' in r["body"], r
+        assert observed and max(observed) <= LIMIT
+
+        ledger = {e["id"]: e for e in httpx.get(f"{upstream.url}/__mock/ledger").json()}
+        assert sorted(r["mock"] for r in admitted) == sorted(ledger)
+        permits = _permits(config.parent / "data" / "mayu.db", "w", len(admitted))
+        assert len(permits) == len(admitted)
+        for r in admitted:
+            row, entry = permits[r["permit"]], ledger[r["mock"]]
+            assert (row["status"], row["kind"], row["settlements"]) == (
+                "settled", "complete", 1), row
+            assert row["usd_committed"] == expected_cost(entry)
+            assert row["tokens_committed"] == sum(entry["classes"].values())
+        assert sum(row["usd_committed"] for row in permits.values()) <= LIMIT
+
+        # Both workers served: each admitted permit is in exactly one worker's audit file.
+        by_worker = [{line["permit"] for line in map(json.loads, (
+            config.parent / "data" / f"audit-gw-{i}.jsonl").read_text().splitlines())
+            if line.get("event") == "admitted"} for i in (0, 1)]
+        assert by_worker[0] and by_worker[1] and not by_worker[0] & by_worker[1]
+        assert by_worker[0] | by_worker[1] == {r["permit"] for r in admitted}
+        # /metrics is the sum over the workers, whichever answers the scrape.
+        for _ in range(4):
+            text = httpx.get(f"{gw.url}/metrics").text
+            served = sum(float(v) for v in re.findall(
+                r'^mayu_requests_total\{route="/v1/chat/completions",status="\d+"\} (\S+)$',
+                text, re.M))
+            assert served == N
+    finally:
+        gw.stop()
+    assert gw.popen.returncode == 0, gw.logs()[-3000:]
+    assert not any(_alive(pid) for pid in pids.values())
+    assert gw.logs().count("admissions and settlements in") == 2  # each worker closed
+
+
+def test_a_killed_worker_is_restarted_and_what_it_left_open_resolved(
+        tmp_path: Path, upstream: Proc) -> None:
+    """SIGKILL one worker while it relays streams: the supervisor restarts it, the new
+    process resolves the permits the dead one left open from its journal (dispatched,
+    no outcome: uncertain, the bound as liability), and the gateway keeps serving."""
+    config = _config(tmp_path, upstream, workers=2)
+    gw = _serve(config, "gateway")
+    try:
+        pids = _worker_pids(gw, 2)
+        create_team(config, "k")
+        key = create_key(config, "k")
+        headers = {"Authorization": f"Bearer {key}"}
+        body = {"model": "gpt-slow", "max_tokens": 64, "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": "slow"}]}
+        data = config.parent / "data"
+
+        def open_in(index: int) -> int:
+            text = (data / f"journal-gw-{index}.jsonl").read_text()
+            return text.count('"t":"dispatch"') - text.count('"t":"outcome"')
+
+        async def streams() -> None:
+            async with httpx.AsyncClient(base_url=gw.url, timeout=60, headers=headers,
+                                         limits=httpx.Limits(max_connections=8)) as c:
+                async def one() -> None:
+                    try:
+                        async with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                            async for _ in r.aiter_bytes():
+                                pass
+                    except httpx.HTTPError:
+                        pass  # the connections of the killed worker break
+                tasks = [asyncio.ensure_future(one()) for _ in range(8)]
+                end = time.monotonic() + 30
+                while not open_in(1) and time.monotonic() < end:
+                    await asyncio.sleep(0.05)
+                assert open_in(1), "worker 1 relays none of the 8 streams"
+                os.kill(pids[1], signal.SIGKILL)
+                await asyncio.gather(*tasks)
+
+        asyncio.run(streams())
+        restarted = _worker_pids(gw, 1, after=2)
+        assert restarted.keys() == {1} and restarted[1] != pids[1]
+        assert f"worker 1 (pid {pids[1]}) exited with status -9; restarting it" in gw.logs()
+        permits = _permits(data / "mayu.db", "k", 8)
+        kinds = sorted(str(p["kind"]) for p in permits.values())
+        assert len(permits) == 8 and all(p["status"] != "pending" for p in permits.values())
+        assert "uncertain" in kinds, kinds
+        for p in permits.values():
+            if p["kind"] == "uncertain":
+                assert p["usd_liability"] > 0 and p["usd_committed"] == 0, p
+        ok = httpx.post(f"{gw.url}/v1/chat/completions", headers=headers, timeout=30, json={
+            "model": "gpt-up", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]})
+        assert ok.status_code == 200
+        assert _alive(pids[0])  # the other worker was never touched
+    finally:
+        gw.stop()
+    assert gw.popen.returncode == 0
+
+
+def test_journals_no_worker_owns_are_resolved_by_the_next_run(
+        tmp_path: Path, upstream: Proc) -> None:
+    """Kill a two-worker gateway outright (supervisor and workers) while streams run,
+    then start it with one process: it resolves both workers' journals (their permits
+    settle uncertain), and back at two workers it resolves the single process's."""
+    config = _config(tmp_path, upstream, workers=2)
+    gw = _serve(config, "first")
+    pids = _worker_pids(gw, 2)
+    create_team(config, "o")
+    key = create_key(config, "o")
+    body = {"model": "gpt-slow", "max_tokens": 64, "stream": True,
+            "messages": [{"role": "user", "content": "slow"}]}
+    data = config.parent / "data"
+
+    async def streams(url: str, count: int, kill: list[int], journals: str) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60,
+                                     headers={"Authorization": f"Bearer {key}"}) as c:
+            async def one() -> None:
+                try:
+                    async with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                        async for _ in r.aiter_bytes():
+                            pass
+                except httpx.HTTPError:
+                    pass
+            tasks = [asyncio.ensure_future(one()) for _ in range(count)]
+            end = time.monotonic() + 30
+            while time.monotonic() < end and sum(
+                    p.read_text().count('"t":"dispatch"')
+                    for p in data.glob(journals)) < count:
+                await asyncio.sleep(0.05)
+            for pid in kill:
+                os.kill(pid, signal.SIGKILL)
+            await asyncio.gather(*tasks)
+
+    try:
+        asyncio.run(streams(gw.url, 6, [gw.popen.pid, *pids.values()], "journal-gw-*.jsonl"))
+    finally:
+        gw.stop()
+    left = {p.name: p.read_text().count('"t":"dispatch"')
+            for p in data.glob("journal-gw-*.jsonl")}
+    assert sum(left.values()) == 6, left
+
+    single = _config(tmp_path, upstream, workers=1)
+    gw = _serve(single, "second")
+    try:
+        permits = _permits(data / "mayu.db", "o", 6)
+        assert sorted(p["kind"] for p in permits.values()) == ["uncertain"] * 6
+        # One more stream left open in the single process's journal, then two workers.
+        asyncio.run(streams(gw.url, 1, [gw.popen.pid], "journal-gw.jsonl"))
+    finally:
+        gw.stop()
+    gw = _serve(_config(tmp_path, upstream, workers=2), "third")
+    try:
+        permits = _permits(data / "mayu.db", "o", 7)
+        assert len(permits) == 7
+        assert sorted(p["kind"] for p in permits.values()) == ["uncertain"] * 7
+    finally:
+        gw.stop()
