@@ -21,10 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import yaml
 
-from tests.e2e._procs import Proc, create_key, create_team, free_port, start, wait_ready
+from tests.conftest import create_database, drop_database, dsn_for
+from tests.e2e._procs import (
+    Proc,
+    create_key,
+    create_team,
+    free_port,
+    run_cli,
+    start,
+    wait_none_pending,
+    wait_ready,
+)
 from tests.e2e._procs import start_mock_upstream as mock_upstream
 from tests.e2e.conftest import ADMIN_TOKEN, expected_cost, gateway_config
 
@@ -320,3 +331,76 @@ def test_journals_no_worker_owns_are_resolved_by_the_next_run(
         assert sorted(p["kind"] for p in permits.values()) == ["uncertain"] * 7
     finally:
         gw.stop()
+
+
+def test_shared_profile_workers_hold_a_hot_budget(tmp_path: Path, upstream: Proc,
+                                                  pg_server_dsn: str, pg_template: str) -> None:
+    """Shared profile: a two-worker gateway and a single one on one database, 240 calls
+    on one team's day budget: every answer 200 or 402, committed never above the budget
+    and equal to the cost of the upstream's ledger once settled, nothing reserved; both
+    workers served and audited."""
+    name = f"ipt_{os.getpid()}_workers"
+    create_database(pg_server_dsn, name, template=pg_template)
+    dsn = dsn_for(pg_server_dsn, name)
+    env = {"INFERPLANE_DATABASE_URL": dsn, "MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN}
+    procs: list[Proc] = []
+    try:
+        configs = []
+        for replica, workers in (("gwa", 2), ("gwb", 1)):
+            (tmp_path / replica).mkdir()
+            path = gateway_config(tmp_path / replica, upstream)
+            config = yaml.safe_load(path.read_text())
+            config["server"].update(workers=workers, replica_id=replica)
+            config.update(key_store={"type": "postgres"},
+                          governance_store={"type": "postgres"},
+                          database={"dsn_ref": "env:INFERPLANE_DATABASE_URL",
+                                    "pool_min_size": 1, "pool_max_size": 4})
+            path.write_text(yaml.safe_dump(config))
+            configs.append(path)
+            port = free_port()
+            procs.append(wait_ready(start(["serve", "--config", str(path), "--port",
+                                           str(port), "--log-level", "info"], port=port,
+                                          log_path=path.parent / "gateway.log", env=env)))
+        _worker_pids(procs[0], 2)
+        done = run_cli("teams", "create", "hot", "--config", str(configs[0]), "--json",
+                       "--usd-micros-per-day", str(LIMIT), env=env)
+        assert done.returncode == 0, done.stderr
+        team_id = json.loads(done.stdout)["id"]
+        done = run_cli("keys", "create", "--team", "hot", "--config", str(configs[0]),
+                       "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        key = json.loads(done.stdout)["key"]
+
+        async def run() -> list[dict[str, Any]]:
+            clients = [httpx.AsyncClient(base_url=p.url, timeout=120,
+                                         headers={"Authorization": f"Bearer {key}"},
+                                         limits=httpx.Limits(max_connections=N))
+                       for p in procs]
+            try:
+                # Two thirds of the calls to the two-worker gateway.
+                return await asyncio.gather(*(_one(clients[min(i % 3, 1)], i)
+                                              for i in range(N)))
+            finally:
+                for c in clients:
+                    await c.aclose()
+
+        results = asyncio.run(run())
+        assert {r["status"] for r in results} == {200, 402}
+        admitted = [r for r in results if r["status"] == 200]
+        wait_none_pending(dsn, team_id=team_id)
+        with psycopg.connect(dsn) as conn:
+            [(committed, reserved)] = conn.execute(
+                "SELECT coalesce(sum(committed), 0), coalesce(sum(reserved), 0) FROM counters"
+                " WHERE key LIKE %s", (f"team:{team_id}:usd:day:%",)).fetchall()
+        ledger = httpx.get(f"{upstream.url}/__mock/ledger").json()
+        assert len(ledger) == len(admitted)
+        assert reserved == 0
+        assert committed == sum(expected_cost(e) for e in ledger) <= LIMIT
+        for i in (0, 1):
+            audit = configs[0].parent / "data" / f"audit-gwa-{i}.jsonl"
+            assert '"event":"admitted"' in audit.read_text(), audit
+    finally:
+        for proc in procs:
+            proc.stop()
+        drop_database(pg_server_dsn, name)
+    assert procs[0].popen.returncode == 0  # the supervisor, once its workers drained
