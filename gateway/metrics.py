@@ -14,6 +14,10 @@ add the database's own figures, the same on every replica: each money budget's d
 month utilisation, pending permits, frozen counters. Settlement latency (the store's
 round trip) and upstream time to first byte are histograms beside admission latency.
 
+With ``server.workers`` > 1 every worker keeps its values in prometheus-client's
+multiprocess files (``PROMETHEUS_MULTIPROC_DIR``, set by the supervisor) and ``/metrics``
+serves their sum: counters and histograms add up, the gauges sum the live workers.
+
 Label sets are bounded: requests are labelled by route *template* (the ingress's
 ``route_label``), and teams by a pseudonym (:func:`team_pseudonym`, the first 16 hex
 digits of the id's SHA-256, with an empty ``team`` label) unless
