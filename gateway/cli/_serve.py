@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host", help="listen address (overrides server.host)")
     p.add_argument("--port", type=_port, help="listen port (overrides server.port; 0: any "
                    "free port)")
+    p.add_argument("--workers", type=_workers, help="gateway processes on this socket "
+                   "(overrides server.workers; 1-64; local and shared profiles)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_serve)
@@ -45,12 +47,27 @@ def _port(text: str) -> int:
     return port
 
 
+def _workers(text: str) -> int:
+    try:
+        workers = int(text)
+    except ValueError:
+        workers = 0
+    if not 1 <= workers <= 64:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of workers (1-64)")
+    return workers
+
+
 def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
     server = settings.server
     if args.host:
         server = msgspec.structs.replace(server, host=args.host)
     if args.port is not None:
         server = msgspec.structs.replace(server, port=args.port)
+    if args.workers is not None:
+        if args.workers > 1 and settings.control_plane is not None:
+            raise ConfigError("--workers: the lease profile runs one process per node "
+                              "(its leases are the node's share of a budget); set 1")
+        server = msgspec.structs.replace(server, workers=args.workers)
     return msgspec.structs.replace(settings, server=server)
 
 

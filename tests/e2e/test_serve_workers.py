@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -404,3 +405,29 @@ def test_shared_profile_workers_hold_a_hot_budget(tmp_path: Path, upstream: Proc
             proc.stop()
         drop_database(pg_server_dsn, name)
     assert procs[0].popen.returncode == 0  # the supervisor, once its workers drained
+
+
+def test_bad_worker_counts_and_a_busy_port_are_named(tmp_path: Path) -> None:
+    """--workers out of range, a lease config with workers and a port in use: each a
+    one-line error naming what to fix, no traceback, no worker started."""
+    done = run_cli("serve", "--workers", "0")
+    assert done.returncode == 2 and "argument --workers: 0 is not a number of workers (1-64)" \
+        in done.stderr
+    lease = tmp_path / "lease.yaml"
+    lease.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "d"),
+                                     "control_plane": {"url": "http://127.0.0.1:1"}}))
+    done = run_cli("serve", "--config", str(lease), "--workers", "2")
+    assert done.returncode != 0 and "--workers: the lease profile runs one process per node" \
+        in done.stderr and "Traceback" not in done.stderr
+    config = tmp_path / "mayu.yaml"
+    config.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "data"), "demo": False,
+                                      "server": {"workers": 2}}))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run_cli("serve", "--config", str(config), "--port", str(port))
+    assert done.returncode == 2, done.stderr
+    assert f"mayu: error: server.port: cannot listen on 127.0.0.1:{port}: Address already " \
+        "in use" in done.stderr
+    assert "Traceback" not in done.stderr
