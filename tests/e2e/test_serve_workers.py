@@ -431,3 +431,24 @@ def test_bad_worker_counts_and_a_busy_port_are_named(tmp_path: Path) -> None:
     assert f"mayu: error: server.port: cannot listen on 127.0.0.1:{port}: Address already " \
         "in use" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path, upstream: Proc) -> None:
+    """SIGKILL the supervisor alone: the kernel sends each worker SIGTERM
+    (PR_SET_PDEATHSIG), they drain and exit, and nothing listens on the port any more."""
+    gw = _serve(_config(tmp_path, upstream, workers=2), "gateway")
+    try:
+        pids = _worker_pids(gw, 2)
+        os.kill(gw.popen.pid, signal.SIGKILL)
+        gw.popen.wait(10)
+        end = time.monotonic() + 60
+        while any(_alive(pid) for pid in pids.values()):
+            assert time.monotonic() < end, f"workers {pids} still running"
+            time.sleep(0.1)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{gw.url}/readyz", timeout=5)
+    finally:
+        gw.stop()
+        for pid in pids.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
