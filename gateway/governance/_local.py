@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
-import uuid
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -228,7 +229,7 @@ class LocalGovernanceStore(SqliteBase):
             updates.append((charge, decided))
         for _, state in updates:
             batch.store(state)
-        permit = Permit(id=uuid.uuid4().hex, request=req,
+        permit = Permit(id=permit_id(), request=req,
                         buckets={c.counter: s.balance for c, s in updates
                                  if c.kind == "bucket"})
         _insert_permit(conn, permit, batch.now)
@@ -389,6 +390,19 @@ class LocalGovernanceStore(SqliteBase):
                                " AND frozen_by IS NOT NULL", (name,))
             return cur.rowcount == 1
         return await self._run(_unfreeze)
+
+
+def permit_id() -> str:
+    """A new permit id: 32 hex digits of a UUIDv7 (RFC 9562: 48 bits of Unix time in ms,
+    then 74 random bits), so ids made close in time sort close together. The permit,
+    charge and settlement tables are keyed by it: with random (v4) ids every insert
+    dirtied its own leaf page of each of those three indexes, which each commit then
+    wrote to the WAL; time-ordered ones land on the same few rightmost pages."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")  # 80 bits; 74 used
+    value = ((ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | (rand >> 68 & 0xFFF) << 64
+             | 0b10 << 62 | rand & 0x3FFF_FFFF_FFFF_FFFF)
+    return f"{value:032x}"
 
 
 def _insert_permit(conn: sqlite3.Connection, permit: Permit, now: int) -> None:
