@@ -14,6 +14,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -199,10 +200,13 @@ class SqliteBase:
             raise RuntimeError(f"store {self.path!r} is not open (call await open())")
         with self._lock:
             conn = self._conn
-            self._busy(conn, _BUSY_MS)
+            if write:
+                _begin_immediate(conn)  # busy timeout still 0: waits in short steps
+            else:
+                conn.execute("BEGIN")
             try:
-                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
+                    self._busy(conn, _BUSY_MS)
                     result = fn(conn)
                 except BaseException:
                     conn.execute("ROLLBACK")
@@ -256,6 +260,27 @@ class SqliteBase:
                 return result  # type: ignore[return-value]
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._tx, fn,
                                                                 write)
+
+
+def _begin_immediate(conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE`` on a connection whose busy timeout is 0, waiting for another
+    process's write lock in steps of 0.1 ms, doubling up to 5 ms, for up to ``_BUSY_MS``.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10, ... ms between tries: with several
+    ``mayu serve`` workers on one file, whose transactions hold the lock for a fraction
+    of a millisecond, a batch that found the lock held slept ten times longer than the
+    wait it needed (``server.workers``, docs/deploy.md)."""
+    deadline = time.monotonic() + _BUSY_MS / 1000
+    delay = 0.0001
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.005)
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
