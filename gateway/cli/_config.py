@@ -24,10 +24,15 @@ from gateway.pricing import CLASSES
 
 
 def _profile(settings: Settings) -> str:
+    workers = settings.server.workers
+    processes = f"; {workers} worker processes on this host" if workers > 1 else ""
     if settings.shared:
-        return "shared (Postgres key store and governance; N replicas)"
+        return f"shared (Postgres key store and governance; N replicas{processes})"
     if settings.control_plane is not None:
         return "lease (local stores bounded by control-plane leases)"
+    if workers > 1:
+        return (f"local (SQLite key store and governance, one file; {workers} worker "
+                f"processes on this host)")
     return "local (SQLite key store and governance; exactly one replica)"
 
 

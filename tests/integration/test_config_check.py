@@ -55,7 +55,11 @@ def both(tmp_path: Path, config: Path, **env: str) -> tuple[subprocess.Completed
                     "api_key_ref": "env:IPT_UNSET_PROVIDER_KEY"}]},
     {"server": {"port": 83876}},
     {"database": {"pool_min_size": 0}},
-], ids=["admin-token", "metrics-token", "provider-key", "port", "pool"])
+    {"server": {"workers": 0}},
+    {"server": {"workers": 2}, "control_plane": {"url": "http://127.0.0.1:9"}},
+    {"server": {"workers": 2, "admin_token_ref": "env:IPT_UNSET_ADMIN_TOKEN"}},
+], ids=["admin-token", "metrics-token", "provider-key", "port", "pool", "workers",
+        "lease-workers", "workers-admin-token"])
 def test_config_check_refuses_what_serve_refuses(tmp_path: Path, doc: dict[str, Any]) -> None:
     """Each config serve refuses at startup, config check refuses with the same line."""
     check, serve = both(tmp_path, write(tmp_path, doc))
@@ -63,6 +67,14 @@ def test_config_check_refuses_what_serve_refuses(tmp_path: Path, doc: dict[str, 
     assert errors(check) == errors(serve) and len(errors(check)) == 1, (check.stderr,
                                                                         serve.stderr)
     assert "config ok" not in check.stdout
+
+
+def test_config_check_says_how_many_worker_processes(tmp_path: Path) -> None:
+    done = mayu(tmp_path, "config", "check", "--config",
+                str(write(tmp_path, {"server": {"workers": 3}})))
+    assert done.returncode == 0, done.stderr
+    assert ("profile: local (SQLite key store and governance, one file; 3 worker processes "
+            "on this host)") in done.stdout
 
 
 def test_inline_secrets_are_refused_and_never_printed(tmp_path: Path) -> None:
