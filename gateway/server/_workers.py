@@ -35,7 +35,8 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -65,7 +66,7 @@ class _Slot:
     started_at: float = 0.0
     delay_s: float = _FIRST_RESTART_S
     restart_at: float | None = None
-    announced: bool = field(default=False)
+    announced: bool = False
 
 
 def listen_socket(server: ServerSettings) -> socket.socket:
@@ -138,7 +139,8 @@ def run_workers(settings: Settings, *, log_level: str) -> int:
     return 1 if state["failed"] else 0
 
 
-def _supervise(slots: list[_Slot], spawn: Any, stop: Any, state: dict[str, bool],
+def _supervise(slots: list[_Slot], spawn: Callable[[_Slot], None],
+               stop: Callable[[int, FrameType | None], None], state: dict[str, bool],
                metrics_dir: str) -> None:
     """One turn: reap the workers that exited, restart those due, announce the ready."""
     from prometheus_client import multiprocess
