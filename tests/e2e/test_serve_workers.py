@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import psycopg
 import pytest
 import yaml
@@ -452,3 +454,55 @@ def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path, upstream: Pr
         for pid in pids.values():
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _mock_id(answer_id: str) -> int:
+    """The mock's ledger id in an answer's id (``chatcmpl-mock-7``, ``msg_mock_7``)."""
+    return int(re.split(r"[-_]", answer_id)[-1])
+
+
+def test_sdks_through_two_workers_get_their_costs(tmp_path: Path, upstream: Proc) -> None:
+    """The openai and anthropic SDKs, streamed and not, several calls each through a
+    two-worker gateway: every answer's cost header is the price of the upstream's own
+    ledger entry for it, and /v1/usage (whichever worker answers) totals the ledger."""
+    config = _config(tmp_path, upstream, workers=2)
+    gw = _serve(config, "gateway")
+    try:
+        create_team(config, "sdk")
+        key = create_key(config, "sdk")
+        oai = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0)
+        ant = anthropic.Anthropic(base_url=gw.url, api_key=key, max_retries=0)
+        costs: dict[int, int] = {}  # mock id -> cost header
+        for i in range(6):
+            raw = oai.chat.completions.with_raw_response.create(
+                model="gpt-up", max_tokens=12, messages=[{"role": "user", "content": f"hi {i}"}])
+            costs[_mock_id(raw.parse().id)] = int(raw.headers["x-inferplane-cost-micro-usd"])
+            message = ant.messages.with_raw_response.create(
+                model="claude-up", max_tokens=12, messages=[{"role": "user", "content": f"yo {i}"}])
+            costs[_mock_id(message.parse().id)] = int(
+                message.headers["x-inferplane-cost-micro-usd"])
+            text = "".join(c.choices[0].delta.content or "" for c in oai.chat.completions.create(
+                model="gpt-up", max_tokens=12, stream=True,
+                messages=[{"role": "user", "content": f"stream {i}"}]) if c.choices)
+            assert text
+            with ant.messages.stream(model="claude-up", max_tokens=12,
+                                     messages=[{"role": "user", "content": f"s {i}"}]) as s:
+                final = s.get_final_message()
+            assert final.usage.output_tokens > 0
+        ledger = httpx.get(f"{upstream.url}/__mock/ledger").json()
+        assert len(ledger) == 24
+        by_id = {e["id"]: e for e in ledger}
+        for mock_id, cost in costs.items():
+            assert cost == expected_cost(by_id[mock_id])
+        total = sum(expected_cost(e) for e in ledger)
+        end = time.monotonic() + 30
+        while True:  # the last settlements are taken while their answers leave
+            rows = httpx.get(f"{gw.url}/v1/usage",
+                             headers={"Authorization": f"Bearer {key}"}).json()["data"]
+            day = next(r for r in rows if (r["scope"], r["window"]) == ("team", "day"))
+            if day["usd_reserved"] == 0 or time.monotonic() > end:
+                break
+            time.sleep(0.05)
+        assert (day["usd_committed"], day["usd_reserved"]) == (total, 0)
+    finally:
+        gw.stop()
