@@ -169,6 +169,19 @@ def test_drain_timing_follows_shutdown_grace() -> None:
         render({"gateway": {"config": {"server": {"shutdown_grace_s": 5}}}})
 
 
+def test_worker_processes_pass_through_except_in_the_lease_profile(tmp_path: Path) -> None:
+    """gateway.config.server.workers reaches the mayu config (which loads) in the local
+    and shared profiles; the lease profile, one process per node, refuses it at render."""
+    for profile in ("local-1", "shared-3"):
+        values = {**PROFILES[profile], "gateway": {
+            **PROFILES[profile].get("gateway", {}), "config": {"server": {"workers": 2}}}}
+        path = tmp_path / f"{profile}.yaml"
+        path.write_text(yaml.safe_dump(gateway_config(render(values))))
+        assert load_settings(path).server.workers == 2
+    with pytest.raises(helm.HelmError, match="server.workers > 1 requires profile"):
+        render({**PROFILES["lease"], "gateway": {"config": {"server": {"workers": 2}}}})
+
+
 def test_probes_and_security() -> None:
     """Liveness on /healthz, readiness on /readyz; non-root, read-only root, and the
     data dir and /tmp as the only writable mounts."""

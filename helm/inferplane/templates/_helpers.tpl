@@ -11,6 +11,9 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- if and (eq .Values.profile "local") (gt (int .Values.gateway.replicas) 1) -}}
 {{- fail "gateway.replicas > 1 requires profile: shared (the local profile is exact only for a single replica)" -}}
 {{- end -}}
+{{- if and (eq .Values.profile "lease") (gt (int ((.Values.gateway.config.server | default dict).workers | default 1)) 1) -}}
+{{- fail "gateway.config.server.workers > 1 requires profile: local or shared (the lease profile runs one process per node: its leases are the node's share of a budget)" -}}
+{{- end -}}
 {{- if hasKey (.Values.gateway.config.server | default dict) "shutdown_grace_s" -}}
 {{- fail "gateway.config.server.shutdown_grace_s: set gateway.shutdownGraceSeconds instead (the pods' termination grace is derived from it)" -}}
 {{- end -}}
