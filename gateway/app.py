@@ -40,7 +40,7 @@ from gateway.keys import KeyStore
 from gateway.metrics import POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
 from gateway.providers import Provider, build_providers
-from gateway.replicas import audit_path, journal_path, orphan_journals
+from gateway.replicas import audit_path, journal_path, orphan_journals, worker_settings
 
 if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
     from gateway.db import Pool
@@ -312,8 +312,6 @@ def create_app(settings: Settings, *, components: Components | None = None,
     of this replica no process of this run owns (``mayu serve`` asks for it)."""
     base = settings
     if worker is not None:
-        from gateway.replicas import worker_settings
-
         settings = worker_settings(base, worker[0])
 
     async def start(app: Litestar, stack: AsyncExitStack) -> Gateway:
