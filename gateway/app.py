@@ -200,7 +200,8 @@ def _count_policy_errors(metrics: Metrics, stack: AsyncExitStack) -> None:
 
 
 async def _seed_budget(metrics: Metrics, governance: GovernanceStore) -> None:
-    """Local profile: this process is the only admitter, so start the budget
+    """Local profile: this process is the only admitter (or, with ``server.workers``,
+    worker 0, the others counting from zero: the gauges are summed), so start the budget
     utilisation from the store's totals for today (a restart does not reset it)."""
     day, month = utc_windows(datetime.now(UTC))
     try:
@@ -325,7 +326,8 @@ def create_app(settings: Settings, *, components: Components | None = None,
             stack.push_async_callback(provider.close)
         metrics = Metrics(team_labels=settings.server.metrics_team_labels)
         _count_policy_errors(metrics, stack)
-        if not settings.shared and worker is None:
+        if not settings.shared and (worker is None or worker[0] == 0):
+            # Workers: their gauges are summed, so one of them starts from the day's total.
             await _seed_budget(metrics, comps.governance)
         await comps.policy.start()
         stack.push_async_callback(comps.policy.stop)

@@ -10,6 +10,7 @@ which pid, so a test can kill one.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -504,5 +505,59 @@ def test_sdks_through_two_workers_get_their_costs(tmp_path: Path, upstream: Proc
                 break
             time.sleep(0.05)
         assert (day["usd_committed"], day["usd_reserved"]) == (total, 0)
+    finally:
+        gw.stop()
+
+
+def test_budget_gauge_sums_to_the_days_figure_after_a_restart(tmp_path: Path,
+                                                              upstream: Proc) -> None:
+    """Spend part of a team's day budget through two workers, restart them: the budget
+    utilisation gauge (summed over the workers by /metrics) is again the day's committed
+    over its limit, as /v1/usage says, once both workers have admitted for the team."""
+    limit = 1_000_000
+    config = _config(tmp_path, upstream, workers=2)
+    gw = _serve(config, "first")
+    try:
+        create_team(config, "gauge", "--usd-micros-per-day", str(limit))
+        key = create_key(config, "gauge")
+        team_id = json.loads(run_cli("teams", "list", "--config", str(config), "--json")
+                             .stdout)
+        headers = {"Authorization": f"Bearer {key}"}
+        body = {"model": "gpt-up", "max_tokens": 8,
+                "messages": [{"role": "user", "content": "spend"}]}
+        for _ in range(10):
+            assert httpx.post(f"{gw.url}/v1/chat/completions", json=body,
+                              headers=headers, timeout=30).status_code == 200
+    finally:
+        gw.stop()
+    data = config.parent / "data"
+    seen = [(data / f"audit-gw-{i}.jsonl").stat().st_size for i in (0, 1)]
+    gw = _serve(config, "second")
+    try:
+        # New connections until each worker has admitted a request for the team.
+        for _ in range(200):
+            if all('"event":"admitted"' in (data / f"audit-gw-{i}.jsonl").read_text()[
+                    seen[i]:] for i in (0, 1)):
+                break
+            assert httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=headers,
+                              timeout=30).status_code == 200
+        else:
+            raise AssertionError("200 new connections never reached both workers")
+        end = time.monotonic() + 30
+        while True:
+            rows = httpx.get(f"{gw.url}/v1/usage", headers=headers).json()["data"]
+            day = next(r for r in rows if (r["scope"], r["window"]) == ("team", "day"))
+            if day["usd_reserved"] == 0 or time.monotonic() > end:
+                break
+            time.sleep(0.05)
+        expected = (day["usd_committed"] + day["usd_liability"]) / limit
+        team = next(t for t in team_id if t["name"] == "gauge")["id"]
+        pseudonym = hashlib.sha256(team.encode()).hexdigest()[:16]
+        pattern = re.compile(r'^mayu_budget_utilisation_ratio\{[^}]*team_id="'
+                             + pseudonym + r'"[^}]*\} (\S+)$', re.M)
+        for _ in range(4):  # whichever worker answers the scrape, the same sum
+            found = pattern.search(httpx.get(f"{gw.url}/metrics").text)
+            assert found, "no budget gauge for the team"
+            assert float(found.group(1)) == pytest.approx(expected, rel=1e-9)
     finally:
         gw.stop()
