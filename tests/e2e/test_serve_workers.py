@@ -565,3 +565,29 @@ def test_budget_gauge_sums_to_the_days_figure_after_a_restart(tmp_path: Path,
             assert float(found.group(1)) == pytest.approx(expected, rel=1e-9)
     finally:
         gw.stop()
+
+
+def test_a_worker_that_cannot_start_stops_them_all(tmp_path: Path, upstream: Proc) -> None:
+    """A second two-worker gateway on the same data dir: its workers find their journals
+    locked by the first one's, so it exits 1 naming the journal, with no worker left
+    running; the first one keeps serving."""
+    config = _config(tmp_path, upstream, workers=2)
+    first = _serve(config, "first")
+    try:
+        port = free_port()
+        second = start(["serve", "--config", str(config), "--port", str(port),
+                        "--log-level", "info"], port=port,
+                       log_path=config.parent / "second.log",
+                       env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN})
+        try:
+            assert second.popen.wait(60) == 1, second.logs()[-3000:]
+        finally:
+            second.stop()
+        logs = second.logs()
+        assert "is in use by another process; every replica needs its own data dir" in logs
+        assert "before it served; stopping all workers" in logs
+        spawned = [int(p) for p in re.findall(r"Started server process \[(\d+)\]", logs)]
+        assert spawned and not any(_alive(pid) for pid in spawned)
+        assert httpx.get(f"{first.url}/readyz", timeout=5).status_code == 200
+    finally:
+        first.stop()
