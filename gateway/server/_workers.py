@@ -15,8 +15,10 @@ worker 0 resolves the journals no worker of this run owns (after the count chang
 - SIGTERM or SIGINT: the supervisor passes SIGTERM to every worker, each drains as a
   single ``mayu serve`` does (``server.shutdown_grace_s``), and the supervisor exits once
   they have. SIGHUP is logged and ignored, as in one process.
-- A worker that fails before it ever served (bad secret, unreachable store, ...) stops
-  them all (exit status 1), so a broken config never loops; a worker that dies after it
+- What ``mayu config check`` finds (secrets, the database) stops ``mayu serve`` before any
+  worker starts. A worker that fails before it ever served (its journal locked by
+  another gateway on the data dir, a store failing after those checks) stops them all
+  (exit status 1), so a broken setup never loops; a worker that dies after it
   served is restarted (after 1 s, doubling up to 30 s while it keeps dying early) and
   resolves what it left open from its journal, like a restarted replica.
 - Each worker asks the kernel for SIGTERM when the supervisor dies (``PR_SET_PDEATHSIG``),

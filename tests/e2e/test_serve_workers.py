@@ -121,6 +121,16 @@ def upstream(tmp_path: Path) -> Iterator[Proc]:
         proc.stop()
 
 
+async def _read_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> None:
+    """Read one streamed answer to its end, or until a killed gateway breaks it."""
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            async for _ in r.aiter_bytes():
+                pass
+    except httpx.HTTPError:
+        pass
+
+
 async def _one(client: httpx.AsyncClient, i: int) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": "gpt-up", "max_tokens": 16 + i % 7,
@@ -242,14 +252,7 @@ def test_a_killed_worker_is_restarted_and_what_it_left_open_resolved(
         async def streams() -> int:
             async with httpx.AsyncClient(base_url=gw.url, timeout=60, headers=headers,
                                          limits=httpx.Limits(max_connections=8)) as c:
-                async def one() -> None:
-                    try:
-                        async with c.stream("POST", "/v1/chat/completions", json=body) as r:
-                            async for _ in r.aiter_bytes():
-                                pass
-                    except httpx.HTTPError:
-                        pass  # the connections of the killed worker break
-                tasks = [asyncio.ensure_future(one()) for _ in range(8)]
+                tasks = [asyncio.ensure_future(_read_stream(c, body)) for _ in range(8)]
                 end = time.monotonic() + 30
                 while not (open_in(0) or open_in(1)) and time.monotonic() < end:
                     await asyncio.sleep(0.05)
@@ -298,14 +301,7 @@ def test_journals_no_worker_owns_are_resolved_by_the_next_run(
     async def streams(url: str, count: int, kill: list[int], journals: str) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=60,
                                      headers={"Authorization": f"Bearer {key}"}) as c:
-            async def one() -> None:
-                try:
-                    async with c.stream("POST", "/v1/chat/completions", json=body) as r:
-                        async for _ in r.aiter_bytes():
-                            pass
-                except httpx.HTTPError:
-                    pass
-            tasks = [asyncio.ensure_future(one()) for _ in range(count)]
+            tasks = [asyncio.ensure_future(_read_stream(c, body)) for _ in range(count)]
             end = time.monotonic() + 30
             while time.monotonic() < end and sum(
                     p.read_text().count('"t":"dispatch"')
