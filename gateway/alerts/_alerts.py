@@ -74,6 +74,9 @@ class BudgetAlerts:
         self._closing = False
         self._worker: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
+        self._last_delivery: dict[str, asyncio.Task[None]] = {}
+        """Per counter, the delivery the next one waits for: a budget's events reach the
+        webhook in threshold order even when one check claims 90 and 100 together."""
         self._day = ""
         self.checks = 0
         """Store round trips made (tests, docs: what the alerts cost)."""
@@ -151,7 +154,7 @@ class BudgetAlerts:
             self._forget_old_windows()
             for counter, threshold in result.crossed:
                 self._reached[counter] = max(self._reached.get(counter, 0), threshold)
-            for event in result.claimed:
+            for event in sorted(result.claimed, key=lambda e: (e.counter, e.threshold)):
                 self._emit(event)
             if self._closing and not self._pending:
                 return
@@ -182,12 +185,22 @@ class BudgetAlerts:
                     event.window, event.limit, event.committed, event.liability,
                     event.reserved)
         if self._webhook is not None:
-            task = asyncio.get_running_loop().create_task(self._deliver(event))
+            before = self._last_delivery.get(event.counter)
+            task = asyncio.get_running_loop().create_task(self._deliver(event, before))
             self._deliveries.add(task)
-            task.add_done_callback(self._deliveries.discard)
+            self._last_delivery[event.counter] = task
+            task.add_done_callback(self._delivery_done)
 
-    async def _deliver(self, event: AlertEvent) -> None:
+    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+        self._deliveries.discard(task)
+        for counter, last in list(self._last_delivery.items()):
+            if last is task:
+                del self._last_delivery[counter]
+
+    async def _deliver(self, event: AlertEvent, before: asyncio.Task[None] | None) -> None:
         assert self._webhook is not None
+        if before is not None:
+            await asyncio.wait({before})  # not gather: cancelling this must not cancel it
         delivery = await self._webhook.deliver(event.body(), event_id=event.id)
         self._metrics.alert_deliveries.labels("delivered" if delivery.ok else "failed").inc()
         if not delivery.ok:

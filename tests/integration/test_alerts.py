@@ -21,12 +21,14 @@ from gateway.alerts import (
     AlertEvent,
     AlertStore,
     Budget,
+    BudgetAlerts,
     PostgresAlertStore,
     SqliteAlertStore,
     WebhookSender,
     moved_budgets,
     thresholds_reached,
 )
+from gateway.audit import AuditLog
 from gateway.db import Pool
 from gateway.governance import (
     GovernanceStore,
@@ -38,6 +40,7 @@ from gateway.governance import (
     build_request,
 )
 from gateway.keys import KeyLimits, PostgresKeyStore, Principal, Team, TeamLimits
+from gateway.metrics import Metrics
 from gateway.policy import EMPTY_SNAPSHOT
 from tests.integration._pg_helpers import principal
 from tests.settling import exact, settlement
@@ -212,3 +215,36 @@ async def test_webhook_to_nowhere_fails_without_raising() -> None:
     await sender.close()
     assert not delivery.ok and delivery.attempts == 2
     assert delivery.error is not None and "Connect" in delivery.error
+
+
+async def test_one_budgets_events_reach_the_webhook_in_threshold_order(
+        tmp_path: Path) -> None:
+    """One settlement takes a budget from 85 % to 100 %: one check claims 90 and 100
+    together. The receiver refuses the first POST once; the 100 % event still lands
+    after the 90 % one (each budget's deliveries wait for the one before)."""
+    local = LocalGovernanceStore(str(tmp_path / "mayu.db"))
+    await local.open()
+    store = SqliteAlertStore(local.path)
+    stores = Stores(local, store, _local_principal())
+    audit = AuditLog(str(tmp_path / "audit.jsonl"))
+    audit.open()
+    with WebhookReceiver(statuses=[500]) as hook:
+        alerts = BudgetAlerts(store, replica="r0", metrics=Metrics(), audit=audit,
+                              webhook=WebhookSender(hook.url, secret="k", retries=2,
+                                                    retry_backoff_s=0.05))
+        await alerts.start()
+        [budget] = await _spend(stores, 8_500)
+        await store.check([budget], replica="r0")  # 80 % claimed before: not delivered
+        req = build_request(stores.principal, EMPTY_SNAPSHOT, request_id="last", model="m",
+                            token_bound=100, usd_bound=1_500, now=NOW)
+        [permit] = await local.admit([req])
+        assert isinstance(permit, Permit), permit
+        done = settlement(req, exact(10, 1_500))
+        await local.settle(permit.id, done)
+        alerts.settled(permit, done)
+        hook.wait_for(2)
+        await alerts.close()
+    audit.close()
+    await local.close()
+    assert hook.attempts == 3
+    assert [r.json()["threshold"] for r in hook.received] == [90, 100]
