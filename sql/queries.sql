@@ -121,6 +121,9 @@ SELECT inferplane_settle_v5(%(items)s::jsonb) AS results
 -- name: settle_one_v5
 SELECT inferplane_settle_one_v5(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
+-- name: settle_one_v7
+SELECT inferplane_settle_one_v7(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+
 -- name: resolve_v5
 SELECT inferplane_resolve_v5(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 

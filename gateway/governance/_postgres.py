@@ -103,6 +103,8 @@ _QUERIES = {2: _Calls("admit", "admit", "settle", "", "resolve", ""),
             5: _Calls("admit_one_v5", "admit_v5", "settle_one_v5", "settle_v5",
                       "resolve_v5", "settle_admit_v5"),
             6: _Calls("admit_one_v5", "admit_v6", "settle_one_v5", "settle_v6",
+                      "resolve_v5", "settle_admit_v6"),
+            7: _Calls("admit_one_v5", "admit_v6", "settle_one_v7", "settle_v6",
                       "resolve_v5", "settle_admit_v6")}
 
 
@@ -116,8 +118,10 @@ class PostgresGovernanceStore:
     locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
     sent in one round trip (pipeline mode).
 
-    ``functions``: which released SQL functions decide. 6 (default): 5's lone calls, and
-    the ``_v6`` batch calls (revision 0007, ``sql/plans_v6.sql``): the requests sent as
+    ``functions``: which released SQL functions decide. 7 (default): 6's calls, a lone
+    settlement going to ``inferplane_settle_one_v7`` (revision 0008, ``sql/plans_v7.sql``),
+    which writes the permit and its segments before it locks the counters. 6: 5's lone
+    calls, and the ``_v6`` batch calls (revision 0007, ``sql/plans_v6.sql``): the requests sent as
     jsonb, parsed once, and one sort per statement. 5: the ``_v5`` calls
     (revision 0006, ``sql/plans_v5.sql``): 4's, each statement planned once per session
     (generic plans), and a lone admission and settlement in fewer statements. 4: the
@@ -129,7 +133,7 @@ class PostgresGovernanceStore:
     settlement to the v2 function, which does less for one; 2: ``inferplane_admit_v2`` /
     ``inferplane_settle_v2`` (revision 0002), a settlement batch being their per-permit
     calls after the batch's locks. All give the same answers
-    (``tests/integration/test_store_contract.py`` runs against each); 2 to 5 are kept
+    (``tests/integration/test_store_contract.py`` runs against each); 2 to 6 are kept
     to measure one against another (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``,
     ``tests/bench/versions.py``).
 
@@ -140,9 +144,9 @@ class PostgresGovernanceStore:
     """
 
     def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
-                 functions: int = 6, merge: bool = False) -> None:
+                 functions: int = 7, merge: bool = False) -> None:
         if functions not in _QUERIES:
-            raise ValueError(f"functions: 2, 3, 4, 5 or 6, not {functions!r}")
+            raise ValueError(f"functions: 2 to 7, not {functions!r}")
         self._pool = pool
         # The admission and settlement calls keep their connections between calls, so
         # they stay on warm backends (gateway.db.HeldConnections): as many as the calls

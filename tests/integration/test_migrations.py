@@ -128,17 +128,19 @@ def test_upgrade_from_0001_keeps_every_committed_figure(pg_empty_dsn: str) -> No
 _RELEASED = {"0003": ("inferplane_admit_v2(%s::jsonb)", ""),
              "0004": ("inferplane_admit_v3(%s::json)", "inferplane_settle_v3(%s::jsonb)"),
              "0005": ("inferplane_admit_v4(%s::json)", "inferplane_settle_v4(%s::jsonb)"),
-             "0006": ("inferplane_admit_v5(%s::json)", "inferplane_settle_v5(%s::jsonb)")}
+             "0006": ("inferplane_admit_v5(%s::json)", "inferplane_settle_v5(%s::jsonb)"),
+             "0007": ("inferplane_admit_v6(%s::jsonb)", "inferplane_settle_v6(%s::jsonb)")}
 
 
 @pytest.mark.parametrize("start", sorted(_RELEASED))
 def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitted(
         pg_empty_dsn: str, start: str) -> None:
     """A database used by the 0003 gateway (admit_v2/settle_v2), the 0004 one (batches
-    through admit_v3/settle_v3), the 0005 one (the v4 calls) or the 0006 one (the v5
-    calls): permits settled complete and uncertain, two pending; upgraded to head (0004
-    adds the set-based v3 functions, 0005 the v4 calls, 0006 the v5 ones, 0007 the v6
-    batch calls) it keeps every row of counters, accounts,
+    through admit_v3/settle_v3), the 0005 one (the v4 calls), the 0006 one (the v5
+    calls) or the 0007 one (the v6 batch calls): permits settled complete and uncertain,
+    two pending; upgraded to head (0004 adds the set-based v3 functions, 0005 the v4
+    calls, 0006 the v5 ones, 0007 the v6 batch calls, 0008 the v7 lone settlement) it
+    keeps every row of counters, accounts,
     permits and segments unchanged, and the head store settles one pending permit alone
     and the other in a batch, next to a merged admission."""
     import asyncio

@@ -89,18 +89,22 @@ async def test_settlements_and_admissions_queued_together_go_as_one_call(pg_pool
     assert (window["committed"], window["reserved"]) == (250, 1_750)
 
 
+@pytest.mark.parametrize("old_functions", [2, 6], ids=["v2", "v6"])
 @pytest.mark.parametrize("lone", [False, True], ids=["merged", "lone"])
-async def test_head_and_v2_replicas_crossing_new_windows_never_deadlock(pg_pool, lone) -> None:  # type: ignore[no-untyped-def]
-    """Two replicas, one on the head's calls and one on v2 (a rolling upgrade), loop admit
-    → settle on two teams in opposite orders while every round opens a new day (new window
+async def test_head_and_older_replicas_crossing_new_windows_never_deadlock(  # type: ignore[no-untyped-def]
+        pg_pool, lone, old_functions) -> None:
+    """Two replicas, one on the head's calls and one on an older release's (v2, or v6:
+    the release before the head's lone settlement; a rolling upgrade), loop admit →
+    settle on two teams in opposite orders while every round opens a new day (new window
     rows created mid-race): every call completes, none errors, and every window ends
     exact. The head replica either merges its batches or (``lone``) sends every admission
-    and settlement alone (``inferplane_admit_one_v5`` / ``_settle_one_v5``, their own
-    statements) while the v2 replica creates the same rows in its batches."""
+    and settlement alone (``inferplane_admit_one_v5`` / ``_settle_one_v7``, their own
+    statements) while the older replica creates the same rows in its batches."""
     keys = PostgresKeyStore(pg_pool)
     merged = (PostgresGovernanceStore(pg_pool) if lone else
               PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1, merge=True))
-    old = PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1, functions=2)
+    old = PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1,
+                                  functions=old_functions)
     limits = TeamLimits(tpm=10_000_000, tokens_per_day=10_000_000,
                         usd_micros_per_day=10_000_000)
     px = await principal(keys, team="tx", limits=limits)

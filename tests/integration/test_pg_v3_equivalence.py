@@ -14,7 +14,8 @@ the batch and ``inferplane_admit_one_v5`` request by request, ``inferplane_settl
 the settlement batch and ``inferplane_settle_one_v5`` item by item (the two lone calls
 run their own statements, not v2's), and ``inferplane_settle_admit_v5`` on a merged
 one; so does each ``_v6`` batch call (``inferplane_admit_v6``, ``_settle_v6``,
-``_settle_admit_v6``: their own bodies, on jsonb requests). A merged batch
+``_settle_admit_v6``: their own bodies, on jsonb requests), and the ``_v7`` lone
+settlement (``inferplane_settle_one_v7``) item by item. A merged batch
 (``inferplane_settle_admit_v3``: settlements, then admissions, one transaction) is
 compared with its serial run: each settlement through v2, then the admissions. Answers
 and every row of counters, accounts, permits and segments must be equal (permit ids,
@@ -260,6 +261,9 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
             def one_v5(items: list[dict[str, Any]] = items) -> list[Any]:
                 return _settle_each(db, items, "inferplane_settle_one_v5")
 
+            def one_v7(items: list[dict[str, Any]] = items) -> list[Any]:
+                return _settle_each(db, items, "inferplane_settle_one_v7")
+
             _both(db, now_us, v2,
                   lambda items=items: _call(db, "inferplane_settle_v3(%s::jsonb)",
                                             json.dumps(items)),
@@ -267,7 +271,8 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
                   lambda items=items: _call(db, "inferplane_settle_v5(%s::jsonb)",
                                             json.dumps(items)),
                   lambda items=items: _call(db, "inferplane_settle_v6(%s::jsonb)",
-                                            json.dumps(items)))
+                                            json.dumps(items)),
+                  one_v7)
             continue
         # Settlements and admissions in one transaction.
         items = _items(arg[0], permits)

@@ -40,3 +40,6 @@ def test_function_scripts_are_package_data() -> None:
     assert "CREATE FUNCTION inferplane_settle_v2" in sql.script("settle_v2")
     assert "CREATE FUNCTION inferplane_resolve_v2" in sql.script("settle_v2")
     assert "ADD COLUMN liability" in sql.script("schema_v2")
+    assert "CREATE FUNCTION inferplane_admit_v6" in sql.script("plans_v6")
+    assert "CREATE FUNCTION inferplane_settle_one_v7" in sql.script("plans_v7")
+    assert "inferplane_settle_one_v7(" in sql.queries["settle_one_v7"]
