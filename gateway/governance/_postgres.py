@@ -12,6 +12,7 @@ same commit validation.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any, NamedTuple
 
@@ -43,6 +44,8 @@ from gateway.governance._plan import (
 from gateway.governance._refusal import refusal
 from gateway.governance._settle import settlement_for
 from gateway.pricing import InvalidUsage
+
+log = logging.getLogger("mayu.governance")
 
 
 def _refusal(raw: dict[str, Any]) -> Refusal:
@@ -108,6 +111,22 @@ _QUERIES = {2: _Calls("admit", "admit", "settle", "", "resolve", ""),
                       "resolve_v5", "settle_admit_v6")}
 
 
+class Tally:
+    """What the store's hot calls carried: requests and settlements, and the calls (each
+    one transaction) they went in; logged at close, read by the benches."""
+
+    def __init__(self) -> None:
+        self.admission_calls = self.admitted = 0
+        self.settlement_calls = self.settled = 0
+        self.merged_calls = 0
+        """Calls that carried both (counted in both figures above as well)."""
+
+    def line(self) -> str:
+        merged = f" ({self.merged_calls} of them merged)" if self.merged_calls else ""
+        return (f"{self.admitted} admissions in {self.admission_calls} calls, "
+                f"{self.settled} settlements in {self.settlement_calls} calls{merged}")
+
+
 class PostgresGovernanceStore:
     """:class:`gateway.governance.GovernanceStore` on the shared Postgres database.
 
@@ -154,6 +173,7 @@ class PostgresGovernanceStore:
         self._held = HeldConnections(
             pool, keep=coalesce + settle_coalesce if coalesce + settle_coalesce else 2)
         self._q = _QUERIES[functions]
+        self.tally = Tally()
         # Admissions whose caller was cancelled, and the refunds of their permits.
         self._background: set[asyncio.Future[Any]] = set()
         self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce)
@@ -202,6 +222,8 @@ class PostgresGovernanceStore:
         return await self.settle(permit.id, settlement_for(permit.request, cancel))
 
     async def _admit_now(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
+        self.tally.admission_calls += 1
+        self.tally.admitted += len(requests)
         payload = msgspec.json.encode(requests).decode()
         async with self._held.connection() as conn:
             row = await fetch_one(conn, sql.queries[self._admit_query(len(requests))],
@@ -218,6 +240,12 @@ class PostgresGovernanceStore:
                             requests: list[AdmissionRequest]
                             ) -> tuple[list[SettleResult | Exception], list[Permit | Refusal]]:
         """Settlements, then admissions, in one transaction and one round trip."""
+        t = self.tally
+        t.merged_calls += 1
+        t.admission_calls += 1
+        t.admitted += len(requests)
+        t.settlement_calls += 1
+        t.settled += len(items)
         params = {"items": _settlements_json(items),
                   "requests": msgspec.json.encode(requests).decode()}
         async with self._held.connection() as conn:
@@ -229,10 +257,12 @@ class PostgresGovernanceStore:
     async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
         _check(permit_id, settlement)
         if self._settler is None:
-            return await self._settle(self._q.settle_one, permit_id, settlement)
+            return await self._settle_one(permit_id, settlement)
         return await self._settler.settle(permit_id, settlement)
 
     async def _settle_one(self, permit_id: str, settlement: Settlement) -> SettleResult:
+        self.tally.settlement_calls += 1
+        self.tally.settled += 1
         return await self._settle(self._q.settle_one, permit_id, settlement)
 
     async def _settle_many(self, items: list[tuple[str, Settlement]]
@@ -240,6 +270,8 @@ class PostgresGovernanceStore:
         """One transaction, one round trip: ``inferplane_settle_v3`` (``_v4``, ``_v5``) over the
         batch; with the v2 functions, the batch's locks in the global order, then each
         settlement as ``inferplane_settle_v2`` would take it alone, then COMMIT."""
+        self.tally.settlement_calls += 1
+        self.tally.settled += len(items)
         if self._q.settle_many:
             return await self._settle_batch(items)
         ids = sorted({permit_id for permit_id, _ in items})
@@ -354,6 +386,8 @@ class PostgresGovernanceStore:
     async def close(self) -> None:
         """Give the connections the hot calls keep back to the pool (the pool belongs to
         the app lifespan, which closes it afterwards)."""
+        if self.tally.admission_calls or self.tally.settlement_calls:
+            log.info("shared governance store: %s", self.tally.line())
         await self._held.close()
 
 

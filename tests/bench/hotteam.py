@@ -16,7 +16,8 @@ each worker of all the processes loops over its own share of the 100 teams (rows
 no two workers wait on each other's row locks. The processes run on uvloop when it is
 installed, as a gateway replica does. Phases
 alternate (raw, each setting, …) for ``--rounds``; medians are printed with the ratio
-admissions/raw.
+admissions/raw, and how many requests and settlements the store's calls carried on
+average (its ``tally``).
 
     .venv/bin/python tests/bench/hotteam.py [--processes 3] [--workers 8] [--seconds 4] \
         [--settings 1,1,6 1,1,6,1 1,1,6,0,1 1,1,6,1,1]
@@ -77,10 +78,11 @@ def _owned(worker: int, workers: int, n: int) -> list[int]:
 async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: float,
                  coalesce: int, settle_coalesce: int, functions: int, merge: int,
                  answer_first: int, upstream_ms: float, start_at: float, index: int,
-                 processes: int) -> tuple[int, float]:
+                 processes: int) -> tuple[int, float, tuple[int, int, int, int]]:
     async with AsyncConnectionPool(dsn, min_size=workers, max_size=workers,
                                    kwargs={"autocommit": True}) as pool:
         ops = 0
+        gov: PostgresGovernanceStore | None = None
         if mode.startswith("raw"):
             rows = 1 if mode == "raw-hot" else 100
 
@@ -142,10 +144,17 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
         cpu = time.process_time() - cpu0
         if not mode.startswith("raw"):  # the settlements still in flight: taken, not counted
             await asyncio.gather(*(f for f in pending.values() if f is not None))
-        return ops, cpu
+        # What the store's calls carried (a store without a tally: the baseline's).
+        t = getattr(gov, "tally", None)
+        batches = ((t.admitted, t.admission_calls, t.settled, t.settlement_calls)
+                   if t is not None else (0, 0, 0, 0))
+        return ops, cpu, batches
 
 
-def _run_child(args: tuple[object, ...], out: mp.Queue[tuple[int, float]]) -> None:
+Result = tuple[int, float, tuple[int, int, int, int]]
+
+
+def _run_child(args: tuple[object, ...], out: mp.Queue[Result]) -> None:
     # The event loop a gateway replica runs on: uvicorn takes uvloop when it is installed
     # (it is a dependency), and psycopg's async waits cost about half as much on it.
     try:
@@ -167,16 +176,21 @@ class Phase:
     """One phase's rate and CPU per operation (bench processes; their Postgres
     backends, read from /proc over the timed window)."""
 
-    def __init__(self, ops: int, seconds: float, client_s: float, pg_s: float) -> None:
+    def __init__(self, ops: int, seconds: float, client_s: float, pg_s: float,
+                 batches: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
         self.rate = ops / seconds
         self.client_ms = client_s * 1e3 / max(ops, 1)
         self.pg_ms = pg_s * 1e3 / max(ops, 1)
+        admitted, admit_calls, settled, settle_calls = batches
+        self.admit_batch = admitted / admit_calls if admit_calls else 0.0
+        """Mean requests per admission call (0: not counted)."""
+        self.settle_batch = settled / settle_calls if settle_calls else 0.0
 
 
 def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
           setting: tuple[int, ...] = (0, 0, 3, 0, 0)) -> Phase:
     ctx = mp.get_context("spawn")
-    out: mp.Queue[tuple[int, float]] = ctx.Queue()
+    out: mp.Queue[Result] = ctx.Queue()
     start_at = time.time() + 3.0  # every process connected before the clock starts
     procs = [ctx.Process(target=_run_child, args=((dsn, mode, keys, a.workers, a.seconds,
                                                    *setting, a.upstream_ms, start_at, i,
@@ -192,7 +206,9 @@ def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
     results = [out.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(30)
-    return Phase(sum(r[0] for r in results), a.seconds, sum(r[1] for r in results), pg_s)
+    batches = tuple(sum(r[2][i] for r in results) for i in range(4))
+    return Phase(sum(r[0] for r in results), a.seconds, sum(r[1] for r in results), pg_s,
+                 batches)  # type: ignore[arg-type]
 
 
 async def _keys(dsn: str, teams: int) -> list[str]:
@@ -266,7 +282,7 @@ def main() -> None:
     print(f"{'load':<7} {'coalesce adm,settle':>19} {'SQL':>9} {'settled':>8} "
           f"{'admit+settle/s':>15} "
           f"{'raw UPDATE;COMMIT/s':>20} {'ratio':>6}   CPU ms per op: bench, Postgres "
-          f"(raw's)")
+          f"(raw's); requests per call: admission, settlement")
     for scope in ("hot", "spread"):
         raw_rate = med[f"raw {scope}"]
         for c, sc, fn, mg, first in settings:
@@ -274,9 +290,12 @@ def main() -> None:
             rate = med[label]
             sql_label = f"v{fn}" + (" merged" if mg else "")
             (cm, pm), (rcm, rpm) = cpu[label], cpu[f"raw {scope}"]
+            ab = statistics.median(p.admit_batch for p in rates[label])
+            sb = statistics.median(p.settle_batch for p in rates[label])
             print(f"{scope:<7} {f'{c},{sc}':>19} {sql_label:>9} "
                   f"{'1st' if first else 'awaited':>8} {rate:15.0f} {raw_rate:20.0f} "
-                  f"{rate / raw_rate:6.2f}   {cm:.3f}, {pm:.3f} ({rcm:.3f}, {rpm:.3f})")
+                  f"{rate / raw_rate:6.2f}   {cm:.3f}, {pm:.3f} ({rcm:.3f}, {rpm:.3f}); "
+                  f"{ab:.1f}, {sb:.1f}")
 
 
 if __name__ == "__main__":

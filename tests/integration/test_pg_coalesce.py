@@ -26,6 +26,8 @@ async def test_concurrent_admissions_share_calls_and_keep_the_budget(pg_pool) ->
     reqs = [request(p, usd=1_000, rid=f"r{i}") for i in range(40)]
     decisions = await asyncio.gather(*(coalescer.admit([r]) for r in reqs))
     assert sum(calls) == 40 and len(calls) < 40 and max(calls) > 1
+    # The store's own tally says the same (what `mayu serve` logs at shutdown).
+    assert (store.tally.admitted, store.tally.admission_calls) == (40, len(calls))
     granted = [d for [d] in decisions if isinstance(d, Permit)]
     assert len(granted) == 10
     assert all(isinstance(d, Refusal) and d.status == 402
@@ -102,3 +104,29 @@ async def test_cancelled_direct_admission_is_refunded(pg_pool, pg_dsn) -> None: 
     assert await store.pending_permits() == [first.id]  # type: ignore[union-attr]
     row = await store.counter(window)
     assert (row["reserved"], row["committed"]) == (1_000, 0)
+
+
+async def test_the_store_logs_what_its_calls_carried_at_close(pg_pool, caplog) -> None:  # type: ignore[no-untyped-def]
+    """8 concurrent admissions and their 8 settlements through one call slot each: the
+    tally counts every request and settlement once, in fewer calls than requests, and
+    close() logs it in one line (as the local store logs its transactions)."""
+    import logging
+
+    from tests.settling import exact, settlement
+
+    keys = PostgresKeyStore(pg_pool)
+    p = await principal(keys, limits=TeamLimits(usd_micros_per_day=100_000))
+    store = PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1)
+    decisions = await asyncio.gather(*(store.admit([request(p, usd=1_000, rid=f"r{i}")])
+                                       for i in range(8)))
+    permits = [d for [d] in decisions if isinstance(d, Permit)]
+    assert len(permits) == 8
+    await asyncio.gather(*(store.settle(d.id, settlement(d.request, exact(10, 500)))
+                           for d in permits))
+    t = store.tally
+    assert (t.admitted, t.settled, t.merged_calls) == (8, 8, 0)
+    assert 1 <= t.admission_calls < 8 and 1 <= t.settlement_calls < 8
+    with caplog.at_level(logging.INFO, logger="mayu.governance"):
+        await store.close()
+    assert (f"shared governance store: 8 admissions in {t.admission_calls} calls, "
+            f"8 settlements in {t.settlement_calls} calls") in caplog.text

@@ -62,6 +62,9 @@ async def test_a_hot_team_loops_through_merged_batches_and_keeps_its_budget(pg_p
     assert len(committed) + len(refused) == 24 * 12
     assert all(r.status == 402 for r in refused)
     assert await store.pending_permits() == []
+    t = store.tally  # every admission and settlement counted once, merged ones in both
+    assert (t.admitted, t.settled) == (24 * 12, len(committed))
+    assert t.merged_calls <= min(t.admission_calls, t.settlement_calls)
 
 
 async def test_settlements_and_admissions_queued_together_go_as_one_call(pg_pool) -> None:  # type: ignore[no-untyped-def]
