@@ -121,6 +121,9 @@ SELECT inferplane_settle_v5(%(items)s::jsonb) AS results
 -- name: settle_one_v5
 SELECT inferplane_settle_one_v5(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
+-- name: admit_one_v7
+SELECT inferplane_admit_one_v7(%(requests)s::jsonb) AS results
+
 -- name: settle_one_v7
 SELECT inferplane_settle_one_v7(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 

@@ -107,7 +107,7 @@ _QUERIES = {2: _Calls("admit", "admit", "settle", "", "resolve", ""),
                       "resolve_v5", "settle_admit_v5"),
             6: _Calls("admit_one_v5", "admit_v6", "settle_one_v5", "settle_v6",
                       "resolve_v5", "settle_admit_v6"),
-            7: _Calls("admit_one_v5", "admit_v6", "settle_one_v7", "settle_v6",
+            7: _Calls("admit_one_v7", "admit_v6", "settle_one_v7", "settle_v6",
                       "resolve_v5", "settle_admit_v6")}
 
 
@@ -137,9 +137,10 @@ class PostgresGovernanceStore:
     locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
     sent in one round trip (pipeline mode).
 
-    ``functions``: which released SQL functions decide. 7 (default): 6's calls, a lone
-    settlement going to ``inferplane_settle_one_v7`` (revision 0008, ``sql/plans_v7.sql``),
-    which writes the permit and its segments before it locks the counters. 6: 5's lone
+    ``functions``: which released SQL functions decide. 7 (default): 6's batch calls, and
+    the ``_v7`` lone calls (revision 0008, ``sql/plans_v7.sql``): a settlement that writes
+    the permit and its segments before it locks the counters, and an admission without
+    account statements when no charge is an account. 6: 5's lone
     calls, and the ``_v6`` batch calls (revision 0007, ``sql/plans_v6.sql``): the requests sent as
     jsonb, parsed once, and one sort per statement. 5: the ``_v5`` calls
     (revision 0006, ``sql/plans_v5.sql``): 4's, each statement planned once per session

@@ -15,7 +15,8 @@ the settlement batch and ``inferplane_settle_one_v5`` item by item (the two lone
 run their own statements, not v2's), and ``inferplane_settle_admit_v5`` on a merged
 one; so does each ``_v6`` batch call (``inferplane_admit_v6``, ``_settle_v6``,
 ``_settle_admit_v6``: their own bodies, on jsonb requests), and the ``_v7`` lone
-settlement (``inferplane_settle_one_v7``) item by item. A merged batch
+calls (``inferplane_admit_one_v7`` request by request, ``inferplane_settle_one_v7`` item
+by item). A merged batch
 (``inferplane_settle_admit_v3``: settlements, then admissions, one transaction) is
 compared with its serial run: each settlement through v2, then the admissions. Answers
 and every row of counters, accounts, permits and segments must be equal (permit ids,
@@ -246,6 +247,8 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
                 lambda body=body: _call(db, "inferplane_admit_v2(%s::jsonb)", body),
                 lambda body=body: _call(db, "inferplane_admit_v3(%s::json)", body),
                 lambda reqs=reqs: [_call(db, "inferplane_admit_one_v5(%s::jsonb)",
+                                         json.dumps([r]))[0] for r in reqs],
+                lambda reqs=reqs: [_call(db, "inferplane_admit_one_v7(%s::jsonb)",
                                          json.dumps([r]))[0] for r in reqs],
                 lambda body=body: _call(db, "inferplane_admit_v5(%s::json)", body),
                 lambda body=body: _call(db, "inferplane_admit_v6(%s::jsonb)", body))
