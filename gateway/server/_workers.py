@@ -7,6 +7,8 @@ fresh interpreter (``spawn``, not ``fork``) running the app on the inherited soc
 kernel hands each new connection to one of them. Worker ``i`` is replica
 ``<replica_id>-<i>`` with its own journal and audit file (:mod:`gateway.replicas`), and
 worker 0 resolves the journals no worker of this run owns (after the count changed).
+In the local profile the other workers start once worker 0 serves: it starts the budget
+gauge from the day's totals, which must not already hold what they settled.
 
 - All workers admit against the same store: in the local profile one SQLite file, where
   every admission and settlement is one ``BEGIN IMMEDIATE`` transaction (the write lock
@@ -129,8 +131,17 @@ def run_workers(settings: Settings, *, log_level: str) -> int:
     log.info("mayu: %d workers on http://%s:%d (pids below; Ctrl-C stops them)", count,
              host if ":" not in host else f"[{host}]", port)
     try:
-        for slot in slots:
-            spawn(slot)
+        spawn(slots[0])
+        if not settings.shared:
+            # Local profile: worker 0 starts the budget gauge from the day's totals, so
+            # the others serve only once it does (what they settled before its reading
+            # would be counted twice in the summed gauge).
+            while (not slots[0].ready.wait(0.05) and slots[0].process is not None
+                   and slots[0].process.is_alive() and not state["stopping"]):
+                pass
+        if not state["stopping"] and (settings.shared or slots[0].ready.is_set()):
+            for slot in slots[1:]:  # (worker 0 dead before serving: it stops them all)
+                spawn(slot)
         while any(s.process is not None for s in slots):
             _supervise(slots, spawn, stop, state, metrics_dir)
     finally:
