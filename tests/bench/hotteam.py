@@ -238,13 +238,14 @@ def main() -> None:
                          "(the upstream call; uniform 0..2x), so workers fall out of step "
                          "as a gateway's requests do; 0: settle at once")
     ap.add_argument("--settings", nargs="+",
-                    default=["1,1,6", "1,1,6,1", "1,1,6,0,1", "1,1,6,1,1"],
+                    default=["1,1,7", "1,1,7,1", "1,1,7,0,1", "1,1,7,1,1"],
                     help="admission_coalesce,settlement_coalesce[,functions[,merge[,first]]] "
                          "measured side by side: functions 2 = the v2 SQL functions, 3 "
                          "= the set-based v3, 4 = the v4 calls (v3 with stable "
                          "plans), 5 = the v5 calls (v4 planned once per session), "
-                         "6 (default) = 5's lone calls and the v6 batch calls (parsed "
-                         "and sorted once, the gateway's); merge 1 = admissions and "
+                         "6 = 5's lone calls and the v6 batch calls (parsed and sorted "
+                         "once), 7 (default) = the v6 batch calls and the v7 lone calls "
+                         "(the gateway's); merge 1 = admissions and "
                          "settlements waiting at once in one transaction (each only where "
                          "the store has it); first 1 = answer first, as a gateway "
                          "answers by default (server.settle_wait_s 0): a worker's next "
@@ -252,7 +253,7 @@ def main() -> None:
                          "one in flight per worker; a pair counts when its settlement is "
                          "taken); 0: each settlement awaited")
     a = ap.parse_args()
-    settings = [(*parts, *(6, 0, 0)[len(parts) - 2:])
+    settings = [(*parts, *(7, 0, 0)[len(parts) - 2:])
                 for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
     load0, speed0 = os.getloadavg()[0], machine_ms()
     with own_database("iphot") as dsn:
