@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -189,13 +190,12 @@ class BudgetAlerts:
             task = asyncio.get_running_loop().create_task(self._deliver(event, before))
             self._deliveries.add(task)
             self._last_delivery[event.counter] = task
-            task.add_done_callback(self._delivery_done)
+            task.add_done_callback(functools.partial(self._delivery_done, event.counter))
 
-    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+    def _delivery_done(self, counter: str, task: asyncio.Task[None]) -> None:
         self._deliveries.discard(task)
-        for counter, last in list(self._last_delivery.items()):
-            if last is task:
-                del self._last_delivery[counter]
+        if self._last_delivery.get(counter) is task:
+            del self._last_delivery[counter]
 
     async def _deliver(self, event: AlertEvent, before: asyncio.Task[None] | None) -> None:
         assert self._webhook is not None
