@@ -10,7 +10,9 @@ permits settled exactly, N per call, and the statistics read again. Each phase p
 - the call's mean execution time (the top-level ``SELECT inferplane_..._vN(...)``);
 - each statement the call ran, its time per call, and its share of the call;
 - what no statement accounts for: the functions' own procedural work (PL/pgSQL
-  assignments, loops, array and jsonb building, function entry with its ``SET``s).
+  assignments, loops, array and jsonb building, function entry with its ``SET``s) and
+  each statement's executor start-up and shut-down, which ``pg_stat_statements`` does not
+  time (``tests/bench/exprinit.py`` sizes two parts of it).
 
 A batch spreads its requests over ``--teams`` teams (1: one hot team; 8 with N = 8: every
 request its own team's rows, as the hot-team bench's spread load sends them). Times are
@@ -121,7 +123,8 @@ def _report(phase: str, n: int, before: dict[tuple[bool, str], tuple[int, float]
     print(f"  {rest:8.1f} µs {rest / call_us:6.1%}         the other {max(0, len(nested) - top)}"
           " statements")
     own = call_us - accounted - rest
-    print(f"  {own:8.1f} µs {own / call_us:6.1%}         no statement: the functions' own work")
+    print(f"  {own:8.1f} µs {own / call_us:6.1%}         no statement: procedural work,"
+          " statement start-up")
 
 
 async def run(dsn: str, sizes: list[int], teams: int, batches: int, functions: int,
