@@ -144,6 +144,14 @@ SELECT inferplane_settle_v6(%(items)s::jsonb) AS results
 -- name: settle_admit_v6
 SELECT inferplane_settle_admit_v6(%(items)s::jsonb, %(requests)s::jsonb) AS results
 
+-- name: admit_v8
+-- The v8 batch calls (sql/plans_v8.sql): v6's, the admission's permits written before
+-- its counters are locked, no empty accounts UPDATE.
+SELECT inferplane_admit_v8(%(requests)s::jsonb) AS results
+
+-- name: settle_v8
+SELECT inferplane_settle_v8(%(items)s::jsonb) AS results
+
 -- name: lock_settling_permits
 -- A batch of settlements in one transaction takes its row locks first, in the one global
 -- order (permits by id, then the accounts and counters its permits charged by key, every

@@ -108,6 +108,8 @@ _QUERIES = {2: _Calls("admit", "admit", "settle", "", "resolve", ""),
             6: _Calls("admit_one_v5", "admit_v6", "settle_one_v5", "settle_v6",
                       "resolve_v5", "settle_admit_v6"),
             7: _Calls("admit_one_v7", "admit_v6", "settle_one_v7", "settle_v6",
+                      "resolve_v5", "settle_admit_v6"),
+            8: _Calls("admit_one_v7", "admit_v8", "settle_one_v7", "settle_v8",
                       "resolve_v5", "settle_admit_v6")}
 
 
@@ -137,7 +139,10 @@ class PostgresGovernanceStore:
     locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
     sent in one round trip (pipeline mode).
 
-    ``functions``: which released SQL functions decide. 7 (default): 6's batch calls, and
+    ``functions``: which released SQL functions decide. 8 (default): 7's lone calls, and
+    the ``_v8`` batch calls (revision 0009, ``sql/plans_v8.sql``): 6's, an admission that
+    writes its permits before it locks its counters (so a hot team's rows are held for
+    less), and no empty accounts UPDATE. 7: 6's batch calls, and
     the ``_v7`` lone calls (revision 0008, ``sql/plans_v7.sql``): a settlement that writes
     the permit and its segments before it locks the counters, and an admission without
     account statements when no charge is an account. 6: 5's lone
@@ -153,7 +158,7 @@ class PostgresGovernanceStore:
     settlement to the v2 function, which does less for one; 2: ``inferplane_admit_v2`` /
     ``inferplane_settle_v2`` (revision 0002), a settlement batch being their per-permit
     calls after the batch's locks. All give the same answers
-    (``tests/integration/test_store_contract.py`` runs against each); 2 to 6 are kept
+    (``tests/integration/test_store_contract.py`` runs against each); 2 to 7 are kept
     to measure one against another (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``,
     ``tests/bench/versions.py``).
 
@@ -164,9 +169,9 @@ class PostgresGovernanceStore:
     """
 
     def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
-                 functions: int = 7, merge: bool = False) -> None:
+                 functions: int = 8, merge: bool = False) -> None:
         if functions not in _QUERIES:
-            raise ValueError(f"functions: 2 to 7, not {functions!r}")
+            raise ValueError(f"functions: 2 to 8, not {functions!r}")
         self._pool = pool
         # The admission and settlement calls keep their connections between calls, so
         # they stay on warm backends (gateway.db.HeldConnections): as many as the calls

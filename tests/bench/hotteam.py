@@ -238,13 +238,15 @@ def main() -> None:
                          "(the upstream call; uniform 0..2x), so workers fall out of step "
                          "as a gateway's requests do; 0: settle at once")
     ap.add_argument("--settings", nargs="+",
-                    default=["1,1,7", "1,1,7,1", "1,1,7,0,1", "1,1,7,1,1"],
+                    default=["1,1,8", "1,1,8,1", "1,1,8,0,1", "1,1,8,1,1"],
                     help="admission_coalesce,settlement_coalesce[,functions[,merge[,first]]] "
                          "measured side by side: functions 2 = the v2 SQL functions, 3 "
                          "= the set-based v3, 4 = the v4 calls (v3 with stable "
                          "plans), 5 = the v5 calls (v4 planned once per session), "
                          "6 = 5's lone calls and the v6 batch calls (parsed and sorted "
-                         "once), 7 (default) = the v6 batch calls and the v7 lone calls "
+                         "once), 7 = the v6 batch calls and the v7 lone calls, 8 (default) "
+                         "= the v8 batch calls (permits written before the counter "
+                         "locks) and the v7 lone calls "
                          "(the gateway's); merge 1 = admissions and "
                          "settlements waiting at once in one transaction (each only where "
                          "the store has it); first 1 = answer first, as a gateway "
@@ -252,8 +254,10 @@ def main() -> None:
                          "admission does not wait for its settlement to be taken (at most "
                          "one in flight per worker; a pair counts when its settlement is "
                          "taken); 0: each settlement awaited")
+    ap.add_argument("--loads", nargs="+", choices=("hot", "spread"),
+                    default=["hot", "spread"], help="which loads to run (default both)")
     a = ap.parse_args()
-    settings = [(*parts, *(7, 0, 0)[len(parts) - 2:])
+    settings = [(*parts, *(8, 0, 0)[len(parts) - 2:])
                 for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
     load0, speed0 = os.getloadavg()[0], machine_ms()
     with own_database("iphot") as dsn:
@@ -265,6 +269,8 @@ def main() -> None:
         for rnd in range(a.rounds):
             for scope, raw, ks in (("hot", "raw-hot", keys[:1]),
                                    ("spread", "raw-spread", keys)):
+                if scope not in a.loads:
+                    continue
                 rates.setdefault(f"raw {scope}", []).append(phase(dsn, raw, ks, a))
                 for setting in settings:
                     rates.setdefault(_label(scope, *setting), []).append(
@@ -284,7 +290,7 @@ def main() -> None:
           f"{'admit+settle/s':>15} "
           f"{'raw UPDATE;COMMIT/s':>20} {'ratio':>6}   CPU ms per op: bench, Postgres "
           f"(raw's); requests per call: admission, settlement")
-    for scope in ("hot", "spread"):
+    for scope in a.loads:
         raw_rate = med[f"raw {scope}"]
         for c, sc, fn, mg, first in settings:
             label = _label(scope, c, sc, fn, mg, first)

@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--teams", type=int, default=8, help="teams a batch spreads over")
     ap.add_argument("--batches", type=int, default=300, help="calls per phase")
-    ap.add_argument("--functions", type=int, default=7, help="PostgresGovernanceStore's")
+    ap.add_argument("--functions", type=int, default=8, help="PostgresGovernanceStore's")
     ap.add_argument("--top", type=int, default=10, help="statements listed per phase")
     a = ap.parse_args()
     with stats_cluster() as server:

@@ -15,7 +15,7 @@ comparable. ``--merged``: each operation is instead one merged call (v3 and late
 busy gateway sends them: the N permits the previous call admitted settled, and N more
 admitted, in one transaction.
 
-    .venv/bin/python tests/bench/versions.py [--versions 6 7] [--sizes 1 4 16] [--merged]
+    .venv/bin/python tests/bench/versions.py [--versions 7 8] [--sizes 1 4 16] [--merged]
 
 Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 """
@@ -100,7 +100,7 @@ async def run(dsn: str, versions: list[int], sizes: list[int], rounds: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--versions", type=int, nargs="+", default=[6, 7])
+    ap.add_argument("--versions", type=int, nargs="+", default=[7, 8])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--block", type=int, default=40, help="pairs per turn")

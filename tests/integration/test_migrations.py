@@ -129,7 +129,8 @@ _RELEASED = {"0003": ("inferplane_admit_v2(%s::jsonb)", ""),
              "0004": ("inferplane_admit_v3(%s::json)", "inferplane_settle_v3(%s::jsonb)"),
              "0005": ("inferplane_admit_v4(%s::json)", "inferplane_settle_v4(%s::jsonb)"),
              "0006": ("inferplane_admit_v5(%s::json)", "inferplane_settle_v5(%s::jsonb)"),
-             "0007": ("inferplane_admit_v6(%s::jsonb)", "inferplane_settle_v6(%s::jsonb)")}
+             "0007": ("inferplane_admit_v6(%s::jsonb)", "inferplane_settle_v6(%s::jsonb)"),
+             "0008": ("inferplane_admit_v6(%s::jsonb)", "inferplane_settle_v6(%s::jsonb)")}
 
 
 @pytest.mark.parametrize("start", sorted(_RELEASED))
@@ -137,9 +138,10 @@ def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitt
         pg_empty_dsn: str, start: str) -> None:
     """A database used by the 0003 gateway (admit_v2/settle_v2), the 0004 one (batches
     through admit_v3/settle_v3), the 0005 one (the v4 calls), the 0006 one (the v5
-    calls) or the 0007 one (the v6 batch calls): permits settled complete and uncertain,
-    two pending; upgraded to head (0004 adds the set-based v3 functions, 0005 the v4
-    calls, 0006 the v5 ones, 0007 the v6 batch calls, 0008 the v7 lone settlement) it
+    calls), the 0007 one (the v6 batch calls) or the 0008 one (v6's batch calls, the v7
+    lone ones): permits settled complete and uncertain, two pending; upgraded to head
+    (0004 adds the set-based v3 functions, 0005 the v4 calls, 0006 the v5 ones, 0007 the
+    v6 batch calls, 0008 the v7 lone calls, 0009 the v8 batch calls) it
     keeps every row of counters, accounts,
     permits and segments unchanged, and the head store settles one pending permit alone
     and the other in a batch, next to a merged admission."""

@@ -1,13 +1,12 @@
 """The shared store's calls read only the rows they name, however small the tables were
-when the connection planned them (``sql/plans_v4.sql``, ``sql/plans_v5.sql``,
-``sql/plans_v6.sql``).
+when the connection planned them (``sql/plans_v4.sql`` to ``sql/plans_v8.sql``).
 
 One connection (one session, so one set of cached plans) admits and settles batches and
 lone requests while the tables hold a few rows (PL/pgSQL keeps a generic plan after five
 calls); then the tables grow to thousands of permits with autovacuum off for them (so
 nothing re-plans), and one more batch and one more lone request each run in a
 transaction, rolled back, around which the backend's table statistics
-(``pg_stat_xact_user_tables``) are read: with the v4 calls, and with the v5 and v6 ones
+(``pg_stat_xact_user_tables``) are read: with the v4 calls, and with the v5 to v8 ones
 (whose generic plans are made once, on the small tables), no hot table is scanned sequentially
 and each returns only a few rows per request through its indexes. The v3 functions,
 called directly, keep the sequential scans they were first planned with: that case is
@@ -105,7 +104,7 @@ def _reads(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
 
 
 @pytest.mark.parametrize("functions", [
-    6, 5, 4, pytest.param(3, marks=pytest.mark.xfail(
+    8, 7, 6, 5, 4, pytest.param(3, marks=pytest.mark.xfail(
         strict=True, reason="v3's plans cached on small tables scan them as they grow"))])
 def test_a_batch_reads_only_its_rows_after_the_tables_grew(
         conn: psycopg.Connection[Any], functions: int) -> None:

@@ -1,4 +1,4 @@
-"""The set-based ``_v3`` functions, and the ``_v5`` and ``_v6`` calls, answer exactly as
+"""The set-based ``_v3`` functions, and the ``_v5`` to ``_v8`` calls, answer exactly as
 the ``_v2`` functions, batch by batch.
 
 A property test (hypothesis) drives one database through random sequences of admission
@@ -16,7 +16,9 @@ run their own statements, not v2's), and ``inferplane_settle_admit_v5`` on a mer
 one; so does each ``_v6`` batch call (``inferplane_admit_v6``, ``_settle_v6``,
 ``_settle_admit_v6``: their own bodies, on jsonb requests), and the ``_v7`` lone
 calls (``inferplane_admit_one_v7`` request by request, ``inferplane_settle_one_v7`` item
-by item). A merged batch
+by item), and the ``_v8`` batch calls (``inferplane_admit_v8``, which writes every
+snapshot-current request's permit before its counter locks and deletes a refused one's
+again, and ``inferplane_settle_v8``). A merged batch
 (``inferplane_settle_admit_v3``: settlements, then admissions, one transaction) is
 compared with its serial run: each settlement through v2, then the admissions. Answers
 and every row of counters, accounts, permits and segments must be equal (permit ids,
@@ -251,7 +253,8 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
                 lambda reqs=reqs: [_call(db, "inferplane_admit_one_v7(%s::jsonb)",
                                          json.dumps([r]))[0] for r in reqs],
                 lambda body=body: _call(db, "inferplane_admit_v5(%s::json)", body),
-                lambda body=body: _call(db, "inferplane_admit_v6(%s::jsonb)", body))
+                lambda body=body: _call(db, "inferplane_admit_v6(%s::jsonb)", body),
+                lambda body=body: _call(db, "inferplane_admit_v8(%s::jsonb)", body))
             permits += [(r["permit_id"], q["charges"])
                         for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
             continue
@@ -275,7 +278,9 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
                                             json.dumps(items)),
                   lambda items=items: _call(db, "inferplane_settle_v6(%s::jsonb)",
                                             json.dumps(items)),
-                  one_v7)
+                  one_v7,
+                  lambda items=items: _call(db, "inferplane_settle_v8(%s::jsonb)",
+                                            json.dumps(items)))
             continue
         # Settlements and admissions in one transaction.
         items = _items(arg[0], permits)

@@ -56,7 +56,7 @@ class Stores:
 
 
 @pytest.fixture(params=["local", "postgres-v2", "postgres-v3", "postgres-v4",
-                        "postgres-v5", "postgres-v6", "postgres-v7"])
+                        "postgres-v5", "postgres-v6", "postgres-v7", "postgres-v8"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
     if request.param == "local":
         db = str(tmp_path / "mayu.db")

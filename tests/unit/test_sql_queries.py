@@ -45,3 +45,7 @@ def test_function_scripts_are_package_data() -> None:
     assert "inferplane_settle_one_v7(" in sql.queries["settle_one_v7"]
     assert "CREATE FUNCTION inferplane_admit_one_v7" in sql.script("plans_v7")
     assert "inferplane_admit_one_v7(" in sql.queries["admit_one_v7"]
+    assert "CREATE FUNCTION inferplane_admit_v8" in sql.script("plans_v8")
+    assert "inferplane_admit_v8(" in sql.queries["admit_v8"]
+    assert "CREATE FUNCTION inferplane_settle_v8" in sql.script("plans_v8")
+    assert "inferplane_settle_v8(" in sql.queries["settle_v8"]
