@@ -66,6 +66,7 @@ from gateway.governance._settle import settlement_for
 from gateway.governance._snapshot import has_key_tables, snapshot_refusal
 from gateway.governance._usage import usage_rows
 from gateway.keys._sqlite import SqliteBase
+from gateway.pricing import InvalidUsage
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS gov_counters (
@@ -136,6 +137,8 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_GRANTED = 100_000
+"""Settlement hints kept at most (each a few hundred bytes; one per request in flight)."""
 T = TypeVar("T")
 log = logging.getLogger("mayu.governance")
 
@@ -157,6 +160,11 @@ class LocalGovernanceStore(SqliteBase):
         self._orphans: set[asyncio.Future[object]] = set()
         self._key_tables = False
         """Whether the file holds the key store's tables (admission re-checks keys)."""
+        self._granted: dict[str, tuple[AdmissionRequest, int]] = {}
+        """Permits this store granted and has not settled yet: their request and admission
+        time, so a settlement need not read and decode them again. Only a hint: a
+        settlement claims its permit with ``status = 'pending'`` in its UPDATE, and any
+        miss (another process settled it, the admission rolled back) takes the full path."""
 
     async def _run_alone(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(fn, inline=True)
@@ -233,6 +241,9 @@ class LocalGovernanceStore(SqliteBase):
                         buckets={c.counter: s.balance for c, s in updates
                                  if c.kind == "bucket"})
         _insert_permit(conn, permit, batch.now)
+        if len(self._granted) >= _MAX_GRANTED:  # never settled here (a bug): drop hints
+            self._granted.clear()
+        self._granted[permit.id] = (req, batch.now)
         return permit
 
     # -- settlement --------------------------------------------------------------------
@@ -240,35 +251,42 @@ class LocalGovernanceStore(SqliteBase):
     async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
         fingerprint = settlement_fingerprint(settlement)
 
+        status = "invalid" if settlement.kind is OutcomeKind.INVALID else "settled"
+
         def _settle(conn: sqlite3.Connection, batch: Batch) -> SettleResult:
             # Everything that can refuse is checked before the first write (_localbatch).
-            row = conn.execute("SELECT request, created_us, status FROM gov_permits"
-                               " WHERE id = ?", (permit_id,)).fetchone()
-            if row is None:
-                raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
-            if row["status"] != "pending":  # settled: its settlement row says how
-                done = conn.execute("SELECT * FROM gov_settlements WHERE permit_id = ?",
-                                    (permit_id,)).fetchone()
-                return _replay(permit_id, done, settlement, fingerprint)
-            req = msgspec.json.decode(row["request"], type=AdmissionRequest)
-            check_settlement(req, settlement)
+            claimed = self._claim(conn, permit_id, settlement, status)
+            if claimed is None:
+                row = conn.execute("SELECT request, created_us, status FROM gov_permits"
+                                   " WHERE id = ?", (permit_id,)).fetchone()
+                if row is None:
+                    raise UnknownPermit(
+                        f"permit {permit_id!r} was never admitted by this store")
+                if row["status"] != "pending":  # settled: its settlement row says how
+                    done = conn.execute("SELECT * FROM gov_settlements WHERE permit_id = ?",
+                                        (permit_id,)).fetchone()
+                    return _replay(permit_id, done, settlement, fingerprint)
+                req = msgspec.json.decode(row["request"], type=AdmissionRequest)
+                check_settlement(req, settlement)
+                created_us = row["created_us"]
+                conn.execute("UPDATE gov_permits SET status = ? WHERE id = ?",
+                             (status, permit_id))
+            else:
+                req, created_us = claimed
             now = batch.now
             s = settlement
             if s.kind is OutcomeKind.INVALID:
                 _freeze(conn, batch, permit_id, req)
-                status = "invalid"
             else:
                 parts = []
                 for seq, charge in enumerate(req.charges):
                     committed = s.commits[charge.counter]
                     liability = s.liabilities.get(charge.counter, 0)
                     batch.store(settle_counter(charge, batch.load(conn, charge), committed,
-                                               liability, now, row["created_us"]))
+                                               liability, now, created_us))
                     parts.append((committed, liability, permit_id, seq))
                 conn.executemany("UPDATE gov_charges SET committed = ?, liability = ?"
                                  " WHERE permit_id = ? AND seq = ?", parts)
-                status = "settled"
-            conn.execute("UPDATE gov_permits SET status = ? WHERE id = ?", (status, permit_id))
             conn.execute("INSERT INTO gov_settlements (permit_id, kind, fingerprint,"
                          " tokens_committed, usd_committed, detail, settled_us,"
                          " tokens_liability, usd_liability, bound_exceeded)"
@@ -279,6 +297,24 @@ class LocalGovernanceStore(SqliteBase):
             return _result(permit_id, s, replay=False)
         result: SettleResult = await self._batcher.run(_settle, retry_alone=True)
         return result
+
+    def _claim(self, conn: sqlite3.Connection, permit_id: str, settlement: Settlement,
+               status: str) -> tuple[AdmissionRequest, int] | None:
+        """A permit this store granted, claimed for ``settlement`` without reading it back:
+        its request and admission time, its row already marked ``status``. None (nothing
+        written) when there is no hint, the settlement does not fit its request, or the
+        row is no longer pending: the caller reads the row and decides as it always did
+        (replay, conflict, unknown permit, the same refusal words)."""
+        hint = self._granted.pop(permit_id, None)
+        if hint is None:
+            return None
+        try:
+            check_settlement(hint[0], settlement)
+        except InvalidUsage:
+            return None
+        cur = conn.execute("UPDATE gov_permits SET status = ? WHERE id = ?"
+                           " AND status = 'pending'", (status, permit_id))
+        return hint if cur.rowcount == 1 else None
 
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a

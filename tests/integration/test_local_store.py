@@ -258,6 +258,37 @@ async def test_replay_is_idempotent_and_a_conflicting_outcome_is_refused(store):
     assert (state.committed, state.reserved) == (1234, 0)
 
 
+async def test_a_permit_settled_by_another_store_on_the_file_is_not_settled_twice(
+        tmp_path, clock):
+    """A store settles the permits it granted without reading them back, but claims each
+    row only while it is pending: when another store on the same file (another worker, an
+    operator's resolve) settled the permit first, the same outcome is a replay and another
+    one a conflict, and the window is committed once."""
+    path = str(tmp_path / "gov.db")
+    p = principal(TeamLimits(usd_micros_per_day=10**6))
+    first, other = (LocalGovernanceStore(path, clock=clock),
+                    LocalGovernanceStore(path, clock=clock))
+    await first.open()
+    await other.open()
+    try:
+        a = await admit_one(first, request(p, usd=50_000))
+        b = await admit_one(first, request(p, usd=50_000))
+        assert not (await settle(other, a, complete(10, 1234))).replay
+        assert (await settle(first, a, complete(10, 1234))).replay
+        await settle(other, b, complete(10, 777))
+        with pytest.raises(SettlementConflict):
+            await settle(first, b, complete(10, 999))
+        state = await first.counter(DAY_USD)
+        assert (state.committed, state.reserved) == (1234 + 777, 0)
+        c = await admit_one(first, request(p, usd=50_000))  # the usual path: its own
+        assert not (await settle(first, c, complete(10, 5))).replay
+        assert (await settle(first, c, complete(10, 5))).replay
+        assert (await first.counter(DAY_USD)).committed == 1234 + 777 + 5
+    finally:
+        await other.close()
+        await first.close()
+
+
 async def test_unknown_permit_is_a_clear_error(store):
     """Settling a permit this store never admitted raises UnknownPermit."""
     with pytest.raises(UnknownPermit, match="never admitted"):

@@ -93,19 +93,23 @@ async def test_settlements_and_admissions_queued_together_go_as_one_call(pg_pool
 
 
 @pytest.mark.parametrize("old_functions", [2, 6], ids=["v2", "v6"])
-@pytest.mark.parametrize("lone", [False, True], ids=["merged", "lone"])
+@pytest.mark.parametrize("mode", ["merged", "lone", "batches"])
 async def test_head_and_older_replicas_crossing_new_windows_never_deadlock(  # type: ignore[no-untyped-def]
-        pg_pool, lone, old_functions) -> None:
+        pg_pool, mode, old_functions) -> None:
     """Two replicas, one on the head's calls and one on an older release's (v2, or v6:
-    the release before the head's lone settlement; a rolling upgrade), loop admit →
-    settle on two teams in opposite orders while every round opens a new day (new window
-    rows created mid-race): every call completes, none errors, and every window ends
-    exact. The head replica either merges its batches or (``lone``) sends every admission
-    and settlement alone (``inferplane_admit_one_v5`` / ``_settle_one_v7``, their own
-    statements) while the older replica creates the same rows in its batches."""
+    the release before the head's lone and v8 batch calls; a rolling upgrade), loop
+    admit → settle on two teams in opposite orders while every round opens a new day (new
+    window rows created mid-race): every call completes, none errors, and every window
+    ends exact. The head replica merges its batches, or (``lone``) sends every admission
+    and settlement alone (``inferplane_admit_one_v7`` / ``_settle_one_v7``, their own
+    statements), or (``batches``) sends them as unmerged batches
+    (``inferplane_admit_v8``, which writes its permits before it locks, and
+    ``_settle_v8``), while the older replica creates the same rows in its batches."""
+    lone = mode == "lone"
     keys = PostgresKeyStore(pg_pool)
     merged = (PostgresGovernanceStore(pg_pool) if lone else
-              PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1, merge=True))
+              PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1,
+                                      merge=mode == "merged"))
     old = PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1,
                                   functions=old_functions)
     limits = TeamLimits(tpm=10_000_000, tokens_per_day=10_000_000,
