@@ -10,7 +10,7 @@ the local profile the first run creates a demo team and key (``demo: true``) and
 the key once, with a curl line ready to paste. The server itself
 (:func:`gateway.server.serve`) applies the HTTP limits and drains on SIGTERM within
 ``server.shutdown_grace_s``; with ``server.workers`` > 1 this process supervises that
-many of them on one socket (:mod:`gateway.server._workers`).
+many of them on one port (:mod:`gateway.server._workers`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,15 @@
-"""``mayu serve`` with ``server.workers: N`` > 1: N gateway processes on one socket.
+"""``mayu serve`` with ``server.workers: N`` > 1: N gateway processes on one port.
 
-The process ``mayu serve`` started becomes a supervisor: it binds the listening socket
-once, makes a directory for the workers' metric files (``PROMETHEUS_MULTIPROC_DIR``, so
-any worker's ``/metrics`` serves the sum over all of them) and starts N workers, each a
-fresh interpreter (``spawn``, not ``fork``) running the app on the inherited socket; the
-kernel hands each new connection to one of them. Worker ``i`` is replica
+The process ``mayu serve`` started becomes a supervisor: it binds the port once (and
+holds it while workers come and go), makes a directory for the workers' metric files
+(``PROMETHEUS_MULTIPROC_DIR``, so any worker's ``/metrics`` serves the sum over all of
+them) and starts N workers, each a fresh interpreter (``spawn``, not ``fork``) running
+the app. On Linux each worker listens on a socket of its own bound to that port
+(``SO_REUSEPORT``), so the kernel spreads new connections evenly over the workers; on
+one shared listening socket, asyncio's accept loop lets whichever worker wakes first
+take a whole burst of connections (up to its backlog), and with kept-alive clients that
+worker would serve nearly everything. Elsewhere the workers share the supervisor's
+socket. Worker ``i`` is replica
 ``<replica_id>-<i>`` with its own journal and audit file (:mod:`gateway.replicas`), and
 worker 0 resolves the journals no worker of this run owns (after the count changed).
 In the local profile the other workers start once worker 0 serves: it starts the budget
@@ -58,6 +63,10 @@ _STEADY_S = 60.0
 """A worker that served this long before it died is restarted after the first delay
 again (its earlier deaths are forgotten)."""
 _PR_SET_PDEATHSIG = 1
+_REUSE_PORT = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+"""Each worker on a socket of its own, the kernel balancing connections over them (Linux
+hashes each new connection to one of the listening sockets; elsewhere the option does
+not balance, and the workers share the supervisor's socket)."""
 
 
 @dataclass
@@ -74,17 +83,47 @@ class _Slot:
 
 
 def listen_socket(server: ServerSettings) -> socket.socket:
-    """The bound socket every worker listens on (they call ``listen`` themselves)."""
+    """The bound socket that holds ``server.host:port`` while workers come and go (they
+    call ``listen``: each on a socket of its own bound beside it with ``SO_REUSEPORT``
+    where the kernel balances those, see :func:`worker_socket`; or on this one)."""
+    sock = _bound(server, (server.host, server.port), reuse_port=False)
+    if _REUSE_PORT:
+        # Bound without SO_REUSEPORT first, so a port another process serves (even
+        # another mayu serve of this user, whose group would take ours in) is refused
+        # here as it is without workers; then the port is held with it.
+        address = sock.getsockname()[:2]
+        sock.close()
+        sock = _bound(server, address, reuse_port=True)
+    sock.set_inheritable(True)
+    return sock
+
+
+def worker_socket(held: socket.socket) -> socket.socket:
+    """The socket a worker listens on: its own, bound to the address ``held`` holds with
+    ``SO_REUSEPORT`` (the supervisor's socket is closed in the worker); or ``held``."""
+    if not _REUSE_PORT:
+        return held
+    own = socket.socket(held.family, socket.SOCK_STREAM)
+    own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    own.bind(held.getsockname())
+    held.close()
+    return own
+
+
+def _bound(server: ServerSettings, address: tuple[str, int], *,
+           reuse_port: bool) -> socket.socket:
     family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
-        sock.bind((server.host, server.port))
+        sock.bind(address)
     except OSError as exc:
         sock.close()
         raise ConfigError(f"server.port: cannot listen on {server.host}:{server.port}: "
                           f"{exc.strerror}") from exc
-    sock.set_inheritable(True)
     return sock
 
 
@@ -206,8 +245,9 @@ def _die_with_parent(parent: int) -> None:
 
 def _worker_main(settings: Settings, index: int, count: int, sock: socket.socket,
                  ready: Any, log_level: str, parent: int) -> None:
-    """One worker: the app of replica ``<replica_id>-<index>`` on the shared socket."""
+    """One worker: the app of replica ``<replica_id>-<index>`` on the supervisor's port."""
     _die_with_parent(parent)
+    sock = worker_socket(sock)
     logging.basicConfig(level=log_level.upper(),
                         format=f"%(asctime)s %(levelname)s %(name)s [worker {index}]: "
                                "%(message)s")

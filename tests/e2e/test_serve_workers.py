@@ -425,15 +425,20 @@ def test_bad_worker_counts_and_a_busy_port_are_named(tmp_path: Path) -> None:
     config = tmp_path / "mayu.yaml"
     config.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "data"), "demo": False,
                                       "server": {"workers": 2}}))
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        done = run_cli("serve", "--config", str(config), "--port", str(port))
-    assert done.returncode == 2, done.stderr
-    assert f"mayu: error: server.port: cannot listen on 127.0.0.1:{port}: Address already " \
-        "in use" in done.stderr
-    assert "Traceback" not in done.stderr
+    # Held plainly, or with SO_REUSEPORT as another mayu serve's workers hold theirs (whose
+    # group would otherwise take this one's workers in, silently sharing the port).
+    for reuse_port in (False, True):
+        with socket.socket() as busy:
+            if reuse_port:
+                busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            done = run_cli("serve", "--config", str(config), "--port", str(port))
+        assert done.returncode == 2, done.stderr
+        assert f"mayu: error: server.port: cannot listen on 127.0.0.1:{port}: Address " \
+            "already in use" in done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path, upstream: Proc) -> None:
