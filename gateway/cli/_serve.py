@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host", help="listen address (overrides server.host)")
     p.add_argument("--port", type=_port, help="listen port (overrides server.port; 0: any "
                    "free port)")
-    p.add_argument("--workers", type=_workers, help="gateway processes on this socket "
+    p.add_argument("--workers", type=_workers, help="gateway processes on this port "
                    "(overrides server.workers; 1-64; local and shared profiles)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
