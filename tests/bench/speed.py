@@ -385,6 +385,15 @@ def report(results: dict[tuple[str, bool], Figures], names: list[str],
                   f"together {a + st:6.3f} ms")
 
 
+def per_worker(work: Path, name: str) -> list[int]:
+    """Requests admitted by each worker of target ``name`` (its audit files' ``admitted``
+    lines; one count for a single process, none for a target that is not mayu)."""
+    target = name.removeprefix("mayu ")
+    files = sorted((work / f"data-{target}").glob(f"audit-{target}-*.jsonl"))
+    return [sum(1 for line in f.open("rb") if b'"event":"admitted"' in line)
+            for f in files]
+
+
 def variant(text: str) -> tuple[str, str, dict[str, object]]:
     """``NAME=PROFILE[,KEY=VALUE...]`` (``--variant``) → (name, profile, settings)."""
     name, _, rest = text.partition("=")
@@ -417,7 +426,12 @@ def main() -> int:
                          "'answer-first=shared,server.settle_wait_s=0'; repeatable")
     ap.add_argument("--baseline", type=Path, help="another checkout (e.g. a git worktree "
                     "of the previous commit): its mayu local/shared run next to this one's")
+    ap.add_argument("--variant-baseline", action="store_true",
+                    help="run each --variant from the --baseline checkout too "
+                         "(NAME-base)")
     args = ap.parse_args()
+    if args.variant_baseline and args.baseline is None:
+        ap.error("--variant-baseline needs --baseline")
     only = set(args.only.split(","))
     load0, speed0 = os.getloadavg()[0], machine_ms()
     server = server_dsn()
@@ -456,13 +470,17 @@ def main() -> int:
                         targets.append(t)
                         procs.append(p)
             for name, profile, overrides in args.variant:
-                if profile == "local":
-                    t, p = mayu_local(work, up_port, name=name, overrides=overrides)
-                else:
-                    t, p = mayu_shared(work, up_port, fresh_dsn(None), name=name,
-                                       overrides=overrides)
-                targets.append(t)
-                procs.append(p)
+                for vname, root in ((name, None), (f"{name}-base", args.baseline)):
+                    if root is not None and not args.variant_baseline:
+                        continue
+                    if profile == "local":
+                        t, p = mayu_local(work, up_port, root=root, name=vname,
+                                          overrides=overrides)
+                    else:
+                        t, p = mayu_shared(work, up_port, fresh_dsn(root), root=root,
+                                           name=vname, overrides=overrides)
+                    targets.append(t)
+                    procs.append(p)
             if "litellm" in only:
                 if Path(args.litellm).exists():
                     t, lp = litellm(work, up_port, args.litellm)
@@ -483,6 +501,7 @@ def main() -> int:
                       f"{os.getloadavg()[0]:.2f}", flush=True)
             longs.update({t.name: long_streams(t, args.long_events) for t in targets
                           if args.long_events and t.name != "direct"})
+            served = {t.name: per_worker(work, t.name) for t in targets}
         finally:
             for p in procs:
                 p.stop()
@@ -500,6 +519,12 @@ def main() -> int:
           f"{args.requests} requests at c={args.concurrency} and {args.requests_c1} at c=1 "
           "per round; CPU/req = server process user+sys over both loads")
     report(results, [t.name for t in targets], args)
+    spread = {name: counts for name, counts in served.items() if len(counts) > 1}
+    if spread:
+        print("\nrequests admitted per worker (server.workers > 1; the kernel's spread of "
+              "the load generator's connections):")
+        for name, counts in spread.items():
+            print(f"  {name:<16} " + " / ".join(f"{c:,}" for c in counts))
     if longs:
         print("\nlong streams (one at a time): RSS before -> peak while streaming, time")
         for name, rows in longs.items():
