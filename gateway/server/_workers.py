@@ -91,7 +91,7 @@ def listen_socket(server: ServerSettings) -> socket.socket:
         # Bound without SO_REUSEPORT first, so a port another process serves (even
         # another mayu serve of this user, whose group would take ours in) is refused
         # here as it is without workers; then the port is held with it.
-        address = sock.getsockname()[:2]
+        address = sock.getsockname()  # the port chosen for port 0; IPv6 keeps its scope
         sock.close()
         sock = _bound(server, address, reuse_port=True)
     sock.set_inheritable(True)
@@ -111,7 +111,7 @@ def worker_socket(held: socket.socket) -> socket.socket:
     return own
 
 
-def _bound(server: ServerSettings, address: tuple[str, int], *,
+def _bound(server: ServerSettings, address: tuple[Any, ...], *,
            reuse_port: bool) -> socket.socket:
     family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
