@@ -7,9 +7,9 @@ them) and starts N workers, each a fresh interpreter (``spawn``, not ``fork``) r
 the app. On Linux each worker listens on a socket of its own bound to that port
 (``SO_REUSEPORT``), so the kernel spreads new connections evenly over the workers; on
 one shared listening socket, asyncio's accept loop lets whichever worker wakes first
-take a whole burst of connections (up to its backlog), and with kept-alive clients that
-worker would serve nearly everything. Elsewhere the workers share the supervisor's
-socket. Worker ``i`` is replica
+take a whole burst of new connections (up to its backlog), and it keeps them while they
+are kept alive (98 of 103 requests in tests/e2e/test_serve_workers.py). Elsewhere the
+workers share the supervisor's socket. Worker ``i`` is replica
 ``<replica_id>-<i>`` with its own journal and audit file (:mod:`gateway.replicas`), and
 worker 0 resolves the journals no worker of this run owns (after the count changed).
 In the local profile the other workers start once worker 0 serves: it starts the budget
@@ -103,21 +103,24 @@ def worker_socket(held: socket.socket) -> socket.socket:
     ``SO_REUSEPORT`` (the supervisor's socket is closed in the worker); or ``held``."""
     if not _REUSE_PORT:
         return held
-    own = socket.socket(held.family, socket.SOCK_STREAM)
-    own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    own = _new_socket(held.family, reuse_port=True)
     own.bind(held.getsockname())
     held.close()
     return own
 
 
-def _bound(server: ServerSettings, address: tuple[Any, ...], *,
-           reuse_port: bool) -> socket.socket:
-    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+def _new_socket(family: socket.AddressFamily, *, reuse_port: bool) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return sock
+
+
+def _bound(server: ServerSettings, address: tuple[Any, ...], *,
+           reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+    sock = _new_socket(family, reuse_port=reuse_port)
     try:
         sock.bind(address)
     except OSError as exc:
