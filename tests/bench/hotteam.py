@@ -19,8 +19,16 @@ alternate (raw, each setting, …) for ``--rounds``; medians are printed with th
 admissions/raw, and how many requests and settlements the store's calls carried on
 average (its ``tally``).
 
+``--floors`` adds phases that do only the row work a pair cannot avoid (``FLOOR_SQL``:
+the same locks and row writes with the fewest statements, no JSON, no snapshot check, no
+decision), batched by the gateway's own coalescers, to show what ratio any design that
+writes a permit per request could reach at this many requests in flight: ``rows`` with
+today's schema, ``folded`` with the segments kept in the permit row, ``team-row`` with
+that and a team's counters kept as one row. The run checks that the floors left nothing
+reserved or pending.
+
     .venv/bin/python tests/bench/hotteam.py [--processes 3] [--workers 8] [--seconds 4] \
-        [--settings 1,1,6 1,1,6,1 1,1,6,0,1 1,1,6,1,1]
+        [--settings 1,1,6 1,1,6,1 1,1,6,0,1 1,1,6,1,1] [--floors rows folded team-row]
 
 Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 """
@@ -36,8 +44,10 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -45,6 +55,7 @@ from psycopg_pool import AsyncConnectionPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gateway.governance import Permit, PostgresGovernanceStore, build_request  # noqa: E402
+from gateway.governance._coalesce import Coalescer, SettlementCoalescer  # noqa: E402
 from gateway.keys import PostgresKeyStore, TeamLimits, hash_key  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
 from gateway.pricing import Usage  # noqa: E402
@@ -52,6 +63,81 @@ from tests.bench._bench import cpu_s, machine_ms, own_database  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 LIMITS = TeamLimits(tpm=1 << 35, tokens_per_day=1 << 49, usd_micros_per_day=1 << 49)
+
+# The floors (``--floors``): what a pair cannot avoid writing, through the same harness
+# (processes, workers, the gateway's coalescers, raw loop beside it). Per request: the
+# key, team and policy rows FOR SHARE, the team's counter rows FOR UPDATE in byte order
+# and updated, a permit inserted (admission); the permits locked and updated, the
+# counters locked and updated again (settlement). ``rows``: the three counters and three
+# permit_segments rows per request, as today's schema has them; ``folded``: the segments
+# kept in a jsonb column of the permit; ``team-row``: that, and the team's three
+# counters kept as one row (both schema changes a redesign would need). No JSON
+# arguments, no snapshot check, no decisions, no answers: a lower bound for any design
+# that writes a permit per request, not a design.
+FLOOR_SQL = """
+ALTER TABLE permits ADD COLUMN floor_segments jsonb;
+INSERT INTO counters (key, kind, dimension, "window")
+     SELECT 'floor:' || t.id || ':' || g, 'window', 'tokens', 'd'
+       FROM teams t, generate_series(0, 3) g;
+CREATE FUNCTION floor_admit(p_keys text[], p_teams text[], p_variant text) RETURNS uuid[]
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    ids uuid[] := array(SELECT gen_random_uuid() FROM unnest(p_teams));
+    ks text[] := array(SELECT 'floor:' || t || ':' || g FROM unnest(p_teams) t,
+                              generate_series(CASE WHEN p_variant = 'team-row' THEN 0
+                                                   ELSE 1 END,
+                                              CASE WHEN p_variant = 'team-row' THEN 0
+                                                   ELSE 3 END) g);
+BEGIN
+    PERFORM 1 FROM keys WHERE id = ANY(p_keys) ORDER BY id FOR SHARE;
+    PERFORM 1 FROM teams WHERE id = ANY(p_teams) ORDER BY id FOR SHARE;
+    PERFORM 1 FROM policy_state FOR SHARE;
+    PERFORM 1 FROM counters WHERE key = ANY(ks) ORDER BY key COLLATE "C" FOR UPDATE;
+    UPDATE counters SET reserved = reserved + 1 WHERE key = ANY(ks);
+    INSERT INTO permits (id, request_id, key_id, team_id, model, token_bound, usd_bound,
+                         generation, day, month, admitted_us, floor_segments)
+    SELECT x.id, 'r', x.k, x.t, 'm', 500, 2000, 0, '2026-12-01', '2026-12', 0,
+           CASE WHEN p_variant <> 'rows' THEN (SELECT jsonb_agg(jsonb_build_object(
+               'counter', 'floor:' || x.t || ':' || g, 'kind', 'window',
+               'dimension', 'tokens', 'amount', 1)) FROM generate_series(1, 3) g) END
+      FROM unnest(ids, p_keys, p_teams) AS x(id, k, t);
+    IF p_variant = 'rows' THEN
+        INSERT INTO permit_segments (permit_id, counter, kind, dimension, amount)
+        SELECT x.id, 'floor:' || x.t || ':' || g, 'window', 'tokens', 1
+          FROM unnest(ids, p_teams) AS x(id, t), generate_series(1, 3) g;
+    END IF;
+    RETURN ids;
+END $$;
+CREATE FUNCTION floor_settle(p_ids uuid[], p_variant text) RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    ks text[];
+BEGIN
+    PERFORM 1 FROM permits WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
+    IF p_variant = 'rows' THEN
+        ks := array(SELECT counter FROM permit_segments WHERE permit_id = ANY(p_ids));
+        UPDATE permit_segments SET committed = 1 WHERE permit_id = ANY(p_ids);
+        UPDATE permits SET status = 'complete', tokens_committed = 1, usd_committed = 1,
+               settled_at = clock_timestamp()
+         WHERE id = ANY(p_ids);
+    ELSE
+        WITH u AS (
+            UPDATE permits SET status = 'complete', tokens_committed = 1,
+                   usd_committed = 1, settled_at = clock_timestamp(),
+                   floor_segments = (SELECT jsonb_agg(e || '{"committed": 1}')
+                                       FROM jsonb_array_elements(floor_segments) e)
+             WHERE id = ANY(p_ids) RETURNING team_id)
+        SELECT array_agg(CASE WHEN p_variant = 'team-row' THEN 'floor:' || u.team_id || ':0'
+                              ELSE 'floor:' || u.team_id || ':' || g END)
+          INTO ks
+          FROM u, generate_series(1, CASE WHEN p_variant = 'team-row' THEN 1 ELSE 3 END) g;
+    END IF;
+    PERFORM 1 FROM counters WHERE key = ANY(ks) ORDER BY key COLLATE "C" FOR UPDATE;
+    UPDATE counters SET reserved = reserved - 1, committed = committed + 1
+     WHERE key = ANY(ks);
+END $$;
+"""
+FLOORS = ("rows", "folded", "team-row")
 
 
 def _store(pool: AsyncConnectionPool, coalesce: int, settle_coalesce: int,
@@ -92,6 +178,12 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
                     await conn.execute("UPDATE bench_raw SET v = v + 1 WHERE id = %s",
                                        (owned[turn % len(owned)],))
                 return 1
+        elif mode.startswith("floor-"):
+            floor = await _floor_step(pool, mode.removeprefix("floor-"), keys, workers,
+                                      processes)
+
+            async def step(w: int, turn: int) -> int:
+                return await floor(w, turn)
         else:
             ks = PostgresKeyStore(pool)
             principals = [await ks.resolve(hash_key(k)) for k in keys]
@@ -142,13 +234,55 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
         # process's workers onto the same rows).
         await asyncio.gather(*(worker(index * workers + w) for w in range(workers)))
         cpu = time.process_time() - cpu0
-        if not mode.startswith("raw"):  # the settlements still in flight: taken, not counted
+        if mode == "gov":  # the settlements still in flight: taken, not counted
             await asyncio.gather(*(f for f in pending.values() if f is not None))
         # What the store's calls carried (a store without a tally: the baseline's).
         t = getattr(gov, "tally", None)
         batches = ((t.admitted, t.admission_calls, t.settled, t.settlement_calls)
                    if t is not None else (0, 0, 0, 0))
         return ops, cpu, batches
+
+
+async def _floor_step(pool: AsyncConnectionPool, variant: str, keys: list[str],
+                      workers: int, processes: int
+                      ) -> Callable[[int, int], Coroutine[Any, Any, int]]:
+    """One floor pair per step, batched by the gateway's own coalescers (one admission
+    and one settlement call in flight, as ``1,1``)."""
+    ks = PostgresKeyStore(pool)
+    principals = [await ks.resolve(hash_key(k)) for k in keys]
+
+    async def admit(requests: list[tuple[str, str]]) -> list[str]:
+        async with pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT floor_admit(%s, %s, %s)",
+                ([k for k, _ in requests], [t for _, t in requests], variant))).fetchone()
+        assert row is not None
+        return [str(i) for i in row[0]]
+
+    async def settle_many(items: list[tuple[str, object]]) -> list[object]:
+        async with pool.connection() as conn:
+            await conn.execute("SELECT floor_settle(%s::uuid[], %s)",
+                               ([p for p, _ in items], variant))
+        return [None] * len(items)
+
+    async def settle_one(permit_id: str, _: object) -> object:
+        return (await settle_many([(permit_id, None)]))[0]
+
+    async def no_refund(_: object) -> None:
+        return None
+
+    admissions = Coalescer(admit, no_refund, max_in_flight=1)  # type: ignore[arg-type]
+    settlements = SettlementCoalescer(settle_one, settle_many,  # type: ignore[arg-type]
+                                      max_in_flight=1)
+
+    async def step(w: int, turn: int) -> int:
+        owned = _owned(w, workers * processes, len(principals))
+        principal = principals[owned[turn % len(owned)]]
+        assert principal is not None
+        [pid] = await admissions.admit([(principal.key_id, principal.team_id)])  # type: ignore[list-item]
+        await settlements.settle(pid, None)  # type: ignore[arg-type]
+        return 1
+    return step
 
 
 Result = tuple[int, float, tuple[int, int, int, int]]
@@ -254,6 +388,13 @@ def main() -> None:
                          "admission does not wait for its settlement to be taken (at most "
                          "one in flight per worker; a pair counts when its settlement is "
                          "taken); 0: each settlement awaited")
+    ap.add_argument("--floors", nargs="*", choices=FLOORS, default=[],
+                    help="also run these floors beside the settings, each phase through "
+                         "the gateway's coalescers (1,1), awaited: the fewest statements "
+                         "doing the row work a pair cannot avoid, with the segments as "
+                         "rows, folded into the permit, or that and the team's counters "
+                         "in one row (see FLOOR_SQL); adds a column to the bench's own "
+                         "database only")
     ap.add_argument("--loads", nargs="+", choices=("hot", "spread"),
                     default=["hot", "spread"], help="which loads to run (default both)")
     a = ap.parse_args()
@@ -265,6 +406,9 @@ def main() -> None:
             conn.execute("CREATE TABLE bench_raw (id int PRIMARY KEY, v bigint NOT NULL)")
             conn.execute("INSERT INTO bench_raw SELECT g, 0 FROM generate_series(0, 99) g")
         keys = asyncio.run(_keys(dsn, 100))
+        if a.floors:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(FLOOR_SQL)
         rates: dict[str, list[Phase]] = {}
         for rnd in range(a.rounds):
             for scope, raw, ks in (("hot", "raw-hot", keys[:1]),
@@ -275,8 +419,23 @@ def main() -> None:
                 for setting in settings:
                     rates.setdefault(_label(scope, *setting), []).append(
                         phase(dsn, "gov", ks, a, setting))
+                for floor in a.floors:
+                    rates.setdefault(f"{scope} floor {floor}", []).append(
+                        phase(dsn, f"floor-{floor}", ks, a))
             print(f"round {rnd + 1}/{a.rounds}: " + ", ".join(
                 f"{k} {v[-1].rate:.0f}/s" for k, v in rates.items()), flush=True)
+        if a.floors:  # every floor permit settled, every reservation released
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                left = conn.execute(
+                    "SELECT (SELECT coalesce(sum(reserved), 0) FROM counters"
+                    "         WHERE key LIKE 'floor:%%'),"
+                    "       (SELECT count(*) FROM permits WHERE request_id = 'r'),"
+                    "       (SELECT count(*) FROM permits WHERE request_id = 'r'"
+                    "           AND status = 'pending')").fetchone()
+            assert left is not None
+            if left[0] or left[2]:
+                raise SystemExit(f"floors left {left[0]} reserved, {left[2]} pending permits")
+            print(f"floors: {left[1]} permits settled, nothing reserved or pending")
     med = {k: statistics.median(p.rate for p in v) for k, v in rates.items()}
     cpu = {k: (statistics.median(p.client_ms for p in v), statistics.median(p.pg_ms for p in v))
            for k, v in rates.items()}
@@ -303,6 +462,13 @@ def main() -> None:
                   f"{'1st' if first else 'awaited':>8} {rate:15.0f} {raw_rate:20.0f} "
                   f"{rate / raw_rate:6.2f}   {cm:.3f}, {pm:.3f} ({rcm:.3f}, {rpm:.3f}); "
                   f"{ab:.1f}, {sb:.1f}")
+        for floor in a.floors:
+            label = f"{scope} floor {floor}"
+            rate = med[label]
+            (cm, pm), (rcm, rpm) = cpu[label], cpu[f"raw {scope}"]
+            print(f"{scope:<7} {'1,1':>19} {'floor':>9} {floor:>8} {rate:15.0f} "
+                  f"{raw_rate:20.0f} {rate / raw_rate:6.2f}   {cm:.3f}, {pm:.3f} "
+                  f"({rcm:.3f}, {rpm:.3f})")
 
 
 if __name__ == "__main__":
