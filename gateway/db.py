@@ -111,7 +111,7 @@ class HeldConnections:
     cut Postgres CPU per admit + settle pair by about a quarter in
     ``tests/bench/hotteam.py``; the client CPU it saves is small (a kept connection
     costs about 9 µs per call against 17 µs for a pool checkout and return, uvloop;
-    ``docs/benchmarks.md``, "Hot team").
+    ``docs/benchmarks-history.md``, "Hot team").
 
     :meth:`connection` takes the most recently kept connection, else one from the pool.
     After a call that ended cleanly (no error, no transaction left open) it keeps it
