@@ -236,12 +236,13 @@ def settlement_fingerprint(s: Settlement) -> str:
 
     The SHA-256 of ``json.dumps`` of those parts with compact separators, which is what
     every release has stored. msgspec writes the same bytes for the same values unless
-    a string needs an escape or is not ASCII (``json.dumps`` escapes those its own way),
-    and then ``json.dumps`` writes them."""
+    a string needs an escape, is not ASCII or holds DEL (``json.dumps`` escapes those its
+    own way, DEL as ``\\u007f``, which msgspec writes raw), and then ``json.dumps``
+    writes them."""
     parts = [str(s.kind), s.tokens_committed, s.usd_committed, s.tokens_liability,
              s.usd_liability, s.bound_exceeded, sorted(s.commits.items()),
              sorted(s.liabilities.items())]
     body = _encode(parts)
-    if b"\\" in body or not body.isascii():
+    if b"\\" in body or not body.isascii() or b"\x7f" in body:
         body = json.dumps(parts, separators=(",", ":")).encode()
     return hashlib.sha256(body).hexdigest()
