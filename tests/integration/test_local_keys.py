@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+import gateway.keys._sqlite as sqlite_store
 from gateway.config import BootstrapTeam, load_settings
 from gateway.errors import BadRequest, ConfigError, NotFound, RevisionConflict
 from gateway.keys import (
@@ -182,3 +187,45 @@ async def test_open_key_store_uses_the_data_dir_by_default(tmp_path):
     finally:
         await store.close()
     assert (tmp_path / "data" / "mayu.db").exists()
+
+
+async def test_close_closes_a_checkpoint_connection_still_being_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close() while the checkpointer's connection is still being opened in a worker
+    thread (a slow open, as on a loaded machine): when close() has returned and that
+    thread has finished, no connection the store opened is still open. (Before: it
+    stayed open, and a copy of the file taken then could be unreadable.)"""
+    monkeypatch.setattr(sqlite_store, "_CHECKPOINT_S", 0.01)
+    real, opened = sqlite_store.connect, []
+    slow_started, slow_done = threading.Event(), threading.Event()
+
+    def connect(path: str) -> sqlite3.Connection:
+        slow = bool(opened)  # the store's own connection opens first, at full speed
+        if slow:
+            slow_started.set()
+            time.sleep(0.3)
+        conn = real(path)
+        opened.append(conn)
+        if slow:
+            slow_done.set()
+        return conn
+
+    monkeypatch.setattr(sqlite_store, "connect", connect)
+    keys = SqliteKeyStore(str(tmp_path / "keys.db"))
+    await keys.open()
+    await keys.create_team(name="t")  # written: the checkpointer has work to do
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(None, slow_started.wait, 5)
+    await keys.close()
+    await loop.run_in_executor(None, slow_done.wait, 5)
+    assert len(opened) == 2
+    for conn in opened:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            conn.execute("SELECT 1")
+    assert not (tmp_path / "keys.db-wal").exists()
+    reopened = SqliteKeyStore(str(tmp_path / "keys.db"))
+    await reopened.open()
+    try:
+        assert [t.name for t in await reopened.list_teams()] == ["t"]
+    finally:
+        await reopened.close()
