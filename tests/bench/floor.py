@@ -1,12 +1,13 @@
 """What the row work alone costs Postgres (a script, not a test): the CPU of one backend
-per admit + settle pair through the gateway's calls (``_v6``), next to two floors doing
-only the same row work with the fewest statements, in one run.
+per admit + settle pair through the gateway's calls (its default ``functions``), next to
+two floors doing only the same row work with the fewest statements, in one run.
 
 For batch sizes N (``--sizes``), each on its own connection, ``--pairs`` operations:
 
-- **v6**: ``PostgresGovernanceStore`` (the gateway's default) admitting N requests of
-  one team charging four counters (RPM and TPM buckets, day token and µUSD windows) in
-  one call, then settling them exactly in one call (a lone request: the lone calls);
+- **the gateway's calls**: ``PostgresGovernanceStore`` (its default ``functions``,
+  printed as ``vN``) admitting N requests of one team charging four counters (RPM and
+  TPM buckets, day token and µUSD windows) in one call, then settling them exactly in
+  one call (a lone request: the lone calls);
 - **floor, segments as rows**: a PL/pgSQL function that takes the same locks (key, team,
   policy state ``FOR SHARE``; four counters ``FOR UPDATE`` in key order), updates the
   counters and inserts N permits and 4·N ``permit_segments`` rows, then one that locks
@@ -18,7 +19,7 @@ For batch sizes N (``--sizes``), each on its own connection, ``--pairs`` operati
 
 CPU is the backend's user + system time (``/proc/<pid>/stat``) over the timed pairs
 (after a warm-up), divided by the operations; wall per pair is printed too. The gap
-between v6 and the row floor is what the functions' own statements cost (parsing,
+between the gateway's calls and the row floor is what the functions' own statements cost (parsing,
 arrays, decisions, answers); the gap between the two floors is the segment rows'.
 
     .venv/bin/python tests/bench/floor.py [--sizes 1 4 16] [--pairs 1600]
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import sys
 import time
@@ -152,14 +154,15 @@ async def run(dsn: str, sizes: list[int], pairs: int) -> None:
     print(f"{'batch':>5} {'calls':<22} {'PG CPU per pair':>16} {'wall per pair':>14}")
     for n in sizes:
         rounds = max(60, pairs // n)
-        for label in ("v6", "floor, segments as rows", "floor, segments folded"):
+        gateway = f"v{inspect.signature(PostgresGovernanceStore).parameters['functions'].default}"
+        for label in (gateway, "floor, segments as rows", "floor, segments folded"):
             # Its own connection: plans cached by this case only.
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 dsn, min_size=1, max_size=1, open=False, kwargs={"autocommit": True})
             await pool.open(wait=True)
             store = PostgresGovernanceStore(pool)
 
-            pair = (partial(_store_pair, store, principal, now, n) if label == "v6"
+            pair = (partial(_store_pair, store, principal, now, n) if label == gateway
                     else partial(_floor_pair, pool, n, label.endswith("folded")))
             cpu, wall = await _timed(pool, pair, rounds)
             await pool.close()
