@@ -20,10 +20,16 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import settings
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests have no per-example deadline: the suite asserts no timings, and a
+# loaded machine (CI shares two cores) must not fail a property for being slow.
+settings.register_profile("inferplane", deadline=None, print_blob=True)
+settings.load_profile("inferplane")
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 _counter = itertools.count()
 
