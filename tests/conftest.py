@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # loaded machine (CI shares two cores) must not fail a property for being slow.
 settings.register_profile("inferplane", deadline=None, print_blob=True)
 settings.load_profile("inferplane")
+
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 _counter = itertools.count()
 
