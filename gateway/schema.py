@@ -9,6 +9,13 @@ directory, so ``alembic upgrade head`` from a checkout still works.
 :func:`schema_problem` compares the database's ``alembic_version`` rows with the code's
 heads; the gateway (shared profile) and inferplaned refuse to start with that ONE line
 (naming ``mayu migrate``) instead of failing later on a missing table.
+
+Databases created before 0.1.0 carry a pre-release revision (``0001`` … ``0009``) that
+the packaged migrations no longer hold. :func:`upgrade` converts one at ``0009`` (the
+last pre-release) to the baseline in one transaction, after checking that its tables,
+columns, indexes and constraints are exactly the baseline's (:func:`structure`): the
+rows stay as they are, only the functions are replaced, so every committed, liability
+and reserved figure is kept. Any other pre-release revision is refused with what to do.
 """
 
 from __future__ import annotations
@@ -29,6 +36,14 @@ from gateway.errors import ConfigError
 
 MIGRATE_HINT = "run `mayu migrate` (same config or INFERPLANE_DATABASE_URL) first"
 _VERSION_TABLE = "alembic_version"
+BASELINE_REVISION = "v010_baseline"
+PRERELEASE_REVISIONS = tuple(f"{n:04d}" for n in range(1, 10))
+"""Revisions of the pre-release chain (removed at 0.1.0); ``0009`` was its head."""
+_CONVERTIBLE = "0009"
+_PRERELEASE_HINT = (
+    "it was migrated by a pre-release build; 0.1.0 converts only the last pre-release "
+    "revision (0009): run `mayu migrate` from inferplane commit cdf51f7 first (it brings "
+    "the database to 0009), then `mayu migrate` from this version")
 
 
 def script_location() -> str:
@@ -91,6 +106,11 @@ def schema_problem(db_heads: tuple[str, ...]) -> str | None:
         return f"database: not migrated (no schema revision; this version needs {want}): " \
                f"{MIGRATE_HINT}"
     have = ", ".join(sorted(db_heads))
+    if tuple(db_heads) == (_CONVERTIBLE,):
+        return (f"database: pre-release schema (revision {_CONVERTIBLE}), this version needs "
+                f"{want}: {MIGRATE_HINT} (it converts the database and keeps every figure)")
+    if all(r in PRERELEASE_REVISIONS for r in db_heads):
+        return f"database: schema at pre-release revision {have}: {_PRERELEASE_HINT}"
     if all(_known(r) for r in db_heads):
         return f"database: schema at revision {have}, this version needs {want}: " \
                f"{MIGRATE_HINT}"
@@ -189,6 +209,9 @@ def upgrade(dsn: str, *, target: str = "head",
                          doc=doc[0] if doc else "", seconds=now - started[0]))
         started[0] = now
 
+    converted = convert_prerelease(dsn)
+    if converted is not None and on_step is not None:
+        on_step(converted)
     cfg = _config(dsn)
     cfg.attributes["on_version_apply"] = progress
     command.upgrade(cfg, target)
@@ -196,6 +219,107 @@ def upgrade(dsn: str, *, target: str = "head",
         return database_heads(conn)
 
 
-__all__ = ["MIGRATE_HINT", "Step", "check_dsn", "code_heads", "database_heads",
-           "database_heads_async", "describe_dsn", "schema_problem", "script_location",
-           "upgrade"]
+# -- the pre-release conversion and the structure it compares -------------------------
+
+_STRUCTURE_SQL: dict[str, str] = {
+    "columns": """SELECT table_name, ordinal_position, column_name, data_type, is_nullable,
+                         coalesce(column_default, '')
+                    FROM information_schema.columns
+                   WHERE table_schema = %(schema)s AND table_name <> 'alembic_version'""",
+    "indexes": """SELECT tablename, indexname,
+                         replace(indexdef, ' ' || %(schema)s || '.', ' ')
+                    FROM pg_indexes
+                   WHERE schemaname = %(schema)s AND tablename <> 'alembic_version'""",
+    "constraints": """SELECT t.relname, c.conname, c.contype::text,
+                             pg_get_constraintdef(c.oid)
+                        FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid
+                       WHERE c.connamespace = %(schema)s::regnamespace
+                         AND t.relname <> 'alembic_version'""",
+    "functions": """SELECT p.proname, pg_get_function_identity_arguments(p.oid),
+                           md5(p.prosrc), coalesce(array_to_string(p.proconfig, ','), '')
+                      FROM pg_proc p
+                     WHERE p.pronamespace = %(schema)s::regnamespace
+                       AND starts_with(p.proname, 'inferplane_')""",
+}
+
+
+def structure(conn: psycopg.Connection[Any], schema: str = "public"
+              ) -> dict[str, set[tuple[Any, ...]]]:
+    """The structure of inferplane's objects in ``schema``: columns (in order, with type,
+    nullability and default), indexes, constraints and functions (arguments, body hash,
+    settings). Two databases with equal structures run the same SQL the same way."""
+    out: dict[str, set[tuple[Any, ...]]] = {}
+    for part, query in _STRUCTURE_SQL.items():
+        rows = conn.execute(query, {"schema": schema}).fetchall()  # type: ignore[arg-type]
+        # A default naming a sequence names its schema when that is not public.
+        out[part] = {tuple(str(v).replace(f"{schema}.", "") for v in row) for row in rows}
+    return out
+
+
+def _baseline_structure(conn: psycopg.Connection[Any]) -> dict[str, set[tuple[Any, ...]]]:
+    """The baseline's structure, built from the schema files in a scratch schema of this
+    transaction (the caller rolls it back or drops it)."""
+    import sql
+
+    conn.execute("CREATE SCHEMA inferplane_baseline_check")
+    conn.execute("SET LOCAL search_path = inferplane_baseline_check, public")
+    for name in sql.BASELINE:
+        conn.execute(sql.script(name))
+    found = structure(conn, "inferplane_baseline_check")
+    conn.execute("SET LOCAL search_path = public")
+    conn.execute("DROP SCHEMA inferplane_baseline_check CASCADE")
+    return found
+
+
+def _differences(have: dict[str, set[tuple[Any, ...]]],
+                 want: dict[str, set[tuple[Any, ...]]]) -> list[str]:
+    lines = []
+    for part, what in (("columns", "column"), ("indexes", "index"),
+                       ("constraints", "constraint")):
+        for row in sorted(want[part] - have[part]):
+            lines.append(f"missing {what}: {' '.join(map(str, row[:4]))}")
+        for row in sorted(have[part] - want[part]):
+            lines.append(f"unexpected {what}: {' '.join(map(str, row[:4]))}")
+    return lines
+
+
+def convert_prerelease(dsn: str) -> Step | None:
+    """Move a database at the last pre-release revision (``0009``) to the baseline, in
+    one transaction: its tables must be exactly the baseline's (else :class:`ConfigError`
+    listing the differences, nothing changed); every ``inferplane_*`` function is dropped
+    and ``sql/governance.sql`` and ``sql/lease.sql`` installed; no row is touched. None
+    when the database is not pre-release; a pre-release revision other than ``0009`` is
+    refused with what to do."""
+    import sql
+
+    started = time.monotonic()
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        # The migrators' lock (migrations/env.py): a concurrent `mayu migrate` waits.
+        conn.execute("SELECT pg_advisory_xact_lock(4651238117001)")
+        heads = database_heads(conn)
+        if not heads or not all(r in PRERELEASE_REVISIONS for r in heads):
+            return None
+        if heads != (_CONVERTIBLE,):
+            raise ConfigError(f"database: schema at pre-release revision "
+                              f"{', '.join(heads)}: {_PRERELEASE_HINT}")
+        want = _baseline_structure(conn)
+        problems = _differences(structure(conn), want)
+        if problems:
+            raise ConfigError(
+                "database: pre-release schema (revision 0009) does not match the 0.1.0 "
+                "baseline, nothing was changed: " + "; ".join(problems[:10])
+                + ("" if len(problems) <= 10 else f"; … {len(problems) - 10} more")
+                + ". Restore the listed objects as revision 0009 defined them (or "
+                "migrate a copy with inferplane commit cdf51f7), then run `mayu migrate`")
+        conn.execute(sql.script("drop_functions"))
+        conn.execute(sql.script("governance"))
+        conn.execute(sql.script("lease"))
+        conn.execute("UPDATE alembic_version SET version_num = %s", (BASELINE_REVISION,))
+    return Step(revision=BASELINE_REVISION, down_revision=_CONVERTIBLE,
+                doc="pre-release database converted to the 0.1.0 baseline (functions "
+                    "replaced, every row kept)", seconds=time.monotonic() - started)
+
+
+__all__ = ["BASELINE_REVISION", "MIGRATE_HINT", "Step", "check_dsn", "code_heads", "database_heads",
+           "convert_prerelease", "database_heads_async", "describe_dsn", "schema_problem",
+           "script_location", "structure", "upgrade"]

@@ -1,6 +1,6 @@
 -- Named queries of the control plane's lease ledger (controlplane/leases.py).
 -- Each query starts with a "-- name: <name>" line; parameters are %(name)s. The work is
--- done by the versioned functions of lease_v1.sql, one round trip per call.
+-- done by the functions of sql/lease.sql, one round trip per call.
 
 -- name: lease_sync
 -- One heartbeat in one transaction: report, grants, data-plane record.

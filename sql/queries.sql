@@ -68,119 +68,31 @@ UPDATE keys SET revoked_at = clock_timestamp(), revision = revision + 1
  WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING *
 
--- name: admit
-SELECT inferplane_admit_v2(%(requests)s::jsonb) AS results
+-- name: admit_one
+-- One admission (a JSON array of one gateway.governance.AdmissionRequest); one answer.
+SELECT inferplane_admit_one_v1(%(requests)s::jsonb) AS results
 
--- name: settle
-SELECT inferplane_settle_v2(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+-- name: admit_batch
+-- A coalesced batch of admissions; one answer per request, in order.
+SELECT inferplane_admit_v1(%(requests)s::jsonb) AS results
 
--- name: admit_v3
--- The set-based batch admission (sql/admit_v3.sql): same input and answer as admit.
-SELECT inferplane_admit_v3(%(requests)s::json) AS results
+-- name: settle_one
+SELECT inferplane_settle_one_v1(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
--- name: settle_v3
--- A batch of settlements in one call and one transaction (sql/settle_v3.sql): a JSON
--- array of settle's p_settlement, each with its "permit_id"; one answer per element.
-SELECT inferplane_settle_v3(%(items)s::jsonb) AS results
+-- name: settle_batch
+-- A coalesced batch of settlements in one transaction: a JSON array of settle_one's
+-- settlement, each with its "permit_id"; one answer per element.
+SELECT inferplane_settle_v1(%(items)s::jsonb) AS results
 
--- name: settle_admit_v3
--- Settlements then admissions waiting at once, in one transaction (sql/batch_v3.sql).
-SELECT inferplane_settle_admit_v3(%(items)s::jsonb, %(requests)s::json) AS results
-
--- name: admit_v4
--- The v4 calls (sql/plans_v4.sql): the same functions as admit, settle, resolve and the
--- _v3 ones, planned without sequential scans or JIT.
-SELECT inferplane_admit_v4(%(requests)s::json) AS results
-
--- name: admit_one_v4
-SELECT inferplane_admit_one_v4(%(requests)s::jsonb) AS results
-
--- name: settle_v4
-SELECT inferplane_settle_v4(%(items)s::jsonb) AS results
-
--- name: settle_one_v4
-SELECT inferplane_settle_one_v4(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
-
--- name: resolve_v4
-SELECT inferplane_resolve_v4(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
-
--- name: settle_admit_v4
-SELECT inferplane_settle_admit_v4(%(items)s::jsonb, %(requests)s::json) AS results
-
--- name: admit_v5
--- The v5 calls (sql/plans_v5.sql): the v4 calls planned once per session (generic
--- plans), and a lone settlement in fewer statements.
-SELECT inferplane_admit_v5(%(requests)s::json) AS results
-
--- name: admit_one_v5
-SELECT inferplane_admit_one_v5(%(requests)s::jsonb) AS results
-
--- name: settle_v5
-SELECT inferplane_settle_v5(%(items)s::jsonb) AS results
-
--- name: settle_one_v5
-SELECT inferplane_settle_one_v5(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
-
--- name: admit_one_v7
-SELECT inferplane_admit_one_v7(%(requests)s::jsonb) AS results
-
--- name: settle_one_v7
-SELECT inferplane_settle_one_v7(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
-
--- name: resolve_v5
-SELECT inferplane_resolve_v5(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
-
--- name: settle_admit_v5
-SELECT inferplane_settle_admit_v5(%(items)s::jsonb, %(requests)s::json) AS results
-
--- name: admit_v6
--- The v6 batch calls (sql/plans_v6.sql): the requests as jsonb, parsed once; one sort
--- per statement. The lone calls stay the v5 ones.
-SELECT inferplane_admit_v6(%(requests)s::jsonb) AS results
-
--- name: settle_v6
-SELECT inferplane_settle_v6(%(items)s::jsonb) AS results
-
--- name: settle_admit_v6
-SELECT inferplane_settle_admit_v6(%(items)s::jsonb, %(requests)s::jsonb) AS results
-
--- name: admit_v8
--- The v8 batch calls (sql/plans_v8.sql): v6's, the admission's permits written before
--- its counters are locked, no empty accounts UPDATE.
-SELECT inferplane_admit_v8(%(requests)s::jsonb) AS results
-
--- name: settle_v8
-SELECT inferplane_settle_v8(%(items)s::jsonb) AS results
-
--- name: lock_settling_permits
--- A batch of settlements in one transaction takes its row locks first, in the one global
--- order (permits by id, then the accounts and counters its permits charged by key, every
--- "account:" key sorting before every counter key, as in admission), with these three
--- statements in this order: the locks inferplane_settle_v2 then takes permit by permit
--- are all held already, so a batch never waits on rows in an order another transaction
--- could invert (no deadlock).
-SELECT id FROM permits WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE
-
--- name: lock_settling_accounts
-SELECT key FROM authority_accounts
- WHERE key IN (SELECT counter FROM permit_segments
-                WHERE permit_id = ANY(%(ids)s::uuid[]) AND kind = 'account')
- ORDER BY key COLLATE "C" FOR UPDATE
-
--- name: lock_settling_counters
-SELECT key FROM counters
- WHERE key IN (SELECT counter FROM permit_segments
-                WHERE permit_id = ANY(%(ids)s::uuid[]) AND kind <> 'account')
- ORDER BY key COLLATE "C" FOR UPDATE
+-- name: settle_admit
+-- Settlements then admissions waiting at once, in one transaction (merge_batches).
+SELECT inferplane_settle_admit_v1(%(items)s::jsonb, %(requests)s::jsonb) AS results
 
 -- name: resolve
-SELECT inferplane_resolve_v2(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+SELECT inferplane_resolve_v1(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
 -- name: current_generation
 SELECT generation FROM policy_state
-
--- name: permit_commit_keys
-SELECT counter FROM permit_segments WHERE permit_id = %(permit_id)s::uuid
 
 -- name: usage
 -- Per scope and window, from the permits' captured day/month: pending and invalid

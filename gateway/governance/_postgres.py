@@ -1,9 +1,9 @@
 """The shared-profile governance store: admission and settlement in Postgres (ADR-046).
 
-Python plans (:func:`gateway.governance.plan_charges`, :func:`commits_for`); the database
-executes each step as ONE statement calling a versioned PL/pgSQL function
-(``sql/admit_v2.sql``, ``sql/settle_v2.sql``), so an admission or a settlement is one
-round trip and one transaction, under READ COMMITTED with explicit row locks taken in
+Python plans (:func:`gateway.governance.plan_charges`, :func:`settlement_for`); the
+database executes each step as ONE statement calling a PL/pgSQL function of
+``sql/governance.sql`` (named in ``sql/queries.sql``), so an admission or a settlement is
+one round trip and one transaction, under READ COMMITTED with explicit row locks taken in
 one sorted order. Semantics match the local store (:mod:`gateway.governance._local`):
 same refusal codes, figures and wording (:mod:`._refusal`), same settlement fingerprint,
 same commit validation.
@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
-from psycopg.rows import dict_row
 
 import sql
 from gateway.db import HeldConnections, Pool, connection, fetch_all, fetch_one
@@ -51,6 +50,7 @@ log = logging.getLogger("mayu.governance")
 def _refusal(raw: dict[str, Any]) -> Refusal:
     """The refusal the database reported, worded as the local store words it."""
     counter, code = raw.get("counter") or "", raw["reason"]
+    # The database reports the code and the figures; the status comes from the table.
     figures = None
     if "limit" in raw:
         figures = RefusalFigures(
@@ -59,7 +59,7 @@ def _refusal(raw: dict[str, Any]) -> Refusal:
             leased=int(raw.get("leased") or 0), amount=int(raw.get("amount") or 0),
             window=raw.get("window"), dimension=raw.get("dimension") or "usd")
     retry = raw.get("retry_after")
-    return refusal(code, counter, figures=figures, status=int(raw["status"]),
+    return refusal(code, counter, figures=figures,
                    retry_after=None if retry is None else int(retry))
 
 
@@ -78,39 +78,13 @@ def _settlement_json(settlement: Settlement) -> str:
 
 
 def _settlements_json(items: list[tuple[str, Settlement]]) -> str:
-    """``inferplane_settle_v3``'s input: each settlement with its permit id."""
+    """A settlement batch's input: each settlement with its permit id."""
     bodies = []
     for permit_id, settlement in items:
         body = _settlement_body(settlement)
         body["permit_id"] = permit_id
         bodies.append(body)
     return _encode(bodies).decode()
-
-
-class _Calls(NamedTuple):
-    """The named queries (``sql/queries.sql``) one ``functions`` version calls."""
-
-    admit_one: str
-    admit_many: str
-    settle_one: str
-    settle_many: str  # "": v2's per-permit calls in one pipelined transaction
-    resolve: str
-    settle_admit: str  # "": no merged batch
-
-
-_QUERIES = {2: _Calls("admit", "admit", "settle", "", "resolve", ""),
-            3: _Calls("admit", "admit_v3", "settle", "settle_v3", "resolve",
-                      "settle_admit_v3"),
-            4: _Calls("admit_one_v4", "admit_v4", "settle_one_v4", "settle_v4",
-                      "resolve_v4", "settle_admit_v4"),
-            5: _Calls("admit_one_v5", "admit_v5", "settle_one_v5", "settle_v5",
-                      "resolve_v5", "settle_admit_v5"),
-            6: _Calls("admit_one_v5", "admit_v6", "settle_one_v5", "settle_v6",
-                      "resolve_v5", "settle_admit_v6"),
-            7: _Calls("admit_one_v7", "admit_v6", "settle_one_v7", "settle_v6",
-                      "resolve_v5", "settle_admit_v6"),
-            8: _Calls("admit_one_v7", "admit_v8", "settle_one_v7", "settle_v8",
-                      "resolve_v5", "settle_admit_v6")}
 
 
 class Tally:
@@ -135,50 +109,21 @@ class PostgresGovernanceStore:
     ``coalesce``: at most this many admission calls in flight; admissions arriving while
     they are all busy are sent together as one batch (:mod:`._coalesce`). 0 (default):
     every ``admit`` is its own call. ``settle_coalesce``: the same for settlements, a
-    batch being one transaction (one commit) of ``inferplane_settle_v2`` calls after its
-    locks were taken in the global order (``lock_settling_*`` in ``sql/queries.sql``),
-    sent in one round trip (pipeline mode).
+    batch being one call and one transaction.
 
-    ``functions``: which released SQL functions decide. 8 (default): 7's lone calls, and
-    the ``_v8`` batch calls (revision 0009, ``sql/plans_v8.sql``): 6's, an admission that
-    writes its permits before it locks its counters (so a hot team's rows are held for
-    less), and no empty accounts UPDATE. 7: 6's batch calls, and
-    the ``_v7`` lone calls (revision 0008, ``sql/plans_v7.sql``): a settlement that writes
-    the permit and its segments before it locks the counters, and an admission without
-    account statements when no charge is an account. 6: 5's lone
-    calls, and the ``_v6`` batch calls (revision 0007, ``sql/plans_v6.sql``): the requests sent as
-    jsonb, parsed once, and one sort per statement. 5: the ``_v5`` calls
-    (revision 0006, ``sql/plans_v5.sql``): 4's, each statement planned once per session
-    (generic plans), and a lone admission and settlement in fewer statements. 4: the
-    v3/v2 functions below run through their ``_v4`` calls (revision 0005,
-    ``sql/plans_v4.sql``), planned without sequential scans or JIT, so the plans a
-    connection caches while the tables are small stay index plans as they grow. 3:
-    batches go to the set-based ``inferplane_admit_v3`` / ``inferplane_settle_v3``
-    (revision 0004), a batch of settlements being ONE call, and a lone admission or
-    settlement to the v2 function, which does less for one; 2: ``inferplane_admit_v2`` /
-    ``inferplane_settle_v2`` (revision 0002), a settlement batch being their per-permit
-    calls after the batch's locks. All give the same answers
-    (``tests/integration/test_store_contract.py`` runs against each); 2 to 7 are kept
-    to measure one against another (``tests/bench/hotteam.py``, ``tests/bench/batchcost.py``,
-    ``tests/bench/versions.py``).
-
-    ``merge`` (v3 and later, with both coalescings on): admissions and settlements share one
-    lane of ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
-    settlements first (``inferplane_settle_admit_v3``, ``_v4``, ``_v5`` or ``_v6``,
-    :class:`MergedCoalescer`).
+    ``merge`` (with both coalescings on): admissions and settlements share one lane of
+    ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
+    settlements first (``settle_admit``, :class:`MergedCoalescer`).
     """
 
     def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
-                 functions: int = 8, merge: bool = False) -> None:
-        if functions not in _QUERIES:
-            raise ValueError(f"functions: 2 to 8, not {functions!r}")
+                 merge: bool = False) -> None:
         self._pool = pool
         # The admission and settlement calls keep their connections between calls, so
         # they stay on warm backends (gateway.db.HeldConnections): as many as the calls
         # in flight at once with coalescing, two (one of each) without.
         self._held = HeldConnections(
             pool, keep=coalesce + settle_coalesce if coalesce + settle_coalesce else 2)
-        self._q = _QUERIES[functions]
         self.tally = Tally()
         # Admissions whose caller was cancelled, and the refunds of their permits.
         self._background: set[asyncio.Future[Any]] = set()
@@ -188,7 +133,7 @@ class PostgresGovernanceStore:
             SettlementCoalescer(self._settle_one, self._settle_many,
                                 max_in_flight=settle_coalesce)
             if settle_coalesce > 0 else None)
-        if merge and self._q.settle_admit and coalesce > 0 and settle_coalesce > 0:
+        if merge and coalesce > 0 and settle_coalesce > 0:
             merged = MergedCoalescer(self._admit_now, self._refund, self._settle_one,
                                      self._settle_many, self._settle_admit,
                                      max_in_flight=coalesce)
@@ -237,10 +182,11 @@ class PostgresGovernanceStore:
         assert row is not None
         return _decisions(requests, row["results"])
 
-    def _admit_query(self, n: int) -> str:
-        # One request alone goes to the lone call (v2's statements, or v5's own fewer),
-        # which costs less for one; from two on, v3's per-batch statements win.
-        return self._q.admit_many if n > 1 else self._q.admit_one
+    @staticmethod
+    def _admit_query(n: int) -> str:
+        # One request alone goes to the lone call, which costs less for one; from two on,
+        # the set-based batch wins.
+        return "admit_batch" if n > 1 else "admit_one"
 
     async def _settle_admit(self, items: list[tuple[str, Settlement]],
                             requests: list[AdmissionRequest]
@@ -255,7 +201,7 @@ class PostgresGovernanceStore:
         params = {"items": _settlements_json(items),
                   "requests": msgspec.json.encode(requests).decode()}
         async with self._held.connection() as conn:
-            row = await fetch_one(conn, sql.queries[self._q.settle_admit], params)
+            row = await fetch_one(conn, sql.queries["settle_admit"], params)
         assert row is not None
         return (_settle_results(items, row["results"]["settled"]),
                 _decisions(requests, row["results"]["admitted"]))
@@ -269,45 +215,24 @@ class PostgresGovernanceStore:
     async def _settle_one(self, permit_id: str, settlement: Settlement) -> SettleResult:
         self.tally.settlement_calls += 1
         self.tally.settled += 1
-        return await self._settle(self._q.settle_one, permit_id, settlement)
+        return await self._settle("settle_one", permit_id, settlement)
 
     async def _settle_many(self, items: list[tuple[str, Settlement]]
                            ) -> list[SettleResult | Exception]:
-        """One transaction, one round trip: ``inferplane_settle_v3`` (``_v4``, ``_v5``) over the
-        batch; with the v2 functions, the batch's locks in the global order, then each
-        settlement as ``inferplane_settle_v2`` would take it alone, then COMMIT."""
+        """One call, one transaction: each answer what the settlement alone would get."""
         self.tally.settlement_calls += 1
         self.tally.settled += len(items)
-        if self._q.settle_many:
-            return await self._settle_batch(items)
-        ids = sorted({permit_id for permit_id, _ in items})
-        cursors = []
         async with self._held.connection() as conn:
-            async with conn.pipeline(), conn.transaction():
-                for query in ("lock_settling_permits", "lock_settling_accounts",
-                              "lock_settling_counters"):
-                    await conn.execute(sql.queries[query], {"ids": ids})
-                for permit_id, settlement in items:
-                    cur = conn.cursor(row_factory=dict_row)
-                    await cur.execute(sql.queries["settle"], {
-                        "permit_id": permit_id, "settlement": _settlement_json(settlement)})
-                    cursors.append(cur)
-            rows = [await cur.fetchone() for cur in cursors]
-        return _settle_results(items, [row["result"] for row in rows if row is not None])
-
-    async def _settle_batch(self, items: list[tuple[str, Settlement]]
-                            ) -> list[SettleResult | Exception]:
-        async with self._held.connection() as conn:
-            row = await fetch_one(conn, sql.queries[self._q.settle_many],
+            row = await fetch_one(conn, sql.queries["settle_batch"],
                                   {"items": _settlements_json(items)})
         assert row is not None
         return _settle_results(items, row["results"])
 
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a
-        pending permit is settled with it (``inferplane_resolve_v2``)."""
+        pending permit is settled with it (``inferplane_resolve_v1``)."""
         _check(permit_id, settlement)
-        return await self._settle(self._q.resolve, permit_id, settlement)
+        return await self._settle("resolve", permit_id, settlement)
 
     async def _settle(self, query: str, permit_id: str,
                       settlement: Settlement) -> SettleResult:

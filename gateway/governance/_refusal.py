@@ -38,12 +38,18 @@ def _reason(code: str, counter: str, f: RefusalFigures | None, frozen_by: str | 
             f"this request's worst case {f.amount}")
 
 
+def status_for(code: str, figures: RefusalFigures | None = None) -> int:
+    """The HTTP status of a refusal: decided here only, never by a store. A rate limit
+    on money (a µUSD-per-minute bucket) is a money refusal, 402, like a money budget."""
+    if code == "rate_limited" and figures is not None and figures.dimension == "usd":
+        return 402
+    return _STATUS.get(code, 503)
+
+
 def refusal(code: str, counter: str, *, figures: RefusalFigures | None = None,
-            retry_after: int | None = None, frozen_by: str | None = None,
-            status: int | None = None) -> Refusal:
+            retry_after: int | None = None, frozen_by: str | None = None) -> Refusal:
     """The refusal for ``code`` on ``counter`` (a token quota answers 429, money 402)."""
-    if status is None:
-        status = _STATUS.get(code, 503)
+    status = status_for(code, figures)
     if status == 503 and retry_after is None:
         retry_after = 1
     return Refusal(status=status, counter=counter, code=code, figures=figures,

@@ -1,7 +1,6 @@
--- inferplane lease ledger, version 1 (ADR-034 §2, made durable; DESIGN §6).
---
--- Installed by migrations/versions/0003_lease_ledger.py on top of schema_v2. Frozen once
--- released, like every _vN file: a change is a new file and a new revision.
+-- inferplane's lease ledger: the control plane's heartbeat (ADR-034 §2, made durable;
+-- DESIGN §6). Installed by the baseline revision after sql/schema.sql, which holds its
+-- tables (lease_dataplanes, lease_grants).
 --
 -- The ledger lives in the same authority_accounts rows the shared profile admits
 -- against: each lease-managed account (one budget rule, one scope, one UTC window) keeps
@@ -18,44 +17,6 @@
 -- FOR SHARE (a publish cannot interleave with the limits the caller computed), then
 -- every account row in byte order (COLLATE "C", the order shared admission and
 -- settlement lock them in, so they never deadlock), each followed by its grant row.
-
-CREATE TABLE lease_dataplanes (
-    id                 text PRIMARY KEY,
-    token_name         text NOT NULL,
-    build              text NOT NULL DEFAULT '',
-    api_versions       text[] NOT NULL DEFAULT '{}',
-    -- The plane's counter-store identity, its process, and that process's heartbeat
-    -- number: a heartbeat older than one already applied (same frame and boot, lower
-    -- seq) changes nothing.
-    frame              text NOT NULL,
-    boot               text NOT NULL,
-    seq                bigint NOT NULL,
-    applied_generation bigint,
-    rejections         jsonb NOT NULL DEFAULT '[]',
-    heartbeat_ms       bigint,
-    first_heartbeat    timestamptz NOT NULL DEFAULT clock_timestamp(),
-    last_heartbeat     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    heartbeats         bigint NOT NULL DEFAULT 0
-);
-
-CREATE TABLE lease_grants (
-    account          text NOT NULL REFERENCES authority_accounts (key),
-    dataplane        text NOT NULL REFERENCES lease_dataplanes (id),
-    rule_uid         text,
-    frame            text NOT NULL,
-    committed        bigint NOT NULL DEFAULT 0 CHECK (committed >= 0),
-    liability        bigint NOT NULL DEFAULT 0 CHECK (liability >= 0),
-    reserved         bigint NOT NULL DEFAULT 0 CHECK (reserved >= 0),
-    allowance        bigint NOT NULL DEFAULT 0 CHECK (allowance >= 0),
-    prior_committed  bigint NOT NULL DEFAULT 0,
-    prior_unobserved bigint NOT NULL DEFAULT 0,
-    adoptions        bigint NOT NULL DEFAULT 0,
-    renew_ms         bigint NOT NULL,
-    expires_at       timestamptz,
-    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (account, dataplane)
-);
-CREATE INDEX lease_grants_dataplane_idx ON lease_grants (dataplane);
 
 -- One account of one heartbeat (gateway.lease._ledger.sync). The account row and the
 -- grant row are locked by the caller. Returns the lease the plane gets.

@@ -1,0 +1,85 @@
+-- The local profile's key store in SQLite (gateway/keys/_sqlite.py): teams and their
+-- keys, a key kept as its SHA-256 and a display prefix, never as plaintext.
+-- Each statement starts with a "-- name: <name>" line; parameters are :name (sqlite3).
+-- "schema" is run with executescript when the store opens (gateway/localdb.py).
+-- The schema is the present one only: a file created by a pre-release build whose
+-- tables lack one of these columns is refused when the store opens, naming the table
+-- and the columns (gateway/localdb.py); nothing is altered in place.
+
+-- name: schema
+CREATE TABLE IF NOT EXISTS teams (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    rpm INTEGER, tpm INTEGER, tokens_per_day INTEGER,
+    usd_micros_per_day INTEGER, usd_micros_per_month INTEGER,
+    budget_fit_floor INTEGER,
+    region TEXT,
+    guardrails TEXT NOT NULL DEFAULT '[]',   -- JSON list of guardrail names
+    revision INTEGER NOT NULL DEFAULT 1,     -- bumped by every edit
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS keys (
+    id TEXT PRIMARY KEY,
+    team_id TEXT NOT NULL REFERENCES teams(id),
+    key_hash TEXT NOT NULL UNIQUE,
+    display_prefix TEXT NOT NULL,
+    name TEXT NOT NULL DEFAULT '',
+    user TEXT,
+    allowed_models TEXT,                     -- JSON list; NULL: every model
+    rpm INTEGER, tpm INTEGER, usd_micros_per_day INTEGER, usd_micros_per_month INTEGER,
+    expires_at TEXT,
+    revoked_at TEXT,                         -- a tombstone: the row is never deleted
+    revision INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS keys_team ON keys(team_id);
+
+-- name: find_team
+-- A team by id or by name (the id wins when one team's name is another's id).
+SELECT * FROM teams WHERE id = :name_or_id OR name = :name_or_id
+ ORDER BY id = :name_or_id DESC LIMIT 1
+
+-- name: team
+SELECT * FROM teams WHERE id = :id
+
+-- name: teams
+SELECT * FROM teams ORDER BY name
+
+-- name: insert_team
+INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,
+                   usd_micros_per_month, budget_fit_floor, region, guardrails, revision,
+                   created_at)
+VALUES (:id, :name, :rpm, :tpm, :tokens_per_day, :usd_micros_per_day,
+        :usd_micros_per_month, :budget_fit_floor, :region, :guardrails, 1, :created_at)
+
+-- name: update_team_limits
+UPDATE teams
+   SET rpm = :rpm, tpm = :tpm, tokens_per_day = :tokens_per_day,
+       usd_micros_per_day = :usd_micros_per_day,
+       usd_micros_per_month = :usd_micros_per_month,
+       budget_fit_floor = :budget_fit_floor, revision = revision + 1
+ WHERE id = :id
+
+-- name: key_by_hash
+SELECT * FROM keys WHERE key_hash = :key_hash
+
+-- name: key
+SELECT * FROM keys WHERE id = :id
+
+-- name: keys
+-- Every key, or one team's (:team_id not NULL); revoked ones only if :include_revoked.
+SELECT * FROM keys
+ WHERE (:team_id IS NULL OR team_id = :team_id)
+   AND (:include_revoked OR revoked_at IS NULL)
+ ORDER BY created_at, id
+
+-- name: insert_key
+INSERT INTO keys (id, team_id, key_hash, display_prefix, name, user, allowed_models, rpm,
+                  tpm, usd_micros_per_day, usd_micros_per_month, expires_at, revoked_at,
+                  revision, created_at)
+VALUES (:id, :team_id, :key_hash, :display_prefix, :name, :user, :allowed_models, :rpm,
+        :tpm, :usd_micros_per_day, :usd_micros_per_month, :expires_at, NULL, 1,
+        :created_at)
+
+-- name: revoke_key
+UPDATE keys SET revoked_at = :revoked_at, revision = revision + 1 WHERE id = :id
