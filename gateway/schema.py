@@ -256,9 +256,9 @@ def structure(conn: psycopg.Connection[Any], schema: str = "public"
     return out
 
 
-def _baseline_structure(conn: psycopg.Connection[Any]) -> dict[str, set[tuple[Any, ...]]]:
-    """The baseline's structure, built from the schema files in a scratch schema of this
-    transaction (the caller rolls it back or drops it)."""
+def files_structure(conn: psycopg.Connection[Any]) -> dict[str, set[tuple[Any, ...]]]:
+    """The structure the schema files (``sql.BASELINE``) build, made in a scratch schema
+    inside the caller's transaction and dropped again."""
     import sql
 
     conn.execute("CREATE SCHEMA inferplane_baseline_check")
@@ -302,7 +302,7 @@ def convert_prerelease(dsn: str) -> Step | None:
         if heads != (_CONVERTIBLE,):
             raise ConfigError(f"database: schema at pre-release revision "
                               f"{', '.join(heads)}: {_PRERELEASE_HINT}")
-        want = _baseline_structure(conn)
+        want = files_structure(conn)
         problems = _differences(structure(conn), want)
         if problems:
             raise ConfigError(
@@ -320,6 +320,6 @@ def convert_prerelease(dsn: str) -> Step | None:
                     "replaced, every row kept)", seconds=time.monotonic() - started)
 
 
-__all__ = ["BASELINE_REVISION", "MIGRATE_HINT", "Step", "check_dsn", "code_heads", "database_heads",
-           "convert_prerelease", "database_heads_async", "describe_dsn", "schema_problem",
-           "script_location", "structure", "upgrade"]
+__all__ = ["BASELINE_REVISION", "MIGRATE_HINT", "Step", "check_dsn", "code_heads",
+           "convert_prerelease", "database_heads", "database_heads_async", "describe_dsn",
+           "files_structure", "schema_problem", "script_location", "structure", "upgrade"]

@@ -43,10 +43,6 @@ def clamp(value: int) -> int:
     return max(-_SATURATE, min(_SATURATE, value))
 
 
-def refusal_status(charge: Charge) -> int:
-    return 402 if charge.dimension == "usd" else 429
-
-
 def load_counter(conn: sqlite3.Connection, charge: Charge, now: int) -> CounterState:
     row = conn.execute("SELECT * FROM gov_counters WHERE counter = ?",
                        (charge.counter,)).fetchone()
@@ -79,7 +75,7 @@ def reserve(charge: Charge, state: CounterState, now: int) -> CounterState | Ref
             return state
         balance, stamp = _refilled(state, charge.limit, now)
         if not bucket_admits(balance, charge.limit, charge.amount):
-            return refusal("rate_limited", charge.counter, status=refusal_status(charge),
+            return refusal("rate_limited", charge.counter,
                            retry_after=retry_after_seconds(balance, charge.limit,
                                                            charge.amount),
                            figures=RefusalFigures(limit=charge.limit, amount=charge.amount,

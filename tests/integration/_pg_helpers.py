@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from gateway.governance import AdmissionRequest, Charge, build_request
 from gateway.keys import PostgresKeyStore, Principal, TeamLimits, hash_key
@@ -34,3 +35,17 @@ def with_charges(req: AdmissionRequest, *charges: Charge) -> AdmissionRequest:
 
     merged = tuple(sorted((*req.charges, *charges), key=lambda c: c.counter))
     return msgspec.structs.replace(req, charges=merged)
+
+
+PRERELEASE_DUMP = Path(__file__).parent / "data" / "pre_0_1_0_at_0009.sql"
+"""A database built by the pre-release chain (inferplane cdf51f7, revision 0009) holding
+one permit settled complete (committed 1,234 µUSD), one settled uncertain (liability
+5,000) and one pending (reserved 5,000) on team t1's day window and policy account."""
+
+
+def load_prerelease(dsn: str) -> None:
+    """Restore :data:`PRERELEASE_DUMP` into the empty database at ``dsn``."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(PRERELEASE_DUMP.read_text(encoding="utf-8"))

@@ -49,7 +49,7 @@ def test_migrate_uses_the_configs_dsn_and_is_idempotent(tmp_path: Path,
                 IPT_MIGRATE_DSN=pg_empty_dsn)
     assert first.returncode == 0, first.stderr
     applied = [line for line in first.stdout.splitlines() if " applied " in line]
-    assert applied and "base -> 0001" in applied[0]
+    assert applied and "base -> v010_baseline" in applied[0]
     assert len(applied) == len(set(applied)) >= len(code_heads())
     assert _heads(pg_empty_dsn) == list(code_heads())
     second = run("gateway", "migrate", "--config", str(config), cwd=tmp_path,
@@ -126,18 +126,12 @@ async def test_app_components_refuse_an_unmigrated_database(pg_empty_dsn: str,
 
 def test_permits_command_refuses_a_database_behind(tmp_path: Path,
                                                    pg_empty_dsn: str) -> None:
-    """``mayu permits list`` on a database one revision behind (the store calls the
-    head's functions): exit 2, one line naming mayu migrate, no SQL error; at head it
-    lists."""
-    from alembic.script import ScriptDirectory
+    """``mayu permits list`` on a database behind the code (a pre-release one, whose
+    functions are not the head's): exit 2, one line naming mayu migrate, no SQL error;
+    once migrated it lists."""
+    from tests.integration._pg_helpers import load_prerelease
 
-    from gateway.schema import _config
-    from tests.conftest import migrate
-
-    [head] = code_heads()
-    previous = ScriptDirectory.from_config(_config()).get_revision(head).down_revision
-    assert isinstance(previous, str)
-    migrate(pg_empty_dsn, previous)
+    load_prerelease(pg_empty_dsn)
     config = tmp_path / "mayu.yaml"
     config.write_text(yaml.safe_dump({
         "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
@@ -147,7 +141,8 @@ def test_permits_command_refuses_a_database_behind(tmp_path: Path,
     assert behind.returncode == 2, behind.stderr
     lines = [line for line in behind.stderr.splitlines() if "error" in line.lower()]
     assert len(lines) == 1 and "mayu migrate" in lines[0], behind.stderr
-    migrate(pg_empty_dsn)
+    assert run("gateway", "migrate", "--config", str(config), cwd=tmp_path,
+               IPT_PERMITS_DSN=pg_empty_dsn).returncode == 0
     current = run("gateway", "permits", "list", "--config", str(config), cwd=tmp_path,
                   IPT_PERMITS_DSN=pg_empty_dsn)
     assert current.returncode == 0, current.stderr

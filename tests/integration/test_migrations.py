@@ -1,12 +1,18 @@
-"""The alembic migrations build, remove and rebuild the whole shared schema."""
+"""The baseline revision builds, removes and rebuilds the whole shared schema, and
+`mayu migrate` converts a pre-release database keeping every figure."""
 
 from __future__ import annotations
+
+import os
 
 import psycopg
 import pytest
 
-from gateway.governance import AdmissionRequest, Charge
-from tests.conftest import migrate
+from gateway.schema import database_heads
+from tests.conftest import create_database, drop_database, dsn_for, migrate
+from tests.integration._pg_helpers import load_prerelease
+
+pytestmark = pytest.mark.integration
 
 TABLES = {"authority_namespace", "teams", "keys", "bootstrap_declarations", "policy_state",
           "policy_generations", "policy_changes", "counters", "authority_accounts",
@@ -24,21 +30,6 @@ def _functions(dsn: str) -> set[str]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'inferplane%'")
         return {r[0] for r in rows.fetchall()}
-
-
-def _team_and_key(conn: psycopg.Connection) -> None:
-    """Team t1 and its key k1, written as any release's key store writes them."""
-    conn.execute("INSERT INTO teams (id, name) VALUES ('t1', 'one')")
-    conn.execute("INSERT INTO keys (id, team_id, key_hash, display_prefix)"
-                 " VALUES ('k1', 't1', 'h', 'sk-inf-x')")
-
-
-def _request(rid: str, charges: tuple[Charge, ...]) -> AdmissionRequest:
-    """An admission of team t1's key k1 on 2026-11-30 with these charges."""
-    return AdmissionRequest(request_id=rid, key_id="k1", key_revision=1, team_id="t1",
-                            team_revision=1, user=None, model="m", token_bound=100,
-                            usd_bound=5_000, policy_generation=0, charges=charges,
-                            day="2026-11-30", month="2026-11")
 
 
 def test_empty_to_head_to_base_to_head(pg_empty_dsn: str) -> None:
@@ -61,160 +52,97 @@ def test_head_seeds_singletons(pg_dsn: str) -> None:
         assert conn.execute("SELECT generation FROM policy_state").fetchone() == (0,)
 
 
-def test_upgrade_from_0001_keeps_every_committed_figure(pg_empty_dsn: str) -> None:
-    """A database used by the 0001 gateway (admit_v1/settle_v1: one permit settled, one
-    pending) upgraded to head keeps every committed and reserved figure, gains zero
-    liability, and the pending permit settles through settle_v2."""
+def _rows(dsn: str) -> dict[str, list[tuple[object, ...]]]:
+    with psycopg.connect(dsn) as conn:
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                for t in ("teams", "keys", "counters", "authority_accounts", "permits",
+                          "permit_segments", "policy_state", "authority_namespace")}
+
+
+def test_a_prerelease_database_is_converted_keeping_every_figure(pg_empty_dsn: str) -> None:
+    """mayu migrate moves a database at pre-release revision 0009 to the baseline: every
+    row (committed, liability, reserved) is kept, the functions are the baseline's, and
+    the permit left pending settles afterwards through the new functions."""
     import asyncio
-    import json
 
-    import msgspec
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
 
-    from gateway.governance import (
-        Outcome,
-        OutcomeKind,
-        Permit,
-        settlement_for,
-    )
+    from gateway.governance import Outcome, OutcomeKind, settlement_for
     from gateway.governance._postgres import PostgresGovernanceStore
+    from gateway.schema import BASELINE_REVISION, schema_problem, structure, upgrade
 
-    migrate(pg_empty_dsn, "0001")
-    window = "team:t1:usd:day:2026-11-30"
-    charges = (Charge(counter="team:t1:tpm", kind="bucket", dimension="tokens", amount=100,
-                      limit=10_000),
-               Charge(counter=window, kind="window", dimension="usd", amount=5_000,
-                      limit=20_000, window="2026-11-30"))
-
-    def req(rid: str) -> AdmissionRequest:
-        return _request(rid, charges)
-    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
-        _team_and_key(conn)
-        [(done,)] = conn.execute("SELECT inferplane_admit_v1(%s::jsonb)", (
-            msgspec.json.encode([req("a"), req("b")]).decode(),)).fetchall()
-        first, second = (d["permit_id"] for d in done)
-        conn.execute("SELECT inferplane_settle_v1(%s::uuid, 'complete', 'fp', %s::jsonb,"
-                     " '', 40, 1234)", (first, json.dumps({"team:t1:tpm": 40,
-                                                          window: 1234})))
-        before = conn.execute('SELECT reserved, committed FROM counters WHERE key = %s',
-                              (window,)).fetchone()
-        permits_before = conn.execute("SELECT id, status, tokens_committed, usd_committed"
-                                      " FROM permits ORDER BY id").fetchall()
-    assert before == (5_000, 1_234)
-    migrate(pg_empty_dsn)
+    load_prerelease(pg_empty_dsn)
+    before = _rows(pg_empty_dsn)
     with psycopg.connect(pg_empty_dsn) as conn:
-        assert conn.execute("SELECT reserved, committed, liability FROM counters"
-                            " WHERE key = %s", (window,)).fetchone() == (5_000, 1_234, 0)
-        assert conn.execute("SELECT id, status, tokens_committed, usd_committed FROM"
-                            " permits ORDER BY id").fetchall() == permits_before
+        problem = schema_problem(database_heads(conn))
+    assert problem is not None and "pre-release schema (revision 0009)" in problem
+    assert "mayu migrate" in problem
+    steps: list[object] = []
+    assert upgrade(pg_empty_dsn, on_step=steps.append) == (BASELINE_REVISION,)
+    assert len(steps) == 1 and "converted" in str(steps[0])
+    assert _rows(pg_empty_dsn) == before
+    window, account = "team:t1:usd:day:2026-11-30", "account:org:budget:2026-11"
+    with psycopg.connect(pg_empty_dsn) as conn:
+        for table, key in (("counters", window), ("authority_accounts", account)):
+            assert conn.execute(f"SELECT committed, liability, reserved FROM {table} "
+                                "WHERE key = %s", (key,)).fetchone() == (1_234, 5_000, 5_000)
+        converted = structure(conn)
+    fresh = pg_empty_dsn.rsplit("/", 1)[0] + "/postgres"
+    name = f"ipt_{os.getpid()}_fresh_baseline"
+    create_database(fresh, name)
+    try:
+        migrate(dsn_for(fresh, name))
+        with psycopg.connect(dsn_for(fresh, name)) as conn:
+            assert structure(conn) == converted
+    finally:
+        drop_database(fresh, name)
 
     async def settle_pending() -> None:
-        from psycopg.rows import dict_row
-        from psycopg_pool import AsyncConnectionPool
-
         async with AsyncConnectionPool(pg_empty_dsn, kwargs={
                 "autocommit": True, "row_factory": dict_row}) as pool:
             store = PostgresGovernanceStore(pool)
-            permit = Permit(id=second, request=req("b"))
-            outcome = Outcome(kind=OutcomeKind.UNCERTAIN, detail="after the upgrade")
-            result = await store.settle(permit.id, settlement_for(permit.request, outcome))
+            [pending] = await store.pending_permits()
+            permit = await store.get_permit(pending)
+            assert permit is not None and permit.request.request_id == "open"
+            cut = Outcome(kind=OutcomeKind.UNCERTAIN, detail="after the conversion")
+            result = await store.settle(permit.id, settlement_for(permit.request, cut))
             assert (result.usd_committed, result.usd_liability) == (0, 5_000)
     asyncio.run(settle_pending())
     with psycopg.connect(pg_empty_dsn) as conn:
-        assert conn.execute("SELECT reserved, committed, liability FROM counters"
-                            " WHERE key = %s", (window,)).fetchone() == (0, 1_234, 5_000)
+        assert conn.execute("SELECT committed, liability, reserved FROM counters "
+                            "WHERE key = %s", (window,)).fetchone() == (1_234, 10_000, 0)
 
 
-# What each release's gateway called to admit a batch and to settle one.
-_RELEASED = {"0003": ("inferplane_admit_v2(%s::jsonb)", ""),
-             "0004": ("inferplane_admit_v3(%s::json)", "inferplane_settle_v3(%s::jsonb)"),
-             "0005": ("inferplane_admit_v4(%s::json)", "inferplane_settle_v4(%s::jsonb)"),
-             "0006": ("inferplane_admit_v5(%s::json)", "inferplane_settle_v5(%s::jsonb)"),
-             "0007": ("inferplane_admit_v6(%s::jsonb)", "inferplane_settle_v6(%s::jsonb)"),
-             "0008": ("inferplane_admit_v6(%s::jsonb)", "inferplane_settle_v6(%s::jsonb)")}
+def test_a_prerelease_database_that_differs_is_refused_unchanged(pg_empty_dsn: str) -> None:
+    """A 0009 database whose tables differ from the baseline's is refused with the
+    difference and what to do; nothing in it changes (functions and revision included)."""
+    from gateway.errors import ConfigError
+    from gateway.schema import upgrade
+
+    load_prerelease(pg_empty_dsn)
+    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE counters ADD COLUMN note text")
+    before, functions = _rows(pg_empty_dsn), _functions(pg_empty_dsn)
+    with pytest.raises(ConfigError) as err:
+        upgrade(pg_empty_dsn)
+    assert "unexpected column: counters 12 note" in str(err.value)
+    assert "mayu migrate" in str(err.value)
+    assert _rows(pg_empty_dsn) == before and _functions(pg_empty_dsn) == functions
+    with psycopg.connect(pg_empty_dsn) as conn:
+        assert database_heads(conn) == ("0009",)
 
 
-@pytest.mark.parametrize("start", sorted(_RELEASED))
-def test_upgrade_keeps_every_figure_and_head_settles_what_the_old_release_admitted(
-        pg_empty_dsn: str, start: str) -> None:
-    """A database used by the 0003 gateway (admit_v2/settle_v2), the 0004 one (batches
-    through admit_v3/settle_v3), the 0005 one (the v4 calls), the 0006 one (the v5
-    calls), the 0007 one (the v6 batch calls) or the 0008 one (v6's batch calls, the v7
-    lone ones): permits settled complete and uncertain, two pending; upgraded to head
-    (0004 adds the set-based v3 functions, 0005 the v4 calls, 0006 the v5 ones, 0007 the
-    v6 batch calls, 0008 the v7 lone calls, 0009 the v8 batch calls) it
-    keeps every row of counters, accounts,
-    permits and segments unchanged, and the head store settles one pending permit alone
-    and the other in a batch, next to a merged admission."""
-    import asyncio
-    import json
-
-    import msgspec
-
-    from gateway.governance import Permit
-    from gateway.governance._postgres import PostgresGovernanceStore
-    from tests.settling import exact, settlement
-
-    migrate(pg_empty_dsn, start)
-    window = "team:t1:usd:day:2026-11-30"
-    account = "account:r1:team:t1:day:2026-11-30"
-    charges = (Charge(counter=account, kind="account", dimension="usd", amount=5_000,
-                      limit=50_000, window="day", rule_uid="r1"),
-               Charge(counter="team:t1:tpm", kind="bucket", dimension="tokens", amount=100,
-                      limit=10_000),
-               Charge(counter=window, kind="window", dimension="usd", amount=5_000,
-                      limit=40_000, window="2026-11-30"))
-
-    def req(rid: str) -> AdmissionRequest:
-        return _request(rid, charges)
-
-    def rows(conn: psycopg.Connection) -> dict[str, list[tuple[object, ...]]]:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
-                for t in ("counters", "authority_accounts", "permits", "permit_segments")}
+def test_an_older_prerelease_revision_is_refused_with_what_to_do(pg_empty_dsn: str) -> None:
+    """A database at a pre-release revision before 0009 is refused, naming the commit
+    that brings it to 0009; the startup check says the same."""
+    from gateway.errors import ConfigError
+    from gateway.schema import schema_problem, upgrade
 
     with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
-        _team_and_key(conn)
-        admit, settle_batch = _RELEASED[start]
-        [(done,)] = conn.execute(f"SELECT {admit}", (
-            msgspec.json.encode([req(r) for r in "abcd"]).decode(),)).fetchall()
-        ids = [d["permit_id"] for d in done]
-        bodies = []
-        for pid, rid, kind, usd in ((ids[0], "a", "complete", 1_234),
-                                    (ids[1], "b", "uncertain", 200)):
-            body = msgspec.to_builtins(settlement(req(rid), exact(40, usd)))
-            body.update(kind=kind, fingerprint=f"fp-{rid}", permit_id=pid)
-            if kind == "uncertain":
-                body["liabilities"] = {window: 4_800, account: 4_800}
-                body["usd_liability"] = 4_800
-            bodies.append(body)
-        if not settle_batch:
-            for body in bodies:
-                conn.execute("SELECT inferplane_settle_v2(%s::uuid, %s::jsonb)",
-                             (body.pop("permit_id"), json.dumps(body)))
-        else:
-            conn.execute(f"SELECT {settle_batch}", (json.dumps(bodies),))
-        before = rows(conn)
-    by_key = {r[0]: r for r in before["counters"]}
-    assert by_key[window][7:10] == (10_000, 1_434, False)  # reserved, committed, frozen
-    migrate(pg_empty_dsn)
-    with psycopg.connect(pg_empty_dsn) as conn:
-        assert rows(conn) == before
-
-    async def settle_pending() -> None:
-        from psycopg.rows import dict_row
-        from psycopg_pool import AsyncConnectionPool
-
-        async with AsyncConnectionPool(pg_empty_dsn, kwargs={
-                "autocommit": True, "row_factory": dict_row}) as pool:
-            store = PostgresGovernanceStore(pool)
-            out = [await store._settle_one(ids[2], settlement(req("c"), exact(50, 300))),
-                   *await store._settle_many([(ids[3], settlement(req("d"),
-                                                                 exact(60, 400)))])]
-            assert [getattr(r, "usd_committed", r) for r in out] == [300, 400]
-            settled, [granted] = await store._settle_admit([], [req("e")])
-            assert settled == [] and isinstance(granted, Permit)
-    asyncio.run(settle_pending())
-    with psycopg.connect(pg_empty_dsn) as conn:
-        assert conn.execute("SELECT reserved, committed, liability FROM counters"
-                            " WHERE key = %s", (window,)).fetchone() == (5_000, 2_134, 4_800)
-        assert conn.execute("SELECT reserved, committed, liability FROM authority_accounts"
-                            " WHERE key = %s", (account,)).fetchone() == (5_000, 2_134, 4_800)
+        conn.execute("CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)")
+        conn.execute("INSERT INTO alembic_version VALUES ('0005')")
+    with pytest.raises(ConfigError, match="cdf51f7"):
+        upgrade(pg_empty_dsn)
+    problem = schema_problem(("0005",))
+    assert problem is not None and "cdf51f7" in problem

@@ -1,9 +1,9 @@
 """The store contract: the local (SQLite) and shared (Postgres) stores answer alike.
 
-Every test runs against both stores (the shared one with its v2 functions, its set-based
-v3 ones, the v4 calls and the v5 calls the gateway uses), through the same
-key-store/governance-store pair a gateway of that profile opens (the local pair shares
-one SQLite file, as the gateway's do). Same outcomes, same refusal codes, figures and
+Every test runs against both stores (the shared one as a gateway opens it by default,
+and with its coalesced, merged lane), through the same key-store/governance-store pair a
+gateway of that profile opens (the local pair shares one SQLite file, as the gateway's
+do). Same outcomes, same refusal codes, figures and
 wording, same replay and conflict rules, same liability arithmetic (DESIGN §5).
 """
 
@@ -55,8 +55,7 @@ class Stores:
         return row.committed, row.liability, row.reserved
 
 
-@pytest.fixture(params=["local", "postgres-v2", "postgres-v3", "postgres-v4",
-                        "postgres-v5", "postgres-v6", "postgres-v7", "postgres-v8"])
+@pytest.fixture(params=["local", "postgres", "postgres-merged"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
     if request.param == "local":
         db = str(tmp_path / "mayu.db")
@@ -79,9 +78,11 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
                                       pool_max_size=4))
     await pool.open(wait=True)
     try:
-        functions = int(request.param[-1])
+        coalesce = 2 if request.param == "postgres-merged" else 0
         yield Stores(request.param, PostgresKeyStore(pool),
-                     PostgresGovernanceStore(pool, functions=functions))
+                     PostgresGovernanceStore(pool, coalesce=coalesce,
+                                             settle_coalesce=coalesce,
+                                             merge=bool(coalesce)))
     finally:
         await pool.close()
 

@@ -31,21 +31,22 @@ def test_unknown_query_is_a_key_error() -> None:
         sql.queries["no_such_query"]
 
 
-def test_function_scripts_are_package_data() -> None:
-    """The migration scripts ship with the package and define the versioned functions."""
-    assert "CREATE FUNCTION inferplane_admit_v1" in sql.script("admit_v1")
-    assert "CREATE FUNCTION inferplane_settle_v1" in sql.script("settle_v1")
-    assert "CREATE TABLE permits" in sql.script("schema_v1")
-    assert "CREATE FUNCTION inferplane_admit_v2" in sql.script("admit_v2")
-    assert "CREATE FUNCTION inferplane_settle_v2" in sql.script("settle_v2")
-    assert "CREATE FUNCTION inferplane_resolve_v2" in sql.script("settle_v2")
-    assert "ADD COLUMN liability" in sql.script("schema_v2")
-    assert "CREATE FUNCTION inferplane_admit_v6" in sql.script("plans_v6")
-    assert "CREATE FUNCTION inferplane_settle_one_v7" in sql.script("plans_v7")
-    assert "inferplane_settle_one_v7(" in sql.queries["settle_one_v7"]
-    assert "CREATE FUNCTION inferplane_admit_one_v7" in sql.script("plans_v7")
-    assert "inferplane_admit_one_v7(" in sql.queries["admit_one_v7"]
-    assert "CREATE FUNCTION inferplane_admit_v8" in sql.script("plans_v8")
-    assert "inferplane_admit_v8(" in sql.queries["admit_v8"]
-    assert "CREATE FUNCTION inferplane_settle_v8" in sql.script("plans_v8")
-    assert "inferplane_settle_v8(" in sql.queries["settle_v8"]
+def test_schema_files_are_package_data_and_every_call_is_defined() -> None:
+    """The baseline's files ship with the package, and every function a named query calls
+    is defined in them exactly once (one current definition per call)."""
+    text = "\n".join(sql.script(name) for name in sql.BASELINE)
+    assert "CREATE TABLE permits" in text
+    defined = re.findall(r"^CREATE FUNCTION (inferplane_\w+)", text, re.MULTILINE)
+    assert len(defined) == len(set(defined))
+    for name in ("queries", "lease_queries"):
+        body = sql.script(name)
+        for called in re.findall(r"\b(inferplane_\w+)\(", body):
+            assert called in defined, called
+
+
+def test_sql_decides_no_http_status() -> None:
+    """Refusals leave the database as codes and figures; statuses come from the refusal
+    table (gateway/governance/_refusal.py), never from SQL."""
+    for name in sql.BASELINE:
+        text = sql.script(name)
+        assert not re.search(r"'status',\s*\d{3}|THEN\s*(402|429|503)\b", text), name
