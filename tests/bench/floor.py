@@ -1,11 +1,11 @@
 """What the row work alone costs Postgres (a script, not a test): the CPU of one backend
-per admit + settle pair through the gateway's calls (its default ``functions``), next to
+per admit + settle pair through the gateway's calls, next to
 two floors doing only the same row work with the fewest statements, in one run.
 
 For batch sizes N (``--sizes``), each on its own connection, ``--pairs`` operations:
 
-- **the gateway's calls**: ``PostgresGovernanceStore`` (its default ``functions``,
-  printed as ``vN``) admitting N requests of one team charging four counters (RPM and
+- **the gateway's calls**: ``PostgresGovernanceStore`` (as a gateway opens it,
+  printed as ``gateway calls``) admitting N requests of one team charging four counters (RPM and
   TPM buckets, day token and µUSD windows) in one call, then settling them exactly in
   one call (a lone request: the lone calls);
 - **floor, segments as rows**: a PL/pgSQL function that takes the same locks (key, team,
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import os
 import sys
 import time
@@ -154,7 +153,7 @@ async def run(dsn: str, sizes: list[int], pairs: int) -> None:
     print(f"{'batch':>5} {'calls':<22} {'PG CPU per pair':>16} {'wall per pair':>14}")
     for n in sizes:
         rounds = max(60, pairs // n)
-        gateway = f"v{inspect.signature(PostgresGovernanceStore).parameters['functions'].default}"
+        gateway = "gateway calls"
         for label in (gateway, "floor, segments as rows", "floor, segments folded"):
             # Its own connection: plans cached by this case only.
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(

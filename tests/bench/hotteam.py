@@ -7,7 +7,7 @@ Each of ``--processes`` processes opens its own pool and ``PostgresGovernanceSto
 ``settlement_coalesce``; each ``--settings`` pair measured side by side) and runs
 ``--workers`` asyncio workers, each looping admit → settle (what one request costs the
 database: the team's TPM bucket, day token window and day µUSD window charged, a permit
-with its segments written, then settled exactly) for ``--seconds``. A setting's fifth
+with its segments written, then settled exactly) for ``--seconds``. A setting's fourth
 field 1 runs it answer first, as a gateway answers by default (``server.settle_wait_s``
 0): a worker's next admission goes while its settlement is being taken.
 The raw loop is the same processes and workers doing ``UPDATE bench_raw
@@ -143,13 +143,13 @@ FLOORS = ("rows", "folded", "team-row")
 
 
 def _store(pool: AsyncConnectionPool, coalesce: int, settle_coalesce: int,
-           functions: int, merge: int) -> PostgresGovernanceStore:
+           merge: int) -> PostgresGovernanceStore:
+    # Only what the store of this checkout takes (the bench also runs from an older
+    # commit's checkout, speed.py --baseline style).
     params = inspect.signature(PostgresGovernanceStore).parameters
     kwargs: dict[str, int] = {"coalesce": coalesce}
     if settle_coalesce and "settle_coalesce" in params:
         kwargs["settle_coalesce"] = settle_coalesce
-    if "functions" in params:
-        kwargs["functions"] = functions
     if merge and "merge" in params:
         kwargs["merge"] = merge
     return PostgresGovernanceStore(pool, **kwargs)  # type: ignore[arg-type]
@@ -164,7 +164,7 @@ def _owned(worker: int, workers: int, n: int) -> list[int]:
 
 
 async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: float,
-                 coalesce: int, settle_coalesce: int, functions: int, merge: int,
+                 coalesce: int, settle_coalesce: int, merge: int,
                  answer_first: int, upstream_ms: float, start_at: float, index: int,
                  processes: int) -> tuple[int, float, tuple[int, int, int, int]]:
     async with AsyncConnectionPool(dsn, min_size=workers, max_size=workers,
@@ -189,7 +189,7 @@ async def _child(dsn: str, mode: str, keys: list[str], workers: int, seconds: fl
         else:
             ks = PostgresKeyStore(pool)
             principals = [await ks.resolve(hash_key(k)) for k in keys]
-            gov = _store(pool, coalesce, settle_coalesce, functions, merge)
+            gov = _store(pool, coalesce, settle_coalesce, merge)
             now = datetime.now(UTC)
             pending: dict[int, asyncio.Future[object] | None] = {
                 index * workers + w: None for w in range(workers)}
@@ -324,7 +324,7 @@ class Phase:
 
 
 def phase(dsn: str, mode: str, keys: list[str], a: argparse.Namespace,
-          setting: tuple[int, ...] = (0, 0, 3, 0, 0)) -> Phase:
+          setting: tuple[int, ...] = (0, 0, 0, 0)) -> Phase:
     ctx = mp.get_context("spawn")
     out: mp.Queue[Result] = ctx.Queue()
     start_at = time.time() + 3.0  # every process connected before the clock starts
@@ -359,8 +359,8 @@ async def _keys(dsn: str, teams: int) -> list[str]:
         return out
 
 
-def _label(scope: str, c: int, sc: int, fn: int, merge: int, first: int) -> str:
-    return f"{scope} {c},{sc} v{fn}" + ("m" if merge else "") + (" first" if first else "")
+def _label(scope: str, c: int, sc: int, merge: int, first: int) -> str:
+    return f"{scope} {c},{sc}" + (" merged" if merge else "") + (" first" if first else "")
 
 
 def main() -> None:
@@ -374,17 +374,10 @@ def main() -> None:
                          "(the upstream call; uniform 0..2x), so workers fall out of step "
                          "as a gateway's requests do; 0: settle at once")
     ap.add_argument("--settings", nargs="+",
-                    default=["1,1,8", "1,1,8,1", "1,1,8,0,1", "1,1,8,1,1"],
-                    help="admission_coalesce,settlement_coalesce[,functions[,merge[,first]]] "
-                         "measured side by side: functions 2 = the v2 SQL functions, 3 "
-                         "= the set-based v3, 4 = the v4 calls (v3 with stable "
-                         "plans), 5 = the v5 calls (v4 planned once per session), "
-                         "6 = 5's lone calls and the v6 batch calls (parsed and sorted "
-                         "once), 7 = the v6 batch calls and the v7 lone calls, 8 (default) "
-                         "= the v8 batch calls (permits written before the counter "
-                         "locks) and the v7 lone calls "
-                         "(the gateway's); merge 1 = admissions and "
-                         "settlements waiting at once in one transaction (each only where "
+                    default=["1,1", "1,1,1", "1,1,0,1", "1,1,1,1"],
+                    help="admission_coalesce,settlement_coalesce[,merge[,first]]] "
+                         "measured side by side: merge 1 = admissions and "
+                         "settlements waiting at once in one transaction (where "
                          "the store has it); first 1 = answer first, as a gateway "
                          "answers by default (server.settle_wait_s 0): a worker's next "
                          "admission does not wait for its settlement to be taken (at most "
@@ -402,7 +395,7 @@ def main() -> None:
     ap.add_argument("--loads", nargs="+", choices=("hot", "spread"),
                     default=["hot", "spread"], help="which loads to run (default both)")
     a = ap.parse_args()
-    settings = [(*parts, *(8, 0, 0)[len(parts) - 2:])
+    settings = [(*parts, *(0, 0)[len(parts) - 2:])
                 for parts in (tuple(int(x) for x in pair.split(",")) for pair in a.settings)]
     load0, speed0 = os.getloadavg()[0], machine_ms()
     with own_database("iphot") as dsn:
@@ -455,10 +448,10 @@ def main() -> None:
           f"(raw's); requests per call: admission, settlement")
     for scope in a.loads:
         raw_rate = med[f"raw {scope}"]
-        for c, sc, fn, mg, first in settings:
-            label = _label(scope, c, sc, fn, mg, first)
+        for c, sc, mg, first in settings:
+            label = _label(scope, c, sc, mg, first)
             rate = med[label]
-            sql_label = f"v{fn}" + (" merged" if mg else "")
+            sql_label = "merged" if mg else "lone"
             (cm, pm), (rcm, rpm) = cpu[label], cpu[f"raw {scope}"]
             ab = statistics.median(p.admit_batch for p in rates[label])
             sb = statistics.median(p.settle_batch for p in rates[label])

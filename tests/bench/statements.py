@@ -1,13 +1,13 @@
 """Where a batch's Postgres time goes, statement by statement (a script, not a test).
 
-The gateway's admission and settlement calls (``PostgresGovernanceStore``, its default
-``functions``) are run against a throwaway Postgres cluster of this script's own, started
+The gateway's admission and settlement calls (``PostgresGovernanceStore`` as a gateway
+opens it) are run against a throwaway Postgres cluster of this script's own, started
 with ``pg_stat_statements`` loaded and ``pg_stat_statements.track = all``, so every SQL
 statement a PL/pgSQL function runs is timed on its own. For each batch size N
 (``--sizes``): ``--batches`` calls of N admissions, the statistics read, then the same
 permits settled exactly, N per call, and the statistics read again. Each phase prints:
 
-- the call's mean execution time (the top-level ``SELECT inferplane_..._vN(...)``);
+- the call's mean execution time (the top-level ``SELECT inferplane_...(...)``);
 - each statement the call ran, its time per call, and its share of the call;
 - what no statement accounts for: the functions' own procedural work (PL/pgSQL
   assignments, loops, array and jsonb building, function entry with its ``SET``s) and
@@ -127,12 +127,12 @@ def _report(phase: str, n: int, before: dict[tuple[bool, str], tuple[int, float]
           " statement start-up")
 
 
-async def run(dsn: str, sizes: list[int], teams: int, batches: int, functions: int,
+async def run(dsn: str, sizes: list[int], teams: int, batches: int,
               top: int) -> None:
     async with AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False,
                                    kwargs={"autocommit": True}) as pool:
         principals = [await team_principal(pool, f"t{t}", LIMITS) for t in range(teams)]
-        store = PostgresGovernanceStore(pool, functions=functions)
+        store = PostgresGovernanceStore(pool)
         now = datetime.now(UTC)
 
         def batch(n: int) -> list[Any]:
@@ -153,7 +153,7 @@ async def run(dsn: str, sizes: list[int], teams: int, batches: int, functions: i
             else:
                 await store._settle_many(items)
 
-        print(f"functions={functions}, {teams} team(s), {batches} calls per phase")
+        print(f"{teams} team(s), {batches} calls per phase")
         for n in sizes:
             for _ in range(20):  # plans cached, caches warm
                 await settle(await admit(n))
@@ -172,7 +172,6 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--teams", type=int, default=8, help="teams a batch spreads over")
     ap.add_argument("--batches", type=int, default=300, help="calls per phase")
-    ap.add_argument("--functions", type=int, default=8, help="PostgresGovernanceStore's")
     ap.add_argument("--top", type=int, default=10, help="statements listed per phase")
     a = ap.parse_args()
     with stats_cluster() as server:
@@ -181,7 +180,7 @@ def main() -> None:
         migrate(dsn)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_stat_statements")
-        asyncio.run(run(dsn, a.sizes, a.teams, a.batches, a.functions, a.top))
+        asyncio.run(run(dsn, a.sizes, a.teams, a.batches, a.top))
 
 
 if __name__ == "__main__":
