@@ -45,7 +45,7 @@ from gateway.governance._plan import (
     utc_windows,
 )
 from gateway.governance._postgres import PostgresGovernanceStore
-from gateway.governance._refusal import refusal
+from gateway.governance._refusal import LeaseFacts, refusal
 from gateway.governance._settle import settlement_for, split_settlement
 
 # Re-exported for the app factory, which picks every shared-mode component here.
@@ -61,6 +61,7 @@ __all__ = [
     "Governor",
     "Journal",
     "JournalEntry",
+    "LeaseFacts",
     "LocalGovernanceStore",
     "Outcome",
     "OutcomeKind",

@@ -8,14 +8,52 @@ the status to its protocol's error shape.
 
 from __future__ import annotations
 
+import msgspec
+
 from gateway.governance._model import Refusal, RefusalFigures
 
 _STATUS = {"rate_limited": 429, "token_quota_exhausted": 429, "budget_exhausted": 402,
-           "account_frozen": 402, "snapshot_mismatch": 503}
+           "account_frozen": 402, "snapshot_mismatch": 503,
+           # The lease profile's own refusals (gateway.lease): the authority is elsewhere,
+           # so each is retryable once the control plane answers.
+           "rule_unsupported": 503, "lease_missing": 503, "lease_expired": 503,
+           "lease_exhausted": 503}
+
+
+class LeaseFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What a lease-profile refusal is about (the data plane's view of its lease)."""
+
+    gate: str = ""
+    """rule_unsupported: why this data plane cannot enforce the rule."""
+    renewals: int = 0
+    """lease_expired: how many renew intervals passed without an answer."""
+    started: bool = False
+    """lease_missing: the control plane has answered since this data plane started."""
+    allowance: int = 0
+    """lease_exhausted: this data plane's allowance (µUSD)."""
+    remaining: int = 0
+    """lease_exhausted: what the budget had left across all data planes (µUSD)."""
 
 
 def _unit(figures: RefusalFigures) -> str:
     return "µUSD" if figures.dimension == "usd" else figures.dimension
+
+
+def _lease_reason(code: str, counter: str, lease: LeaseFacts) -> str:
+    if code == "rule_unsupported":
+        return lease.gate
+    if code == "lease_expired":
+        return (f"{counter}: the budget lease from the control plane expired (no heartbeat "
+                f"answered for {lease.renewals} renew intervals); this FailClosed hard cap "
+                "refuses until inferplaned answers again")
+    if code == "lease_missing":
+        since = ("one was requested" if lease.started else
+                 "the control plane has not answered since this data plane started")
+        return (f"{counter}: no budget lease from the control plane yet for this FailClosed "
+                f"hard cap ({since}); retry shortly")
+    return (f"{counter}: this data plane's lease allowance ({lease.allowance} µUSD) is used "
+            f"up and a renewal is on its way (the budget had {lease.remaining} µUSD left "
+            "across all data planes); retry shortly")
 
 
 def _reason(code: str, counter: str, f: RefusalFigures | None, frozen_by: str | None,
@@ -47,11 +85,13 @@ def status_for(code: str, figures: RefusalFigures | None = None) -> int:
 
 
 def refusal(code: str, counter: str, *, figures: RefusalFigures | None = None,
-            retry_after: int | None = None, frozen_by: str | None = None) -> Refusal:
+            retry_after: int | None = None, frozen_by: str | None = None,
+            lease: LeaseFacts | None = None) -> Refusal:
     """The refusal for ``code`` on ``counter`` (a token quota answers 429, money 402)."""
     status = status_for(code, figures)
     if status == 503 and retry_after is None:
         retry_after = 1
+    reason = (_lease_reason(code, counter, lease) if lease is not None
+              else _reason(code, counter, figures, frozen_by, retry_after))
     return Refusal(status=status, counter=counter, code=code, figures=figures,
-                   retry_after=retry_after,
-                   reason=_reason(code, counter, figures, frozen_by, retry_after))
+                   retry_after=retry_after, reason=reason)

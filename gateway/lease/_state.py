@@ -31,7 +31,14 @@ from dataclasses import dataclass
 
 import msgspec
 
-from gateway.governance import AdmissionRequest, Charge, Permit, Refusal
+from gateway.governance import (
+    AdmissionRequest,
+    Charge,
+    LeaseFacts,
+    Permit,
+    Refusal,
+)
+from gateway.governance import refusal as refuse  # `refusal` names a parameter below
 from gateway.lease._apply import EMPTY_APPLIED, AppliedPolicy, ManagedRule
 from gateway.lease._wire import DEFAULT_HEARTBEAT_MS, EXPIRY_RENEWALS, LeaseGrant
 
@@ -66,12 +73,6 @@ class Lease:
     def low(self) -> bool:
         """Less than half a grant of headroom left: time to renew."""
         return self.open and self.held + self.admitted > self.allowance - self.grant // 2
-
-
-def _refusal(status: int, code: str, counter: str, reason: str,
-             retry_after: int | None = None) -> Refusal:
-    return Refusal(status=status, code=code, counter=counter, reason=reason,
-                   retry_after=retry_after)
 
 
 class LeaseState:
@@ -114,7 +115,8 @@ class LeaseState:
 
     def _decide(self, rule: ManagedRule, charge: Charge, now: float) -> Charge | Refusal:
         if rule.gate is not None:
-            return _refusal(503, "rule_unsupported", charge.counter, rule.gate, 60)
+            return refuse("rule_unsupported", charge.counter, retry_after=60,
+                           lease=LeaseFacts(gate=rule.gate))
         if not (rule.hard and charge.hard):
             return charge  # soft caps never refuse, so never gate
         lease = self.leases.get(charge.counter)
@@ -128,17 +130,11 @@ class LeaseState:
         last = self.last_success
         expiry_s = EXPIRY_RENEWALS * self.heartbeat_ms / 1000
         if lease is not None or (last is not None and now - last > expiry_s):
-            return _refusal(503, "lease_expired", charge.counter,
-                            f"{charge.counter}: the budget lease from the control plane "
-                            "expired (no heartbeat answered for "
-                            f"{EXPIRY_RENEWALS} renew intervals); this FailClosed hard cap "
-                            "refuses until inferplaned answers again",
-                            max(1, self.heartbeat_ms // 1000))
-        since = ("the control plane has not answered since this data plane started"
-                 if last is None else "one was requested")
-        return _refusal(503, "lease_missing", charge.counter,
-                        f"{charge.counter}: no budget lease from the control plane yet "
-                        f"for this FailClosed hard cap ({since}); retry shortly", 1)
+            return refuse("lease_expired", charge.counter,
+                           retry_after=max(1, self.heartbeat_ms // 1000),
+                           lease=LeaseFacts(renewals=EXPIRY_RENEWALS))
+        return refuse("lease_missing", charge.counter, retry_after=1,
+                       lease=LeaseFacts(started=last is not None))
 
     def _ask(self, key: str, rule_uid: str, amount: int) -> None:
         _, want = self.demand.get(key, (rule_uid, 0))
@@ -154,11 +150,9 @@ class LeaseState:
         amount = next((c.amount for c in req.charges if c.counter == lease.key), 0)
         if lease.open and lease.remaining >= amount and lease.expires > self.clock():
             self._ask(lease.key, lease.rule_uid, amount)
-            return _refusal(503, "lease_exhausted", lease.key,
-                            f"{lease.key}: this data plane's lease allowance "
-                            f"({lease.allowance} µUSD) is used up and a renewal is on its "
-                            f"way (the budget had {lease.remaining} µUSD left across all "
-                            "data planes); retry shortly", 1)
+            return refuse("lease_exhausted", lease.key, retry_after=1,
+                           lease=LeaseFacts(allowance=lease.allowance,
+                                            remaining=lease.remaining))
         figures = (f" (this data plane's lease allowance {lease.allowance} µUSD; the "
                    f"budget had {lease.remaining} µUSD left across all data planes at the "
                    "last heartbeat)")
