@@ -37,15 +37,18 @@ def with_charges(req: AdmissionRequest, *charges: Charge) -> AdmissionRequest:
     return msgspec.structs.replace(req, charges=merged)
 
 
-PRERELEASE_DUMP = Path(__file__).parent / "data" / "pre_0_1_0_at_0009.sql"
+PRERELEASE_DUMP = Path(__file__).parent / "data" / "pre_0_1_0_at_0009.sql.gz"
 """A database built by the pre-release chain (inferplane cdf51f7, revision 0009) holding
 one permit settled complete (committed 1,234 µUSD), one settled uncertain (liability
-5,000) and one pending (reserved 5,000) on team t1's day window and policy account."""
+5,000) and one pending (reserved 5,000) on team t1's day window and policy account:
+``pg_dump --inserts`` of it, gzipped (it is data, not code to read)."""
 
 
 def load_prerelease(dsn: str) -> None:
     """Restore :data:`PRERELEASE_DUMP` into the empty database at ``dsn``."""
+    import gzip
+
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(PRERELEASE_DUMP.read_text(encoding="utf-8"))
+        conn.execute(gzip.decompress(PRERELEASE_DUMP.read_bytes()).decode())
