@@ -40,6 +40,9 @@ BASELINE_REVISION = "v010_baseline"
 PRERELEASE_REVISIONS = tuple(f"{n:04d}" for n in range(1, 10))
 """Revisions of the pre-release chain (removed at 0.1.0); ``0009`` was its head."""
 _CONVERTIBLE = "0009"
+PREVIOUS_FUNCTIONS: tuple[str, ...] = ()
+"""Functions a migration keeps installed for one release after their ``_vN+1`` replaced
+them in ``sql/`` (rolling upgrades; CONTRIBUTING.md). The structure test ignores them."""
 _PRERELEASE_HINT = (
     "it was migrated by a pre-release build; 0.1.0 converts only the last pre-release "
     "revision (0009): run `mayu migrate` from inferplane commit cdf51f7 first (it brings "
@@ -320,6 +323,7 @@ def convert_prerelease(dsn: str) -> Step | None:
                     "replaced, every row kept)", seconds=time.monotonic() - started)
 
 
-__all__ = ["BASELINE_REVISION", "MIGRATE_HINT", "Step", "check_dsn", "code_heads",
-           "convert_prerelease", "database_heads", "database_heads_async", "describe_dsn",
-           "files_structure", "schema_problem", "script_location", "structure", "upgrade"]
+__all__ = ["BASELINE_REVISION", "MIGRATE_HINT", "PREVIOUS_FUNCTIONS", "Step", "check_dsn",
+           "code_heads", "convert_prerelease", "database_heads", "database_heads_async",
+           "describe_dsn", "files_structure", "schema_problem", "script_location",
+           "structure", "upgrade"]

@@ -11,8 +11,11 @@ Postgres:
   ``alert_queries.sql`` through :data:`alert_queries` (budget alerts and the cluster
   gauges).
 
-SQLite: ``local_alert_queries.sql`` (``:name`` parameters) through
-:data:`local_alert_queries`.
+SQLite (the local profile's file, ``<data_dir>/mayu.db``): ``local/keys.sql``,
+``local/governance.sql``, ``local/lease.sql`` and ``local/alerts.sql``, one per store,
+each its ``schema`` (run with executescript when the store opens) then one named
+statement per call (``:name`` parameters), exposed through :data:`local_keys`,
+:data:`local_governance`, :data:`local_lease` and :data:`local_alerts`.
 
 Files are read once with :mod:`importlib.resources`, so they ship as package data. After
 a release, a changed function is a new ``_vN+1`` created by a migration (CONTRIBUTING.md).
@@ -20,6 +23,7 @@ a release, a changed function is a new ``_vN+1`` created by a migration (CONTRIB
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import cache
 from importlib import resources
@@ -40,13 +44,38 @@ def script(name: str) -> LiteralString:
 BASELINE = ("schema", "governance", "lease")
 """The files that build the whole Postgres schema, in order."""
 
+BASELINE_SHA256 = {
+    "schema": "f38248ecc546c0581cf64fa3ebf4389ad14cf0687d8127206c52bf07369060bb",
+    "governance": "24ef54fbf808d717eb4ca40277f5a688785e2e76890cf35fcdade8098169b615",
+    "lease": "7ecdbf6ae21123f6872bca724945f04e505836d36f46cd42f244046b6f17925e",
+}
+"""The 0.1.0 baseline revision's files as released. The baseline installs these texts
+and nothing else: once a file changes (a new ``_vN+1`` made by a migration), the
+baseline must install a frozen copy of the released text (CONTRIBUTING.md)."""
 
-def run_script(op: Any, name: str) -> None:
-    """Run ``sql/<name>.sql`` from an alembic migration (``op`` is ``alembic.op``).
+
+def baseline_script(name: str) -> LiteralString:
+    """The released text of baseline file ``name``: ``migrations/baseline/<name>.sql``
+    when a frozen copy exists (made at the first change after 0.1.0), else
+    ``sql/<name>.sql``; refused if it is not the text :data:`BASELINE_SHA256` records."""
+    frozen = resources.files("migrations").joinpath("baseline", f"{name}.sql")
+    text = (cast(LiteralString, frozen.read_text(encoding="utf-8"))  # type: ignore[redundant-cast]
+            if frozen.is_file() else script(name))
+    if hashlib.sha256(text.encode()).hexdigest() != BASELINE_SHA256[name]:
+        raise RuntimeError(
+            f"sql/{name}.sql is not the text the 0.1.0 baseline released: copy the released "
+            f"file (git show v0.1.0:sql/{name}.sql) to migrations/baseline/{name}.sql and "
+            "make the change a new migration (CONTRIBUTING.md)")
+    return text
+
+
+def run_script(op: Any, name: str, *, text: str | None = None) -> None:
+    """Run ``sql/<name>.sql`` (or ``text``) from an alembic migration (``op`` is
+    ``alembic.op``).
 
     Whole files (several statements, PL/pgSQL bodies with ':=' and '%') go straight to
     the driver: SQLAlchemy's text() would parse ':name' as bind parameters."""
-    text = script(name)
+    text = script(name) if text is None else text
     if op.get_context().as_sql:
         op.execute(text)
         return
@@ -81,7 +110,11 @@ class _Queries:
 queries = _Queries()
 lease_queries = _Queries("lease_queries")
 alert_queries = _Queries("alert_queries")
-local_alert_queries = _Queries("local_alert_queries")
+local_keys = _Queries("local/keys")
+local_governance = _Queries("local/governance")
+local_lease = _Queries("local/lease")
+local_alerts = _Queries("local/alerts")
 
-__all__ = ["BASELINE", "alert_queries", "lease_queries", "local_alert_queries", "queries",
-           "run_script", "script"]
+__all__ = ["BASELINE", "BASELINE_SHA256", "alert_queries", "baseline_script",
+           "lease_queries", "local_alerts", "local_governance", "local_keys", "local_lease",
+           "queries", "run_script", "script"]

@@ -30,7 +30,7 @@ _TABLES = ("lease_grants", "lease_dataplanes", "alert_events", "permit_segments"
 
 def upgrade() -> None:
     for name in sql.BASELINE:
-        sql.run_script(op, name)
+        sql.run_script(op, name, text=sql.baseline_script(name))
 
 
 def downgrade() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from gateway.schema import files_structure, structure
+from gateway.schema import PREVIOUS_FUNCTIONS, files_structure, structure
 
 pytestmark = pytest.mark.integration
 
@@ -21,6 +21,8 @@ def test_migrations_equal_the_schema_files(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn) as conn, conn.transaction():
         migrated = structure(conn)
         from_files = files_structure(conn)
+    migrated["functions"] = {f for f in migrated["functions"]
+                             if f[0] not in PREVIOUS_FUNCTIONS}
     for part in ("columns", "indexes", "constraints", "functions"):
         assert migrated[part] == from_files[part], part
     assert len(migrated["functions"]) > 20 and len(migrated["columns"]) > 100

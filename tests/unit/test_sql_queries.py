@@ -50,3 +50,10 @@ def test_sql_decides_no_http_status() -> None:
     for name in sql.BASELINE:
         text = sql.script(name)
         assert not re.search(r"'status',\s*\d{3}|THEN\s*(402|429|503)\b", text), name
+
+
+def test_the_baseline_installs_the_released_files() -> None:
+    """The baseline revision's files are the 0.1.0 texts (a change to one needs a new
+    migration and a frozen copy for the baseline: CONTRIBUTING.md)."""
+    for name in sql.BASELINE:
+        assert sql.baseline_script(name) == sql.script(name)
