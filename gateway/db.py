@@ -107,11 +107,9 @@ class HeldConnections:
 
     psycopg's pool hands out its idle connections first in, first out, so consecutive
     calls cycle through every connection of the pool: each a Postgres backend with cold
-    caches that plans the called functions' statements again. Keeping the connection
-    cut Postgres CPU per admit + settle pair by about a quarter in
-    ``tests/bench/hotteam.py``; the client CPU it saves is small (a kept connection
-    costs about 9 µs per call against 17 µs for a pool checkout and return, uvloop;
-    ``docs/benchmarks-history.md``, "Hot team").
+    caches that plans the called functions' statements again; a kept connection keeps
+    its backend's plans warm (``tests/bench/hotteam.py`` measures it; the run is in
+    ``tests/bench/NOTES.md``).
 
     :meth:`connection` takes the most recently kept connection, else one from the pool.
     After a call that ended cleanly (no error, no transaction left open) it keeps it

@@ -172,11 +172,11 @@ class DatabaseSettings(_Base, frozen=True):
     """Coalesce settlements the same way: at most this many settlement calls in flight
     per replica; settlements arriving meanwhile are taken in one transaction. 0: off.
     Default 1: on one hot team from three processes, admissions/s ×1.47 in
-    tests/bench/hotteam.py (docs/hot-team.md)."""
+    tests/bench/hotteam.py (docs/batching.md)."""
     merge_batches: bool = False
     """With both coalescings on: admissions and settlements share one lane of
     ``admission_coalesce`` calls in flight, and those waiting at once go as ONE
-    transaction, settlements first (``inferplane_settle_admit_v3``): one commit per
+    transaction, settlements first (``inferplane_settle_admit_v1``): one commit per
     admit + settle pair on a hot team. Default off: tests/bench/hotteam.py found no
     consistent gain over two lanes (one lane has half the calls in flight)."""
 

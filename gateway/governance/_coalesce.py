@@ -13,7 +13,7 @@ pending and binding.
 
 :class:`SettlementCoalescer` does the same for settlements, which on a hot team hold the
 same row locks as admissions: the settlements waiting anyway are taken in one
-transaction (docs/hot-team.md says why that is exact).
+transaction (docs/batching.md says why that is exact).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ async def _alone(one: SettleOne, permit_id: str, settlement: Settlement,
 class MergedCoalescer(Coalescer):
     """Admissions and settlements in ONE lane: at most ``max_in_flight`` calls at once,
     and what waits meanwhile goes as one transaction, settlements first, then admissions
-    (``merged``; docs/hot-team.md step 5): on a hot team that is one commit per
+    (``merged``; docs/batching.md, "Merged batches"): on a hot team that is one commit per
     admit + settle pair instead of two. A batch of one kind only takes that kind's path
     (``send`` for admissions, ``one``/``many`` for settlements). If a merged transaction
     fails as a whole, its admissions fail with its error (nothing was dispatched) and its

@@ -1,6 +1,6 @@
 """The lease ledger's arithmetic (ADR-034 §2), as pure functions.
 
-``sql/lease_v1.sql`` (``inferplane_lease_sync_v1``) executes exactly this under row
+``sql/lease.sql`` (``inferplane_lease_sync_v1``) executes exactly this under row
 locks in Postgres; this module is its specification, mirrored line for line, so the
 property tests (hypothesis) can state the invariants on the arithmetic alone and the
 integration tests can check the SQL against it.

@@ -49,7 +49,7 @@ def cpu_s(pid: int) -> float:
 def machine_ms() -> float:
     """How fast this machine runs now: the median CPU time (ms) of a fixed pure-Python
     loop, three tries. Shared machines swing by half or more between runs, and not
-    every kind of work slows alike (docs/benchmarks.md, "Hot team"), so a run's figures
+    every kind of work slows alike (docs/benchmarks.md, "How to read them"), so a run's figures
     compare with another run's only next to this one."""
     times = []
     for _ in range(3):

@@ -28,7 +28,7 @@ row, ``team-row`` with that and a team's counters kept as one row. The run check
 the floors left nothing reserved or pending.
 
     .venv/bin/python tests/bench/hotteam.py [--processes 3] [--workers 8] [--seconds 4] \
-        [--settings 1,1,8 1,1,8,1 1,1,8,0,1 1,1,8,1,1] [--floors rows folded team-row]
+        [--settings 1,1 1,1,1 1,1,0,1 1,1,1,1] [--floors rows folded team-row]
 
 Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 """

@@ -1,4 +1,4 @@
-"""``sql/lease_v1.sql`` against real Postgres: the same arithmetic as gateway.lease._ledger.
+"""``sql/lease.sql`` against real Postgres: the same arithmetic as gateway.lease._ledger.
 
 Sequences of heartbeats from several planes (fresh frames, lower figures, retries, a
 shared reservation on the same account) run through ``inferplane_lease_sync_v1`` and

@@ -1,6 +1,6 @@
 """Property tests of the lease ledger's arithmetic (gateway.lease._ledger, ADR-034 §2).
 
-``sql/lease_v1.sql`` executes the same arithmetic; tests/integration/test_lease_sql.py
+``sql/lease.sql`` executes the same arithmetic; tests/integration/test_lease_sql.py
 checks the SQL against these functions. Here the invariants are stated on the pure
 functions: grants never take an account past its limit, retried heartbeats grant nothing
 twice, a restarted plane's old allowance is never spent again, and — in a simulation of
