@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.governance import Permit, PostgresGovernanceStore, Refusal
+from gateway.governance import Permit, PostgresGovernanceStore, Refusal, SettleResult
 from gateway.keys import PostgresKeyStore, TeamLimits
 from tests.integration._pg_helpers import principal, request
 from tests.settling import exact, settlement
@@ -92,51 +92,58 @@ async def test_settlements_and_admissions_queued_together_go_as_one_call(pg_pool
     assert (window["committed"], window["reserved"]) == (250, 1_750)
 
 
-@pytest.mark.parametrize("old_functions", [2, 6], ids=["v2", "v6"])
-@pytest.mark.parametrize("mode", ["merged", "lone", "batches"])
-async def test_head_and_older_replicas_crossing_new_windows_never_deadlock(  # type: ignore[no-untyped-def]
-        pg_pool, mode, old_functions) -> None:
-    """Two replicas, one on the head's calls and one on an older release's (v2, or v6:
-    the release before the head's lone and v8 batch calls; a rolling upgrade), loop
-    admit → settle on two teams in opposite orders while every round opens a new day (new
-    window rows created mid-race): every call completes, none errors, and every window
-    ends exact. The head replica merges its batches, or (``lone``) sends every admission
-    and settlement alone (``inferplane_admit_one_v7`` / ``_settle_one_v7``, their own
-    statements), or (``batches``) sends them as unmerged batches
-    (``inferplane_admit_v8``, which writes its permits before it locks, and
-    ``_settle_v8``), while the older replica creates the same rows in its batches."""
-    lone = mode == "lone"
+@pytest.mark.parametrize("other", ["lone", "batches"])
+async def test_merged_and_unmerged_replicas_crossing_new_windows_never_deadlock(  # type: ignore[no-untyped-def]
+        pg_pool, other) -> None:
+    """Two replicas on one database (two stores), one merging its batches and one not,
+    loop on the same two teams in opposite orders, each round admitting on a new day (new
+    window rows created mid-race) while settling the round before: every call completes,
+    none errors, and every window ends exact. The merged replica sends each round as one
+    ``settle_admit`` call (settling one day's rows while creating the next day's); the
+    unmerged one sends every admission and settlement alone (``lone``: the ``admit_one`` /
+    ``settle_one`` calls, their own statements), or as coalesced batches (``batches``:
+    ``admit_batch``, which writes its permits before it locks, and ``settle_batch``).
+    Each call takes its rows in the global lock order, whichever call it is."""
+    lone = other == "lone"
     keys = PostgresKeyStore(pg_pool)
-    merged = (PostgresGovernanceStore(pg_pool) if lone else
-              PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1,
-                                      merge=mode == "merged"))
-    old = PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1,
-                                  functions=old_functions)
+    merged = PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1, merge=True)
+    unmerged = (PostgresGovernanceStore(pg_pool) if lone else
+                PostgresGovernanceStore(pg_pool, coalesce=1, settle_coalesce=1))
     limits = TeamLimits(tpm=10_000_000, tokens_per_day=10_000_000,
                         usd_micros_per_day=10_000_000)
     px = await principal(keys, team="tx", limits=limits)
     py = await principal(keys, team="ty", limits=limits)
     start = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
+    async def admit(store: PostgresGovernanceStore, w: int, i: int) -> list[Permit]:
+        now = start + timedelta(days=i)
+        pair = (px, py) if w % 2 else (py, px)
+        ra, rb = (request(pair[0], rid=f"{w}-{i}a", now=now),
+                  request(pair[1], rid=f"{w}-{i}b", now=now))
+        if lone and store is unmerged:
+            [a], [b] = await asyncio.gather(store.admit([ra]), store.admit([rb]))
+        else:
+            [a, b] = await store.admit([ra, rb])
+        assert isinstance(a, Permit) and isinstance(b, Permit), (a, b)
+        return [a, b]
+
+    async def settle(store: PostgresGovernanceStore, p: Permit) -> SettleResult:
+        return await store.settle(p.id, settlement(p.request, exact(5, 10)))
+
     async def loop(store: PostgresGovernanceStore, w: int) -> int:
-        done = 0
+        # Each round admits on its day while it settles the round before, queued in one
+        # loop turn: the merged replica sends them as one settle_admit call.
+        done, held = 0, list[Permit]()
         for i in range(8):
-            now = start + timedelta(days=i)
-            pair = (px, py) if w % 2 else (py, px)
-            ra, rb = (request(pair[0], rid=f"{w}-{i}a", now=now),
-                      request(pair[1], rid=f"{w}-{i}b", now=now))
-            if lone and store is merged:
-                [a], [b] = await asyncio.gather(store.admit([ra]), store.admit([rb]))
-            else:
-                [a, b] = await store.admit([ra, rb])
-            assert isinstance(a, Permit) and isinstance(b, Permit), (a, b)
-            await asyncio.gather(store.settle(a.id, settlement(a.request, exact(5, 10))),
-                                 store.settle(b.id, settlement(b.request, exact(5, 10))))
-            done += 2
-        return done
+            admitting = asyncio.ensure_future(admit(store, w, i))
+            done += len(await asyncio.gather(*(settle(store, p) for p in held)))
+            held = await admitting
+        return done + len(await asyncio.gather(*(settle(store, p) for p in held)))
     counts = await asyncio.wait_for(asyncio.gather(
-        *(loop(merged if w % 3 else old, w) for w in range(12))), timeout=120)
+        *(loop(merged if w % 3 else unmerged, w) for w in range(12))), timeout=120)
     assert sum(counts) == 12 * 8 * 2
+    assert merged.tally.settled + unmerged.tally.settled == 12 * 8 * 2
+    assert merged.tally.merged_calls > 0 and unmerged.tally.merged_calls == 0
     assert await merged.pending_permits() == []
     for day in range(8):
         d = (start + timedelta(days=day)).date().isoformat()

@@ -1,28 +1,30 @@
-"""The set-based ``_v3`` functions, and the ``_v5`` to ``_v8`` calls, answer exactly as
-the ``_v2`` functions, batch by batch.
+"""The equivalence oracle: every admission and settlement call answers, and leaves every
+row, exactly as its reference, the general path taken request by request.
+
+``sql/governance.sql`` holds one definition per call and no version history, so nothing
+older can vouch for the fast calls: they are checked against the general path, which
+decides one request (or one settlement) at a time and is the written semantics. The
+references are ``inferplane_admit_serial_v1`` (admissions one after another, in batch
+order) and ``inferplane_settle_permit_v1`` (one permit; a batch's settlements item by
+item in one transaction).
 
 A property test (hypothesis) drives one database through random sequences of admission
 batches and settlement batches — refusals of every kind, new windows created mid-run,
 leased accounts, frozen accounts, snapshot mismatches, the same permit twice in one
 batch, replays, conflicts, unknown permits, missing and extra commits. Each batch runs
-twice on the same state: first through the v2 functions (``inferplane_admit_v2`` on the
-batch; ``inferplane_settle_v2`` item by item in one transaction, as the v2 settlement
-coalescer sends it), whose answers and resulting rows are recorded and rolled back;
-then through ``inferplane_admit_v3`` / ``inferplane_settle_v3``, which commit. In between,
-each ``_v5`` call runs on the same state and is rolled back: ``inferplane_admit_v5`` on
-the batch and ``inferplane_admit_one_v5`` request by request, ``inferplane_settle_v5`` on
-the settlement batch and ``inferplane_settle_one_v5`` item by item (the two lone calls
-run their own statements, not v2's), and ``inferplane_settle_admit_v5`` on a merged
-one; so does each ``_v6`` batch call (``inferplane_admit_v6``, ``_settle_v6``,
-``_settle_admit_v6``: their own bodies, on jsonb requests), and the ``_v7`` lone
-calls (``inferplane_admit_one_v7`` request by request, ``inferplane_settle_one_v7`` item
-by item), and the ``_v8`` batch calls (``inferplane_admit_v8``, which writes every
-snapshot-current request's permit before its counter locks and deletes a refused one's
-again, and ``inferplane_settle_v8``). A merged batch
-(``inferplane_settle_admit_v3``: settlements, then admissions, one transaction) is
-compared with its serial run: each settlement through v2, then the admissions. Answers
-and every row of counters, accounts, permits and segments must be equal (permit ids,
-which each function draws at random, are compared through their request ids).
+several times on the same state: first through its reference, whose answers and
+resulting rows are recorded and rolled back; then through the lone call, rolled back
+(``inferplane_admit_one_v1`` request by request, ``inferplane_settle_one_v1`` item by
+item: their own statements, not the reference's); then through the batch call the store
+sends, which commits (``inferplane_admit_v1`` on the admissions,
+``inferplane_settle_v1`` on the settlements). A merged batch
+(``inferplane_settle_admit_v1``: settlements, then admissions, one transaction, through
+the batch bodies ``inferplane_settle_v1`` and ``inferplane_admit_checked_v1``) is
+compared with its serial run: each settlement through ``inferplane_settle_permit_v1``,
+then the admissions through ``inferplane_admit_serial_v1``. Answers and every row of
+counters, accounts, permits and segments must be equal (permit ids, which each function
+draws at random, are compared through their request ids), and no answer carries an HTTP
+status (the gateway derives it from the code, ``gateway/governance/_refusal.py``).
 
 Database time is pinned for this: the test database's ``inferplane_now_us_v1`` reads a
 session setting the test advances between batches (only in this throwaway database), so
@@ -34,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -54,7 +56,7 @@ DAYS = ("2026-12-01", "2026-12-02")
 
 @pytest.fixture(scope="module")
 def db(pg_server_dsn: str, pg_template: str) -> Iterator[psycopg.Connection[Any]]:
-    name = f"ipt_{os.getpid()}_v3eq"
+    name = f"ipt_{os.getpid()}_batcheq"
     create_database(pg_server_dsn, name, template=pg_template)
     conn = psycopg.connect(dsn_for(pg_server_dsn, name), autocommit=True,
                            row_factory=dict_row)
@@ -83,8 +85,8 @@ charge_spec = st.fixed_dictionaries({
 })
 # The limits a batch was planned with, per team: one batch's requests for one team carry
 # the same limits and hardness (a team or policy edit between two plans is a snapshot
-# mismatch; which of two differing definitions creates a new row is not specified by
-# either version), and they change from batch to batch.
+# mismatch; which of two differing definitions creates a new row is not specified),
+# and they change from batch to batch.
 limits_spec = st.fixed_dictionaries({
     "tpm": st.sampled_from([600, 5_000, 50_000]), "token_limit": st.sampled_from([None, 1_500]),
     "usd_limit": st.sampled_from([None, 9_000, 20_000]),
@@ -158,7 +160,7 @@ def _settlement(spec: dict[str, Any], permit_id: str,
             "liabilities": liabilities}
 
 
-# -- running a batch both ways ----------------------------------------------------------
+# -- running a batch every way ----------------------------------------------------------
 
 def _state(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     rid = {r["id"]: r["request_id"] for r in conn.execute("SELECT id, request_id FROM permits")}
@@ -192,28 +194,36 @@ def _normal(results: list[dict[str, Any]], conn: psycopg.Connection[Any]) -> lis
     return out
 
 
-def _both(conn: psycopg.Connection[Any], now_us: int, v2: Any, v3: Any,
-          *also: Any) -> list[Any]:
-    """Run v2 (rolled back), each of ``also`` (rolled back), then v3 (committed) on the
-    same state; all must agree."""
+Calls = Callable[[], list[Any]]
+
+
+def _pin(conn: psycopg.Connection[Any], now_us: int) -> None:
+    conn.execute("SELECT set_config('inferplane.test_now_us', %s, true)", (str(now_us),))
+
+
+def _equal(conn: psycopg.Connection[Any], now_us: int, reference: Calls, committed: Calls,
+           **others: Calls) -> list[Any]:
+    """Run ``reference`` (rolled back), each of ``others`` (rolled back), then
+    ``committed`` (committed) on the same state: answers and rows must all equal the
+    reference's. Returns ``committed``'s answers as given (their permit ids are the ones
+    left in the database)."""
     with conn.transaction(force_rollback=True):
-        conn.execute("SELECT set_config('inferplane.test_now_us', %s, true)", (str(now_us),))
-        old = _normal(v2(), conn)
-        old_state = _state(conn)
-    for other in also:
+        _pin(conn, now_us)
+        expected = _normal(reference(), conn)
+        expected_state = _state(conn)
+    for name, other in others.items():
         with conn.transaction(force_rollback=True):
-            conn.execute("SELECT set_config('inferplane.test_now_us', %s, true)",
-                         (str(now_us),))
-            assert _normal(other(), conn) == old
-            assert _state(conn) == old_state
+            _pin(conn, now_us)
+            assert _normal(other(), conn) == expected, name
+            assert _state(conn) == expected_state, name
     with conn.transaction():
-        conn.execute("SELECT set_config('inferplane.test_now_us', %s, true)", (str(now_us),))
-        raw = v3()
-        new = _normal(raw, conn)
-        new_state = _state(conn)
-    assert new == old
-    assert new_state == old_state
-    for r in new:  # what the examples covered (pytest --hypothesis-show-statistics)
+        _pin(conn, now_us)
+        raw = committed()
+        assert _normal(raw, conn) == expected, "batch call"
+        assert _state(conn) == expected_state, "batch call"
+    for r in expected:
+        assert "status" not in r, r  # a fact, never an HTTP status
+        # what the examples covered (pytest --hypothesis-show-statistics)
         event("conflict" if r.get("conflict") else "replay" if r.get("replay")
               else str(r.get("reason") or r.get("problem") or r.get("kind")
                        or ("unknown" if r.get("unknown") else "granted")))
@@ -224,8 +234,8 @@ def _both(conn: psycopg.Connection[Any], now_us: int, v2: Any, v3: Any,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(steps=st.lists(step, min_size=1, max_size=14))
-def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
-                                      steps: list[tuple[str, Any]]) -> None:
+def test_every_call_answers_and_writes_as_the_serial_path(
+        db: psycopg.Connection[Any], steps: list[tuple[str, Any]]) -> None:
     db.execute("TRUNCATE permit_segments, permits, counters, authority_accounts, "
                "lease_grants")
     now_us = 1_764_590_400_000_000
@@ -244,43 +254,21 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
                 n += 1
                 reqs.append(_request(arg[0], spec, f"r{n:03}"))
             body = json.dumps(reqs)
-            results = _both(
+            results = _equal(
                 db, now_us,
-                lambda body=body: _call(db, "inferplane_admit_v2(%s::jsonb)", body),
-                lambda body=body: _call(db, "inferplane_admit_v3(%s::json)", body),
-                lambda reqs=reqs: [_call(db, "inferplane_admit_one_v5(%s::jsonb)",
-                                         json.dumps([r]))[0] for r in reqs],
-                lambda reqs=reqs: [_call(db, "inferplane_admit_one_v7(%s::jsonb)",
-                                         json.dumps([r]))[0] for r in reqs],
-                lambda body=body: _call(db, "inferplane_admit_v5(%s::json)", body),
-                lambda body=body: _call(db, "inferplane_admit_v6(%s::jsonb)", body),
-                lambda body=body: _call(db, "inferplane_admit_v8(%s::jsonb)", body))
+                reference=partial(_call, db, "inferplane_admit_serial_v1(%s::jsonb)", body),
+                committed=partial(_call, db, "inferplane_admit_v1(%s::jsonb)", body),
+                admit_one=partial(_admit_each, db, reqs))
             permits += [(r["permit_id"], q["charges"])
                         for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
             continue
         if what == "settle":
             items = _items(arg, permits)
-
-            def v2(items: list[dict[str, Any]] = items) -> list[Any]:
-                return _settle_each(db, items)
-
-            def one_v5(items: list[dict[str, Any]] = items) -> list[Any]:
-                return _settle_each(db, items, "inferplane_settle_one_v5")
-
-            def one_v7(items: list[dict[str, Any]] = items) -> list[Any]:
-                return _settle_each(db, items, "inferplane_settle_one_v7")
-
-            _both(db, now_us, v2,
-                  lambda items=items: _call(db, "inferplane_settle_v3(%s::jsonb)",
-                                            json.dumps(items)),
-                  one_v5,
-                  lambda items=items: _call(db, "inferplane_settle_v5(%s::jsonb)",
-                                            json.dumps(items)),
-                  lambda items=items: _call(db, "inferplane_settle_v6(%s::jsonb)",
-                                            json.dumps(items)),
-                  one_v7,
-                  lambda items=items: _call(db, "inferplane_settle_v8(%s::jsonb)",
-                                            json.dumps(items)))
+            _equal(db, now_us,
+                   reference=partial(_settle_each, db, items, "inferplane_settle_permit_v1"),
+                   committed=partial(_call, db, "inferplane_settle_v1(%s::jsonb)",
+                                     json.dumps(items)),
+                   settle_one=partial(_settle_each, db, items, "inferplane_settle_one_v1"))
             continue
         # Settlements and admissions in one transaction.
         items = _items(arg[0], permits)
@@ -289,20 +277,8 @@ def test_v3_answers_and_rows_equal_v2(db: psycopg.Connection[Any],
             n += 1
             reqs.append(_request(arg[1][0], spec, f"r{n:03}"))
         body = json.dumps(reqs)
-
-        def serial(items: list[dict[str, Any]] = items, body: str = body) -> list[Any]:
-            settled = _settle_each(db, items)
-            return [*settled, *_call(db, "inferplane_admit_v2(%s::jsonb)", body)]
-
-        def merged(items: list[dict[str, Any]] = items, body: str = body,
-                   version: int = 3) -> list[Any]:
-            requests = "jsonb" if version >= 6 else "json"
-            out = _call(db, f"inferplane_settle_admit_v{version}(%s::jsonb, %s::{requests})",
-                        json.dumps(items), body)
-            return [*out["settled"], *out["admitted"]]
-
-        results = _both(db, now_us, serial, merged, partial(merged, version=5),
-                        partial(merged, version=6))[len(items):]
+        results = _equal(db, now_us, reference=partial(_serial, db, items, body),
+                         committed=partial(_merged, db, items, body))[len(items):]
         permits += [(r["permit_id"], q["charges"])
                     for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
 
@@ -324,8 +300,30 @@ def _call(db: psycopg.Connection[Any], call: str, *args: Any) -> Any:
     return db.execute(f"SELECT {call} AS r", args).fetchone()["r"]  # type: ignore[index]
 
 
+def _admit_each(db: psycopg.Connection[Any], reqs: list[dict[str, Any]]) -> list[Any]:
+    """Each admission alone through the lone call, in order (in the caller's
+    transaction)."""
+    return [_call(db, "inferplane_admit_one_v1(%s::jsonb)", json.dumps([r]))[0]
+            for r in reqs]
+
+
 def _settle_each(db: psycopg.Connection[Any], items: list[dict[str, Any]],
-                 function: str = "inferplane_settle_v2") -> list[Any]:
+                 function: str) -> list[Any]:
     """Each settlement alone, in order (in the caller's transaction)."""
     return [_call(db, f"{function}(%s::uuid, %s::jsonb)", i["permit_id"], json.dumps(i))
             for i in items]
+
+
+def _serial(db: psycopg.Connection[Any], items: list[dict[str, Any]],
+            body: str) -> list[Any]:
+    """A merged batch's serial run: each settlement through the reference, then the
+    admissions through theirs."""
+    return [*_settle_each(db, items, "inferplane_settle_permit_v1"),
+            *_call(db, "inferplane_admit_serial_v1(%s::jsonb)", body)]
+
+
+def _merged(db: psycopg.Connection[Any], items: list[dict[str, Any]],
+            body: str) -> list[Any]:
+    out = _call(db, "inferplane_settle_admit_v1(%s::jsonb, %s::jsonb)",
+                json.dumps(items), body)
+    return [*out["settled"], *out["admitted"]]
