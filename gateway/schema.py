@@ -253,7 +253,7 @@ def structure(conn: psycopg.Connection[Any], schema: str = "public"
     settings). Two databases with equal structures run the same SQL the same way."""
     out: dict[str, set[tuple[Any, ...]]] = {}
     for part, query in _STRUCTURE_SQL.items():
-        rows = conn.execute(query, {"schema": schema}).fetchall()  # type: ignore[arg-type]
+        rows = conn.execute(query, {"schema": schema}).fetchall()
         # A default naming a sequence names its schema when that is not public.
         out[part] = {tuple(str(v).replace(f"{schema}.", "") for v in row) for row in rows}
     return out
