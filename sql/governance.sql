@@ -1123,6 +1123,116 @@ BEGIN
 END
 $$;
 
+-- Apply settled permits' segments to their counters and accounts, in the order given
+-- (one element of each array per segment): the rows locked, accounts then counters,
+-- each in byte order by one statement (the global order; the caller holds the permits);
+-- then each segment on the running state: a window or account releases its reservation
+-- and takes its commit and liability, a bucket is trued up to its commit (a credit
+-- reduced by the refill since admission, exactly as inferplane_settle_permit_v1), an
+-- invalid settlement's money windows and accounts are frozen and nothing else changes;
+-- then one UPDATE per table.
+CREATE FUNCTION inferplane_settle_counters_v1(
+    g_counter text[], g_kind text[], g_dim text[], g_amount bigint[], g_limit bigint[],
+    g_commit bigint[], g_liability bigint[], g_invalid boolean[], g_admitted bigint[])
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    -- The locked accounts then counters, and their running figures.
+    s_key text[];
+    s_acct boolean[];
+    s_balance bigint[];
+    s_updated bigint[];
+    s_reserved bigint[];
+    s_committed bigint[];
+    s_liability bigint[];
+    s_frozen boolean[];
+    s_leased bigint[];
+    s_limit bigint[];
+    s_hard boolean[];
+    s_dirty boolean[];
+    g_slot int[];
+    now_us bigint;
+    s int;
+    k int;
+    v_delta numeric;
+BEGIN
+    -- The accounts, then the counters, each locked in byte order by one statement.
+    SELECT coalesce(array_agg(r.key), '{}'), coalesce(array_agg(r.acct), '{}'),
+           coalesce(array_agg(r.balance), '{}'), coalesce(array_agg(r.updated_us), '{}'),
+           coalesce(array_agg(r.reserved), '{}'), coalesce(array_agg(r.committed), '{}'),
+           coalesce(array_agg(r.liability), '{}'), coalesce(array_agg(r.leased), '{}'),
+           coalesce(array_agg(r.frozen), '{}'), coalesce(array_agg(r.lim), '{}'),
+           coalesce(array_agg(r.hard), '{}')
+      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
+           s_leased, s_frozen, s_limit, s_hard
+      FROM (SELECT * FROM (SELECT a.key, true AS acct, NULL::bigint AS balance,
+                                  NULL::bigint AS updated_us, a.reserved, a.committed,
+                                  a.liability, a.leased_outstanding AS leased, a.frozen,
+                                  a."limit" AS lim, a.hard
+                             FROM authority_accounts a WHERE a.key = ANY(g_counter)
+                            ORDER BY a.key COLLATE "C" FOR UPDATE) accounts
+            UNION ALL
+            SELECT * FROM (SELECT c.key, false, c.balance, c.updated_us, c.reserved,
+                                  c.committed, c.liability, 0::bigint, c.frozen, c."limit",
+                                  true
+                             FROM counters c WHERE c.key = ANY(g_counter)
+                            ORDER BY c.key COLLATE "C" FOR UPDATE) counters) r;
+    SELECT coalesce(array_agg(array_position(s_key, x.k) ORDER BY x.o), '{}') INTO g_slot
+      FROM unnest(g_counter) WITH ORDINALITY AS x(k, o);
+    s_dirty := array_fill(false, ARRAY[cardinality(s_key)]);
+    now_us := inferplane_now_us_v1();
+
+    -- Each part on the running state, in order; then one UPDATE per table.
+    FOR s IN 1..cardinality(g_counter) LOOP
+        k := g_slot[s];
+        CONTINUE WHEN k IS NULL;
+        IF g_invalid[s] THEN
+            -- Change no counter; freeze every money window/account the permit charged.
+            IF g_kind[s] = 'account' OR (g_kind[s] = 'window' AND g_dim[s] = 'usd') THEN
+                s_frozen[k] := true;
+                s_dirty[k] := true;
+            END IF;
+            CONTINUE;
+        END IF;
+        IF g_kind[s] = 'bucket' THEN
+            -- True-up exactly as inferplane_settle_permit_v1.
+            v_delta := (g_amount[s] - g_commit[s])::numeric * 60000000;
+            IF v_delta > 0 THEN
+                v_delta := greatest(0, v_delta - g_limit[s]::numeric
+                                       * greatest(0, now_us - g_admitted[s]));
+            END IF;
+            s_balance[k] := least(g_limit[s]::numeric * 60000000,
+                                  inferplane_refill_v1(s_balance[k], g_limit[s],
+                                                       now_us - s_updated[k])::numeric
+                                  + v_delta)::bigint;
+            s_updated[k] := greatest(s_updated[k], now_us);
+        ELSE
+            s_reserved[k] := s_reserved[k] - g_amount[s];
+            s_committed[k] := s_committed[k] + g_commit[s];
+            s_liability[k] := s_liability[k] + g_liability[s];
+        END IF;
+        s_dirty[k] := true;
+    END LOOP;
+    -- Accounts lock first, so s_acct[1] says whether any account was locked at all.
+    IF s_acct[1] THEN
+        UPDATE authority_accounts a
+           SET reserved = u.reserved, committed = u.committed, liability = u.liability,
+               frozen = u.frozen
+          FROM unnest(s_key, s_acct, s_dirty, s_reserved, s_committed, s_liability,
+                      s_frozen)
+               AS u(key, acct, dirty, reserved, committed, liability, frozen)
+         WHERE u.dirty AND u.acct AND a.key = u.key;
+    END IF;
+    UPDATE counters c
+       SET balance = u.balance, updated_us = u.updated_us, reserved = u.reserved,
+           committed = u.committed, liability = u.liability, frozen = u.frozen
+      FROM unnest(s_key, s_acct, s_dirty, s_balance, s_updated, s_reserved, s_committed,
+                  s_liability, s_frozen)
+           AS u(key, acct, dirty, balance, updated_us, reserved, committed, liability,
+                frozen)
+     WHERE u.dirty AND NOT u.acct AND c.key = u.key;
+END
+$$;
+
 -- A coalesced batch of settlements, decided set-based. Input: a JSON array of
 -- settlements, each inferplane_settle_permit_v1's p_settlement plus its "permit_id".
 -- Output: one answer per settlement, in order, each what inferplane_settle_permit_v1
@@ -1177,36 +1287,25 @@ DECLARE
     g_dim text[];
     g_amount bigint[];
     g_limit bigint[];
-    g_slot int[];
-    -- The locked accounts then counters, and their running figures.
-    s_key text[];
-    s_acct boolean[];
-    s_balance bigint[];
-    s_updated bigint[];
-    s_reserved bigint[];
-    s_committed bigint[];
-    s_liability bigint[];
-    s_frozen boolean[];
-    s_leased bigint[];
-    s_limit bigint[];
-    s_hard boolean[];
-    s_dirty boolean[];
+    -- The settled permits' segments with their parts, in batch order.
+    c_counter text[];
+    c_kind text[];
+    c_dim text[];
+    c_amount bigint[];
+    c_limit bigint[];
+    c_commit bigint[];
+    c_liability bigint[];
+    c_invalid boolean[];
+    c_admitted bigint[];
     -- The segment updates.
     u_permit uuid[] := '{}';
     u_commits jsonb[] := '{}';
     u_liabs jsonb[] := '{}';
     results jsonb[];
-    now_us bigint;
     t int;
     q int;
     s int;
-    k int;
-    v_commit bigint;
-    v_liability bigint;
-    v_delta numeric;
     v_bad text;
-    v_rows text[];
-    m int;
     -- The settlements that change their permit, and their permits' slots.
     applied int[] := '{}';
     applied_to int[] := '{}';
@@ -1356,92 +1455,20 @@ BEGIN
            AS u(id, dirty, status, fp, detail, tc, uc, tl, ul, be)
      WHERE u.dirty AND p.id = u.id;
 
-    -- 4. The accounts, then the counters, the settled permits charged, each locked in
-    --    byte order by one statement (the global order: permits, accounts, counters).
-    SELECT coalesce(array_agg(x.counter), '{}') INTO v_rows
-      FROM unnest(g_permit, g_counter) AS x(permit_id, counter)
-     WHERE x.permit_id IN (SELECT p_id[y.slot] FROM unnest(applied_to) AS y(slot));
-    SELECT coalesce(array_agg(r.key), '{}'), coalesce(array_agg(r.acct), '{}'),
-           coalesce(array_agg(r.balance), '{}'), coalesce(array_agg(r.updated_us), '{}'),
-           coalesce(array_agg(r.reserved), '{}'), coalesce(array_agg(r.committed), '{}'),
-           coalesce(array_agg(r.liability), '{}'), coalesce(array_agg(r.leased), '{}'),
-           coalesce(array_agg(r.frozen), '{}'), coalesce(array_agg(r.lim), '{}'),
-           coalesce(array_agg(r.hard), '{}')
-      INTO s_key, s_acct, s_balance, s_updated, s_reserved, s_committed, s_liability,
-           s_leased, s_frozen, s_limit, s_hard
-      FROM (SELECT * FROM (SELECT a.key, true AS acct, NULL::bigint AS balance,
-                                  NULL::bigint AS updated_us, a.reserved, a.committed,
-                                  a.liability, a.leased_outstanding AS leased, a.frozen,
-                                  a."limit" AS lim, a.hard
-                             FROM authority_accounts a WHERE a.key = ANY(v_rows)
-                            ORDER BY a.key COLLATE "C" FOR UPDATE) accounts
-            UNION ALL
-            SELECT * FROM (SELECT c.key, false, c.balance, c.updated_us, c.reserved,
-                                  c.committed, c.liability, 0::bigint, c.frozen, c."limit",
-                                  true
-                             FROM counters c WHERE c.key = ANY(v_rows)
-                            ORDER BY c.key COLLATE "C" FOR UPDATE) counters) r;
-    SELECT coalesce(array_agg(array_position(s_key, x.k) ORDER BY x.o), '{}') INTO g_slot
-      FROM unnest(g_counter) WITH ORDINALITY AS x(k, o);
-    s_dirty := array_fill(false, ARRAY[cardinality(s_key)]);
-    now_us := inferplane_now_us_v1();
-
-    -- 5. The counter arithmetic of inferplane_settle_permit_v1, settlement by settlement in batch
-    --    order, on the running state; then one UPDATE per table.
-    FOR m IN 1..cardinality(applied) LOOP
-        t := applied[m];
-        q := applied_to[m];
-        FOR s IN p_first[q]..p_last[q] LOOP
-            k := g_slot[s];
-            CONTINUE WHEN k IS NULL;
-            IF i_kind[t] = 'invalid' THEN
-                -- Change no counter; freeze every money window/account the permit charged.
-                IF g_kind[s] = 'account' OR (g_kind[s] = 'window' AND g_dim[s] = 'usd') THEN
-                    s_frozen[k] := true;
-                    s_dirty[k] := true;
-                END IF;
-                CONTINUE;
-            END IF;
-            v_commit := (i_commits[t] ->> g_counter[s])::bigint;
-            v_liability := coalesce((i_liabs[t] ->> g_counter[s])::bigint, 0);
-            IF g_kind[s] = 'bucket' THEN
-                -- True-up exactly as inferplane_settle_permit_v1.
-                v_delta := (g_amount[s] - v_commit)::numeric * 60000000;
-                IF v_delta > 0 THEN
-                    v_delta := greatest(0, v_delta - g_limit[s]::numeric
-                                           * greatest(0, now_us - p_admitted[q]));
-                END IF;
-                s_balance[k] := least(g_limit[s]::numeric * 60000000,
-                                      inferplane_refill_v1(s_balance[k], g_limit[s],
-                                                           now_us - s_updated[k])::numeric
-                                      + v_delta)::bigint;
-                s_updated[k] := greatest(s_updated[k], now_us);
-            ELSE
-                s_reserved[k] := s_reserved[k] - g_amount[s];
-                s_committed[k] := s_committed[k] + v_commit;
-                s_liability[k] := s_liability[k] + v_liability;
-            END IF;
-            s_dirty[k] := true;
-        END LOOP;
-    END LOOP;
-    -- Accounts lock first, so s_acct[1] says whether any account was locked at all.
-    IF s_acct[1] THEN
-        UPDATE authority_accounts a
-           SET reserved = u.reserved, committed = u.committed, liability = u.liability,
-               frozen = u.frozen
-          FROM unnest(s_key, s_acct, s_dirty, s_reserved, s_committed, s_liability,
-                      s_frozen)
-               AS u(key, acct, dirty, reserved, committed, liability, frozen)
-         WHERE u.dirty AND u.acct AND a.key = u.key;
-    END IF;
-    UPDATE counters c
-       SET balance = u.balance, updated_us = u.updated_us, reserved = u.reserved,
-           committed = u.committed, liability = u.liability, frozen = u.frozen
-      FROM unnest(s_key, s_acct, s_dirty, s_balance, s_updated, s_reserved, s_committed,
-                  s_liability, s_frozen)
-           AS u(key, acct, dirty, balance, updated_us, reserved, committed, liability,
-                frozen)
-     WHERE u.dirty AND NOT u.acct AND c.key = u.key;
+    -- 4. The settled permits' segments, in batch order, applied to their counters.
+    SELECT coalesce(array_agg(g_counter[x.s]), '{}'), array_agg(g_kind[x.s]),
+           array_agg(g_dim[x.s]), array_agg(g_amount[x.s]), array_agg(g_limit[x.s]),
+           array_agg((i_commits[x.t] ->> g_counter[x.s])::bigint),
+           array_agg(coalesce((i_liabs[x.t] ->> g_counter[x.s])::bigint, 0)),
+           array_agg(i_kind[x.t] = 'invalid'), array_agg(p_admitted[x.q])
+      INTO c_counter, c_kind, c_dim, c_amount, c_limit, c_commit, c_liability, c_invalid,
+           c_admitted
+      FROM (SELECT a.t, a.q, s.s
+              FROM unnest(applied, applied_to) WITH ORDINALITY AS a(t, q, m),
+                   generate_series(p_first[a.q], p_last[a.q]) AS s(s)
+             ORDER BY a.m, s.s) x;
+    PERFORM inferplane_settle_counters_v1(c_counter, c_kind, c_dim, c_amount, c_limit,
+                                          c_commit, c_liability, c_invalid, c_admitted);
     RETURN to_jsonb(results);
 END
 $$;
