@@ -14,11 +14,13 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import msgspec
 
+from gateway.ceilings import MAX_AMOUNT, MAX_TOKENS_PER_CLASS
 from gateway.cli._keys import _positive, _table, format_usd
 from gateway.config import Settings, load_settings
 from gateway.errors import BadRequest, ConfigError, NotFound, SettlementConflict, UnknownPermit
@@ -31,11 +33,12 @@ from gateway.governance import (
     Settlement,
     SettleResult,
     boot_id,
-    read_journal,
     recovered_outcome,
     settlement_for,
     split_settlement,
 )
+from gateway.governance._journal import scan_journal
+from gateway.governance._plan import check_settlement
 from gateway.keys._open import sqlite_path
 from gateway.pricing import InvalidUsage, ModelPrice, Usage
 
@@ -178,29 +181,86 @@ def _price_of(settings: Settings, model: str) -> ModelPrice:
                       "priced; pass --cost-micro-usd instead, or the config that served it")
 
 
+_USAGE_KEYS = tuple(f.name for f in msgspec.structs.fields(Usage))
+_USAGE_EXAMPLE = ('\'{"input": 1200, "output": 300, "cache_read": 0, "cache_write_5m": 0, '
+                  '"cache_write_1h": 0}\'')
+
+
+def parse_usage(text: str) -> Usage:
+    """``--usage`` JSON as a :class:`Usage`, or :class:`BadRequest` naming the bad key:
+    an unknown key (a typo would otherwise count as 0 tokens), a value that is not an
+    integer in 0..``MAX_TOKENS_PER_CLASS``, or no key at all."""
+    allowed = ", ".join(_USAGE_KEYS)
+    try:
+        raw = msgspec.json.decode(text.encode())
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"--usage: not valid JSON ({exc}); e.g. {_USAGE_EXAMPLE}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise BadRequest(f"--usage: must be a JSON object with at least one of {allowed}; "
+                         f"e.g. {_USAGE_EXAMPLE}")
+    for key, value in raw.items():
+        if key not in _USAGE_KEYS:
+            raise BadRequest(f"--usage: unknown key {key!r} (allowed: {allowed})")
+        if (not isinstance(value, int) or isinstance(value, bool)
+                or not 0 <= value <= MAX_TOKENS_PER_CLASS):
+            raise BadRequest(f"--usage: {key} must be an integer in "
+                             f"0..{MAX_TOKENS_PER_CLASS} (tokens), got {value!r}")
+    try:
+        return msgspec.convert(raw, Usage).validate()
+    except (msgspec.ValidationError, InvalidUsage) as exc:  # the checks above cover it
+        raise BadRequest(f"--usage: {exc} (allowed: {allowed})") from None
+
+
+def parse_figure(flag: str, text: str | None, unit: str) -> int | None:
+    """``--cost-micro-usd`` / ``--tokens``: an integer in 0..``MAX_AMOUNT`` (the largest
+    figure a settlement may carry), or :class:`BadRequest` naming the flag."""
+    if text is None:
+        return None
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_AMOUNT:
+        raise BadRequest(f"{flag}: must be an integer in 0..{MAX_AMOUNT} ({unit}), "
+                         f"got {text!r}")
+    return value
+
+
 def _exact_settlement(permit: Permit, args: argparse.Namespace,
                       settings: Settings) -> Settlement:
     """The settlement at an exact figure: ``--usage`` (priced with the model's price) or
-    ``--cost-micro-usd`` (+ ``--tokens``; without it the tokens stay liability)."""
+    ``--cost-micro-usd`` (+ ``--tokens``; without it the tokens stay liability). Every
+    figure is checked against the store's ceilings here, before anything is written."""
     detail = f"operator: {args.reason}"
     if args.usage is not None:
+        usage = parse_usage(args.usage)
         try:
-            usage = msgspec.json.decode(args.usage.encode(), type=Usage).validate()
-        except (msgspec.DecodeError, msgspec.ValidationError, InvalidUsage) as exc:
-            raise BadRequest(f"--usage: {exc} (e.g. '{{\"input\": 1200, \"output\": 300, "
-                             f"\"cache_read\": 0, \"cache_write_5m\": 0, "
-                             f"\"cache_write_1h\": 0}}')") from exc
-        return settlement_for(permit.request, Outcome(kind=OutcomeKind.COMPLETE, usage=usage,
-                                                      detail=detail),
-                              _price_of(settings, permit.request.model))
-    req, usd = permit.request, args.cost_micro_usd
-    tokens = args.tokens
+            settlement = settlement_for(
+                permit.request, Outcome(kind=OutcomeKind.COMPLETE, usage=usage,
+                                        detail=detail),
+                _price_of(settings, permit.request.model))
+            check_settlement(permit.request, settlement)
+        except InvalidUsage as exc:
+            raise BadRequest(f"--usage: at the model's price this is not a settlement the "
+                             f"store can take ({exc}); figures must stay within "
+                             f"0..{MAX_AMOUNT}") from None
+        return settlement
+    req = permit.request
+    usd = parse_figure("--cost-micro-usd", args.cost_micro_usd, "µUSD")
+    tokens = parse_figure("--tokens", args.tokens, "tokens")
+    assert usd is not None  # _permits_resolve: --usage or --cost-micro-usd
     base = Settlement(kind=OutcomeKind.COMPLETE if tokens is not None else OutcomeKind.UNCERTAIN,
                       detail=detail, usd_committed=usd,
                       tokens_committed=tokens or 0,
                       tokens_liability=0 if tokens is not None else req.token_bound,
                       bound_exceeded=usd > req.usd_bound or (tokens or 0) > req.token_bound)
-    return split_settlement(req, base)
+    settlement = split_settlement(req, base)
+    try:
+        check_settlement(req, settlement)
+    except InvalidUsage as exc:
+        raise BadRequest(f"--cost-micro-usd: not a settlement the store can take ({exc})"
+                         ) from None
+    return settlement
 
 
 def _resolve_exact(args: argparse.Namespace) -> int:
@@ -241,6 +301,11 @@ def _permits_resolve(args: argparse.Namespace) -> int:
         raise BadRequest("permits resolve: --usage or --cost-micro-usd, not both")
     if args.tokens is not None and args.cost_micro_usd is None:
         raise BadRequest("permits resolve: --tokens goes with --cost-micro-usd")
+    # Refused before any store is opened: a typo must not settle a permit (for good).
+    if args.usage is not None:
+        parse_usage(args.usage)
+    parse_figure("--cost-micro-usd", args.cost_micro_usd, "µUSD")
+    parse_figure("--tokens", args.tokens, "tokens")
     if args.all_older_than_minutes is not None:
         if exact:
             raise BadRequest("--usage/--cost-micro-usd: one PERMIT_ID at a time")
@@ -256,12 +321,28 @@ def _permits_resolve(args: argparse.Namespace) -> int:
     return 0
 
 
+_REPORTED_PER_FILE = 20
+
+
 def _journal_entries(paths: list[str]) -> dict[str, JournalEntry]:
+    """The permits the journals leave open; each unreadable line is reported on stderr
+    (file, line number, what was wrong, never its content) and skipped."""
     entries: dict[str, JournalEntry] = {}
     for path in paths:
         if not os.path.exists(path):
             raise ConfigError(f"--journal: no such file {path}")
-        entries.update(read_journal(path))
+        scan = scan_journal(path)
+        for bad in scan.rejected[:_REPORTED_PER_FILE]:
+            permit = f", permit {bad.permit_id}" if bad.permit_id else ""
+            print(f"mayu: warning: journal {path}: line {bad.number} skipped{permit} "
+                  f"({bad.reason})", file=sys.stderr)
+        if scan.rejected:
+            more = len(scan.rejected) - _REPORTED_PER_FILE
+            print(f"mayu: warning: journal {path}: {len(scan.rejected)} unreadable "
+                  f"line(s) skipped{f' ({more} not listed)' if more > 0 else ''}; a "
+                  "permit whose admit line is among them is resolved as if it were not "
+                  "in the journal (uncertain)", file=sys.stderr, flush=True)
+        entries.update(scan.entries)
     return entries
 
 
@@ -357,6 +438,10 @@ one is shown).
                    the same with an exact µUSD figure; without --tokens the token count
                    stays liability.
 
+A --usage key that is not a usage class (a typo), a value that is not an integer in
+0..2**40, or a --cost-micro-usd/--tokens figure outside 0..2**50 is refused (exit 2)
+before the store is opened: nothing is settled.
+
 With --all-older-than-minutes N, every permit still pending after N minutes is resolved,
 one progress line per permit; choose N above your longest request timeout so no live
 request is resolved under its gateway. Give the crashed replicas' journals with
@@ -373,16 +458,6 @@ def _add(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary
     parser.add_argument("--config", metavar="FILE", default=None, help=_CONFIG_HELP)
     parser.set_defaults(func=func)
     return parser
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _register_permits(subparsers: Any) -> None:
@@ -412,9 +487,10 @@ def _register_permits(subparsers: Any) -> None:
     resolve.add_argument("--usage", metavar="JSON",
                          help="settle at this exact usage (token classes), priced with the "
                               "model's price from --config")
-    resolve.add_argument("--cost-micro-usd", type=_non_negative, metavar="N",
+    # Both checked by parse_figure (one error line naming the flag and the range).
+    resolve.add_argument("--cost-micro-usd", metavar="N",
                          help="settle at this exact cost in µUSD")
-    resolve.add_argument("--tokens", type=_non_negative, metavar="T",
+    resolve.add_argument("--tokens", metavar="T",
                          help="with --cost-micro-usd: the exact token count")
     resolve.add_argument("--journal", action="append", metavar="FILE",
                          help="with --all-older-than-minutes: a crashed replica's "

@@ -25,6 +25,15 @@ with ``interval`` never proves non-dispatch: such permits settle uncertain.
 
 The file is compacted (rewritten with only the open permits, atomically) at open and
 whenever it grows past ``compact_bytes``.
+
+A line that cannot be read (not JSON, torn by a machine crash, binary, or JSON of the
+wrong shape) is skipped with one warning naming the file, the line number and what was
+wrong (never the line itself: it may hold request details), and counted
+(:attr:`Journal.rejected_lines`). Before the compaction at open drops such lines they are
+appended, byte for byte, to ``<journal>.rejected`` (mode 0600, fsynced) so the evidence
+for a permit they concerned is kept; the gateway starts with every permit whose lines
+were readable. A permit whose ``admit`` line was unreadable stays pending in the store
+(``mayu permits resolve`` settles it).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import asyncio
 import fcntl
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,45 +101,142 @@ def recovered_outcome(entry: JournalEntry, boot: str) -> Outcome:
                           "(journal_fsync: interval)")
 
 
-def read_journal(path: str | os.PathLike[str]) -> dict[str, JournalEntry]:
-    """The permits a journal file leaves open (not ``settled``), in admission order.
+class _Admit(msgspec.Struct, tag_field="t", tag="admit"):
+    p: str
+    r: AdmissionRequest
+    boot: str = "unknown"
+    sync: bool = False
 
-    A torn last line (a crash mid-write) is ignored: its record was never acted on.
+
+class _Dispatch(msgspec.Struct, tag_field="t", tag="dispatch"):
+    p: str
+
+
+class _Observed(msgspec.Struct, tag_field="t", tag="outcome"):
+    p: str
+    s: Settlement
+
+
+class _Settled(msgspec.Struct, tag_field="t", tag="settled"):
+    p: str
+
+
+_decode_record = msgspec.json.Decoder(_Admit | _Dispatch | _Observed | _Settled).decode
+
+_REASON_CHARS = 120
+"""A rejection's reason is cut to this: msgspec may quote a value (``Invalid value
+'…'``), and a log line must not carry a long piece of the journal."""
+
+
+@dataclass(frozen=True)
+class RejectedLine:
+    """One journal line that could not be read: where, why, and its exact bytes."""
+
+    number: int
+    """1-based line number in the file as read."""
+    reason: str
+    """What was wrong (msgspec's message, cut short; never the line's content)."""
+    raw: bytes = field(repr=False)
+    permit_id: str | None = None
+    """The record's permit id when the line is a JSON object with a plausible one."""
+
+
+def _permit_id_of(line: bytes) -> str | None:
+    """The ``p`` of an unreadable record, if it is JSON with an id-like ``p`` (letters,
+    digits, ``-`` and ``_``, at most 64): an operator can then resolve that permit."""
+    try:
+        rec = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    pid = rec.get("p") if isinstance(rec, dict) else None
+    if (isinstance(pid, str) and 0 < len(pid) <= 64
+            and all(c.isascii() and (c.isalnum() or c in "-_") for c in pid)):
+        return pid
+    return None
+
+
+@dataclass
+class JournalScan:
+    """A journal file as read: the permits it leaves open and the lines it could not."""
+
+    entries: dict[str, JournalEntry] = field(default_factory=dict)
+    rejected: list[RejectedLine] = field(default_factory=list)
+
+
+def scan_journal(path: str | os.PathLike[str]) -> JournalScan:
+    """Read a journal file (a missing one is empty) without raising on its content.
+
+    A line that is not JSON or not one of the four record shapes is not applied: it is
+    returned in :attr:`JournalScan.rejected` with its number and the reason. Permits
+    whose lines were readable come out exactly as if the bad lines were absent.
     """
-    entries: dict[str, JournalEntry] = {}
+    scan = JournalScan()
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        return entries
-    for line in data.splitlines():
+        return scan
+    # Split on b"\n" only (never \r): what a record cannot contain, so a rejected line
+    # is kept byte for byte.
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
         try:
-            rec = msgspec.json.decode(line)
-        except msgspec.DecodeError:
+            rec = _decode_record(line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # (a ValidationError is a DecodeError too: test it first)
+            what = "wrong shape" if isinstance(exc, msgspec.ValidationError) else "not JSON"
+            reason = f"{what}: {exc}"
+            if len(reason) > _REASON_CHARS:
+                reason = reason[:_REASON_CHARS] + "…"
+            scan.rejected.append(RejectedLine(number=number, reason=reason, raw=line,
+                                              permit_id=_permit_id_of(line)))
             continue
-        if not isinstance(rec, dict):
-            continue
-        _apply(entries, rec)
-    return entries
+        _apply(scan.entries, rec)
+    return scan
 
 
-def _apply(entries: dict[str, JournalEntry], rec: dict[str, Any]) -> None:
-    kind, pid = rec.get("t"), rec.get("p")
-    if not isinstance(pid, str):
+def read_journal(path: str | os.PathLike[str]) -> dict[str, JournalEntry]:
+    """The permits a journal file leaves open (not ``settled``), in admission order.
+
+    An unreadable line (a torn last line after a crash, binary, or the wrong shape) is
+    skipped with one warning each (:func:`log_rejected`); see :func:`scan_journal`.
+    """
+    scan = scan_journal(path)
+    log_rejected(path, scan.rejected)
+    return scan.entries
+
+
+_LOGGED_PER_FILE = 20
+"""Rejected lines logged one by one per file; the rest are summed up in one line."""
+
+
+def log_rejected(path: str | os.PathLike[str], rejected: list[RejectedLine]) -> None:
+    """One warning per unreadable line (the first ``_LOGGED_PER_FILE``, then one line for
+    the rest): file, line number, what was wrong; never the line's bytes."""
+    for line in rejected[:_LOGGED_PER_FILE]:
+        log.warning("journal %s: line %d skipped%s (%s)", os.fspath(path), line.number,
+                    f", permit {line.permit_id}" if line.permit_id else "", line.reason)
+    if len(rejected) > _LOGGED_PER_FILE:
+        log.warning("journal %s: %d more unreadable line(s) skipped (lines %d..%d)",
+                    os.fspath(path), len(rejected) - _LOGGED_PER_FILE,
+                    rejected[_LOGGED_PER_FILE].number, rejected[-1].number)
+
+
+def _apply(entries: dict[str, JournalEntry],
+           rec: _Admit | _Dispatch | _Observed | _Settled) -> None:
+    if isinstance(rec, _Admit):
+        entries[rec.p] = JournalEntry(permit_id=rec.p, boot=rec.boot, synced=rec.sync,
+                                      request=rec.r)
         return
-    if kind == "admit":
-        entries[pid] = JournalEntry(
-            permit_id=pid, boot=str(rec.get("boot", "unknown")),
-            synced=bool(rec.get("sync")), request=msgspec.convert(rec["r"], AdmissionRequest))
-        return
-    entry = entries.get(pid)
+    entry = entries.get(rec.p)
     if entry is None:
         return
-    if kind == "dispatch":
+    if isinstance(rec, _Dispatch):
         entry.dispatched = True
-    elif kind == "outcome":
-        entry.settlement = msgspec.convert(rec["s"], Settlement)
-    elif kind == "settled":
-        del entries[pid]
+    elif isinstance(rec, _Observed):
+        entry.settlement = rec.s
+    else:
+        del entries[rec.p]
 
 
 class Journal:
@@ -149,6 +256,13 @@ class Journal:
         self.boot = boot_id()
         self.open_entries: dict[str, JournalEntry] = {}
         """Permits admitted by this journal's replica and not yet settled."""
+        self.rejected_lines = 0
+        """Unreadable lines found at :meth:`open` (kept in :attr:`rejected_path`)."""
+
+    @property
+    def rejected_path(self) -> str:
+        """The quarantine file: unreadable lines, appended before compaction drops them."""
+        return self.path + ".rejected"
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -163,7 +277,12 @@ class Journal:
             raise ConfigError(f"server.journal_path: {self.path} is in use by another "
                               "process; every replica needs its own data dir") from exc
         self._lock_fd = lock_fd
-        left = read_journal(self.path)
+        scan = scan_journal(self.path)
+        self.rejected_lines = len(scan.rejected)
+        if scan.rejected:
+            log_rejected(self.path, scan.rejected)
+            self._quarantine(scan.rejected)  # before the rewrite drops them
+        left = scan.entries
         self.open_entries = dict(left)
         self._rewrite()
         return left
@@ -245,6 +364,27 @@ class Journal:
                 await asyncio.to_thread(self._sync)
             except OSError as exc:
                 log.error("journal fsync of %s failed: %s", self.path, exc)
+
+    def _quarantine(self, rejected: list[RejectedLine]) -> None:
+        """Append the unreadable lines, byte for byte, to :attr:`rejected_path` and make
+        them durable; an error propagates (the journal is then left as it was)."""
+        data = b"".join(line.raw + b"\n" for line in rejected)
+        fd = os.open(self.rejected_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dir_fd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
+        try:  # the new file's directory entry, before the rewrite's rename
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        log.warning("journal %s: %d unreadable line(s) kept in %s before compaction",
+                    self.path, len(rejected), self.rejected_path)
 
     def _rewrite(self) -> None:
         """Atomically replace the file with records of the open permits only."""
