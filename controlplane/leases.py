@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 import sql
 from gateway.db import Pool, connection, fetch_one
 from gateway.errors import BadRequest, GovernanceUnavailable
+from gateway.governance import CounterKey
 from gateway.lease import (
     DEFAULT_HEARTBEAT_MS,
     EXPIRY_RENEWALS,
@@ -36,7 +37,6 @@ from gateway.lease import (
     LeaseGrant,
     SyncRequest,
     SyncResponse,
-    parse_account,
 )
 from gateway.policy import CompiledRule, compile_documents, current, tightest_renew_ms
 
@@ -119,8 +119,8 @@ def ledger_accounts(view: PolicyView, reports: list[AccountReport]
     ignored: list[Ignored] = []
     seen: set[str] = set()
     for r in reports:
-        name = parse_account(r.key, r.rule_uid)
-        if name is None:
+        name = CounterKey.parse(r.key)
+        if name is None or name.subject != "account" or name.id != r.rule_uid:
             ignored.append(Ignored(key=r.key, reason="not an account key of rule "
                                                      f"{r.rule_uid!r}"))
             continue

@@ -38,7 +38,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gateway.alerts import period_of, scope_of
+from gateway.governance import CounterKey
 
 log = logging.getLogger("mayu.metrics")
 
@@ -92,12 +92,15 @@ def postgres_reader(pool: Any) -> Reader:
     return read
 
 
-def _subject(counter: str) -> str:
-    """The budget's subject: key id, team id, or ``<rule uid>:<scope>`` of an account."""
-    parts = counter.split(":")
-    if parts[0] in ("key", "team"):
-        return parts[1]
-    return ":".join(parts[1:-2])
+def _budget_labels(counter: str) -> tuple[str, str, str]:
+    """(scope, subject, window) of a budget: ``key``/``team`` and its id, or ``policy``
+    and ``<rule uid>:<scope>`` of an account; ``day`` or ``month``. A counter that is not
+    a counter key is labelled ``policy`` with the whole string as subject."""
+    budget = CounterKey.parse(counter)
+    if budget is None:
+        return "policy", counter, ""
+    subject = budget.id if budget.owner != "policy" else f"{budget.id}:{budget.scope}"
+    return budget.owner, subject, budget.window or ""
 
 
 class ClusterView(Collector):
@@ -137,10 +140,10 @@ class ClusterView(Collector):
                 log.warning("cluster metrics: database read failed: %s", exc)
 
     def _labels(self, b: BudgetFigures) -> list[str]:
-        scope, subject = scope_of(b.counter), _subject(b.counter)
+        scope, subject, window = _budget_labels(b.counter)
         team = (b.team_name or "") if self._team_labels and scope == "team" else ""
         ident = subject if self._team_labels else self._pseudonym(subject)
-        return [scope, ident, team, period_of(b.counter)]
+        return [scope, ident, team, window]
 
     def _families(self) -> list[GaugeMetricFamily]:
         return [

@@ -40,7 +40,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway.cluster_metrics import ClusterView
-from gateway.governance import Permit, Settlement, UsageRow
+from gateway.governance import CounterKey, Permit, Settlement, UsageRow
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                     1, 2.5, 5, 10, 30, 60)
@@ -246,9 +246,13 @@ class BudgetView:
     @staticmethod
     def _day_charge(permit: Permit) -> tuple[str, int, int | None] | None:
         """(day, amount, limit) of the permit's team day-µUSD window, if it has one."""
-        prefix = f"team:{permit.request.team_id}:usd:day:"
+        team_id = permit.request.team_id
         for c in permit.request.charges:
-            if c.counter.startswith(prefix) and c.window is not None:
+            if c.window is None or c.dimension != "usd":
+                continue
+            counter = CounterKey.parse(c.counter)
+            if (counter is not None and counter.subject == "team" and counter.id == team_id
+                    and counter.measure == "usd" and counter.window == "day"):
                 return c.window, c.amount, c.limit
         return None
 

@@ -12,8 +12,6 @@ from gateway.alerts._model import (
     AlertEvent,
     Budget,
     CheckResult,
-    period_of,
-    scope_of,
     thresholds_reached,
 )
 from gateway.alerts._stores import AlertStore, PostgresAlertStore, SqliteAlertStore
@@ -31,8 +29,6 @@ __all__ = [
     "SqliteAlertStore",
     "WebhookSender",
     "moved_budgets",
-    "period_of",
-    "scope_of",
     "signature",
     "thresholds_reached",
 ]

@@ -26,20 +26,23 @@ import contextlib
 import functools
 import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.alerts._model import AlertEvent, Budget
 from gateway.alerts._stores import AlertStore
 from gateway.alerts._webhook import WebhookSender
 from gateway.audit import AuditLog
-from gateway.governance import Permit, Settlement, utc_windows
-
-if TYPE_CHECKING:  # gateway.metrics imports this package (cluster gauges' label rules)
-    from gateway.metrics import Metrics
+from gateway.governance import CounterKey, Permit, Settlement, utc_windows
+from gateway.metrics import Metrics
 
 log = logging.getLogger("mayu.alerts")
 
 _MAX_BACKOFF_S = 30.0
+
+
+def _period_of(counter: str) -> str | None:
+    budget = CounterKey.parse(counter)
+    return None if budget is None else budget.period
 
 
 def moved_budgets(permit: Permit, settlement: Settlement) -> list[Budget]:
@@ -170,7 +173,7 @@ class BudgetAlerts:
         if day != self._day:
             self._day = day
             self._reached = {k: v for k, v in self._reached.items()
-                             if k.endswith((f":{day}", f":{month}"))}
+                             if _period_of(k) in (day, month)}
 
     def _emit(self, event: AlertEvent) -> None:
         self._metrics.budget_alerts.labels(str(event.threshold)).inc()

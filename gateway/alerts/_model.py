@@ -14,6 +14,8 @@ from typing import Literal
 
 import msgspec
 
+from gateway.governance import CounterKey
+
 THRESHOLDS = (80, 90, 100)
 """Percentages of a budget's limit that emit one event each per window (ADR-050)."""
 
@@ -48,12 +50,16 @@ class AlertEvent(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.counter}/{self.threshold}"
 
     @property
-    def scope(self) -> str:
-        return scope_of(self.counter)
+    def scope(self) -> Literal["key", "team", "policy"]:
+        """Whose budget: ``key``, ``team`` or ``policy`` (a policy account)."""
+        budget = CounterKey.parse(self.counter)
+        return "policy" if budget is None else budget.owner
 
     @property
     def period(self) -> str:
-        return period_of(self.counter)
+        """The budget's calendar window: ``day`` or ``month``."""
+        budget = CounterKey.parse(self.counter)
+        return "" if budget is None or budget.window is None else budget.window
 
     def body(self) -> bytes:
         """The webhook's JSON body (the bytes the signature covers)."""
@@ -78,19 +84,3 @@ def thresholds_reached(committed: int, liability: int, limit: int) -> list[int]:
         return []
     spent = (committed + liability) * 100
     return [t for t in THRESHOLDS if spent >= limit * t]
-
-
-def scope_of(counter: str) -> Literal["key", "team", "policy"]:
-    """``key:…``, ``team:…`` or a policy account (``account:…``)."""
-    head = counter.split(":", 1)[0]
-    if head == "key":
-        return "key"
-    if head == "team":
-        return "team"
-    return "policy"
-
-
-def period_of(counter: str) -> str:
-    """``day`` or ``month``: every money counter key ends ``…:<day|month>:<period>``."""
-    parts = counter.rsplit(":", 2)
-    return parts[-2] if len(parts) == 3 else ""

@@ -5,7 +5,6 @@ set (``gateway.config`` does the merge); ``mayu models list`` shows where each c
 """
 
 from gateway.catalog._catalog import (
-    MAX_AMOUNT,
     Catalog,
     CatalogError,
     CatalogModel,
@@ -15,7 +14,6 @@ from gateway.catalog._catalog import (
 )
 
 __all__ = [
-    "MAX_AMOUNT",
     "Catalog",
     "CatalogError",
     "CatalogModel",

@@ -16,12 +16,8 @@ from typing import Literal
 import msgspec
 import yaml
 
+from gateway.ceilings import MAX_AMOUNT
 from gateway.pricing import CLASSES, ModelPrice
-
-# gateway.governance imports the config package, which imports this one, so the
-# planner's ceiling is repeated here; tests/unit/test_catalog.py pins them equal.
-MAX_AMOUNT = 1 << 50
-"""``gateway.governance._plan.MAX_AMOUNT``: the largest amount one charge may carry."""
 
 Provider = Literal["openai", "anthropic"]
 Lifecycle = Literal["active", "legacy", "deprecated"]

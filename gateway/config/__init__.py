@@ -12,11 +12,7 @@ from gateway.config._load import (
 )
 from gateway.config._models import FIGURES, ModelFigures
 from gateway.config._ranges import (
-    MAX_AMOUNT,
-    MAX_LIMIT,
-    MAX_RATE,
     MAX_SECONDS,
-    MAX_TOKENS_PER_CLASS,
     Bytes,
     PoolSize,
     Port,
@@ -41,11 +37,7 @@ __all__ = [
     "AlertSettings",
     "DEFAULT_MOCK_MODELS",
     "FIGURES",
-    "MAX_AMOUNT",
-    "MAX_LIMIT",
-    "MAX_RATE",
     "MAX_SECONDS",
-    "MAX_TOKENS_PER_CLASS",
     "BootstrapTeam",
     "Bytes",
     "ControlPlaneSettings",

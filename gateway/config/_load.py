@@ -10,8 +10,9 @@ import msgspec
 import yaml
 
 from gateway.catalog import builtin_catalog
+from gateway.ceilings import MAX_AMOUNT
 from gateway.config._models import ModelFigures, resolve_models
-from gateway.config._ranges import MAX_AMOUNT, PRICE_FIELDS
+from gateway.config._ranges import PRICE_FIELDS
 from gateway.config._settings import Deployment, ModelSettings, ProviderSettings, Settings
 from gateway.errors import ConfigError
 from gateway.pricing import ModelPrice

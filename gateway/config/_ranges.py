@@ -4,11 +4,9 @@ A value outside its range is refused when the file is decoded (``server.port: Ex
 `int` <= 65535``), never clamped or wrapped: a port of 83876 must not listen on 18340,
 a pool of 0 must not hang every request, a NaN timeout must not mean "forever".
 
-The ceilings are the integer limits the governance and pricing code already enforce at
-run time, so a config this module accepts is never refused request by request later.
-``gateway.governance`` and ``gateway.keys`` import the config package, so their
-constants cannot be imported here; ``tests/unit/test_config_ranges.py`` pins that these
-copies stay equal to them.
+Money, token, rate and limit ranges use the ceilings of :mod:`gateway.ceilings`, the
+ones the governance, pricing and key-store code enforce at run time, so a config this
+module accepts is never refused request by request later.
 """
 
 from __future__ import annotations
@@ -17,15 +15,8 @@ from typing import Annotated
 
 import msgspec
 
-MAX_AMOUNT = 1 << 50
-"""``gateway.governance._plan.MAX_AMOUNT``: the largest µUSD or token amount one charge
-may carry (2**50 µUSD = $1.1e9)."""
-MAX_TOKENS_PER_CLASS = 1 << 40
-"""``gateway.pricing`` ``MAX_TOKENS_PER_CLASS``: more tokens than this is an upstream bug."""
-MAX_RATE = 1 << 36
-"""``gateway.keys._limits.MAX_RATE``: the largest rpm/tpm bucket capacity."""
-MAX_LIMIT = 1 << 50
-"""``gateway.keys._limits.MAX_LIMIT``: the largest daily/monthly token or µUSD limit."""
+from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY, MAX_TOKENS_PER_CLASS
+
 MAX_SECONDS = 86_400.0
 """No timeout, interval or grace period of this service is longer than a day; a larger
 value is a typo (milliseconds for seconds), and it keeps every duration finite."""
@@ -43,9 +34,9 @@ SecondsOrZero = Annotated[float, msgspec.Meta(ge=0, le=MAX_SECONDS)]
 Millis = Annotated[int, msgspec.Meta(ge=0, le=int(MAX_SECONDS * 1000))]
 Tokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS_PER_CLASS)]
 TokensOrZero = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS_PER_CLASS)]
-Rate = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
+Rate = Annotated[int, msgspec.Meta(ge=1, le=MAX_BUCKET_CAPACITY)]
 """rpm / tpm: a zero-capacity bucket would mean "no cap" to the planner, so omit it."""
-Limit = Annotated[int, msgspec.Meta(ge=0, le=MAX_LIMIT)]
+Limit = Annotated[int, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
 Coalesce = Annotated[int, msgspec.Meta(ge=0, le=10_000)]
 BatchSize = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 FileCount = Annotated[int, msgspec.Meta(ge=1, le=1000)]

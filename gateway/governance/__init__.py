@@ -8,6 +8,7 @@ the observed :class:`Outcome`, settles exactly once with the one :class:`Settlem
 from its journal what the store could not take.
 """
 
+from gateway.governance._counterkey import CounterKey
 from gateway.governance._counters import CounterState
 from gateway.governance._governor import Governor, Refused
 from gateway.governance._journal import (
@@ -55,6 +56,7 @@ __all__ = [
     "BUCKET_SCALE",
     "AdmissionRequest",
     "Charge",
+    "CounterKey",
     "CounterState",
     "FrozenCounter",
     "GovernanceStore",

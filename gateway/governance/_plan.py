@@ -11,10 +11,13 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import NamedTuple
 
 import msgspec
 
+from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
 from gateway.errors import BadRequest
+from gateway.governance._counterkey import CounterKey
 from gateway.governance._model import (
     BUCKET_SCALE,
     AdmissionRequest,
@@ -28,12 +31,6 @@ from gateway.keys import Principal
 from gateway.policy import CompiledRule, PolicySnapshot
 from gateway.pricing import InvalidUsage
 
-# Input ceilings: a bucket's capacity * BUCKET_SCALE must fit (2**36 * 2**26 = 2**62);
-# amounts far above any real request are caller bugs, refused before any counter moves,
-# so every stored value stays exact in a 64-bit integer (SQLite INTEGER, Postgres BIGINT).
-MAX_BUCKET_CAPACITY = 1 << 36
-MAX_AMOUNT = 1 << 50
-
 
 def utc_windows(now: datetime) -> tuple[str, str]:
     """The explicit UTC calendar windows (day, month) that contain ``now``."""
@@ -44,6 +41,58 @@ def utc_windows(now: datetime) -> tuple[str, str]:
 @lru_cache(maxsize=8)
 def _windows(year: int, month: int, day: int) -> tuple[str, str]:
     return f"{year:04d}-{month:02d}-{day:02d}", f"{year:04d}-{month:02d}"
+
+
+class _OwnKeys(NamedTuple):
+    """The counter keys of a key and its team in one day and month."""
+
+    key_rpm: str
+    key_tpm: str
+    team_rpm: str
+    team_tpm: str
+    team_tokens_day: str
+    key_usd_day: str
+    key_usd_month: str
+    team_usd_day: str
+    team_usd_month: str
+
+
+@lru_cache(maxsize=4096)
+def _own_keys(key_id: str, team_id: str, day: str, month: str) -> _OwnKeys:
+    # Cached: every request of a key plans the same keys all day.
+    k, t = CounterKey.key(key_id), CounterKey.team(team_id)
+    return _OwnKeys(
+        key_rpm=k.bucket("rpm").text, key_tpm=k.bucket("tpm").text,
+        team_rpm=t.bucket("rpm").text, team_tpm=t.bucket("tpm").text,
+        team_tokens_day=t.windowed("tokens", "day", day).text,
+        key_usd_day=k.windowed("usd", "day", day).text,
+        key_usd_month=k.windowed("usd", "month", month).text,
+        team_usd_day=t.windowed("usd", "day", day).text,
+        team_usd_month=t.windowed("usd", "month", month).text)
+
+
+class _RuleKeys(NamedTuple):
+    """The counter keys of a policy rule for one scope in one day and month."""
+
+    rpm: str
+    tpm: str
+    tokens_day: str
+    tokens_month: str
+    account: str
+    """The budget's account in the rule's window (``day`` or else ``month``)."""
+
+
+@lru_cache(maxsize=4096)
+def _rule_keys(uid: str, scope: str, window: str | None, day: str,
+               month: str) -> _RuleKeys:
+    # Cached like _own_keys.
+    rule = CounterKey.rule(uid, scope)
+    account = (CounterKey.account(uid, scope, "day", day) if window == "day"
+               else CounterKey.account(uid, scope, "month", month))
+    return _RuleKeys(rpm=rule.bucket("rpm").text, tpm=rule.bucket("tpm").text,
+                     tokens_day=rule.windowed("tokens", "day", day).text,
+                     tokens_month=rule.windowed("tokens", "month", month).text,
+                     account=account.text)
 
 
 def _bucket(counter: str, capacity: int | None, amount: int, *, rule: str | None = None,
@@ -59,26 +108,25 @@ def _window(counter: str, limit: int | None, amount: int, window: str, dimension
             hard: bool = True, fit: int | None = None) -> list[Charge]:
     if limit is None:
         return []
-    return [Charge(counter=f"{counter}:{window}", kind=kind,
+    return [Charge(counter=counter, kind=kind,
                    dimension=dimension, amount=amount, limit=limit,
                    window=window, rule_uid=rule, hard=hard, fit_floor=fit)]
 
 
 def _rule_charges(rule: CompiledRule, scope: str, tokens: int, usd: int, day: str,
                   month: str, tpm: int) -> list[Charge]:
-    base = f"rule:{rule.uid}:{scope}"
+    keys = _rule_keys(rule.uid, scope, rule.window, day, month)
     if rule.kind == "rate":
-        return (_bucket(f"{base}:rpm", rule.rpm, 1, rule=rule.uid, dimension="requests")
-                + _bucket(f"{base}:tpm", rule.tpm, tpm, rule=rule.uid))
+        return (_bucket(keys.rpm, rule.rpm, 1, rule=rule.uid, dimension="requests")
+                + _bucket(keys.tpm, rule.tpm, tpm, rule=rule.uid))
     if rule.kind == "tokenQuota":
-        return (_window(f"{base}:tokens:day", rule.tokens_per_day, tokens, day, "tokens",
+        return (_window(keys.tokens_day, rule.tokens_per_day, tokens, day, "tokens",
                         rule=rule.uid)
-                + _window(f"{base}:tokens:month", rule.tokens_per_month, tokens, month,
+                + _window(keys.tokens_month, rule.tokens_per_month, tokens, month,
                           "tokens", rule=rule.uid))
     window = day if rule.window == "day" else month
-    return _window(f"account:{rule.uid}:{scope}:{rule.window}", rule.limit_micro_usd, usd,
-                   window, "usd", rule=rule.uid, kind="account", hard=rule.hard_cap,
-                   fit=rule.fit_floor)
+    return _window(keys.account, rule.limit_micro_usd, usd, window, "usd", rule=rule.uid,
+                   kind="account", hard=rule.hard_cap, fit=rule.fit_floor)
 
 
 def tpm_estimate(body_bytes: int) -> int:
@@ -105,18 +153,18 @@ def plan_charges(principal: Principal, snapshot: PolicySnapshot, *, token_bound:
     fit = principal.team.limits.budget_fit_floor
     day, month = utc_windows(now)
     key, team = principal.key_limits, principal.team.limits
-    k, t = f"key:{principal.key_id}", f"team:{principal.team.id}"
+    own = _own_keys(principal.key_id, principal.team.id, day, month)
     charges = [
-        *_bucket(f"{k}:rpm", key.rpm, 1, dimension="requests"),
-        *_bucket(f"{k}:tpm", key.tpm, tpm),
-        *_bucket(f"{t}:rpm", team.rpm, 1, dimension="requests"),
-        *_bucket(f"{t}:tpm", team.tpm, tpm),
-        *_window(f"{t}:tokens:day", team.tokens_per_day, token_bound, day, "tokens",
+        *_bucket(own.key_rpm, key.rpm, 1, dimension="requests"),
+        *_bucket(own.key_tpm, key.tpm, tpm),
+        *_bucket(own.team_rpm, team.rpm, 1, dimension="requests"),
+        *_bucket(own.team_tpm, team.tpm, tpm),
+        *_window(own.team_tokens_day, team.tokens_per_day, token_bound, day, "tokens",
                  fit=fit),
-        *_window(f"{k}:usd:day", key.usd_micros_per_day, usd_bound, day, "usd"),
-        *_window(f"{k}:usd:month", key.usd_micros_per_month, usd_bound, month, "usd"),
-        *_window(f"{t}:usd:day", team.usd_micros_per_day, usd_bound, day, "usd", fit=fit),
-        *_window(f"{t}:usd:month", team.usd_micros_per_month, usd_bound, month, "usd",
+        *_window(own.key_usd_day, key.usd_micros_per_day, usd_bound, day, "usd"),
+        *_window(own.key_usd_month, key.usd_micros_per_month, usd_bound, month, "usd"),
+        *_window(own.team_usd_day, team.usd_micros_per_day, usd_bound, day, "usd", fit=fit),
+        *_window(own.team_usd_month, team.usd_micros_per_month, usd_bound, month, "usd",
                  fit=fit),
     ]
     for rule in snapshot.rules_for(principal.team.name, principal.user):
@@ -187,7 +235,9 @@ def _is_int(value: object) -> bool:
 
 
 def validate_request(req: AdmissionRequest) -> None:
-    """Refuse plans whose numbers could not be stored exactly (a caller bug)."""
+    """Refuse plans whose numbers could not be stored exactly (a caller bug): amounts and
+    window limits above ``MAX_AMOUNT``, bucket capacities above ``MAX_BUCKET_CAPACITY``,
+    refused before any counter moves."""
     for i, c in enumerate(req.charges):
         where = f"charges[{i}] ({c.counter})"
         if not _is_int(c.amount) or not 0 <= c.amount <= MAX_AMOUNT:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime
 
+from gateway.governance._counterkey import CounterKey
 from gateway.governance._model import AdmissionRequest, Refusal
 from gateway.governance._refusal import refusal
 
@@ -39,9 +40,9 @@ def snapshot_refusal(conn: sqlite3.Connection, req: AdmissionRequest,
             or key["revision"] != req.key_revision
             or (key["expires_at"] is not None
                 and datetime.fromisoformat(key["expires_at"]) <= now)):
-        return _mismatch(f"key:{req.key_id}")
+        return _mismatch(CounterKey.key(req.key_id).text)
     team = conn.execute("SELECT revision FROM teams WHERE id = ?",
                         (req.team_id,)).fetchone()
     if team is None or team["revision"] != req.team_revision:
-        return _mismatch(f"team:{req.team_id}")
+        return _mismatch(CounterKey.team(req.team_id).text)
     return None

@@ -18,7 +18,7 @@ import asyncio
 import logging
 
 from gateway.errors import Forbidden, InferplaneError
-from gateway.governance import Refusal
+from gateway.governance import CounterKey, Refusal
 from gateway.governance._governor import MAX_SNAPSHOT_RETRIES, is_snapshot_mismatch
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import resolve_principal
@@ -31,9 +31,10 @@ __all__ = ["MAX_SNAPSHOT_RETRIES", "is_snapshot_mismatch", "mismatch_kind", "ref
 
 
 def mismatch_kind(refusal: Refusal) -> str:
-    """``policy``, ``key`` or ``team``: what changed (the refusal's counter says)."""
-    counter = refusal.counter or ""
-    return counter.split(":", 1)[0] if counter.split(":", 1)[0] in ("key", "team") else "policy"
+    """``policy``, ``key`` or ``team``: what changed (the refusal's counter names it;
+    anything that names neither a key nor a team is the policy)."""
+    changed = CounterKey.parse(refusal.counter or "")
+    return "policy" if changed is None else changed.owner
 
 
 async def refresh_policy(gw: Gateway, used_generation: int) -> None:

@@ -8,21 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
 from gateway.errors import BadRequest, RevisionConflict
 
 TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month",
                "budget_fit_floor")
 KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
-# Both stores keep limits in 64-bit integers; values beyond these are typos, and keeping
-# them well below 2**63 leaves the governance arithmetic room: a bucket holds
-# capacity * 60e6 scaled units (2**36 * 2**26 = 2**62), windows sum µUSD and tokens
-# (2**50 µUSD = $1.1e9).
-MAX_RATE = 1 << 36
-MAX_LIMIT = 1 << 50
 
 
 def check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
-    """Refuse a limit that is not a non-negative integer within its ceiling."""
+    """Refuse a limit that is not a non-negative integer within its ceiling: the planner's
+    (``MAX_BUCKET_CAPACITY`` for rpm/tpm, ``MAX_AMOUNT`` for the others), so every limit
+    a store accepts is one admission can charge."""
     for name in names:
         value = getattr(limits, name)
         if value is None:
@@ -32,7 +29,7 @@ def check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
         if name in ("rpm", "tpm") and value == 0:
             # A zero-capacity bucket would silently mean "no cap" to the planner.
             raise BadRequest(f"{where}.{name}: must be positive (omit it for no cap)")
-        ceiling = MAX_RATE if name in ("rpm", "tpm") else MAX_LIMIT
+        ceiling = MAX_BUCKET_CAPACITY if name in ("rpm", "tpm") else MAX_AMOUNT
         if value > ceiling:
             raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")
 

@@ -1,7 +1,7 @@
 """The lease profile (ADR-034): node-local gateways under budget leases from inferplaned.
 
 Shared by both binaries: the sync protocol's wire types (:mod:`._wire`) and the ledger's
-arithmetic (:mod:`._ledger`, executed by ``sql/lease_v1.sql``). The data plane's side:
+arithmetic (:mod:`._ledger`, executed by ``sql/lease.sql``). The data plane's side:
 per-document application of the distributed set (:mod:`._apply`), the lease table with
 clamp-and-gate (:mod:`._state`), the local store it bounds (:mod:`._store`), its SQLite
 bookkeeping (:mod:`._local`) and the heartbeat that is its policy source
@@ -21,7 +21,6 @@ from gateway.lease._wire import (
     PROTOCOL,
     SUPPORTED_API_VERSIONS,
     SYNC_PATH,
-    AccountName,
     AccountReport,
     DataPlaneInfo,
     DataPlaneView,
@@ -32,8 +31,6 @@ from gateway.lease._wire import (
     Rejection,
     SyncRequest,
     SyncResponse,
-    account_key,
-    parse_account,
 )
 
 __all__ = [
@@ -52,7 +49,6 @@ __all__ = [
     "SUPPORTED_API_VERSIONS",
     "SYNC_PATH",
     "Account",
-    "AccountName",
     "AccountReport",
     "DataPlaneInfo",
     "DataPlaneView",
@@ -65,7 +61,5 @@ __all__ = [
     "Report",
     "SyncRequest",
     "SyncResponse",
-    "account_key",
-    "parse_account",
     "sync",
 ]

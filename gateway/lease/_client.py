@@ -27,9 +27,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import msgspec
+from msgspec.structs import replace
 
 from gateway import __version__
-from gateway.governance import utc_windows
+from gateway.governance import CounterKey, utc_windows
 from gateway.keys import KeyStore
 from gateway.lease._apply import apply_documents
 from gateway.lease._local import LeaseFile, SavedPolicy
@@ -41,7 +42,6 @@ from gateway.lease._wire import (
     DataPlaneInfo,
     SyncRequest,
     SyncResponse,
-    account_key,
 )
 from gateway.policy import PolicySnapshot
 
@@ -237,7 +237,8 @@ class LeaseClient:
         for r in rules:
             period = day if r.window == "day" else month
             for team in ([r.team] if r.team and r.team != "*" else teams):
-                out[account_key(r.uid, f"team={team}", r.window or "day", period)] = r.uid
+                account = CounterKey.account(r.uid, f"team={team}", r.window or "day", period)
+                out[account.text] = r.uid
         return out
 
     async def _team_names(self) -> list[str]:
@@ -282,17 +283,20 @@ class LeaseClient:
 
 
 def _rolled(key: str, now: tuple[str, str], ahead: tuple[str, str]) -> str:
-    """The same account in the coming window (``key`` itself when its window stays)."""
-    for kind, current, coming in (("day", now[0], ahead[0]), ("month", now[1], ahead[1])):
-        suffix = f":{kind}:{current}"
-        if current != coming and key.endswith(suffix):
-            return key[:-len(suffix)] + f":{kind}:{coming}"
-    return key
+    """The same account in the coming window (``key`` itself when its window stays, or
+    when ``key`` is not of the current window)."""
+    account = CounterKey.parse(key)
+    if account is None or account.window is None:
+        return key
+    current, coming = (now[0], ahead[0]) if account.window == "day" else (now[1], ahead[1])
+    if account.period != current or coming == current:
+        return key
+    return replace(account, period=coming).text
 
 
 def _uid_of(key: str, uids: set[str]) -> str | None:
-    """The managed rule uid an ``account:<uid>:...`` key belongs to (uids hold no ``:``)."""
-    if not key.startswith("account:"):
+    """The managed rule uid an ``account:<uid>:...`` key belongs to."""
+    account = CounterKey.parse(key)
+    if account is None or account.subject != "account":
         return None
-    uid = key[len("account:"):].split(":", 1)[0]
-    return uid if uid in uids else None
+    return account.id if account.id in uids else None

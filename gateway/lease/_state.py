@@ -34,6 +34,7 @@ import msgspec
 from gateway.governance import (
     AdmissionRequest,
     Charge,
+    CounterKey,
     LeaseFacts,
     Permit,
     Refusal,
@@ -96,7 +97,8 @@ class LeaseState:
         applied = self.applied
         if req.policy_generation != applied.snapshot.generation:
             # Planned from a snapshot replaced meanwhile: re-plan (the ingress retries).
-            return Refusal(status=503, code="snapshot_mismatch", counter="policy",
+            return Refusal(status=503, code="snapshot_mismatch",
+                           counter=CounterKey.policy().text,
                            retry_after=1, reason="policy: changed since the request was "
                            "routed (snapshot mismatch); retry")
         charges: list[Charge] | None = None

@@ -12,8 +12,9 @@ policy documents keep their operator-facing milliUSD.
 
 An *account* is one lease-managed budget rule for one scope in one UTC calendar window,
 named exactly like the counter both gateway profiles charge
-(``account:<rule uid>:<scope>:<day|month>:<period>``), which is also its row key in the
-shared ``authority_accounts`` table: the ledger and shared admission meet on one row.
+(``account:<rule uid>:<scope>:<day|month>:<period>``, built and read by
+:class:`gateway.governance.CounterKey`), which is also its row key in the shared
+``authority_accounts`` table: the ledger and shared admission meet on one row.
 
 Unknown fields are tolerated in both directions (not forbidden, unlike policy
 documents): a newer control plane may add fields an older plane ignores, while what a
@@ -22,11 +23,12 @@ plane cannot enforce is always reported explicitly as a rejection.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
+
+from gateway.ceilings import MAX_AMOUNT
 
 SYNC_PATH = "/v1alpha1/sync"
 DATAPLANES_PATH = "/v1alpha1/dataplanes"
@@ -34,19 +36,15 @@ PROTOCOL = "inferplane.dev/v1alpha1"
 SUPPORTED_API_VERSIONS = ("inferplane.dev/v1alpha1",)
 """The GovernancePolicy API versions this build can enforce (reported every heartbeat)."""
 
-MAX_MICRO_USD = 1 << 50
-"""The largest µUSD figure one account may carry (the planner's ``MAX_AMOUNT``)."""
 DEFAULT_HEARTBEAT_MS = 60_000
 """Heartbeat cadence when no lease-managed rule sets ``lease.renewInterval`` (ADR-034)."""
 EXPIRY_RENEWALS = 3
 """A lease expires after this many renew intervals without a successful heartbeat."""
 
-Micro = Annotated[int, msgspec.Meta(ge=0, le=MAX_MICRO_USD)]
+Micro = Annotated[int, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
+"""A µUSD figure of one account: at most what one charge may carry."""
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
 AccountKey = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
-
-_ACCOUNT = re.compile(r"^account:(?P<rest>.+):(?P<window>day|month):(?P<period>[0-9-]+)$")
-_PERIOD = {"day": re.compile(r"^\d{4}-\d{2}-\d{2}$"), "month": re.compile(r"^\d{4}-\d{2}$")}
 
 
 # msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
@@ -181,30 +179,3 @@ class DataPlaneView(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     connected: bool = False
     """Its last heartbeat is younger than its leases' expiry (3 heartbeat intervals)."""
     leases: list[LeaseView] = []
-
-
-class AccountName(msgspec.Struct, frozen=True, kw_only=True):
-    """An account key taken apart: rule uid, scope, window kind and period."""
-
-    rule_uid: str
-    scope: str
-    window: Literal["day", "month"]
-    period: str
-
-
-def parse_account(key: str, rule_uid: str) -> AccountName | None:
-    """``account:<uid>:<scope>:<window>:<period>`` for ``rule_uid``, or None if malformed."""
-    m = _ACCOUNT.match(key)
-    prefix = f"{rule_uid}:"
-    if m is None or not m["rest"].startswith(prefix):
-        return None
-    scope, window, period = m["rest"][len(prefix):], m["window"], m["period"]
-    if not scope or not _PERIOD[window].match(period):
-        return None
-    return AccountName(rule_uid=rule_uid, scope=scope,
-                       window="day" if window == "day" else "month", period=period)
-
-
-def account_key(rule_uid: str, scope: str, window: str, period: str) -> str:
-    """The account (and counter) key; the planner builds the same string."""
-    return f"account:{rule_uid}:{scope}:{window}:{period}"

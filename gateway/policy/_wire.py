@@ -34,14 +34,10 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from gateway.ceilings import MAX_POLICY_MILLI_USD, MAX_POLICY_PER_MINUTE, MAX_POLICY_TOKENS
+
 API_VERSION = "inferplane.dev/v1alpha1"
 KIND = "GovernancePolicy"
-
-# int64 bounds: µUSD and scaled bucket balances are Postgres bigints. A bucket keeps
-# capacity * 60_000_000 units (BUCKET_SCALE), so rpm/tpm stay below 1e11 to never overflow.
-MAX_MILLI_USD = (2**63 - 1) // 1000 // 4
-MAX_PER_MINUTE = 100_000_000_000
-MAX_TOKENS = 10**15
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -53,9 +49,9 @@ RuleName = Annotated[str, msgspec.Meta(min_length=1, max_length=63, pattern=DNS_
 RuleUid = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=UID_PATTERN)]
 SubjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
 Duration = Annotated[str, msgspec.Meta(max_length=32, pattern=DURATION_PATTERN)]
-PerMinute = Annotated[int, msgspec.Meta(gt=0, le=MAX_PER_MINUTE)]
-Tokens = Annotated[int, msgspec.Meta(gt=0, le=MAX_TOKENS)]
-MilliUSD = Annotated[int, msgspec.Meta(gt=0, le=MAX_MILLI_USD)]
+PerMinute = Annotated[int, msgspec.Meta(gt=0, le=MAX_POLICY_PER_MINUTE)]
+Tokens = Annotated[int, msgspec.Meta(gt=0, le=MAX_POLICY_TOKENS)]
+MilliUSD = Annotated[int, msgspec.Meta(gt=0, le=MAX_POLICY_MILLI_USD)]
 
 
 # msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681

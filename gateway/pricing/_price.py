@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import msgspec
 
-CLASSES = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
+from gateway.ceilings import MAX_TOKENS_PER_CLASS
 
-# No real request reaches 2**40 tokens; anything above is an upstream bug, not usage.
-MAX_TOKENS_PER_CLASS = 1 << 40
+CLASSES = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
 
 
 class InvalidUsage(ValueError):

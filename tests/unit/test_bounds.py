@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.catalog import MAX_AMOUNT
+from gateway.ceilings import MAX_AMOUNT
 from gateway.config import Deployment, ModelSettings
 from gateway.errors import BadRequest
 from gateway.ingress._bounds import external_input, input_bound, input_classes

@@ -1,8 +1,7 @@
 """Every numeric setting has a range; a value outside it fails naming its key path.
 
-The ranges live in ``gateway/config/_ranges.py``; its ceilings are copies of the
-governance, pricing and key-store constants (which import the config package), and the
-last tests pin that the copies stay equal to them.
+The ranges live in ``gateway/config/_ranges.py``; money, token, rate and limit ranges
+use the shared ceilings of ``gateway/ceilings.py`` (the last test pins which).
 """
 
 from __future__ import annotations
@@ -126,13 +125,18 @@ def test_inferplaned_settings_have_ranges_too(tmp_path: Path, doc: dict[str, obj
     assert message.startswith(key + ":"), message
 
 
-def test_ceilings_equal_the_governance_pricing_and_key_store_limits() -> None:
-    """The config's ceilings are the same numbers the request path enforces."""
-    from gateway.governance import _plan
-    from gateway.keys import _limits
-    from gateway.pricing import _price
+def test_ranges_are_the_ceilings_the_request_path_enforces() -> None:
+    """Rates, limits and token counts are bounded by the ceilings the planner, the key
+    stores and the usage checks enforce, so a config accepted here is never refused
+    request by request later."""
+    from typing import Any, get_args
 
-    assert ranges.MAX_AMOUNT == _plan.MAX_AMOUNT
-    assert ranges.MAX_TOKENS_PER_CLASS == _price.MAX_TOKENS_PER_CLASS
-    assert ranges.MAX_RATE == _limits.MAX_RATE == _plan.MAX_BUCKET_CAPACITY
-    assert ranges.MAX_LIMIT == _limits.MAX_LIMIT
+    from gateway import ceilings
+
+    def ceiling(annotated: Any) -> Any:
+        return get_args(annotated)[1].le
+
+    assert ceiling(ranges.Rate) == ceilings.MAX_BUCKET_CAPACITY
+    assert ceiling(ranges.Limit) == ceilings.MAX_AMOUNT
+    assert ceiling(ranges.Tokens) == ceiling(ranges.TokensOrZero) == \
+        ceilings.MAX_TOKENS_PER_CLASS

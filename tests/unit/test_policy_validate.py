@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.ceilings import MAX_POLICY_MILLI_USD
 from gateway.policy import (
     GovernancePolicy,
     PolicyInvalid,
@@ -16,7 +17,6 @@ from gateway.policy import (
     fingerprint,
     validate_documents,
 )
-from gateway.policy._wire import MAX_MILLI_USD
 
 
 def doc(name: str = "platform", *rules: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def test_valid_document_compiles_one_rule_per_rule_with_exact_micro_usd() -> Non
     assert rules[3].unlimited and rules[3].rpm is None
 
 
-@given(st.integers(min_value=1, max_value=MAX_MILLI_USD))
+@given(st.integers(min_value=1, max_value=MAX_POLICY_MILLI_USD))
 def test_milli_usd_conversion_is_exact(limit: int) -> None:
     """Any integer milliUSD limit becomes exactly limit*1000 µUSD (no float on the path)."""
     [compiled] = compile_documents([doc("p", rule(budget={"limitMilliUSD": limit,
