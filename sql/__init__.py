@@ -46,7 +46,7 @@ BASELINE = ("schema", "governance", "lease")
 
 BASELINE_SHA256 = {
     "schema": "f38248ecc546c0581cf64fa3ebf4389ad14cf0687d8127206c52bf07369060bb",
-    "governance": "262e3055fa72daf06afa23bb85a4e071f487318344ef4e6a5c0197ce18ba4cb3",
+    "governance": "b40c0a2ce68b1ebbaf915548e882906abf5f9622f6d7f4c61bbe18c83300cda4",
     "lease": "7ecdbf6ae21123f6872bca724945f04e505836d36f46cd42f244046b6f17925e",
 }
 """The 0.1.0 baseline revision's files as released. The baseline installs these texts

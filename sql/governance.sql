@@ -107,10 +107,7 @@ BEGIN
         END IF;
         INSERT INTO authority_accounts AS a
                (key, rule_uid, scope, window_period, "limit", hard)
-        VALUES (v_key, v_uid,
-                regexp_replace(substr(v_key, length('account:' || coalesce(v_uid, '') || ':') + 1),
-                               ':(day|month):[^:]*$', ''),
-                ch->>'window', (ch->>'limit')::bigint, coalesce((ch->>'hard')::boolean, true))
+        VALUES (v_key, v_uid, ch->>'scope', ch->>'window', (ch->>'limit')::bigint, coalesce((ch->>'hard')::boolean, true))
         ON CONFLICT (key) DO NOTHING;
         PERFORM 1 FROM authority_accounts WHERE key = v_key FOR UPDATE;
     ELSE
@@ -1568,11 +1565,9 @@ BEGIN
                    jsonb_array_elements(r.doc->'charges') AS c(doc)
              WHERE v_snapshot[r.o] IS NULL AND c.doc->>'counter' = v_key LIMIT 1;
             IF ch IS NULL THEN
-                IF starts_with(v_key, 'account:') THEN
-                    PERFORM 1 FROM authority_accounts WHERE key = v_key FOR UPDATE;
-                ELSE
-                    PERFORM 1 FROM counters WHERE key = v_key FOR UPDATE;
-                END IF;
+                -- A row only a settled permit names: it is in one of the two tables.
+                PERFORM 1 FROM authority_accounts WHERE key = v_key FOR UPDATE;
+                PERFORM 1 FROM counters WHERE key = v_key FOR UPDATE;
             ELSE
                 PERFORM inferplane_lock_charge_v1(ch, now_us);
             END IF;

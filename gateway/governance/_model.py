@@ -51,6 +51,9 @@ class Charge(msgspec.Struct, frozen=True, kw_only=True):
     fit_floor: int | None = None
     """Budget fit is allowed on this window/account down to this output allowance
     (the team's ``budget_fit_floor`` or the rule's ``onShortfall: fit``); None: refuse."""
+    scope: str | None = None
+    """An account's rule scope (``team=<name>`` …), stored on the account row it creates,
+    so the database never takes a counter key apart."""
 
 
 class AdmissionRequest(msgspec.Struct, frozen=True, kw_only=True):

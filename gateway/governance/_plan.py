@@ -105,12 +105,13 @@ def _bucket(counter: str, capacity: int | None, amount: int, *, rule: str | None
 
 def _window(counter: str, limit: int | None, amount: int, window: str, dimension: Dimension,
             *, rule: str | None = None, kind: CounterKind = "window",
-            hard: bool = True, fit: int | None = None) -> list[Charge]:
+            hard: bool = True, fit: int | None = None,
+            scope: str | None = None) -> list[Charge]:
     if limit is None:
         return []
     return [Charge(counter=counter, kind=kind,
                    dimension=dimension, amount=amount, limit=limit,
-                   window=window, rule_uid=rule, hard=hard, fit_floor=fit)]
+                   window=window, rule_uid=rule, hard=hard, fit_floor=fit, scope=scope)]
 
 
 def _rule_charges(rule: CompiledRule, scope: str, tokens: int, usd: int, day: str,
@@ -126,7 +127,7 @@ def _rule_charges(rule: CompiledRule, scope: str, tokens: int, usd: int, day: st
                           "tokens", rule=rule.uid))
     window = day if rule.window == "day" else month
     return _window(keys.account, rule.limit_micro_usd, usd, window, "usd", rule=rule.uid,
-                   kind="account", hard=rule.hard_cap, fit=rule.fit_floor)
+                   kind="account", hard=rule.hard_cap, fit=rule.fit_floor, scope=scope)
 
 
 def tpm_estimate(body_bytes: int) -> int:
