@@ -3,7 +3,7 @@
 A store reports a fact — which counter refused, its code and the figures it held
 (:class:`RefusalFigures`) — and :func:`refusal` words it, so the local and the shared
 profile answer a client identically (the store contract tests pin it). The ingress maps
-the status to its protocol's error shape.
+each code to its error kind and protocol shape (``gateway.ingress._shortfall``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from gateway.governance._model import Refusal, RefusalFigures
 
 _STATUS = {"rate_limited": 429, "token_quota_exhausted": 429, "budget_exhausted": 402,
            "account_frozen": 402, "snapshot_mismatch": 503,
-           # The lease profile's own refusals (gateway.lease): the authority is elsewhere,
-           # so each is retryable once the control plane answers.
+           # The lease profile's own refusals (gateway.lease): the authority is elsewhere.
+           # The lease ones clear once the control plane answers; rule_unsupported only
+           # once the rule or this build changes (the ingress says: do not retry).
            "rule_unsupported": 503, "lease_missing": 503, "lease_expired": 503,
            "lease_exhausted": 503}
 

@@ -1,5 +1,11 @@
 """The one renderer of errors: status, headers, the calling protocol's body shape, the
-request's metrics label and, for errors before an attempt was admitted, its audit line."""
+request's metrics label and, for errors before an attempt was admitted, its audit line.
+
+An error whose message names internals (a provider's transport error, a database
+error: :attr:`gateway.errors.InferplaneError.internal`) reaches the client as its kind's
+own sentence and the request id; the message itself is logged here with the request id
+(and is in the audit line: the attempt's settlement detail, or this module's).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from gateway.errors import (
 )
 from gateway.ingress._attempt import Call
 from gateway.ingress._context import Gateway
+from gateway.ingress._ratelimit import window_headers
 from gateway.ingress._reply import Reply
 from gateway.keys import Principal
 
@@ -57,8 +64,14 @@ def error_reply(gw: Gateway | None, exc: Exception, *, anthropic: bool, path: st
     request id and no audit line yet (refusals and upstream failures were audited by
     their attempt), so every request leaves one."""
     err = as_inferplane(exc)
-    body = anthropic_error_body(err) if anthropic else openai_error_body(err)
+    if err.internal:
+        log.warning("request %s answered %d %s: %s", request_id or "-", err.status,
+                    err.code, err.message)
+    body = (anthropic_error_body(err, request_id=request_id) if anthropic
+            else openai_error_body(err, request_id=request_id))
     headers = err.headers()
+    if err.window is not None:
+        headers.update(window_headers(err.window, anthropic=anthropic))
     if request_id:
         headers["x-inferplane-request-id"] = request_id
     if gw is not None:

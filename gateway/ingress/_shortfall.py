@@ -3,8 +3,14 @@
 A money or token-quota refusal carries the figures its counter held (limit, committed,
 liability, reserved, leased, this request's amount). From them and the request's own
 bound this module says, in the client's error, what the worst case was, the largest
-``max_tokens`` that would fit now, and when the window resets — and sets ``Retry-After``
-to that reset, never earlier, so agents do not hammer a budget that cannot free up.
+``max_tokens`` that would fit now, and when the window resets (also in the headers:
+:class:`gateway.errors.SpentWindow`). Such a refusal cannot clear before the reset
+(in-flight work settling is nothing a retry can count on), so it says
+``x-should-retry: false`` and has no ``Retry-After``: the SDKs sleep on whatever
+``Retry-After`` says, hours until midnight, before retrying in vain.
+
+:func:`refusal_error` maps each refusal code to its error kind (``_KINDS``, one table;
+``docs/admission.md`` lists what each looks like to clients).
 
 **Budget fit** (opt-in per team, ``budget_fit_floor``, or per policy budget rule,
 ``onShortfall: fit``): when the largest fitting ``max_tokens`` is at least the floor, the
@@ -23,17 +29,38 @@ from typing import Any
 import msgspec
 
 from gateway.errors import (
+    AccountFrozen,
     BudgetExhausted,
     GovernanceUnavailable,
     InferplaneError,
+    LeaseExhausted,
+    LeaseExpired,
+    LeaseMissing,
     RateLimited,
+    RuleUnsupported,
     SnapshotMismatch,
+    SpendRateLimited,
+    SpentWindow,
+    TokenQuotaExhausted,
 )
 from gateway.governance import AdmissionRequest, Charge, Refusal, RefusalFigures
-from gateway.governance._governor import is_snapshot_mismatch
 from gateway.usage import Endpoint
 
 _QUOTA_CODES = ("budget_exhausted", "token_quota_exhausted")
+
+_KINDS: dict[str, type[InferplaneError]] = {
+    "rate_limited": RateLimited,
+    "token_quota_exhausted": TokenQuotaExhausted,
+    "budget_exhausted": BudgetExhausted,
+    "account_frozen": AccountFrozen,
+    "snapshot_mismatch": SnapshotMismatch,
+    "lease_missing": LeaseMissing,
+    "lease_expired": LeaseExpired,
+    "lease_exhausted": LeaseExhausted,
+    "rule_unsupported": RuleUnsupported,
+}
+"""Each refusal code's error kind (its status agrees with ``gateway.governance.status_for``;
+``tests/unit/test_retry_semantics.py`` checks every code)."""
 
 
 def window_reset(window: str) -> datetime:
@@ -78,8 +105,9 @@ def largest_output(bounds: Bounds, f: RefusalFigures) -> int:
     return lo
 
 
-def _explain(refusal: Refusal, bounds: Bounds, now: datetime) -> tuple[str, int | None]:
-    """The refusal's message with what to do, and the seconds until its window resets."""
+def _explain(refusal: Refusal, bounds: Bounds, now: datetime
+             ) -> tuple[str, SpentWindow | None]:
+    """The refusal's message with what to do, and the window it found spent."""
     f = refusal.figures
     if f is None or refusal.code not in _QUOTA_CODES:
         return refusal.reason, None
@@ -92,27 +120,36 @@ def _explain(refusal: Refusal, bounds: Bounds, now: datetime) -> tuple[str, int 
     else:
         parts.append("No max_tokens fits now: the input alone does not fit what remains "
                      f"({remaining(f)} {'µUSD' if f.dimension == 'usd' else 'tokens'}).")
-    wait = None
+    window = None
     if f.window:
         reset = window_reset(f.window)
         wait = max(1, int((reset - now).total_seconds()) + 1)
         parts.append(f"The {f.window} window resets at {reset.isoformat()} (in {wait} s).")
-    return " ".join(parts), wait
+        window = SpentWindow(dimension=f.dimension, limit=f.limit or 0,
+                             remaining=remaining(f), resets=reset)
+    return " ".join(parts), window
+
+
+def _error_kind(refusal: Refusal) -> type[InferplaneError]:
+    """The error kind of a refusal: by its code, else by its status."""
+    if refusal.code == "rate_limited" and refusal.status == 402:
+        return SpendRateLimited  # a µUSD-per-minute bucket: a money refusal that refills
+    kind = _KINDS.get(refusal.code or "")
+    if kind is not None:
+        return kind
+    return {429: RateLimited, 402: BudgetExhausted}.get(refusal.status, GovernanceUnavailable)
 
 
 def refusal_error(refusal: Refusal, bounds: Bounds, *,
                   now: datetime | None = None) -> InferplaneError:
-    """The client error for a refusal: 429/402 with numbers, 503 to retry."""
-    message, wait = _explain(refusal, bounds, now or datetime.now(UTC))
-    if refusal.status == 429:
-        return RateLimited(message, retry_after=wait or refusal.retry_after or 1)
-    if refusal.status == 402:
-        # No Retry-After earlier than the window reset: the budget cannot free up sooner
-        # except by in-flight work settling, which a retry cannot count on.
-        return BudgetExhausted(message, retry_after=wait)
-    if is_snapshot_mismatch(refusal):
-        return SnapshotMismatch(message, retry_after=refusal.retry_after or 1)
-    return GovernanceUnavailable(message, retry_after=refusal.retry_after or 1)
+    """The client error for a refusal: one that clears soon with its precise
+    ``Retry-After``, one that cannot with ``x-should-retry: false`` and none."""
+    message, window = _explain(refusal, bounds, now or datetime.now(UTC))
+    kind = _error_kind(refusal)
+    retry_after = (refusal.retry_after or 1) if kind.should_retry else None
+    error = kind(message, retry_after=retry_after)
+    error.window = window
+    return error
 
 
 def fit_charge(refusal: Refusal, request: AdmissionRequest | None) -> Charge | None:
