@@ -47,7 +47,8 @@ def _openai_error(r: httpx.Response, status: int) -> dict[str, Any]:
 def _anthropic_error(r: httpx.Response, status: int) -> dict[str, Any]:
     assert r.status_code == status, r.text
     body = r.json()
-    assert body["type"] == "error" and set(body["error"]) == {"type", "message"}
+    # "details" carries the refusal's machine-readable error_code where there is one.
+    assert body["type"] == "error" and set(body["error"]) <= {"type", "message", "details"}
     err: dict[str, Any] = body["error"]
     return err
 
