@@ -3,7 +3,10 @@
 :func:`open_pool` builds an :class:`AsyncConnectionPool` from :class:`DatabaseSettings`
 (closed: the app lifespan opens it with ``await pool.open(wait=...)``, as psycopg's docs
 recommend). A short pool ``timeout`` turns an exhausted pool or a dead database into a
-quick 503 instead of a hung request.
+quick 503 instead of a hung request, and the ``statement_timeout`` it sets on each of its
+sessions (``database.statement_timeout_s``) does the same for a statement that got a
+connection but no answer (a locked table, a stalled database): the server cancels it.
+``mayu migrate`` connects on its own, without it: a migration may wait for locks.
 
 :func:`wrap_exceptions` is the only translation of psycopg / pool failures into
 :class:`gateway.errors.GovernanceUnavailable` (procrastinate's ``wrap_exceptions``); the
@@ -13,8 +16,9 @@ original error stays attached as ``__cause__``.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,12 +33,16 @@ from gateway.errors import GovernanceUnavailable
 Pool = psycopg_pool.AsyncConnectionPool
 
 
-def open_pool(db: DatabaseSettings, *, name: str = "inferplane") -> Pool:
-    """A closed pool for ``db`` (the DSN resolved from ``database.dsn_ref``)."""
+def open_pool(db: DatabaseSettings, *, name: str = "inferplane",
+              statement_timeout_s: float | None = None) -> Pool:
+    """A closed pool for ``db`` (the DSN resolved from ``database.dsn_ref``) whose
+    sessions run with ``statement_timeout`` ``statement_timeout_s`` (None: the setting
+    ``database.statement_timeout_s``; 0: none)."""
     dsn = resolve_secret(db.dsn_ref, key="database.dsn_ref")
+    timeout_s = db.statement_timeout_s if statement_timeout_s is None else statement_timeout_s
     return psycopg_pool.AsyncConnectionPool(
         dsn, open=False, name=name, min_size=db.pool_min_size, max_size=db.pool_max_size,
-        timeout=db.pool_timeout_s,
+        timeout=db.pool_timeout_s, configure=_session_setup(timeout_s),
         # Autocommit: an admission or settlement is ONE statement (a SQL function), so it
         # is its own transaction and costs one round trip; multi-statement work opens an
         # explicit ``conn.transaction()``.
@@ -44,10 +52,33 @@ def open_pool(db: DatabaseSettings, *, name: str = "inferplane") -> Pool:
         reconnect_timeout=max(5.0, db.pool_timeout_s))
 
 
+def _session_setup(timeout_s: float) -> Callable[[psycopg.AsyncConnection[Any]],
+                                                  Awaitable[None]] | None:
+    """What the pool runs once on each new connection: set the session's statement
+    timeout (none for 0, leaving the role's or the DSN's own, if any).
+
+    Set on the session rather than as ``options=-c statement_timeout`` in the DSN, so the
+    operator's own DSN ``options`` (and ``PGOPTIONS``) stay as written, and the
+    migrations, which connect with the DSN alone, never get it."""
+    if timeout_s <= 0:
+        return None
+    # Postgres counts whole milliseconds: round up, so a positive value never means 0.
+    value = f"{math.ceil(timeout_s * 1000)}ms"
+
+    async def setup(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute("SELECT set_config('statement_timeout', %s, false)", (value,))
+
+    return setup
+
+
 async def open_pool_now(db: DatabaseSettings, *, name: str, what: str) -> Pool:
     """An opened pool for a command-line tool: waits for its first connections, and on
-    failure closes it and raises GovernanceUnavailable naming ``what``."""
-    pool = open_pool(db, name=name)
+    failure closes it and raises GovernanceUnavailable naming ``what``.
+
+    Without a statement timeout: an operator runs these commands and watches them, and
+    one of them (``mayu keys import``, one COPY of a whole key store) may rightly take
+    longer than any request should."""
+    pool = open_pool(db, name=name, statement_timeout_s=0)
     try:
         async with wrap_exceptions(what):
             await pool.open(wait=True, timeout=db.connect_timeout_s + 5)
@@ -67,6 +98,9 @@ async def wrap_exceptions(what: str = "governance database") -> AsyncIterator[No
                                     f"({exc})") from exc
     except psycopg_pool.PoolClosed as exc:
         raise GovernanceUnavailable(f"{what}: the connection pool is closed") from exc
+    except psycopg.errors.QueryCanceled as exc:
+        raise GovernanceUnavailable(f"{what}: no answer within the statement timeout "
+                                    f"({exc})") from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         raise GovernanceUnavailable(f"{what}: database unavailable ({exc})") from exc
 
@@ -97,6 +131,8 @@ async def connection(pool: Pool, what: str = "governance database"
         try:
             async with pool.connection() as conn:
                 yield conn
+        except psycopg.errors.QueryCanceled:
+            raise  # a statement out of time: the connection itself is fine
         except (psycopg.OperationalError, psycopg.InterfaceError):
             _check_pool_soon(pool)
             raise
@@ -114,8 +150,10 @@ class HeldConnections:
     :meth:`connection` takes the most recently kept connection, else one from the pool.
     After a call that ended cleanly (no error, no transaction left open) it keeps it
     again, up to ``keep`` of them, never the pool's last one (at most ``max_size - 1``, so
-    the other queries always have one). Any other ending gives it back to the pool, which
-    checks it and replaces a broken one; a database error is translated as
+    the other queries always have one); a statement cancelled by the statement timeout
+    counts as clean (the connection is sound; keeping it spares the next call a wait for
+    the pool while the database is stalled). Any other ending gives it back to the pool,
+    which checks it and replaces a broken one; a database error is translated as
     :func:`connection` translates it. A kept connection goes back to the pool
     ``max_age_s`` after it was taken from it, so the pool's own recycling and health
     checks still see every connection. :meth:`close` gives every kept connection back
@@ -147,6 +185,9 @@ class HeldConnections:
             try:
                 yield conn
                 clean = True
+            except psycopg.errors.QueryCanceled:
+                clean = True
+                raise
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 _check_pool_soon(self._pool)
                 raise

@@ -161,7 +161,14 @@ class DatabaseSettings(_Base, frozen=True):
     pool_max_size: PoolSize = 10
     connect_timeout_s: Seconds = 2.0
     pool_timeout_s: Seconds = 2.0
-    """How long a request waits for a pooled connection before a 503."""
+    """How long a request waits for a pooled connection (with coalescing: for a call to
+    carry it) before a 503."""
+    statement_timeout_s: SecondsOrZero = 5.0
+    """Postgres ``statement_timeout`` of the gateway's pooled sessions (and inferplaned's):
+    a statement that has a connection but no answer (a locked table, a stalled database)
+    is cancelled after this long, so an admission or settlement takes at most
+    ``pool_timeout_s`` + this, then a 503 (a settlement goes to the journal replay).
+    0: none set. Not applied to ``mayu migrate`` nor to the command-line tools."""
     policy_refresh_s: Seconds = 1.0
     admission_coalesce: Coalesce = 1
     """Coalesce admissions: at most this many admission calls in flight per replica;

@@ -14,6 +14,13 @@ pending and binding.
 :class:`SettlementCoalescer` does the same for settlements, which on a hot team hold the
 same row locks as admissions: the settlements waiting anyway are taken in one
 transaction (docs/batching.md says why that is exact).
+
+A stalled database must not hold callers any longer than the pool would: a caller that no
+call has taken within ``max_wait_s`` (the pool's timeout) leaves the queue and gets
+GovernanceUnavailable, having sent nothing, and the call in flight ends at the database's
+statement timeout. A batch that fails with GovernanceUnavailable fails every settlement
+in it with that error (the journal replay takes them later) instead of trying each alone,
+which would wait the stall out once per settlement.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+from gateway.errors import GovernanceUnavailable
 from gateway.governance._model import (
     AdmissionRequest,
     Permit,
@@ -36,13 +45,49 @@ Decision = Permit | Refusal
 Send = Callable[[list[AdmissionRequest]], Awaitable[list[Decision]]]
 Refund = Callable[[Permit], Awaitable[object]]
 AdmissionWaiter = tuple[list[AdmissionRequest], asyncio.Future[list[Decision]]]
+T = TypeVar("T")
+
+
+async def _turn(queue: list[Any], future: asyncio.Future[T], max_wait_s: float | None) -> T:
+    """``future``'s result, the last item of its waiter in ``queue``. If no call has taken
+    the waiter from ``queue`` within ``max_wait_s``, it leaves the queue (nothing of it was
+    sent) and fails with GovernanceUnavailable; once taken, the call's own bounds apply."""
+    if max_wait_s is None:
+        return await future
+    expiry = asyncio.get_running_loop().call_later(max_wait_s, _expire, queue, future,
+                                                   max_wait_s)
+    try:
+        return await future
+    finally:
+        expiry.cancel()
+
+
+def _expire(queue: list[Any], future: asyncio.Future[Any], max_wait_s: float) -> None:
+    if _unqueue(queue, future) and not future.done():
+        future.set_exception(GovernanceUnavailable(
+            f"governance database: no call free to carry it within {max_wait_s:g}s "
+            "(database.pool_timeout_s)"))
+
+
+def _unqueue(queue: list[Any], future: asyncio.Future[Any]) -> bool:
+    """Take the waiter of ``future`` out of ``queue``; False if a call already took it."""
+    for i, item in enumerate(queue):
+        if item[-1] is future:
+            del queue[i]
+            return True
+    return False
 
 
 class Coalescer:
+    """Admissions: at most ``max_in_flight`` calls at once, the rest queued and sent
+    together by the next free call; a caller waits at most ``max_wait_s`` (None: no
+    limit) for a call to take it."""
+
     def __init__(self, send: Send, refund: Refund, *, max_in_flight: int,
-                 max_batch: int = 64) -> None:
+                 max_batch: int = 64, max_wait_s: float | None = None) -> None:
         self._send, self._refund = send, refund
         self._max_in_flight, self._max_batch = max_in_flight, max_batch
+        self._max_wait_s = max_wait_s
         self._in_flight = 0
         self._queue: list[AdmissionWaiter] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -52,8 +97,10 @@ class Coalescer:
         self._queue.append((requests, future))
         self._wake()
         try:
-            return await future
+            return await _turn(self._queue, future, self._max_wait_s)
         except asyncio.CancelledError:
+            if _unqueue(self._queue, future):
+                raise  # cancelled before any call took it: nothing was sent
             # Cancelled after the batch resolved but before this caller resumed: the
             # result is already set, so _one_batch could not see the cancellation.
             if future.done() and not future.cancelled() and future.exception() is None:
@@ -137,9 +184,10 @@ class SettlementCoalescer:
     settlement's error never becomes another's."""
 
     def __init__(self, one: SettleOne, many: SettleMany, *, max_in_flight: int,
-                 max_batch: int = 64) -> None:
+                 max_batch: int = 64, max_wait_s: float | None = None) -> None:
         self._one, self._many = one, many
         self._max_in_flight, self._max_batch = max_in_flight, max_batch
+        self._max_wait_s = max_wait_s
         self._in_flight = 0
         self._queue: list[SettleWaiter] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -152,7 +200,7 @@ class SettlementCoalescer:
             task = asyncio.ensure_future(self._drain())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        return await future
+        return await _turn(self._queue, future, self._max_wait_s)
 
     async def _drain(self) -> None:
         try:
@@ -166,17 +214,29 @@ class SettlementCoalescer:
 
 async def settle_batch(one: SettleOne, many: SettleMany, batch: list[SettleWaiter]) -> None:
     """One batch of settlements: alone if it is one, else ``many``; if that transaction
-    fails as a whole, each is tried again alone."""
+    fails as a whole, each is tried again alone, unless the store is unavailable."""
     if len(batch) == 1:
         await _alone(one, *batch[0])
         return
     try:
         results = await many([(p, s) for p, s, _ in batch])
-    except Exception:
-        for item in batch:
-            await _alone(one, *item)
+    except Exception as exc:
+        await _retry_alone(one, batch, exc)
         return
     _deliver_settled(batch, results)
+
+
+async def _retry_alone(one: SettleOne, batch: list[SettleWaiter], exc: Exception) -> None:
+    """After a batch failed as a whole: each settlement alone, so one settlement's error
+    never becomes another's; but with the store unavailable (the database stalled or
+    gone) each fails with that error at once, for the journal replay to take later."""
+    if isinstance(exc, GovernanceUnavailable):
+        for _, _, future in batch:
+            if not future.done():
+                future.set_exception(exc)
+        return
+    for item in batch:
+        await _alone(one, *item)
 
 
 def _deliver_settled(batch: list[SettleWaiter],
@@ -209,11 +269,13 @@ class MergedCoalescer(Coalescer):
     admit + settle pair instead of two. A batch of one kind only takes that kind's path
     (``send`` for admissions, ``one``/``many`` for settlements). If a merged transaction
     fails as a whole, its admissions fail with its error (nothing was dispatched) and its
-    settlements are tried again alone."""
+    settlements are tried again alone (unless the store is unavailable)."""
 
     def __init__(self, send: Send, refund: Refund, one: SettleOne, many: SettleMany,
-                 merged: Merged, *, max_in_flight: int, max_batch: int = 64) -> None:
-        super().__init__(send, refund, max_in_flight=max_in_flight, max_batch=max_batch)
+                 merged: Merged, *, max_in_flight: int, max_batch: int = 64,
+                 max_wait_s: float | None = None) -> None:
+        super().__init__(send, refund, max_in_flight=max_in_flight, max_batch=max_batch,
+                         max_wait_s=max_wait_s)
         self._one, self._many, self._merged = one, many, merged
         self._settlements: list[SettleWaiter] = []
 
@@ -221,7 +283,7 @@ class MergedCoalescer(Coalescer):
         future: asyncio.Future[SettleResult] = asyncio.get_running_loop().create_future()
         self._settlements.append((permit_id, settlement, future))
         self._wake()
-        return await future
+        return await _turn(self._settlements, future, self._max_wait_s)
 
     async def _drain(self) -> None:
         try:
@@ -247,8 +309,7 @@ class MergedCoalescer(Coalescer):
             for _, future in admissions:
                 if not future.done():
                     future.set_exception(exc)
-            for item in settlements:
-                await _alone(self._one, *item)
+            await _retry_alone(self._one, settlements, exc)
             return
         _deliver_settled(settlements, settled)
         self._deliver(admissions, decisions)

@@ -20,7 +20,7 @@ import msgspec
 
 import sql
 from gateway.db import HeldConnections, Pool, connection, fetch_all, fetch_one
-from gateway.errors import SettlementConflict, UnknownPermit
+from gateway.errors import GovernanceUnavailable, SettlementConflict, UnknownPermit
 from gateway.governance._coalesce import Coalescer, MergedCoalescer, SettlementCoalescer
 from gateway.governance._model import (
     AdmissionRequest,
@@ -45,6 +45,11 @@ from gateway.governance._settle import settlement_for
 from gateway.pricing import InvalidUsage
 
 log = logging.getLogger("mayu.governance")
+
+REFUND_PAUSES_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""Pauses between the attempts to refund the permit of a cancelled admission while the
+store is unavailable (stalled past its timeouts, restarting): no journal holds that
+permit, so giving up leaves it pending and binding until an operator resolves it."""
 
 
 def _refusal(raw: dict[str, Any]) -> Refusal:
@@ -114,6 +119,11 @@ class PostgresGovernanceStore:
     ``merge`` (with both coalescings on): admissions and settlements share one lane of
     ``coalesce`` calls in flight, and those waiting at once go as ONE transaction,
     settlements first (``settle_admit``, :class:`MergedCoalescer`).
+
+    Bounded when the database stalls, coalescing or not: a call waits at most the pool's
+    ``timeout`` for a connection, and a coalesced admission or settlement as long for a
+    call to carry it; the call itself ends at the sessions' statement timeout
+    (:func:`gateway.db.open_pool`). Either way it fails with GovernanceUnavailable.
     """
 
     def __init__(self, pool: Pool, *, coalesce: int = 0, settle_coalesce: int = 0,
@@ -127,16 +137,19 @@ class PostgresGovernanceStore:
         self.tally = Tally()
         # Admissions whose caller was cancelled, and the refunds of their permits.
         self._background: set[asyncio.Future[Any]] = set()
-        self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce)
+        # Waiting for a coalesced call stands for waiting for a connection: same bound.
+        wait_s = pool.timeout
+        self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce,
+                                     max_wait_s=wait_s)
                            if coalesce > 0 else None)
         self._settler: SettlementCoalescer | MergedCoalescer | None = (
             SettlementCoalescer(self._settle_one, self._settle_many,
-                                max_in_flight=settle_coalesce)
+                                max_in_flight=settle_coalesce, max_wait_s=wait_s)
             if settle_coalesce > 0 else None)
         if merge and coalesce > 0 and settle_coalesce > 0:
             merged = MergedCoalescer(self._admit_now, self._refund, self._settle_one,
                                      self._settle_many, self._settle_admit,
-                                     max_in_flight=coalesce)
+                                     max_in_flight=coalesce, max_wait_s=wait_s)
             self._coalescer = self._settler = merged
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
@@ -170,7 +183,15 @@ class PostgresGovernanceStore:
 
     async def _refund(self, permit: Permit) -> SettleResult:
         cancel = Outcome(kind=OutcomeKind.CANCELLED, detail="admission caller cancelled")
-        return await self.settle(permit.id, settlement_for(permit.request, cancel))
+        settlement = settlement_for(permit.request, cancel)
+        for pause in REFUND_PAUSES_S:
+            try:
+                return await self.settle(permit.id, settlement)
+            except GovernanceUnavailable as exc:
+                log.warning("refund of permit %s (admission caller cancelled) failed, "
+                            "retrying in %gs: %s", permit.id, pause, exc)
+                await asyncio.sleep(pause)
+        return await self.settle(permit.id, settlement)
 
     async def _admit_now(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         self.tally.admission_calls += 1
