@@ -7,7 +7,7 @@ became of a delivery. The shared store does it in ONE statement
 DO NOTHING RETURNING`` into ``alert_events``), so across replicas exactly one claims
 each (counter, window, threshold). The local store runs the same steps in one
 ``BEGIN IMMEDIATE`` transaction on the governance store's own file
-(``sql/local_alert_queries.sql``), so a restart never delivers an event twice.
+(``sql/local/alerts.sql``), so a restart never delivers an event twice.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import msgspec
 
 import sql
 from gateway.alerts._model import AlertEvent, Budget, CheckResult, thresholds_reached
-from gateway.keys._sqlite import SqliteBase
+from gateway.localdb import SqliteBase, Statements
+
+_SQL = Statements(sql.local_alerts)
 
 if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
     from gateway.db import Pool
@@ -79,11 +81,10 @@ def _now() -> str:
 class SqliteAlertStore(SqliteBase):
     """:class:`AlertStore` in the local profile's SQLite file (``alert_events`` beside
     the governance store's ``gov_counters``), on its own connection: the same
-    transactions as every local store (:class:`gateway.keys.SqliteBase`), a read one a
+    transactions as every local store (:class:`gateway.localdb.SqliteBase`), a read one a
     WAL snapshot that never blocks admissions."""
 
-    def _schema(self) -> str:
-        return sql.local_alert_queries["schema"]
+    schema = sql.local_alerts["schema"]
 
     async def check(self, budgets: list[Budget], *, replica: str) -> CheckResult:
         """Read first (no lock an admission would wait for); take the write lock only to
@@ -92,17 +93,15 @@ class SqliteAlertStore(SqliteBase):
             new: list[AlertEvent] = []
             crossed: list[tuple[str, int]] = []
             for b in budgets:
-                row = conn.execute(sql.local_alert_queries["figures"],
-                                   {"counter": b.counter}).fetchone()
+                row = _SQL["figures"].execute(conn, {"counter": b.counter}).fetchone()
                 if row is None:
                     continue
                 reached = thresholds_reached(row["committed"], row["liability"], b.limit)
                 if not reached:
                     continue
                 crossed += [(b.counter, t) for t in reached]
-                done = {r["threshold"] for r in conn.execute(
-                    sql.local_alert_queries["claimed"],
-                    {"counter": b.counter, "window": b.window})}
+                done = {r["threshold"] for r in _SQL["claimed"].execute(
+                    conn, {"counter": b.counter, "window": b.window})}
                 new += [AlertEvent(counter=b.counter, window=b.window, threshold=t,
                                    limit=b.limit, committed=row["committed"],
                                    liability=row["liability"], reserved=row["reserved"],
@@ -111,8 +110,8 @@ class SqliteAlertStore(SqliteBase):
             return new, crossed
 
         def claim(conn: sqlite3.Connection) -> list[AlertEvent]:
-            return [e for e in new if conn.execute(sql.local_alert_queries["claim"],
-                                                   msgspec.structs.asdict(e)).fetchone()]
+            return [e for e in new
+                    if _SQL["claim"].execute(conn, msgspec.structs.asdict(e)).fetchone()]
 
         new, crossed = await self._run(read, write=False)
         claimed = await self._run(claim) if new else []
@@ -123,5 +122,4 @@ class SqliteAlertStore(SqliteBase):
         params = {"ok": ok, "at": _now(), "attempts": attempts, "error": error,
                   "counter": event.counter, "window": event.window,
                   "threshold": event.threshold}
-        await self._run(lambda conn: conn.execute(sql.local_alert_queries["delivered"],
-                                                  params))
+        await self._run(lambda conn: _SQL["delivered"].execute(conn, params))

@@ -9,13 +9,18 @@ applies them all-or-none inside its transaction.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 
 import msgspec
-from msgspec.structs import replace
+from msgspec.structs import astuple, replace
 
+import sql
 from gateway.governance._model import BUCKET_SCALE, Charge, Refusal, RefusalFigures
 from gateway.governance._plan import bucket_admits, bucket_settle, refill, retry_after_seconds
 from gateway.governance._refusal import refusal
+from gateway.localdb import Statements
+
+_SQL = Statements(sql.local_governance)
 
 # Stored values stay inside SQLite's signed 64-bit INTEGER: balances and sums saturate
 # here (ADR-039: positive accumulations saturate) instead of overflowing.
@@ -43,11 +48,20 @@ def clamp(value: int) -> int:
     return max(-_SATURATE, min(_SATURATE, value))
 
 
+_READ = _SQL["counter"].expect("counter")
+_STORE = _SQL["store_counter"].expect(*CounterState.__struct_fields__)
+
+
+def read_counter(conn: sqlite3.Connection, name: str) -> CounterState | None:
+    """A counter as stored (buckets not refilled), or None if it was never charged."""
+    row = _READ.execute_values(conn, name).fetchone()
+    return None if row is None else CounterState(*row)
+
+
 def load_counter(conn: sqlite3.Connection, charge: Charge, now: int) -> CounterState:
-    row = conn.execute("SELECT * FROM gov_counters WHERE counter = ?",
-                       (charge.counter,)).fetchone()
-    if row is not None:
-        return CounterState(**dict(row))
+    state = read_counter(conn, charge.counter)
+    if state is not None:
+        return state
     # A bucket is born full; a window or account is born empty.
     full = (charge.limit or 0) * BUCKET_SCALE if charge.kind == "bucket" else 0
     return CounterState(counter=charge.counter, kind=charge.kind, dimension=charge.dimension,
@@ -96,16 +110,13 @@ def reserve(charge: Charge, state: CounterState, now: int) -> CounterState | Ref
     return replace(state, reserved=clamp(state.reserved + charge.amount))
 
 
+def store_counters(conn: sqlite3.Connection, states: Iterable[CounterState]) -> None:
+    """Write counters as they are (a new one inserted, every figure of one replaced)."""
+    _STORE.executemany_values(conn, map(astuple, states))
+
+
 def store_counter(conn: sqlite3.Connection, s: CounterState) -> None:
-    conn.execute(
-        "INSERT INTO gov_counters (counter, kind, dimension, balance, updated_us, reserved,"
-        " committed, frozen_by, liability) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (counter) DO UPDATE SET balance = excluded.balance,"
-        " updated_us = excluded.updated_us, reserved = excluded.reserved,"
-        " committed = excluded.committed, frozen_by = excluded.frozen_by,"
-        " liability = excluded.liability",
-        (s.counter, s.kind, s.dimension, s.balance, s.updated_us, s.reserved, s.committed,
-         s.frozen_by, s.liability))
+    store_counters(conn, (s,))
 
 
 def settle_counter(charge: Charge, state: CounterState, committed: int, liability: int,

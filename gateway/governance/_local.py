@@ -4,14 +4,14 @@ One replica, one file. Every transaction is ``BEGIN IMMEDIATE``: the write lock 
 taken before the first read, so the counters a decision reads cannot change before it
 writes. Admissions and settlements go through a :class:`gateway.governance._localbatch.
 Batcher`: a lone one runs at once, inline on the event loop when the file is free (else
-in a worker thread: :class:`gateway.keys._sqlite.SqliteBase`); those pending at the same
+in a worker thread: :class:`gateway.localdb.SqliteBase`); those pending at the same
 time (arriving in one loop turn, or while a transaction runs in a thread) share one
 transaction, each decided on the running state, each with its own answer, every answer
 given after the shared ``COMMIT`` (``_localbatch`` says why that is exact). The
 arithmetic is the shared pure code in :mod:`gateway.governance._plan`; only the
 atomicity is local. Everything is persisted, so a restart loses no committed spend and
 forgets no pending permit (pending permits keep their reservations, which keep binding
-the limits).
+the limits). The tables and statements are ``sql/local/governance.sql``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
+import sql
 from gateway.errors import SettlementConflict, UnknownPermit
 from gateway.governance._counters import (
     CounterState,
     clamp,
     load_counter,
+    read_counter,
     reserve,
     resolve_counter,
     settle_counter,
@@ -65,77 +67,22 @@ from gateway.governance._plan import (
 from gateway.governance._settle import settlement_for
 from gateway.governance._snapshot import has_key_tables, snapshot_refusal
 from gateway.governance._usage import usage_rows
-from gateway.keys._sqlite import SqliteBase
+from gateway.localdb import SqliteBase, Statements
 from gateway.pricing import InvalidUsage
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS gov_counters (
-    counter TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,
-    dimension TEXT NOT NULL,
-    balance INTEGER NOT NULL DEFAULT 0,      -- buckets: scaled units (BUCKET_SCALE)
-    updated_us INTEGER NOT NULL DEFAULT 0,   -- buckets: last refill, µs since the epoch
-    reserved INTEGER NOT NULL DEFAULT 0,     -- windows/accounts
-    committed INTEGER NOT NULL DEFAULT 0,    -- windows/accounts
-    frozen_by TEXT,                          -- permit whose invalid usage froze it
-    liability INTEGER NOT NULL DEFAULT 0     -- windows/accounts (DESIGN §5)
-);
-CREATE TABLE IF NOT EXISTS gov_permits (
-    id TEXT PRIMARY KEY,
-    request_id TEXT NOT NULL,
-    key_id TEXT NOT NULL, team_id TEXT NOT NULL, user TEXT,
-    model TEXT NOT NULL,
-    day TEXT NOT NULL, month TEXT NOT NULL,
-    token_bound INTEGER NOT NULL, usd_bound INTEGER NOT NULL,
-    request BLOB NOT NULL,                   -- the AdmissionRequest, msgspec JSON
-    status TEXT NOT NULL,                    -- pending | settled | invalid
-    created_us INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS gov_permits_day ON gov_permits(day);
-CREATE INDEX IF NOT EXISTS gov_permits_month ON gov_permits(month);
-CREATE TABLE IF NOT EXISTS gov_charges (
-    permit_id TEXT NOT NULL REFERENCES gov_permits(id),
-    seq INTEGER NOT NULL,
-    counter TEXT NOT NULL, kind TEXT NOT NULL, dimension TEXT NOT NULL,
-    amount INTEGER NOT NULL, "limit" INTEGER, window TEXT, rule_uid TEXT,
-    hard INTEGER NOT NULL,
-    committed INTEGER,                       -- set by settlement (NULL: pending/invalid)
-    liability INTEGER,                       -- set by settlement
-    PRIMARY KEY (permit_id, seq)
-);
-CREATE TABLE IF NOT EXISTS gov_settlements (
-    permit_id TEXT PRIMARY KEY REFERENCES gov_permits(id),
-    kind TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    tokens_committed INTEGER NOT NULL,
-    usd_committed INTEGER NOT NULL,
-    detail TEXT NOT NULL DEFAULT '',
-    settled_us INTEGER NOT NULL,
-    tokens_liability INTEGER NOT NULL DEFAULT 0,
-    usd_liability INTEGER NOT NULL DEFAULT 0,
-    bound_exceeded INTEGER NOT NULL DEFAULT 0,
-    resolved_us INTEGER                      -- a later exact figure replaced the liability
-);
-"""
-
-# Columns added after the first release: a file written by an older gateway gains them
-# (every existing figure is kept; the new ones start at 0/NULL).
-_ADDED_COLUMNS = (
-    ("gov_counters", "liability", "INTEGER NOT NULL DEFAULT 0"),
-    ("gov_charges", "liability", "INTEGER"),
-    ("gov_settlements", "tokens_liability", "INTEGER NOT NULL DEFAULT 0"),
-    ("gov_settlements", "usd_liability", "INTEGER NOT NULL DEFAULT 0"),
-    ("gov_settlements", "bound_exceeded", "INTEGER NOT NULL DEFAULT 0"),
-    ("gov_settlements", "resolved_us", "INTEGER"),
-)
-
-
-def _add_missing_columns(conn: sqlite3.Connection) -> None:
-    for table, column, decl in _ADDED_COLUMNS:
-        have = {r["name"] for r in conn.execute(f"PRAGMA table_info({table})")}
-        if column not in have:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-
+_SQL = Statements(sql.local_governance)
+# The request path's writes take their values in this order (checked here, at import).
+_INSERT_PERMIT = _SQL["insert_permit"].expect(
+    "id", "request_id", "key_id", "team_id", "user", "model", "day", "month", "token_bound",
+    "usd_bound", "request", "created_us")
+_INSERT_CHARGE = _SQL["insert_charge"].expect(
+    "permit_id", "seq", "counter", "kind", "dimension", "amount", "limit", "window",
+    "rule_uid", "hard")
+_CLAIM_PERMIT = _SQL["claim_permit"].expect("status", "id")
+_SETTLE_CHARGE = _SQL["settle_charge"].expect("committed", "liability", "permit_id", "seq")
+_INSERT_SETTLEMENT = _SQL["insert_settlement"].expect(
+    "permit_id", "kind", "fingerprint", "tokens_committed", "usd_committed", "detail",
+    "settled_us", "tokens_liability", "usd_liability", "bound_exceeded")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_GRANTED = 100_000
 """Settlement hints kept at most (each a few hundred bytes; one per request in flight)."""
@@ -145,6 +92,8 @@ log = logging.getLogger("mayu.governance")
 
 class LocalGovernanceStore(SqliteBase):
     """:class:`gateway.governance.GovernanceStore` on a SQLite file (one replica)."""
+
+    schema = sql.local_governance["schema"]
 
     def __init__(self, path: str, *,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -168,13 +117,6 @@ class LocalGovernanceStore(SqliteBase):
 
     async def _run_alone(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(fn, inline=True)
-
-    def _schema(self) -> str:
-        return _SCHEMA
-
-    async def open(self) -> None:
-        await super().open()
-        await self._run(_add_missing_columns)
 
     def _now_us(self) -> int:
         return (self._clock() - _EPOCH) // timedelta(microseconds=1)
@@ -257,20 +199,17 @@ class LocalGovernanceStore(SqliteBase):
             # Everything that can refuse is checked before the first write (_localbatch).
             claimed = self._claim(conn, permit_id, settlement, status)
             if claimed is None:
-                row = conn.execute("SELECT request, created_us, status FROM gov_permits"
-                                   " WHERE id = ?", (permit_id,)).fetchone()
+                row = _SQL["permit_to_settle"].execute(conn, {"id": permit_id}).fetchone()
                 if row is None:
                     raise UnknownPermit(
                         f"permit {permit_id!r} was never admitted by this store")
                 if row["status"] != "pending":  # settled: its settlement row says how
-                    done = conn.execute("SELECT * FROM gov_settlements WHERE permit_id = ?",
-                                        (permit_id,)).fetchone()
+                    done = _SQL["settlement"].execute(conn, {"permit_id": permit_id}).fetchone()
                     return _replay(permit_id, done, settlement, fingerprint)
                 req = msgspec.json.decode(row["request"], type=AdmissionRequest)
                 check_settlement(req, settlement)
                 created_us = row["created_us"]
-                conn.execute("UPDATE gov_permits SET status = ? WHERE id = ?",
-                             (status, permit_id))
+                _SQL["set_permit_status"].execute(conn, {"id": permit_id, "status": status})
             else:
                 req, created_us = claimed
             now = batch.now
@@ -285,15 +224,11 @@ class LocalGovernanceStore(SqliteBase):
                     batch.store(settle_counter(charge, batch.load(conn, charge), committed,
                                                liability, now, created_us))
                     parts.append((committed, liability, permit_id, seq))
-                conn.executemany("UPDATE gov_charges SET committed = ?, liability = ?"
-                                 " WHERE permit_id = ? AND seq = ?", parts)
-            conn.execute("INSERT INTO gov_settlements (permit_id, kind, fingerprint,"
-                         " tokens_committed, usd_committed, detail, settled_us,"
-                         " tokens_liability, usd_liability, bound_exceeded)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         (permit_id, str(s.kind), fingerprint, clamp(s.tokens_committed),
-                          clamp(s.usd_committed), s.detail, now, clamp(s.tokens_liability),
-                          clamp(s.usd_liability), int(s.bound_exceeded)))
+                _SETTLE_CHARGE.executemany_values(conn, parts)
+            _INSERT_SETTLEMENT.execute_values(
+                conn, permit_id, str(s.kind), fingerprint, clamp(s.tokens_committed),
+                clamp(s.usd_committed), s.detail, now, clamp(s.tokens_liability),
+                clamp(s.usd_liability), int(s.bound_exceeded))
             return _result(permit_id, s, replay=False)
         result: SettleResult = await self._batcher.run(_settle, retry_alone=True)
         return result
@@ -312,8 +247,7 @@ class LocalGovernanceStore(SqliteBase):
             check_settlement(hint[0], settlement)
         except InvalidUsage:
             return None
-        cur = conn.execute("UPDATE gov_permits SET status = ? WHERE id = ?"
-                           " AND status = 'pending'", (status, permit_id))
+        cur = _CLAIM_PERMIT.execute_values(conn, status, permit_id)
         return hint if cur.rowcount == 1 else None
 
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
@@ -321,8 +255,7 @@ class LocalGovernanceStore(SqliteBase):
         pending permit is simply settled with it. Windows move the permit's part from
         liability to committed; buckets are left alone (their minute has passed)."""
         def _pending(conn: sqlite3.Connection) -> bool:
-            row = conn.execute("SELECT status FROM gov_permits WHERE id = ?",
-                               (permit_id,)).fetchone()
+            row = _SQL["permit_status"].execute(conn, {"id": permit_id}).fetchone()
             if row is None:
                 raise UnknownPermit(f"permit {permit_id!r} was never admitted by this store")
             return bool(row["status"] == "pending")
@@ -331,9 +264,7 @@ class LocalGovernanceStore(SqliteBase):
         fingerprint = settlement_fingerprint(settlement)
 
         def _resolve(conn: sqlite3.Connection) -> SettleResult:
-            row = conn.execute("SELECT p.request, s.kind FROM gov_permits p JOIN"
-                               " gov_settlements s ON s.permit_id = p.id WHERE p.id = ?",
-                               (permit_id,)).fetchone()
+            row = _SQL["settled_permit"].execute(conn, {"id": permit_id}).fetchone()
             if row["kind"] not in (OutcomeKind.UNCERTAIN, OutcomeKind.TOKENS_KNOWN):
                 raise SettlementConflict(
                     f"permit {permit_id} was settled as {row['kind']}: only an uncertain or "
@@ -344,27 +275,24 @@ class LocalGovernanceStore(SqliteBase):
             for seq, charge in enumerate(req.charges):
                 if charge.kind == "bucket":
                     continue
-                old = conn.execute("SELECT committed, liability FROM gov_charges"
-                                   " WHERE permit_id = ? AND seq = ?",
-                                   (permit_id, seq)).fetchone()
+                old = _SQL["charge_figures"].execute(
+                    conn, {"permit_id": permit_id, "seq": seq}).fetchone()
                 new = settlement.commits[charge.counter]
                 liability = settlement.liabilities.get(charge.counter, 0)
                 state = resolve_counter(load_counter(conn, charge, now),
                                         new - (old["committed"] or 0),
                                         liability - (old["liability"] or 0))
                 store_counter(conn, state)
-                conn.execute("UPDATE gov_charges SET committed = ?, liability = ?"
-                             " WHERE permit_id = ? AND seq = ?",
-                             (new, liability, permit_id, seq))
+                _SETTLE_CHARGE.execute_values(conn, new, liability, permit_id, seq)
             s = settlement
-            conn.execute("UPDATE gov_settlements SET kind = ?, fingerprint = ?,"
-                         " tokens_committed = ?, usd_committed = ?, tokens_liability = ?,"
-                         " usd_liability = ?, bound_exceeded = ?, detail = ?,"
-                         " resolved_us = ? WHERE permit_id = ?",
-                         (str(s.kind), fingerprint, clamp(s.tokens_committed),
-                          clamp(s.usd_committed), clamp(s.tokens_liability),
-                          clamp(s.usd_liability), int(s.bound_exceeded), s.detail, now,
-                          permit_id))
+            _SQL["resolve_settlement"].execute(conn, {
+                "permit_id": permit_id, "kind": str(s.kind), "fingerprint": fingerprint,
+                "tokens_committed": clamp(s.tokens_committed),
+                "usd_committed": clamp(s.usd_committed),
+                "tokens_liability": clamp(s.tokens_liability),
+                "usd_liability": clamp(s.usd_liability),
+                "bound_exceeded": int(s.bound_exceeded), "detail": s.detail,
+                "resolved_us": now})
             return _result(permit_id, s, replay=False)
         return await self._run(_resolve)
 
@@ -383,16 +311,13 @@ class LocalGovernanceStore(SqliteBase):
     async def counter(self, name: str) -> CounterState | None:
         """A counter as stored (buckets not refilled to now), or None if never charged."""
         def _get(conn: sqlite3.Connection) -> CounterState | None:
-            row = conn.execute("SELECT * FROM gov_counters WHERE counter = ?",
-                               (name,)).fetchone()
-            return None if row is None else CounterState(**dict(row))
+            return read_counter(conn, name)
         return await self._run(_get, write=False)
 
     async def pending_permits(self) -> list[str]:
         """Ids of permits admitted and not yet settled (they keep binding the limits)."""
         def _pending(conn: sqlite3.Connection) -> list[str]:
-            return [r["id"] for r in conn.execute(
-                "SELECT id FROM gov_permits WHERE status = 'pending' ORDER BY created_us")]
+            return [r["id"] for r in _SQL["pending_permits"].execute(conn)]
         return await self._run(_pending, write=False)
 
     async def get_permit(self, permit_id: str) -> Permit | None:
@@ -422,8 +347,7 @@ class LocalGovernanceStore(SqliteBase):
     async def unfreeze(self, name: str) -> bool:
         """Operator action: lift a freeze after investigating the invalid usage."""
         def _unfreeze(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute("UPDATE gov_counters SET frozen_by = NULL WHERE counter = ?"
-                               " AND frozen_by IS NOT NULL", (name,))
+            cur = _SQL["unfreeze_counter"].execute(conn, {"counter": name})
             return cur.rowcount == 1
         return await self._run(_unfreeze)
 
@@ -443,18 +367,13 @@ def permit_id() -> str:
 
 def _insert_permit(conn: sqlite3.Connection, permit: Permit, now: int) -> None:
     req = permit.request
-    conn.execute(
-        "INSERT INTO gov_permits (id, request_id, key_id, team_id, user, model, day, month,"
-        " token_bound, usd_bound, request, status, created_us)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
-        (permit.id, req.request_id, req.key_id, req.team_id, req.user, req.model, req.day,
-         req.month, clamp(req.token_bound), clamp(req.usd_bound),
-         msgspec.json.encode(req), now))
-    conn.executemany(
-        'INSERT INTO gov_charges (permit_id, seq, counter, kind, dimension, amount, "limit",'
-        " window, rule_uid, hard) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(permit.id, seq, c.counter, c.kind, c.dimension, c.amount, c.limit, c.window,
-          c.rule_uid, int(c.hard)) for seq, c in enumerate(req.charges)])
+    _INSERT_PERMIT.execute_values(
+        conn, permit.id, req.request_id, req.key_id, req.team_id, req.user, req.model,
+        req.day, req.month, clamp(req.token_bound), clamp(req.usd_bound),
+        msgspec.json.encode(req), now)
+    _INSERT_CHARGE.executemany_values(conn, [
+        (permit.id, seq, c.counter, c.kind, c.dimension, c.amount, c.limit, c.window,
+         c.rule_uid, int(c.hard)) for seq, c in enumerate(req.charges)])
 
 
 def _result(permit_id: str, s: Settlement, *, replay: bool) -> SettleResult:

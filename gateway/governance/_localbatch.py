@@ -6,7 +6,7 @@ write, the same whatever the transaction holds. :class:`Batcher` shares that cos
 between the operations that are pending at the same time, without delaying a lone one:
 
 - **Idle** (nothing queued, nothing in a worker thread): an operation runs at once,
-  alone, inline on the event loop, as before. That opens a *window*: operations that
+  alone, inline on the event loop. That opens a *window*: operations that
   arrive while it is open queue.
 - **The window** is looked at after each loop turn (``call_soon``). While the loop has
   other work (the turn took longer than ``_IDLE_TURN_S``), the queue waits for more, at
@@ -50,9 +50,16 @@ from typing import Any
 
 from msgspec.structs import replace
 
+import sql
 from gateway.errors import GovernanceUnavailable
-from gateway.governance._counters import CounterState, load_counter
+from gateway.governance._counters import (
+    CounterState,
+    load_counter,
+    read_counter,
+    store_counters,
+)
 from gateway.governance._model import Charge
+from gateway.localdb import Statements
 
 _MAX_BATCH = 64
 """Operations per transaction at most (a longer queue takes several, one after another)."""
@@ -65,9 +72,7 @@ _IDLE_TURN_S = 20e-6
 queue goes at once (nothing else would come to join it soon)."""
 
 
-_LOAD = ("SELECT counter, kind, dimension, balance, updated_us, reserved, committed,"
-         " frozen_by, liability FROM gov_counters WHERE counter = ?")
-"""One counter, its columns in CounterState's field order."""
+_SQL = Statements(sql.local_governance)
 
 
 class Batch:
@@ -93,10 +98,9 @@ class Batch:
         state = self._counters.get(charge.counter)
         if state is not None:
             return state
-        row = conn.execute(_LOAD, (charge.counter,)).fetchone()
-        if row is None:  # never charged: born full/empty (read again there: rare)
+        state = read_counter(conn, charge.counter)
+        if state is None:  # never charged: born full/empty (read again there: rare)
             return load_counter(conn, charge, self.now)
-        state = CounterState(*row)
         self._counters[charge.counter] = state
         return state
 
@@ -109,8 +113,7 @@ class Batch:
         """Freeze an existing counter for ``permit_id`` unless it is frozen already."""
         state = self._counters.get(counter)
         if state is None:
-            conn.execute("UPDATE gov_counters SET frozen_by = ? WHERE counter = ?"
-                         " AND frozen_by IS NULL", (permit_id, counter))
+            _SQL["freeze_counter"].execute(conn, {"counter": counter, "permit_id": permit_id})
         elif state.frozen_by is None:
             self.store(replace(state, frozen_by=permit_id))
 
@@ -118,16 +121,7 @@ class Batch:
         """Write every counter the batch changed (before its COMMIT)."""
         if not self._dirty:
             return
-        conn.executemany(
-            "INSERT INTO gov_counters (counter, kind, dimension, balance, updated_us,"
-            " reserved, committed, frozen_by, liability) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (counter) DO UPDATE SET balance = excluded.balance,"
-            " updated_us = excluded.updated_us, reserved = excluded.reserved,"
-            " committed = excluded.committed, frozen_by = excluded.frozen_by,"
-            " liability = excluded.liability",
-            [(s.counter, s.kind, s.dimension, s.balance, s.updated_us, s.reserved,
-              s.committed, s.frozen_by, s.liability)
-             for s in (self._counters[name] for name in self._dirty)])
+        store_counters(conn, [self._counters[name] for name in self._dirty])
         self._dirty.clear()
 
 

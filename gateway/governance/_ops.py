@@ -1,9 +1,9 @@
 """What operators read about permits and frozen counters (``mayu permits`` / ``accounts``).
 
 Both governance stores answer these with the same shapes, so the operator CLI works the
-same on the local SQLite file and the shared Postgres database. The local store's SQL
-lives here too (the Postgres store's lives in ``sql/queries.sql``), which keeps the
-request-path module small.
+same on the local SQLite file and the shared Postgres database. The local store's
+readers live here too (their statements in ``sql/local/governance.sql``; the Postgres
+store's in ``sql/queries.sql``), which keeps the request-path module small.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
+import sql
 from gateway.governance._model import AdmissionRequest, Permit
+from gateway.localdb import Statements
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -62,13 +64,7 @@ def _at(us: int) -> datetime:
 
 # -- local (SQLite) ------------------------------------------------------------------------
 
-_LOCAL_PERMITS = """
-SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
-       p.usd_bound, p.created_us, coalesce(s.kind, 'pending') AS status,
-       s.tokens_committed, s.usd_committed, s.detail, s.tokens_liability,
-       s.usd_liability, s.bound_exceeded
-  FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
-"""
+_SQL = Statements(sql.local_governance)
 
 
 def _permit_info(row: sqlite3.Row, now_us: int) -> PermitInfo:
@@ -90,30 +86,21 @@ def _permit_info(row: sqlite3.Row, now_us: int) -> PermitInfo:
 def local_permits(conn: sqlite3.Connection, now_us: int, *, pending_only: bool,
                   older_than_s: int | None, limit: int | None) -> list[PermitInfo]:
     """Permits oldest first, optionally only pending ones admitted before a cut-off."""
-    where, params = [], []
-    if pending_only:
-        where.append("p.status = 'pending'")
-    if older_than_s is not None:
-        where.append("p.created_us <= ?")
-        params.append(now_us - older_than_s * 1_000_000)
-    query = _LOCAL_PERMITS + (" WHERE " + " AND ".join(where) if where else "")
-    query += " ORDER BY p.created_us, p.id"
-    if limit is not None:
-        query += " LIMIT ?"
-        params.append(limit)
-    return [_permit_info(r, now_us) for r in conn.execute(query, params)]
+    params = {"pending_only": pending_only, "limit": limit,
+              "created_before": None if older_than_s is None
+              else now_us - older_than_s * 1_000_000}
+    return [_permit_info(r, now_us) for r in _SQL["permits"].execute(conn, params)]
 
 
 def local_permit_info(conn: sqlite3.Connection, permit_id: str,
                       now_us: int) -> PermitInfo | None:
-    row = conn.execute(_LOCAL_PERMITS + " WHERE p.id = ?", (permit_id,)).fetchone()
+    row = _SQL["permit_info"].execute(conn, {"id": permit_id}).fetchone()
     return None if row is None else _permit_info(row, now_us)
 
 
 def local_get_permit(conn: sqlite3.Connection, permit_id: str) -> Permit | None:
     """The permit with the AdmissionRequest it was granted for (stored as JSON)."""
-    row = conn.execute("SELECT request FROM gov_permits WHERE id = ?",
-                       (permit_id,)).fetchone()
+    row = _SQL["permit_request"].execute(conn, {"id": permit_id}).fetchone()
     if row is None:
         return None
     return Permit(id=permit_id, request=msgspec.json.decode(row["request"],
@@ -123,12 +110,7 @@ def local_get_permit(conn: sqlite3.Connection, permit_id: str) -> Permit | None:
 def local_frozen(conn: sqlite3.Connection) -> list[FrozenCounter]:
     """Every frozen counter (windows and policy accounts share ``gov_counters`` here)."""
     # The captured limit lives on the charge that froze the counter, not the counter row.
-    rows = conn.execute(
-        'SELECT c.counter, c.kind, c.reserved, c.committed, c.frozen_by, c.liability,'
-        ' g."limit"'
-        "  FROM gov_counters c LEFT JOIN gov_charges g"
-        "    ON g.permit_id = c.frozen_by AND g.counter = c.counter"
-        " WHERE c.frozen_by IS NOT NULL ORDER BY c.counter")
+    rows = _SQL["frozen_counters"].execute(conn)
     return [FrozenCounter(counter=r["counter"], kind=r["kind"], limit=r["limit"],
                           reserved=r["reserved"], committed=r["committed"],
                           frozen_by=r["frozen_by"], liability=r["liability"]) for r in rows]

@@ -13,15 +13,18 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime
 
+import sql
 from gateway.governance._counterkey import CounterKey
 from gateway.governance._model import AdmissionRequest, Refusal
 from gateway.governance._refusal import refusal
+from gateway.localdb import Statements
+
+_SQL = Statements(sql.local_governance)
 
 
 def has_key_tables(conn: sqlite3.Connection) -> bool:
     """Whether this file holds the key store's tables (once it does, it always will)."""
-    found = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
-                         " AND name IN ('keys', 'teams')").fetchone()
+    found = _SQL["has_key_tables"].execute(conn).fetchone()
     return bool(found[0] == 2)
 
 
@@ -34,15 +37,13 @@ def snapshot_refusal(conn: sqlite3.Connection, req: AdmissionRequest,
                      now: datetime) -> Refusal | None:
     """A 503 refusal if the key or team changed since ``req`` was planned, else None
     (in a file that holds the key tables: :func:`has_key_tables`)."""
-    key = conn.execute("SELECT team_id, revision, revoked_at, expires_at FROM keys"
-                       " WHERE id = ?", (req.key_id,)).fetchone()
+    key = _SQL["snapshot_key"].execute_values(conn, req.key_id).fetchone()
     if (key is None or key["revoked_at"] is not None or key["team_id"] != req.team_id
             or key["revision"] != req.key_revision
             or (key["expires_at"] is not None
                 and datetime.fromisoformat(key["expires_at"]) <= now)):
         return _mismatch(CounterKey.key(req.key_id).text)
-    team = conn.execute("SELECT revision FROM teams WHERE id = ?",
-                        (req.team_id,)).fetchone()
+    team = _SQL["snapshot_team"].execute_values(conn, req.team_id).fetchone()
     if team is None or team["revision"] != req.team_revision:
         return _mismatch(CounterKey.team(req.team_id).text)
     return None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import gateway.keys._sqlite as sqlite_store
+import gateway.localdb as sqlite_store
 from gateway.config import BootstrapTeam, load_settings
 from gateway.errors import BadRequest, ConfigError, NotFound, RevisionConflict
 from gateway.keys import (

@@ -1,7 +1,11 @@
--- Budget alerts (ADR-050) in the local profile's SQLite file (one replica: the table
--- only keeps an event from being delivered twice, across restarts too).
--- Each query starts with a "-- name: <name>" line; parameters are :name (sqlite3).
--- Used by gateway/alerts/_stores.py.
+-- Budget alerts (ADR-050) in the local profile's SQLite file (gateway/alerts/_stores.py),
+-- beside the governance store's gov_counters: one replica, so the table only keeps an
+-- event from being delivered twice, across restarts too.
+-- Each statement starts with a "-- name: <name>" line; parameters are :name (sqlite3).
+-- "schema" is run with executescript when the store opens (gateway/localdb.py).
+-- The schema is the present one only: a file created by a pre-release build whose
+-- tables lack one of these columns is refused when the store opens, naming the table
+-- and the columns (gateway/localdb.py); nothing is altered in place.
 
 -- name: schema
 CREATE TABLE IF NOT EXISTS alert_events (
