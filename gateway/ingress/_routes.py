@@ -14,7 +14,8 @@ the moment the server starts draining (``app.state.draining``).
 from __future__ import annotations
 
 import hmac
-from datetime import UTC, datetime
+import re
+from datetime import UTC, date, datetime
 from typing import Any
 
 import msgspec
@@ -22,7 +23,7 @@ from litestar import Request, Response, get, post
 from litestar.types import ASGIApp
 
 from gateway.config import resolve_secret
-from gateway.errors import GovernanceUnavailable, InferplaneError, Unauthenticated
+from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError, Unauthenticated
 from gateway.governance import utc_windows
 from gateway.ingress._asgi import GENERATION
 from gateway.ingress._context import Gateway
@@ -35,6 +36,9 @@ from gateway.usage import estimate_tokens, prompt_text
 USAGE_CATCH_UP_S = 1.0
 """How long ``GET /v1/usage`` waits for this replica's settlements still in flight
 (their answers left first) before it reads; past it, they show as reserved."""
+
+_PERIODS = {"day": ("YYYY-MM-DD", re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")),
+            "month": ("YYYY-MM", re.compile(r"[0-9]{4}-[0-9]{2}"))}
 
 AnyRequest = Request[Any, Any, Any]
 
@@ -103,8 +107,7 @@ async def usage_report(request: AnyRequest) -> dict[str, Any]:
     token (``server.admin_token_ref``) sees everything."""
     gw = gateway_of(request)
     day, month = utc_windows(datetime.now(UTC))
-    day = request.query_params.get("day", day)
-    month = request.query_params.get("month", month)
+    day, month = _period(request, "day", day), _period(request, "month", month)
     key = presented_key(request.headers)
     scope: dict[str, str | None] = {"key_id": None, "team_id": None}
     is_admin = bool(gw.admin_token and key
@@ -123,6 +126,24 @@ async def usage_report(request: AnyRequest) -> dict[str, Any]:
         raise GovernanceUnavailable("governance store unavailable") from exc
     return {"object": "usage", "day": day, "month": month, **scope,
             "data": msgspec.to_builtins(rows)}
+
+
+def _period(request: AnyRequest, name: str, default: str) -> str:
+    """The ``day`` or ``month`` query parameter (``default`` when absent): a real UTC
+    calendar day or month, else a 400 naming it, before anything reads a store."""
+    text: str | None = request.query_params.get(name)
+    if text is None:
+        return default
+    shape, pattern = _PERIODS[name]
+    try:
+        valid = pattern.fullmatch(text) is not None and bool(
+            date.fromisoformat(text if name == "day" else f"{text}-01"))
+    except ValueError:  # 2026-02-30, 2026-13
+        valid = False
+    if not valid:
+        raise BadRequest(f"query parameter {name}: must be a UTC {name} as {shape} "
+                         f"(e.g. {default})", param=name)
+    return text
 
 
 @get("/healthz")
