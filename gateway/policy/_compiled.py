@@ -58,12 +58,26 @@ class CompiledRule(msgspec.Struct, frozen=True, kw_only=True):
         return True
 
     def scope(self, team_name: str, user: str | None) -> str:
-        """The counter scope this rule charges for a caller (per team, user or both)."""
+        """The counter scope this rule charges for a caller: ``team=<name>`` for a team
+        rule, ``team=<name>,user=<user>`` for a user or team-user rule.
+
+        A user is named by its team (a key's ``user`` is unique only within its team), so
+        a ``kind: user`` rule charges each team's user on its own counters, exactly like
+        ``kind: team-user`` with ``team: '*'``: two teams' "ci" users never share a budget
+        or see each other's spend."""
         if self.subject == "team":
             return f"team={team_name}"
-        if self.subject == "user":
-            return f"user={user}"
         return f"team={team_name},user={user}"
+
+    def fits_scope(self, scope: str) -> bool:
+        """Whether :meth:`scope` can return ``scope`` for some caller this rule applies
+        to (what a lease report of one of its accounts must name)."""
+        team, sep, user = scope.partition(",user=")
+        if not team.startswith("team=") or bool(sep) == (self.subject == "team"):
+            return False
+        if self.subject != "user" and self.team not in ("*", team[5:]):
+            return False
+        return self.subject == "team" or self.user in ("*", user)
 
 
 class PolicySnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -2,10 +2,14 @@
 
 All or nothing (ADR-034 §4 contrasts this with the per-document control-plane path): the
 whole file set is validated together, and one invalid document keeps the previous
-snapshot in force while every problem is logged with its file and field path. At
-startup there is no previous snapshot, so :meth:`FilePolicySource.start` raises
-:class:`PolicyInvalid` instead. Reload polls file mtimes (portable, no inotify); the
-generation increments only when the applied set actually changes (by fingerprint).
+snapshot in force while its problems are logged on one line, each with its file and field
+path. At startup there is no previous snapshot, so :meth:`FilePolicySource.start` raises
+:class:`PolicyInvalid` instead. A file is read as UTF-8 and its YAML checked for depth
+(:data:`gateway.jsondepth.MAX_JSON_DEPTH`) and aliases before it is parsed, as
+inferplaned checks a published body: the parser and the validator recurse once per level,
+and an alias can make a document contain itself. Reload polls file mtimes (portable, no
+inotify); the generation increments only when the applied set actually changes (by
+fingerprint).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from gateway.errors import NestingTooDeep
+from gateway.jsondepth import check_yaml_depth
 from gateway.policy._compile import compile_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, PolicySnapshot
 from gateway.policy._tasks import cancel_and_wait
@@ -48,6 +54,16 @@ def expand(globs: Sequence[str]) -> tuple[list[str], list[Problem]]:
     return sorted(files), problems
 
 
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    """PyYAML's complaint on one line: where and what (its own text quotes the source
+    over several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return " ".join(str(exc).split())
+
+
 def load_files(paths: Sequence[str]) -> tuple[list[Any], list[str], list[Problem]]:
     """Parse every YAML document of every file: (documents, origin per document, problems).
 
@@ -58,12 +74,20 @@ def load_files(paths: Sequence[str]) -> tuple[list[Any], list[str], list[Problem
     problems: list[Problem] = []
     for path in paths:
         try:
-            parsed = list(yaml.safe_load_all(Path(path).read_text()))
+            text = Path(path).read_bytes().decode("utf-8")
+            check_yaml_depth(text, what="YAML")
+            parsed = list(yaml.safe_load_all(text))
         except OSError as exc:
             problems.append((path, f"cannot read: {exc.strerror}"))
             continue
+        except UnicodeDecodeError as exc:
+            problems.append((path, f"not UTF-8 text (byte {exc.start})"))
+            continue
+        except NestingTooDeep as exc:
+            problems.append((path, exc.message))
+            continue
         except yaml.YAMLError as exc:
-            problems.append((path, f"not valid YAML: {exc}"))
+            problems.append((path, f"not valid YAML: {_yaml_error(exc)}"))
             continue
         present = [d for d in parsed if d is not None]
         for k, d in enumerate(present):
@@ -113,8 +137,9 @@ class FilePolicySource:
     def reload(self, *, strict: bool = False) -> bool:
         """Re-read the files if any changed; True when a new generation was applied.
 
-        Invalid sets are logged (or raised when ``strict``) and the previous snapshot
-        stays; the signature is remembered so one bad edit is logged once, not per poll.
+        Invalid sets are logged, one error line naming every problem (or raised when
+        ``strict``), and the previous snapshot stays; the signature is remembered so one
+        bad edit is logged once, not per poll.
         """
         paths, _ = expand(self._globs)
         signature = _signature(paths)
@@ -125,10 +150,8 @@ class FilePolicySource:
         if problems:
             if strict:
                 raise PolicyInvalid(problems)
-            log.error("policy files rejected, keeping generation %d (%d problems)",
-                      self._snapshot.generation, len(problems))
-            for path, msg in problems:
-                log.error("  %s: %s", path, msg)
+            log.error("policy files rejected, keeping generation %d: %s",
+                      self._snapshot.generation, PolicyInvalid(problems).message)
             return False
         digest = fingerprint(docs)
         if digest == self._snapshot.fingerprint:

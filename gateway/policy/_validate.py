@@ -23,6 +23,8 @@ from gateway.policy._wire import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
     DURATION_PATTERN,
+    MAX_RENEW_MS,
+    MIN_RENEW_MS,
     UID_PATTERN,
     GovernancePolicy,
     Rule,
@@ -38,7 +40,6 @@ _PATTERN_HINTS = {
     UID_PATTERN: "must be letters, digits, '.', '_', '/', '-' (no ':')",
     DURATION_PATTERN: "must be a duration such as 500ms, 10s, 1m30s",
 }
-_MIN_RENEW_MS = 1000
 _TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string",
                list: "list", dict: "mapping", type(None): "null"}
 
@@ -183,9 +184,14 @@ def _lease_problems(budget: dict[str, Any], path: str) -> list[Problem]:
     lease, out = _obj(budget.get("lease")), []
     renew, grant, limit = lease.get("renewInterval"), lease.get("grant"), budget.get(
         "limitMilliUSD")
-    if isinstance(renew, str) and re.search(DURATION_PATTERN, renew) and (
-            duration_ms(renew) < _MIN_RENEW_MS):
-        out.append((f"{path}.lease.renewInterval", "must be at least 1s"))
+    # A string over 32 characters is refused by the structural pass (and int() of a
+    # very long digit run would raise).
+    if isinstance(renew, str) and len(renew) <= 32 and re.search(DURATION_PATTERN, renew):
+        ms, where = duration_ms(renew), f"{path}.lease.renewInterval"
+        if ms < MIN_RENEW_MS:
+            out.append((where, "must be at least 1s"))
+        elif ms > MAX_RENEW_MS:
+            out.append((where, f"must be at most {MAX_RENEW_MS // 3_600_000}h; got {renew!r}"))
     if _is_count(grant) and _is_count(limit) and grant > limit:
         out.append((f"{path}.lease.grant", "must not exceed limitMilliUSD"))
     return out

@@ -43,6 +43,13 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 UID_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$"
 DURATION_PATTERN = r"^([0-9]+(ms|s|m|h))+$"
+MIN_RENEW_MS = 1_000
+"""The shortest lease ``renewInterval`` (1s): a heartbeat is one database transaction."""
+MAX_RENEW_MS = 86_400_000
+"""The longest lease ``renewInterval`` (24h), the ceiling of every duration a gateway
+config accepts: a lease expires after three intervals without an answer, so a longer
+one would leave an unreachable control plane unnoticed for days (and the number must
+fit the lease protocol's integers and the ledger's bigint)."""
 
 PolicyName = Annotated[str, msgspec.Meta(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
 RuleName = Annotated[str, msgspec.Meta(min_length=1, max_length=63, pattern=DNS_LABEL)]

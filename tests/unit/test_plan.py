@@ -119,8 +119,8 @@ def test_policy_rules_charge_their_own_scoped_counters():
     got = {c.counter: (c.kind, c.amount, c.limit, c.rule_uid, c.hard) for c in charges}
     assert got == {
         "rule:r-rate:team=ml:tpm": ("bucket", 40, 500, "r-rate", True),
-        "rule:r-quota:user=alice:tokens:month:2026-11": ("window", 40, 9000, "r-quota",
-                                                         True),
+        "rule:r-quota:team=ml,user=alice:tokens:month:2026-11": ("window", 40, 9000,
+                                                                 "r-quota", True),
         "account:r-budget:team=ml,user=alice:month:2026-11": ("account", 6, 1000,
                                                               "r-budget", False),
     }
