@@ -2,14 +2,23 @@
 
 Each sub-command group lives in its own module exposing ``register(subparsers)``; this
 module only assembles them, so ``mayu --help`` lists every command.
+
+Every command answers bad input with one line on stderr and exit 2: a usage error
+(argparse's, and every argument type's, :mod:`gateway.cli._args`) as
+``mayu <command>: error: …``, an :class:`InferplaneError` as ``mayu: error: …``. A
+command whose stdout is closed early (``mayu keys list | head -3``) stops quietly with
+exit 141, what a shell reports for a program that SIGPIPE ended — without setting SIGPIPE
+to its default action, which would kill ``mayu serve`` on any write to a closed socket.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from gateway.errors import InferplaneError
 
@@ -18,8 +27,19 @@ _COMMANDS = ("_serve", "_migrate", "_config", "_models", "_keys", "_import", "_p
              "_mock")
 
 
+EXIT_PIPE = 141
+"""Exit status when stdout was closed: 128 + SIGPIPE, as a shell reports ``git log | head``."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with a one-line usage error (its sub-parsers are Parsers too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mayu", description="inferplane gateway (data plane): serve, manage keys and "
         "teams, check config and policies.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -50,8 +70,21 @@ def run_command(prog: str, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    return run_command("mayu", parser.parse_args(argv))
+    try:
+        code = run_command("mayu", build_parser().parse_args(argv))
+        sys.stdout.flush()  # here, not at exit: a closed pipe is an exception we can catch
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_PIPE
+    return code
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so what is still buffered flushes there at exit instead
+    of failing again (Python's own advice for SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 Works on the configured key store (``--config FILE``; without one, the local profile's
 SQLite file under ``.mayu``). Money flags take dollars as an exact decimal string
 (``--usd-per-day 1.50``, parsed with :class:`decimal.Decimal`) or integer µUSD
-(``--usd-micros-per-day 1500000``); a float never touches money. A new key's plaintext
-is printed once and never stored.
+(``--usd-micros-per-day 1500000``); a float never touches money. Every figure is
+checked against the ceiling the store applies (``gateway.ceilings``) before the store is
+opened: a bad one is one line and exit 2. A new key's plaintext is printed once and
+never stored.
 """
 
 from __future__ import annotations
@@ -16,52 +18,48 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
 import msgspec
 
+from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
+from gateway.cli import _args
+from gateway.cli._args import MICROS
 from gateway.config import load_settings
 from gateway.errors import BadRequest, NotFound
 from gateway.keys import KeyLimits, KeyRecord, KeyStore, Team, TeamLimits, open_key_store
 
 T = TypeVar("T")
-MICROS = 1_000_000
+MAX_COUNT = 2**31 - 1
+"""The largest revision, minute count or listing limit a flag takes."""
+MAX_EXPIRY_DAYS = 36_500
+"""``--expires-in-days``: a century (a key's expiry must stay a date)."""
 
 
-# -- argument types -------------------------------------------------------------------
+# -- argument types (gateway.cli._args: one line and exit 2 for bad input) -----------
 
 def _count(text: str) -> int:
-    """A non-negative integer (limits are whole requests, tokens or µUSD)."""
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
-    return value
+    """A token or µUSD figure: a whole number within the planner's ``MAX_AMOUNT``."""
+    return _args.whole(text, high=MAX_AMOUNT)
+
+
+def _rate(text: str) -> int:
+    """An rpm/tpm bucket capacity: 1 to ``MAX_BUCKET_CAPACITY`` (0 would mean no cap)."""
+    return _args.whole(text, low=1, high=MAX_BUCKET_CAPACITY)
 
 
 def _positive(text: str) -> int:
-    value = _count(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+    """A revision, a count of minutes, a listing limit: 1 to ``MAX_COUNT``."""
+    return _args.whole(text, low=1, high=MAX_COUNT)
+
+
+def _days(text: str) -> int:
+    return _args.whole(text, low=1, high=MAX_EXPIRY_DAYS, unit=" days")
 
 
 def parse_usd(text: str) -> int:
     """Dollars as an exact decimal string (``1.50``) to integer µUSD."""
-    try:
-        amount = Decimal(text.strip().removeprefix("$"))
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not a dollar amount: {text!r}") from None
-    if not amount.is_finite() or amount < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative dollar amount: {text!r}")
-    micros = amount * MICROS
-    if micros != micros.to_integral_value():
-        raise argparse.ArgumentTypeError(f"{text!r}: more precise than one µUSD "
-                                         "(at most 6 decimal places)")
-    return int(micros)
+    return _args.usd(text)
 
 
 def format_usd(micros: int | None) -> str:
@@ -161,7 +159,7 @@ def _unset_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     for name in names:
         if name not in _UNSET:
-            raise argparse.ArgumentTypeError(f"unknown limit {name!r} (one of: "
+            raise argparse.ArgumentTypeError(f"unknown limit {_args.shown(name)} (one of: "
                                              f"{', '.join(_UNSET)})")
     return names
 
@@ -292,8 +290,8 @@ def _money_args(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _rate_args(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--rpm", type=_count, help=f"{what} requests per minute")
-    parser.add_argument("--tpm", type=_count, help=f"{what} tokens per minute")
+    parser.add_argument("--rpm", type=_rate, help=f"{what} requests per minute")
+    parser.add_argument("--tpm", type=_rate, help=f"{what} tokens per minute")
 
 
 def _add(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
@@ -311,7 +309,7 @@ def _register_teams(subparsers: Any) -> None:
     sub = teams.add_subparsers(dest="teams_command", metavar="COMMAND", required=True)
     create = _add(sub, "create", _teams_create, "create a team with its limits "
                   "(omitted limits are uncapped)", "print the new team as JSON")
-    create.add_argument("name", metavar="NAME", help="unique team name")
+    create.add_argument("name", metavar="NAME", type=_args.text, help="unique team name")
     _rate_args(create, "team")
     create.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
     _money_args(create, "team")
@@ -319,7 +317,7 @@ def _register_teams(subparsers: Any) -> None:
     _add(sub, "list", _teams_list, "list teams and their limits", "print JSON")
     update = _add(sub, "set", _teams_set, "change some of a team's limits (the others are "
                   "kept); the edit bumps the team's revision", "print the team as JSON")
-    update.add_argument("name", metavar="NAME", help="team name or id")
+    update.add_argument("name", metavar="NAME", type=_args.text, help="team name or id")
     _rate_args(update, "team")
     update.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
     _money_args(update, "team")
@@ -339,21 +337,25 @@ def _register_keys(subparsers: Any) -> None:
     sub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
     create = _add(sub, "create", _keys_create, "create a key and print it once",
                   "print {key, record} as JSON (the key is still shown only this once)")
-    create.add_argument("--team", required=True, help="team name or id")
-    create.add_argument("--name", default="", help="a label for the key")
-    create.add_argument("--user", default=None, help="the user the key belongs to")
-    create.add_argument("--models", metavar="A,B", default=None,
+    create.add_argument("--team", required=True, type=_args.text, help="team name or id")
+    create.add_argument("--name", default="", type=_args.text, help="a label for the key")
+    create.add_argument("--user", default=None, type=_args.text,
+                        help="the user the key belongs to (a user is named within its "
+                             "team: policy rules charge each team's user apart)")
+    create.add_argument("--models", metavar="A,B", default=None, type=_args.text,
                         help="comma-separated models the key may use (default: all)")
     _rate_args(create, "key")
     _money_args(create, "key")
-    create.add_argument("--expires-in-days", type=_positive, metavar="DAYS",
+    create.add_argument("--expires-in-days", type=_days, metavar="DAYS",
                         help="the key stops working after this many days")
     listing = _add(sub, "list", _keys_list, "list keys (never their plaintext)", "print JSON")
-    listing.add_argument("--team", default=None, help="only this team's keys (name or id)")
+    listing.add_argument("--team", default=None, type=_args.text,
+                         help="only this team's keys (name or id)")
     listing.add_argument("--all", action="store_true", help="include revoked keys")
     revoke = _add(sub, "revoke", _keys_revoke, "revoke a key (it stays listed as revoked)",
                   "print the revoked record as JSON")
-    revoke.add_argument("id", metavar="ID", help="key id (see mayu keys list)")
+    revoke.add_argument("id", metavar="ID", type=_args.text,
+                        help="key id (see mayu keys list)")
     revoke.add_argument("--expected-revision", type=_positive, metavar="N",
                         help="refuse unless the key is still at this revision")
     _register_import(sub)

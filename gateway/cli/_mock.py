@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import argparse
 
+from gateway.cli._args import whole
+
+
+def _port(text: str) -> int:
+    return whole(text, high=65535)
+
+
+def _latency_ms(text: str) -> int:
+    return whole(text, high=600_000, unit=" ms")
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("mock-upstream",
                        help="serve the deterministic mock model over HTTP (tests, benches)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=4100)
-    p.add_argument("--latency-ms", type=int, default=0,
-                   help="delay before the first byte and between stream chunks")
+    p.add_argument("--port", type=_port, default=4100, help="0-65535 (0: any free port)")
+    p.add_argument("--latency-ms", type=_latency_ms, default=0,
+                   help="delay before the first byte and between stream chunks (at most "
+                        "600000)")
     p.set_defaults(func=_run)
 
 

@@ -22,6 +22,7 @@ import sys
 
 import msgspec
 
+from gateway.cli._args import shown, whole
 from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError, GovernanceUnavailable
 from gateway.policy import PolicyInvalid
@@ -41,20 +42,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _port(text: str) -> int:
-    port = int(text)
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535)")
-    return port
+    return whole(text, high=65535)
 
 
 def _workers(text: str) -> int:
     try:
-        workers = int(text)
-    except ValueError:
-        workers = 0
-    if not 1 <= workers <= 64:
-        raise argparse.ArgumentTypeError(f"{text} is not a number of workers (1-64)")
-    return workers
+        return whole(text, low=1, high=64)
+    except argparse.ArgumentTypeError:
+        label = text if text.isprintable() and len(text) <= 40 else shown(text)
+        raise argparse.ArgumentTypeError(f"{label} is not a number of workers (1-64)"
+                                         ) from None
 
 
 def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
