@@ -86,6 +86,11 @@ class Metrics:
         self.outstanding_usd = Gauge("mayu_reserved_outstanding_micro_usd",
                                      "µUSD reserved by this process's permits not yet "
                                      "settled.", registry=r, multiprocess_mode="livesum")
+        self._outstanding: dict[str, int] = {}
+        """Permit id → µUSD bound of the permits this process admitted and the store has
+        not yet taken the settlement of: what ``outstanding_usd`` sums. A settlement of
+        any other permit — one a previous run left in the journal, resolved at start-up
+        or adopted from an orphaned journal — was never added, so it takes nothing off."""
         self.admission_latency = Histogram("mayu_admission_seconds",
                                            "Time to admit or refuse one attempt.",
                                            buckets=_LATENCY_BUCKETS, registry=r)
@@ -145,7 +150,9 @@ class Metrics:
     def admitted(self, permit: Permit, team_name: str) -> None:
         self.child(self.admissions, "admitted").inc()
         self.reserved_usd.inc(permit.request.usd_bound)
-        self.outstanding_usd.inc(permit.request.usd_bound)
+        if permit.id not in self._outstanding:
+            self._outstanding[permit.id] = permit.request.usd_bound
+            self.outstanding_usd.inc(permit.request.usd_bound)
         self.budget.admitted(permit, team_name)
 
     def settled(self, permit: Permit, settlement: Settlement, stored: bool) -> None:
@@ -155,7 +162,9 @@ class Metrics:
             return
         self.committed_usd.inc(settlement.usd_committed)
         self.liability_usd.inc(settlement.usd_liability)
-        self.outstanding_usd.dec(permit.request.usd_bound)
+        bound = self._outstanding.pop(permit.id, None)
+        if bound is not None:
+            self.outstanding_usd.dec(bound)
         self.budget.settled(permit, settlement.usd_committed + settlement.usd_liability)
 
     def first_byte(self, chunks: AsyncIterator[bytes], provider: str,
