@@ -12,8 +12,10 @@ cannot take (database down, slow) is left to the replayer, which retries in jour
 until the store answers. :meth:`Governor.caught_up` waits for the settlements in flight,
 so a usage report read after an answer includes it. At startup :meth:`Governor.start`
 resolves what a crashed run left open in the journal before the gateway serves. At
-shutdown :meth:`Governor.close` settles every permit still open (uncertain, with the
-reason) and flushes what it can.
+shutdown :meth:`Governor.close` first lets the requests the server just cancelled settle
+their own permits (they observed more than the bound), then settles every permit still
+open (uncertain, with the reason) and flushes what it can. A permit has one settlement:
+one the Governor already made is never followed by a second, different one.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ before the client gets the 503 (with Retry-After)."""
 MAX_SNAPSHOT_ROUNDS = 12
 """Re-plans in all, even when each one planned from a newer snapshot: a policy published,
 or a key or team edited, again while every previous round was in flight."""
+
+OWN_SETTLE_S = 2.0
+"""At shutdown, how long the requests still running (cancelled by the server at its
+drain deadline just before) have to settle their own permits before the Governor settles
+the rest uncertain."""
 
 REFUSAL_CATCH_UP_S = 1.0
 """How long a refused admission waits for its team's settlements in flight on this
@@ -88,6 +95,11 @@ class Governor:
         self._interval = replay_interval_s
         self.on_settled = on_settled
         self._open: dict[str, Permit] = {}
+        self._settling = 0
+        """settle() calls between taking a permit out of ``_open`` and handing its
+        settlement on (the journal write may await an fsync)."""
+        self._closed_out: dict[str, Settlement] = {}
+        """Permits :meth:`close` settled while their requests were still running."""
         self._backlog: dict[str, tuple[Permit, Settlement]] = {}
         self._inflight: dict[asyncio.Task[Any], str] = {}  # settlement → its team id
         self._wake = asyncio.Event()
@@ -155,16 +167,36 @@ class Governor:
 
     def settlement(self, permit: Permit, outcome: Outcome,
                    price: ModelPrice | None = None) -> Settlement:
-        """The one settlement of ``permit`` for what the wire said (settlement_for)."""
+        """The one settlement of ``permit`` for what the wire said (settlement_for); for
+        a permit :meth:`close` already settled, that one (so the request's audit line
+        says what the store holds)."""
+        done = self._closed_out.get(permit.id)
+        if done is not None:
+            return done
         return settlement_for(permit.request, outcome, price)
 
     async def settle(self, permit: Permit, settlement: Settlement) -> SettleResult | None:
         """Journal ``settlement`` and have the store take it; None when the caller goes
         on before the store answered (``settle_wait_s`` 0, or the store slower than it)
-        or the settlement was left to the replayer (store unavailable)."""
-        if self.journal is not None:
-            await self.journal.observed(permit.id, settlement)
+        or the settlement was left to the replayer (store unavailable).
+
+        A permit :meth:`close` settled while its request was still finishing is not
+        sent again: the store would refuse a second, different settlement."""
+        if permit.id in self._closed_out:
+            log.info("permit %s: settled at shutdown before its request reported (%s); "
+                     "that report is not sent", permit.id, settlement.detail)
+            return None
+        return await self._settle(permit, settlement)
+
+    async def _settle(self, permit: Permit, settlement: Settlement) -> SettleResult | None:
+        # Out of the open set before the journal write, so close() cannot settle it too.
         self._open.pop(permit.id, None)
+        if self.journal is not None:
+            self._settling += 1
+            try:
+                await self.journal.observed(permit.id, settlement)
+            finally:
+                self._settling -= 1
         if self._backlog:  # the store is known to be down: keep the journal order
             self._queue(permit, settlement)
             return None
@@ -316,17 +348,29 @@ class Governor:
         assert self.journal is not None
         return settlement_for(entry.request, recovered_outcome(entry, self.journal.boot))
 
-    async def close(self, *, grace_s: float = 5.0) -> None:
-        """Settle every permit still open (uncertain: the gateway stopped first), wait up
-        to ``grace_s`` for in-flight settlements, flush the backlog once; whatever the
-        store still cannot take stays in the journal for the next start."""
+    async def close(self, *, grace_s: float = 5.0, own_s: float = OWN_SETTLE_S) -> None:
+        """Settle every permit still open, wait up to ``grace_s`` for in-flight
+        settlements, flush the backlog once; whatever the store still cannot take stays
+        in the journal for the next start.
+
+        The requests still running go first, for up to ``own_s``: the server cancelled
+        them at its drain deadline just before, and each settles what it observed (a cut
+        stream: its relayed output), which the Governor cannot know. What is still open
+        then is settled here, uncertain (the gateway stopped first) or cancelled if it
+        was never dispatched, once: a request reporting later is not sent (settle)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + own_s
+        while (self._open or self._settling) and loop.time() < until:
+            await asyncio.sleep(0.01)
         for permit in list(self._open.values()):
             entry = self.journal.open_entries.get(permit.id) if self.journal else None
             dispatched = entry.dispatched if entry is not None else True
             outcome = Outcome(kind=OutcomeKind.UNCERTAIN if dispatched
                               else OutcomeKind.CANCELLED,
                               detail="gateway shut down before the outcome was observed")
-            await self.settle(permit, settlement_for(permit.request, outcome))
+            settlement = settlement_for(permit.request, outcome)
+            self._closed_out[permit.id] = settlement
+            await self._settle(permit, settlement)
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=grace_s)
         if self._backlog:

@@ -26,7 +26,16 @@ the response is over, ``gateway.ingress._reply``) closes the relay, so a disconn
 while the relay is parked at a ``yield`` — or before it ever started — still settles.
 After a client disconnect the upstream request is aborted at once
 (``server.drain_on_disconnect_s`` = 0), or read on, discarded, for up to that many
-seconds so the exact usage can still be settled.
+seconds so the exact usage can still be settled. Either way the relay checks between
+upstream chunks whether the client left (its :class:`Hangup`) and the drain checks its
+deadline there too: a cancellation reaches a task only while it waits, and one whose
+upstream data is always already buffered (a fast upstream) never waits. So after the
+disconnect is seen the relay reads at most the one chunk in hand (the client's unread
+buffer: ≤ 256 KiB plus one socket read) before it stops.
+
+A stream the server cancels at its drain deadline (``server.shutdown_grace_s``) settles
+here too, as "cut at shutdown": what it relayed commits, the rest of the bound is
+liability; the Governor's own shutdown settlement then leaves it alone.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from gateway.errors import UpstreamUnavailable
 from gateway.governance import Outcome, OutcomeKind
 from gateway.ingress._attempt import Attempt, Call, outcome_for
 from gateway.ingress._prepare import upstream_body
-from gateway.ingress._reply import Reply
+from gateway.ingress._reply import CLIENT_LEFT, CUT_AT_SHUTDOWN, Hangup, Reply
 from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import RETRYABLE_STATUS, UpstreamFailure, UpstreamResponse
 from gateway.usage import StreamMeter, extract_json, stream_error_event
@@ -156,16 +165,17 @@ async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Reply:
 
 def _stream_response(attempt: Attempt, upstream: UpstreamResponse, strip: bool) -> Reply:
     meter = StreamMeter(attempt.call.endpoint, strip_usage_chunk=strip)
-    relay = _relay(attempt, upstream, meter)
+    hangup = Hangup()
+    relay = _relay(attempt, upstream, meter, hangup)
     headers = {**upstream.headers, **attempt.headers(), "cache-control": "no-cache",
                # Reverse proxies must not buffer the stream.
                "x-accel-buffering": "no"}
-    return Reply(200, headers, "text/event-stream", stream=relay,
-                 after=partial(_after_stream, relay, attempt, upstream))
+    return Reply(200, headers, "text/event-stream", stream=relay, hangup=hangup,
+                 after=partial(_after_stream, relay, attempt, upstream, hangup))
 
 
 async def _after_stream(relay: AsyncGenerator[bytes, None], attempt: Attempt,
-                        upstream: UpstreamResponse) -> None:
+                        upstream: UpstreamResponse, hangup: Hangup) -> None:
     """Runs once the response is over, however it ended.
 
     Closing the relay runs its ``finally`` if it is parked at a ``yield``. A relay that
@@ -175,9 +185,9 @@ async def _after_stream(relay: AsyncGenerator[bytes, None], attempt: Attempt,
     await relay.aclose()
     if not attempt.settled:
         await upstream.close()
-        await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN,
-                                     detail="client disconnected before the stream started"),
-                             status=200)
+        detail = (CUT_AT_SHUTDOWN if hangup.why == CUT_AT_SHUTDOWN
+                  else "client disconnected before the stream started")
+        await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN, detail=detail), status=200)
 
 
 class _Resumable:
@@ -206,8 +216,8 @@ class _Resumable:
         return chunk
 
 
-async def _relay(attempt: Attempt, upstream: UpstreamResponse,
-                 meter: StreamMeter) -> AsyncGenerator[bytes, None]:
+async def _relay(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMeter,
+                 hangup: Hangup) -> AsyncGenerator[bytes, None]:
     ended, cut = False, ""
     draining = attempt.call.gw.settings.server.drain_on_disconnect_s > 0
     chunks: AsyncIterator[bytes] = _Resumable(upstream.chunks) if draining else upstream.chunks
@@ -215,6 +225,8 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse,
         try:
             async for chunk in chunks:
                 out = meter.feed(chunk)
+                if hangup.why:
+                    return  # gone while this chunk was buffered (module docstring)
                 if meter.complete and not attempt.settled:
                     # Settled (journal, audit line, the store asked) before the client sees
                     # the end marker: a crash right after the client got its whole answer
@@ -229,6 +241,10 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse,
             ended = True
         except UpstreamFailure as exc:
             cut = f"upstream stream cut: {exc}"
+        except asyncio.CancelledError:
+            # Not the client's (its watcher says so first): the server's drain deadline.
+            hangup.why = hangup.why or CUT_AT_SHUTDOWN
+            raise
         if not cut and not meter.complete:
             cut = "upstream stream ended without its end marker"
         if cut:
@@ -238,27 +254,34 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse,
                                      f"{cut}; the answer is incomplete")
     finally:
         with anyio.CancelScope(shield=True):
-            if not ended and not cut and draining:
-                await _drain(attempt, chunks, meter)
-            await upstream.close()
-            await attempt.finish(_stream_outcome(meter, ended, cut), status=200)
+            try:
+                if not ended and not cut and draining and hangup.why != CUT_AT_SHUTDOWN:
+                    await _drain(attempt, chunks, meter)
+            finally:  # also when the server's deadline cancels the drain
+                await upstream.close()
+                await attempt.finish(_stream_outcome(meter, ended, cut, why=hangup.why),
+                                     status=200)
 
 
 async def _drain(attempt: Attempt, chunks: AsyncIterator[bytes], meter: StreamMeter) -> None:
     """The client left mid-stream: read the upstream on, discarded, for up to
-    ``server.drain_on_disconnect_s`` so its usage can still be settled exactly."""
+    ``server.drain_on_disconnect_s`` so its usage can still be settled exactly. The
+    deadline is checked between chunks too: the timeout's cancellation reaches this
+    task only while it waits on a read that is not done yet."""
     limit = attempt.call.gw.settings.server.drain_on_disconnect_s
+    deadline = asyncio.get_running_loop().time() + limit
     with anyio.move_on_after(limit):
         try:
             async for chunk in chunks:
                 meter.feed(chunk)
-                if meter.complete:
+                if meter.complete or asyncio.get_running_loop().time() >= deadline:
                     break
         except UpstreamFailure:
             return
 
 
-def _stream_outcome(meter: StreamMeter, ended: bool, cut: str) -> Outcome:
+def _stream_outcome(meter: StreamMeter, ended: bool, cut: str, *,
+                    why: str | None = None) -> Outcome:
     try:
         usage = meter.usage()
         if meter.complete and usage is not None:
@@ -267,8 +290,10 @@ def _stream_outcome(meter: StreamMeter, ended: bool, cut: str) -> Outcome:
             detail = cut
         elif ended:
             detail = "stream ended without usage"
+        elif why == CUT_AT_SHUTDOWN:
+            detail = CUT_AT_SHUTDOWN
         else:
-            detail = "client disconnected mid-stream"
+            detail = f"{CLIENT_LEFT} mid-stream"
         # What arrived before the end commits; the rest of the bound is liability.
         return Outcome(kind=OutcomeKind.UNCERTAIN, usage=usage, detail=detail,
                        output_floor=meter.content_events)

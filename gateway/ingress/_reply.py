@@ -10,7 +10,13 @@ A stream is sent as Litestar's streaming response sent it, which the relay's set
 relies on (``gateway.ingress._dispatch``): while it is relayed, a watcher awaits the
 client's ``http.disconnect`` and cancels the relaying through an anyio cancel scope (so
 the relay's shielded settlements finish first); a cancelled relay parked at a ``yield``
-stays open; then ``after`` runs however the stream ended, unless relaying raised.
+stays open; then ``after`` runs however the stream ended (shielded, also when the server
+cancelled the request at its drain deadline, so the relay still settles).
+
+Why relaying stopped early goes to the relay in its :class:`Hangup`: the client left, or
+the server cut the stream at shutdown. The relay reads it between upstream chunks, since
+the cancel scope's cancellation reaches a task only while it waits on something not yet
+done, and a relay whose upstream data is already buffered never does.
 """
 
 from __future__ import annotations
@@ -26,6 +32,21 @@ from litestar.exceptions import ImproperlyConfiguredException
 
 _NO_BODY = frozenset({204, 304})
 
+CLIENT_LEFT = "client disconnected"
+CUT_AT_SHUTDOWN = "cut at shutdown"
+
+
+class Hangup:
+    """Why a streamed reply stopped before its end, once it has: :data:`CLIENT_LEFT`
+    (the watcher saw ``http.disconnect``) or :data:`CUT_AT_SHUTDOWN` (a cancellation
+    that is not the client's: the server's drain deadline). Set by the sender, read by
+    the relay between upstream chunks and when it settles."""
+
+    __slots__ = ("why",)
+
+    def __init__(self) -> None:
+        self.why: str | None = None
+
 
 @dataclass(slots=True)
 class Reply:
@@ -37,6 +58,8 @@ class Reply:
     body: bytes = b""
     stream: AsyncGenerator[bytes, None] | None = None
     after: Callable[[], Awaitable[None]] | None = None
+    hangup: Hangup | None = None
+    """A stream's: why it stopped early, told to its relay."""
 
 
 def _content_type(media_type: str) -> str:
@@ -84,6 +107,7 @@ def _stream_sender(reply: Reply) -> Callable[[Any, Any, Any], Awaitable[None]]:
     """The ASGI callable that relays ``reply.stream`` (chunked; see the module docstring)."""
     assert reply.stream is not None
     relay, after, status = reply.stream, reply.after, reply.status
+    hangup = reply.hangup or Hangup()
     headers = _raw(reply.headers)
     names = {k for k, _ in headers}
     if b"content-type" not in names:
@@ -91,25 +115,38 @@ def _stream_sender(reply: Reply) -> Callable[[Any, Any, Any], Awaitable[None]]:
 
     async def send_stream(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        with anyio.CancelScope() as relaying:
-            watcher = asyncio.get_running_loop().create_task(_watch(receive, relaying))
-            try:
-                async for chunk in relay:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            finally:
-                watcher.cancel()
+        try:
+            with anyio.CancelScope() as relaying:
+                watcher = asyncio.get_running_loop().create_task(
+                    _watch(receive, relaying, hangup))
+                try:
+                    async for chunk in relay:
+                        await send({"type": "http.response.body", "body": chunk,
+                                    "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                finally:
+                    watcher.cancel()
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                # Not the client's (``relaying`` swallows that one): the server cancelled
+                # the request at its drain deadline, maybe with the relay parked at a yield.
+                hangup.why = hangup.why or CUT_AT_SHUTDOWN
+            if after is not None:
+                with anyio.CancelScope(shield=True):
+                    await after()
+            raise
         if after is not None:
             await after()
     return send_stream
 
 
-async def _watch(receive: Any, relaying: anyio.CancelScope) -> None:
+async def _watch(receive: Any, relaying: anyio.CancelScope, hangup: Hangup) -> None:
     """Cancel ``relaying`` when the client disconnects (after the end, the server
     reports a disconnect too: by then nothing is left to cancel)."""
     while not relaying.cancel_called:
         message = await receive()
         if message["type"] == "http.disconnect":
+            hangup.why = hangup.why or CLIENT_LEFT
             relaying.cancel()
             return
 

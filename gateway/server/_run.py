@@ -5,8 +5,11 @@ On SIGTERM (or Ctrl-C) ``app.state.draining`` becomes True first (so ``/readyz``
 then uvicorn's own shutdown: it stops accepting (new connections are refused),
 closes idle connections, lets in-flight requests and streams run for up to
 ``server.shutdown_grace_s``, cancels what is left, and runs the lifespan shutdown (which
-closes the stores). SIGHUP, which would kill the process by default, only logs that a
-reload is not supported.
+closes the stores). A cancelled stream settles its own permit ("cut at shutdown", what
+it relayed committed: ``gateway.ingress._dispatch``), and the lifespan's Governor waits
+a moment for those before it settles what is still open
+(:meth:`gateway.governance.Governor.close`), so each permit is settled once. SIGHUP, which
+would kill the process by default, only logs that a reload is not supported.
 """
 
 from __future__ import annotations
