@@ -167,11 +167,15 @@ def decode_yaml_file(path: str | os.PathLike[str], type_: type[T]) -> T:
 
 def _read_yaml(path: str | os.PathLike[str]) -> Any:
     try:
-        return yaml.safe_load(Path(path).read_text()) or {}
+        return yaml.safe_load(Path(path).read_bytes().decode("utf-8")) or {}
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    except RecursionError as exc:  # a config is a few levels deep; this is not one
+        raise ConfigError(f"{path}: nested too deeply to be a config file") from exc
 
 
 def _decode(raw: Any, type_: type[T], path: str | os.PathLike[str]) -> T:
