@@ -41,6 +41,7 @@ liability; the Governor's own shutdown settlement then leaves it alone.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from functools import partial
 
@@ -54,6 +55,8 @@ from gateway.ingress._reply import CLIENT_LEFT, CUT_AT_SHUTDOWN, Hangup, Reply
 from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import RETRYABLE_STATUS, UpstreamFailure, UpstreamResponse
 from gateway.usage import StreamMeter, extract_json, stream_error_event
+
+log = logging.getLogger("mayu.ingress")
 
 
 class InvalidUpstreamUsage(UpstreamUnavailable):
@@ -250,8 +253,11 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMete
         if cut:
             # Tell the client in its protocol's words: its SDK raises instead of taking
             # a truncated answer for a complete one.
-            yield stream_error_event(attempt.call.endpoint,
-                                     f"{cut}; the answer is incomplete")
+            # The provider and transport detail go to the log and the audit, not the client.
+            log.warning("request %s: %s", attempt.call.request_id, cut)
+            yield stream_error_event(
+                attempt.call.endpoint, "upstream stream cut; the answer is incomplete "
+                f"(request {attempt.call.request_id})")
     finally:
         with anyio.CancelScope(shield=True):
             try:
