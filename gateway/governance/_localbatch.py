@@ -19,7 +19,7 @@ between the operations that are pending at the same time, without delaying a lon
   queue goes to a worker thread as one transaction; what arrives meanwhile queues for
   the next.
 
-Why a batch is exact (docs/hot-team.md, "Why a batch is exact", argues the same for the
+Why a batch is exact (docs/batching.md, "Why a batch is exact", argues the same for the
 shared profile):
 
 - It holds only operations that were pending at once: none has returned to its caller
