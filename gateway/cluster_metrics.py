@@ -77,19 +77,29 @@ def postgres_reader(pool: Any) -> Reader:
         async with connection(pool, "cluster metrics") as conn:
             rows = await fetch_all(conn, sql.alert_queries["cluster_budgets"],
                                    {"day": day, "month": month})
+            keys = {r["counter"]: CounterKey.parse(r["counter"]) for r in rows}
+            teams = sorted({k.id for k in keys.values() if k is not None and k.owner == "team"})
+            names = {t["id"]: t["name"] for t in await fetch_all(
+                conn, sql.alert_queries["cluster_team_names"], {"ids": teams})} if teams else {}
             status = await fetch_one(conn, sql.alert_queries["cluster_status"])
         assert status is not None
         return ClusterFigures(
             budgets=[BudgetFigures(counter=r["counter"], limit=int(r["limit"]),
                                    committed=int(r["committed"]),
                                    liability=int(r["liability"]),
-                                   reserved=int(r["reserved"]), team_name=r["team_name"])
+                                   reserved=int(r["reserved"]),
+                                   team_name=_team_name(keys[r["counter"]], names))
                      for r in rows],
             pending_permits=int(status["pending_permits"]),
             oldest_pending_s=float(status["oldest_pending_s"]),
             frozen=int(status["frozen"]))
 
     return read
+
+
+def _team_name(key: CounterKey | None, names: dict[str, str]) -> str | None:
+    """A team window's team name; None for a key's or a policy account's budget."""
+    return names.get(key.id) if key is not None and key.owner == "team" else None
 
 
 def _budget_labels(counter: str) -> tuple[str, str, str]:

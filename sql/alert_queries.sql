@@ -53,17 +53,20 @@ UPDATE alert_events
 
 -- name: cluster_budgets
 -- Every money window and account of the current day and month that has a limit, with
--- its three figures; a team window carries the team's name (for metrics_team_labels).
+-- its three figures (team names: cluster_team_names).
 SELECT c.key AS counter, c."window" AS period, c."limit" AS "limit", c.committed,
-       c.liability, c.reserved, t.name AS team_name
+       c.liability, c.reserved
   FROM counters c
-  LEFT JOIN teams t ON starts_with(c.key, 'team:') AND t.id = split_part(c.key, ':', 2)
  WHERE c."window" IN (%(day)s, %(month)s) AND c.kind = 'window' AND c.dimension = 'usd'
    AND c."limit" > 0
 UNION ALL
-SELECT a.key, a.window_period, a."limit", a.committed, a.liability, a.reserved, NULL
+SELECT a.key, a.window_period, a."limit", a.committed, a.liability, a.reserved
   FROM authority_accounts a
  WHERE a.window_period IN (%(day)s, %(month)s) AND a."limit" > 0
+
+-- name: cluster_team_names
+-- The names of these teams (metrics_team_labels).
+SELECT id, name FROM teams WHERE id = ANY(%(ids)s::text[])
 
 -- name: cluster_status
 -- Permits admitted and not settled (by any replica), the age of the oldest, and the
