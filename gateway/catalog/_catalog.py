@@ -42,6 +42,9 @@ class CatalogModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """The provider's announced shutdown / retirement date, if any."""
     note: str = ""
     """Which figures were not confirmed on a provider page, and other caveats."""
+    checked: date | None = None
+    """The day this entry was read from ``source``, when later than the catalog's
+    ``as_of`` (an entry added or re-read after the table's review); ``None``: ``as_of``."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -50,7 +53,8 @@ class CatalogModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     as_of: date
-    """The day the figures were last checked against their sources."""
+    """The day the table as a whole was checked against its sources (an entry read later
+    carries its own ``checked`` date)."""
     models: tuple[CatalogModel, ...]
 
     @property
@@ -86,6 +90,9 @@ def check_catalog(catalog: Catalog) -> Catalog:
         for field in ("max_input_tokens", "max_output_tokens"):
             if getattr(m, field) <= 0:
                 raise CatalogError(f"{where}.{field}: must be positive")
+        if m.checked is not None and m.checked < catalog.as_of:
+            raise CatalogError(f"{where}.checked: {m.checked} is before the catalog's "
+                               f"as_of {catalog.as_of}; drop it (as_of applies)")
         for name in m.names:
             if name in seen:
                 raise CatalogError(f"{where}: {name!r} is also {seen[name]}")

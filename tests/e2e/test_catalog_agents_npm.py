@@ -1,0 +1,264 @@
+"""The coding agents' default models are in the built-in catalog.
+
+Installs the current ``@openai/codex`` and ``@anthropic-ai/claude-code`` from the npm
+registry into a temporary prefix, runs each one once against a capture server on
+127.0.0.1 and reads the ``model`` of every request it sends: that is what the agent asks
+a gateway for when its config names no model. A model the catalog lacks is a 404 through
+the gateway (or, served without figures, the 400 that asks for ``max_input_tokens``), so
+a new agent release that changes its default fails here until the catalog has it.
+
+Why a real run and not a constant: both packages ship native binaries whose defaults are
+computed (Codex picks the first model of its bundled list by priority after filtering by
+auth; Claude Code picks per provider and key kind), so the request body is the one
+robust place to read them. The run is the slow part only because of ``npm install``
+(~650 MB of binaries, ~30 s on a cold npm cache): hence the module-scoped install and a
+budget of 60 s for the module rather than the usual 30.
+
+Skipped, with the reason, only when ``npm`` is not installed or the registry does not
+answer ``npm ping``; any other install failure fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.catalog import builtin_catalog
+
+pytestmark = pytest.mark.e2e
+
+PACKAGES = ("@openai/codex", "@anthropic-ai/claude-code")
+CATALOG = builtin_catalog()
+RUN_TIMEOUT = 45  # one agent run; each took 2-7 s here
+PROMPT_HOOK = {"hooks": {"UserPromptSubmit": [{"hooks": [
+    {"type": "prompt", "prompt": "Is this request fine? $ARGUMENTS"}]}]}}
+"""A prompt-type hook runs on Claude Code's small/fast model: a run that fires it shows
+which model that is, next to the main model of the turn itself."""
+
+
+@dataclass
+class Capture:
+    """A loopback HTTP server that records the ``model`` of every JSON request body."""
+
+    models: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def clear(self) -> None:
+        self.models.clear()
+        self.paths.clear()
+
+
+def _anthropic_reply(model: str, *, stream: bool) -> tuple[str, bytes]:
+    """A minimal successful Messages answer, so Claude Code ends its turn normally."""
+    message: dict[str, Any] = {
+        "id": "msg_capture", "type": "message", "role": "assistant", "model": model,
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1}}
+    if not stream:
+        done = {**message, "content": [{"type": "text", "text": "ok"}],
+                "stop_reason": "end_turn"}
+        return "application/json", json.dumps(done).encode()
+    events = [
+        ("message_start", {"type": "message_start", "message": message}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "text_delta", "text": "ok"}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta",
+                           "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                           "usage": {"output_tokens": 1}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    body = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+    return "text/event-stream", body.encode()
+
+
+def _handler(capture: Capture) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # keep pytest output clean
+            pass
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            capture.paths.append(f"GET {self.path}")
+            self._send(404, "application/json", b'{"error": {"message": "not here"}}')
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            capture.paths.append(f"POST {self.path}")
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                doc = {}
+            model = doc.get("model") if isinstance(doc, dict) else None
+            if isinstance(model, str):
+                capture.models.append(model)
+            if self.path.startswith("/v1/messages") and isinstance(model, str):
+                self._send(200, *_anthropic_reply(model, stream=bool(doc.get("stream"))))
+                return
+            # Codex: the model is read; a 400 ends its turn at once (no retries configured).
+            self._send(400, "application/json",
+                       b'{"error": {"message": "capture only", "type": "invalid_request_error"}}')
+
+    return Handler
+
+
+@pytest.fixture(scope="module")
+def capture() -> Iterator[Capture]:
+    cap = Capture()
+    cap.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(cap))
+    thread = threading.Thread(target=cap.server.serve_forever, daemon=True)
+    thread.start()
+    yield cap
+    cap.server.shutdown()
+    cap.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both agents installed from the npm registry into a fresh prefix."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: cannot install @openai/codex and "
+                    "@anthropic-ai/claude-code to read their default models")
+    prefix = tmp_path_factory.mktemp("agents")
+    try:
+        ping = subprocess.run([npm, "ping"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        pytest.skip("the npm registry did not answer `npm ping` within 30 s")
+    if ping.returncode != 0:
+        pytest.skip(f"the npm registry is unreachable (`npm ping`: {ping.stderr.strip()[-300:]})")
+    install = subprocess.run(
+        [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
+         "--loglevel=error", *PACKAGES],
+        capture_output=True, text=True, timeout=240, check=False)
+    assert install.returncode == 0, f"npm install failed:\n{install.stderr[-2000:]}"
+    return prefix
+
+
+def _version(prefix: Path, package: str) -> str:
+    meta = json.loads((prefix / "node_modules" / package / "package.json").read_text())
+    return f"{package}@{meta['version']}"
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    """A clean environment: no key, endpoint or model setting leaks in from the caller."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+            "LANG": "C.UTF-8", **extra}
+
+
+def _run(argv: list[str], *, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+
+
+def _missing(models: list[str]) -> list[str]:
+    return sorted({m for m in models if CATALOG.get(m) is None})
+
+
+def _codex_argv(prefix: Path, *args: str) -> list[str]:
+    return ["node", str(prefix / "node_modules" / "@openai" / "codex" / "bin" / "codex.js"),
+            *args]
+
+
+def test_codex_default_model_is_in_the_catalog(agents: Path, capture: Capture,
+                                               tmp_path: Path) -> None:
+    """What the installed Codex CLI asks a custom provider for by default is a catalog id."""
+    capture.clear()
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    provider = (f'{{name="capture", base_url="{capture.url}/v1", env_key="CAPTURE_KEY", '
+                f'wire_api="responses", request_max_retries=0, stream_max_retries=0}}')
+    result = _run(_codex_argv(agents, "exec", "--skip-git-repo-check",
+                              "-c", "check_for_update_on_startup=false",
+                              "-c", "model_provider=capture",
+                              "-c", f"model_providers.capture={provider}", "say ok"),
+                  env=_env(home, CODEX_HOME=str(home / ".codex"), CAPTURE_KEY="sk-capture"),
+                  cwd=tmp_path)
+    version = _version(agents, "@openai/codex")
+    assert capture.models, (f"{version} sent no request with a model ({capture.paths}):\n"
+                            f"{result.stdout[-1500:]}\n{result.stderr[-1500:]}")
+    assert not _missing(capture.models), (
+        f"{version} asks by default for {_missing(capture.models)}, which the catalog lacks: "
+        "add it to gateway/catalog/models.yaml (with its source) and docs/models.md")
+
+
+def test_codex_listed_models_missing_from_the_catalog_are_reported(agents: Path,
+                                                                    tmp_path: Path) -> None:
+    """Every model Codex's picker lists is in the catalog, or a warning names the rest."""
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    result = _run(_codex_argv(agents, "debug", "models", "--bundled"),
+                  env=_env(home, CODEX_HOME=str(home / ".codex")), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-1500:]
+    listed = [m["slug"] for m in json.loads(result.stdout)["models"]
+              if m.get("visibility") == "list"]
+    assert listed, "codex debug models --bundled listed no model"
+    # A warning, not a failure: a model Codex merely offers in its picker is asked for
+    # only when a user picks it; the default (the test above) is what must never 404.
+    if missing := _missing(listed):
+        warnings.warn(f"{_version(agents, '@openai/codex')} lists models the catalog lacks: "
+                      f"{missing}", stacklevel=1)
+
+
+def _claude_argv(prefix: Path) -> list[str]:
+    package = prefix / "node_modules" / "@anthropic-ai" / "claude-code"
+    wrapper = package / "cli-wrapper.cjs"
+    # The wrapper finds the platform binary itself; npm may not have run the postinstall
+    # that would copy it over bin/claude.exe (install scripts need approval in npm 11).
+    start = ["node", str(wrapper)] if wrapper.exists() else [str(package / "bin" / "claude.exe")]
+    return [*start, "-p", "say ok", "--settings", json.dumps(PROMPT_HOOK)]
+
+
+@pytest.mark.parametrize(("key_kind", "credentials"), [
+    # A gateway key, sent as Authorization: Bearer (docs/models.md): Claude Code then
+    # runs its small/fast tasks on the main model unless ANTHROPIC_DEFAULT_HAIKU_MODEL is set.
+    ("gateway bearer token", {"ANTHROPIC_AUTH_TOKEN": "sk-inf-capture"}),
+    # An Anthropic API key: Claude Code's small/fast default (the Haiku snapshot) shows.
+    ("Anthropic API key", {"ANTHROPIC_API_KEY": "sk-ant-api03-capture-only"}),
+])
+def test_claude_code_default_models_are_in_the_catalog(agents: Path, capture: Capture,
+                                                       tmp_path: Path, key_kind: str,
+                                                       credentials: dict[str, str]) -> None:
+    """Claude Code's default main and small/fast models, as it asks for them, are catalog ids."""
+    capture.clear()
+    home = tmp_path / "home"
+    home.mkdir()
+    result = _run(_claude_argv(agents),
+                  env=_env(home, ANTHROPIC_BASE_URL=capture.url, DISABLE_AUTOUPDATER="1",
+                           CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", **credentials),
+                  cwd=tmp_path)
+    version = _version(agents, "@anthropic-ai/claude-code")
+    assert len(capture.models) >= 2, (
+        f"{version} ({key_kind}) sent {capture.models} ({capture.paths}); expected the "
+        f"prompt hook's and the turn's requests:\n{result.stdout[-1500:]}\n"
+        f"{result.stderr[-1500:]}")
+    assert not _missing(capture.models), (
+        f"{version} ({key_kind}) asks by default for {_missing(capture.models)}, which the "
+        "catalog lacks: add it to gateway/catalog/models.yaml (with its source) and "
+        "docs/models.md")
