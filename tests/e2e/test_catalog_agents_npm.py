@@ -1,11 +1,13 @@
 """The coding agents' default models are in the built-in catalog.
 
-Installs the current ``@openai/codex`` and ``@anthropic-ai/claude-code`` from the npm
-registry into a temporary prefix, runs each one once against a capture server on
-127.0.0.1 and reads the ``model`` of every request it sends: that is what the agent asks
-a gateway for when its config names no model. A model the catalog lacks is a 404 through
-the gateway (or, served without figures, the 400 that asks for ``max_input_tokens``), so
-a new agent release that changes its default fails here until the catalog has it.
+Installs ``@openai/codex`` and ``@anthropic-ai/claude-code`` at the versions in
+:data:`PACKAGES` (pinned: CI must not fail because the registry moved on; moving the pin
+to a new release is how that release is checked) from the npm registry into a temporary
+prefix, runs each one once against a capture server on 127.0.0.1 and reads the ``model``
+of every request it sends: that is what the agent asks a gateway for when its config
+names no model. A model the catalog lacks is a 404 through the gateway (or, served
+without figures, the 400 that asks for ``max_input_tokens``), so a release whose default
+the catalog lacks fails here once it is pinned.
 
 Why a real run and not a constant: both packages ship native binaries whose defaults are
 computed (Codex picks the first model of its bundled list by priority after filtering by
@@ -38,7 +40,7 @@ from gateway.catalog import builtin_catalog
 
 pytestmark = pytest.mark.e2e
 
-PACKAGES = ("@openai/codex", "@anthropic-ai/claude-code")
+PACKAGES = ("@openai/codex@0.171.0", "@anthropic-ai/claude-code@2.1.197")
 CATALOG = builtin_catalog()
 RUN_TIMEOUT = 45  # one agent run; each took 2-7 s here
 PROMPT_HOOK = {"hooks": {"UserPromptSubmit": [{"hooks": [
