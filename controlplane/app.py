@@ -9,8 +9,9 @@ the name of the token that made it.
 
 Routes: ``PUT/GET/DELETE /v1alpha1/policies/{name}``, ``GET /v1alpha1/policies``,
 ``GET /v1alpha1/generation``, ``GET /v1alpha1/changes?since=N``, the lease profile's
-``POST /v1alpha1/sync`` (data plane tokens) and ``GET /v1alpha1/dataplanes``
-(:mod:`controlplane.leases`), ``/healthz``, ``/readyz``.
+``POST /v1alpha1/sync`` (data plane tokens, each for its own plane ids) and
+``GET /v1alpha1/dataplanes`` (:mod:`controlplane.leases`), ``GET /metrics``
+(:mod:`controlplane.metrics`, reader and writer tokens), ``/healthz``, ``/readyz``.
 Every error — ours, Litestar's own refusals (404, 405, 413) and an unhandled bug (500,
 logged) — is JSON ``{"error": {"message", "problems": [{"path", "message"}]}}``
 (docs/inferplaned.md, "Errors").
@@ -33,6 +34,7 @@ from litestar.params import FromPath, FromQuery
 
 from controlplane import leases
 from controlplane.auth import Identity, TokenAuth
+from controlplane.metrics import ControlPlaneMetrics
 from controlplane.settings import ControlPlaneConfig, resolve_tokens
 from gateway.db import open_pool, wrap_exceptions
 from gateway.errors import BadRequest, InferplaneError, NotFound, PayloadTooLarge
@@ -214,12 +216,26 @@ async def sync(request: Request[Any, Any, Any]) -> Response[bytes]:
                               f"({request.app.state.config.max_sync_bytes})")
     check_json_depth(body, what="body")  # before decoding: no decoder recursion can fail
     try:
+        # Every field is bounded in the wire types: an out-of-range one is a 400 naming
+        # its path ("... - at `$.seq`"), never a database error.
         req = msgspec.json.decode(body, type=SyncRequest)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise BadRequest(f"body: not a sync request: {exc}") from exc
-    answer = await leases.sync(request.app.state.pool, request.app.state.policy_cache, req,
-                               token_name=identity.name)
-    return _json(answer)
+    ledger: leases.Ledger = request.app.state.ledger
+    try:
+        auth.require_plane(identity, req.dataplane.id)
+    except InferplaneError as exc:
+        ledger.refuse_token(req, identity, exc)
+        raise
+    try:
+        return _json(await ledger.sync(req, identity))
+    except leases.PlaneConflict as exc:
+        if exc.answer is None:
+            raise
+        # The error shape plus the policy pull (no leases): see PlaneConflict.answer.
+        refused = {"error": {"message": exc.message, "problems": []}, "answer": exc.answer}
+        return Response(msgspec.json.encode(refused), status_code=exc.status,
+                        media_type="application/json", headers=exc.headers())
 
 
 @get("/v1alpha1/dataplanes")
@@ -227,6 +243,14 @@ async def dataplanes(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every data plane that synced: API versions, generation, rejections, leases."""
     _auth(request, write=False)
     return _json({"dataplanes": await leases.dataplanes(request.app.state.pool)})
+
+
+@get("/metrics")
+async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Prometheus metrics (reader and writer tokens): lease refusals and frame changes."""
+    _auth(request, write=False)
+    m: ControlPlaneMetrics = request.app.state.metrics
+    return Response(m.render(), media_type=m.content_type)
 
 
 @get("/healthz")
@@ -249,8 +273,14 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
 def create_app(config: ControlPlaneConfig) -> Litestar:
     """The inferplaned app for ``config`` (tokens resolved now: a bad ref fails here)."""
     tokens = resolve_tokens(config.auth)
-    auth = TokenAuth(tokens.writers, tokens.readers, tokens.dataplanes)
+    auth = TokenAuth(tokens.writers, tokens.readers, tokens.dataplanes, planes=tokens.planes)
+    for name in tokens.unscoped:
+        log.warning("data plane token %r may report for ANY plane id (no "
+                    "auth.dataplane_tokens_ref.%s.planes): a holder of it can claim a "
+                    "plane id no other token has synced yet; give each node its own token "
+                    "bound to its id", name, name)
     pool = open_pool(config.database, name="inferplaned")
+    metrics_ = ControlPlaneMetrics()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -262,7 +292,7 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
 
     app = Litestar(
         route_handlers=[put_policy, delete_policy, get_policy, list_policies, generation,
-                        list_changes, sync, dataplanes, healthz, readyz],
+                        list_changes, sync, dataplanes, metrics, healthz, readyz],
         lifespan=[lifespan],
         exception_handlers={InferplaneError: _on_inferplane_error,
                             HTTPException: _on_http_error, Exception: _on_unhandled},
@@ -273,5 +303,8 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
     app.state.config = config
     app.state.auth = auth
     app.state.pool = pool
-    app.state.policy_cache = leases.PolicyCache()
+    app.state.metrics = metrics_
+    app.state.ledger = leases.Ledger(pool=pool, cache=leases.PolicyCache(),
+                                     settings=config.lease, tokens=auth.dataplane_names,
+                                     metrics=metrics_)
     return app

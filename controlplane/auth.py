@@ -4,9 +4,13 @@ Every configured token has a *name* (the config key), and that name is the autho
 recorded with each published generation, so ``/v1alpha1/changes`` says who changed what
 (the gap ADR-039's follow-up names). Writers may publish and read; readers may only
 read; data planes (lease-profile gateways) may only sync, so a node's token can neither
-publish nor read the policy API. A presented token is compared with
-``hmac.compare_digest`` against *every* configured token, without stopping at a match,
-so the time taken does not reveal which token (or how much of one) matched.
+publish nor read the policy API (what a sync answer carries is in docs/inferplaned.md).
+A data-plane token may be bound to the plane ids it reports for
+(:attr:`Identity.planes`); :meth:`TokenAuth.require_plane` refuses any other id.
+
+A presented token is compared with ``hmac.compare_digest`` against *every* configured
+token, without stopping at a match, so the time taken does not reveal which token (or
+how much of one) matched.
 
 With no token configured at all the control plane runs unauthenticated: every caller is
 the writer ``unauthenticated``, and :mod:`controlplane.cli` refuses to bind anything but
@@ -20,6 +24,7 @@ from typing import Literal
 
 import msgspec
 
+from controlplane.settings import may_report
 from gateway.errors import Forbidden, Unauthenticated
 
 Role = Literal["writer", "reader", "dataplane"]
@@ -29,6 +34,8 @@ UNAUTHENTICATED = "unauthenticated"
 class Identity(msgspec.Struct, frozen=True):
     name: str
     role: Role
+    planes: tuple[str, ...] | None = None
+    """A data-plane token's plane ids and ``prefix*`` entries (None: any id)."""
 
 
 class NotAuthenticated(Unauthenticated):
@@ -49,15 +56,27 @@ class WrongTier(Forbidden):
     code = "forbidden"
 
 
+class PlaneNotAllowed(Forbidden):
+    """This data-plane token may not report for this plane id."""
+
+    code = "forbidden"
+
+
 class TokenAuth:
     """Maps an ``Authorization: Bearer`` header to an :class:`Identity`."""
 
     def __init__(self, writers: dict[str, str], readers: dict[str, str],
-                 dataplanes: dict[str, str] | None = None) -> None:
+                 dataplanes: dict[str, str] | None = None, *,
+                 planes: dict[str, tuple[str, ...]] | None = None) -> None:
+        bound = planes or {}
         self._tokens: list[tuple[bytes, Identity]] = [
             *((t.encode(), Identity(n, "writer")) for n, t in writers.items()),
             *((t.encode(), Identity(n, "reader")) for n, t in readers.items()),
-            *((t.encode(), Identity(n, "dataplane")) for n, t in (dataplanes or {}).items())]
+            *((t.encode(), Identity(n, "dataplane", bound.get(n)))
+              for n, t in (dataplanes or {}).items())]
+        self.dataplane_names = tuple(sorted(dataplanes or {}))
+        """Every configured data-plane token's name (a plane bound to one of them may be
+        synced by no other token)."""
 
     @property
     def enabled(self) -> bool:
@@ -98,3 +117,10 @@ class TokenAuth:
             raise WrongTier(f"token {identity.name!r} is a {identity.role} token: syncing "
                             "needs a data plane token (auth.dataplane_tokens_ref)")
         return identity
+
+    def require_plane(self, identity: Identity, plane_id: str) -> None:
+        """Refuse (403) a heartbeat for a plane id outside the token's ``planes``."""
+        if not may_report(identity.planes, plane_id):
+            raise PlaneNotAllowed(f"token {identity.name!r} may not report for data plane "
+                                  f"{plane_id!r} (auth.dataplane_tokens_ref."
+                                  f"{identity.name}.planes)")

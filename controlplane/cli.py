@@ -38,6 +38,7 @@ HTTP API (Authorization: Bearer <token>; writers publish and read, readers only 
   GET    /v1alpha1/changes?since=N   who changed what, when
   POST   /v1alpha1/sync              lease-profile heartbeat (data plane tokens only)
   GET    /v1alpha1/dataplanes        connected lease-profile gateways and their leases
+  GET    /metrics                    Prometheus: lease refusals, frame changes
   GET    /healthz, /readyz           liveness; readiness (database reachable)
 """
 
@@ -48,7 +49,13 @@ YAML config file. Keys (all optional):
   listen.host / listen.port   (default 127.0.0.1:8470)
   auth.writer_tokens_ref      map token name -> env:NAME | file:PATH
   auth.reader_tokens_ref      map token name -> env:NAME | file:PATH
-  auth.dataplane_tokens_ref   map token name -> env:NAME | file:PATH (sync only)
+  auth.dataplane_tokens_ref   map token name -> {token_ref: env:NAME | file:PATH,
+                              planes: [plane ids, or prefixes ending in *]} (sync only,
+                              as those plane ids; a bare reference: any id, warned)
+  lease.frame_change_interval_s  a plane's fresh counters accepted at most this often
+                              (default 300)
+  lease.max_accounts_per_plane   ledger rows one plane may open in the open windows
+                              (default 5000)
   max_body_bytes              largest accepted document (default 1048576)
   max_sync_bytes              largest accepted heartbeat (default 4194304)
   shutdown_grace_s            SIGTERM: time in-flight requests get to finish (default 30)

@@ -13,10 +13,17 @@ Example::
       reader_tokens_ref:
         dashboards: file:/run/secrets/inferplaned-reader
       dataplane_tokens_ref:         # lease-profile gateways: POST /v1alpha1/sync only
-        nodes: file:/run/secrets/inferplaned-dataplane
+        node-a:                     # one token per node, naming the plane ids it may use
+          token_ref: file:/run/secrets/inferplaned-node-a
+          planes: [node-a]          # exact ids, or a prefix ending in '*' (pool-b-*)
+    lease:
+      frame_change_interval_s: 300  # a plane's counters replaced at most this often
+      max_accounts_per_plane: 5000  # ledger rows one plane may hold in the open windows
 
 Tokens are never inline: each value is an ``env:NAME`` or ``file:PATH`` reference resolved
-by :func:`gateway.config.resolve_secret`. The database section is the gateway's own
+by :func:`gateway.config.resolve_secret`. A data-plane token given as a bare reference
+may report for any plane id (inferplaned warns at startup): only the first-come binding
+of an id to its token protects the others. The database section is the gateway's own
 :class:`gateway.config.DatabaseSettings`, so both programs read a DSN the same way.
 """
 
@@ -24,7 +31,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Annotated, NamedTuple
 
 import msgspec
 
@@ -32,6 +40,7 @@ from gateway.config import (
     Bytes,
     DatabaseSettings,
     Port,
+    Seconds,
     SecondsOrZero,
     decode_yaml_file,
     resolve_secret,
@@ -51,21 +60,46 @@ class ListenSettings(_Base, frozen=True):
     port: Port = 8470
 
 
+PlaneId = Annotated[str, msgspec.Meta(min_length=1, max_length=253,
+                                      pattern=r"^[^\s*]+\*?$")]
+"""A plane id a data-plane token may report for, or a prefix of ids ending in ``*``."""
+
+
+class DataPlaneToken(_Base, frozen=True):
+    """A data-plane token bound to the plane ids it may report for."""
+
+    token_ref: str
+    planes: Annotated[list[PlaneId], msgspec.Meta(min_length=1, max_length=10_000)]
+    """Exact plane ids (``node-a``) or id prefixes (``pool-b-*``)."""
+
+
 class AuthSettings(_Base, frozen=True):
     writer_tokens_ref: dict[str, str] = {}
     """Token name → secret reference; writers may publish and read."""
     reader_tokens_ref: dict[str, str] = {}
     """Token name → secret reference; readers may only read."""
-    dataplane_tokens_ref: dict[str, str] = {}
-    """Token name → secret reference; data planes may only sync (``POST /v1alpha1/sync``),
-    never read or publish policies. Several planes may share one token: each names
-    itself in the heartbeat, and the token's name is recorded beside it."""
+    dataplane_tokens_ref: dict[str, str | DataPlaneToken] = {}
+    """Token name → ``{token_ref, planes}`` (or a bare secret reference: any plane id);
+    data planes may only sync (``POST /v1alpha1/sync``), never read or publish policies.
+    A plane id belongs to the token that first synced it: another configured token's
+    heartbeat for it is refused (409), and a token's heartbeat for an id outside its
+    ``planes`` too (403)."""
+
+
+class LeaseSettings(_Base, frozen=True):
+    frame_change_interval_s: Seconds = 300.0
+    """A plane may come back with fresh counters (a new frame, whose adoption turns its
+    old allowance into liability) at most once per this many seconds."""
+    max_accounts_per_plane: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 5_000
+    """Ledger rows one plane may hold in the windows the control plane accepts (the
+    current ones and, around midnight, the adjacent ones)."""
 
 
 class ControlPlaneConfig(_Base, frozen=True):
     database: DatabaseSettings = DatabaseSettings()
     listen: ListenSettings = ListenSettings()
     auth: AuthSettings = AuthSettings()
+    lease: LeaseSettings = LeaseSettings()
     max_body_bytes: Bytes = 1024 * 1024
     """Largest accepted policy document (bytes)."""
     max_sync_bytes: Bytes = 4 * 1024 * 1024
@@ -99,29 +133,46 @@ def load_config(path: str | os.PathLike[str] | None) -> ControlPlaneConfig:
 
 
 class Tokens(NamedTuple):
-    """Every configured token by tier, as name → token."""
+    """Every configured token by tier, as name → token, and the plane ids each data-plane
+    token may report for (name → ids and ``prefix*`` entries; absent: any id)."""
 
     writers: dict[str, str]
     readers: dict[str, str]
     dataplanes: dict[str, str]
+    planes: dict[str, tuple[str, ...]] = {}
 
     @property
     def any(self) -> bool:
         return bool(self.writers or self.readers or self.dataplanes)
+
+    @property
+    def unscoped(self) -> list[str]:
+        """Data-plane token names that may report for any plane id."""
+        return sorted(n for n in self.dataplanes if n not in self.planes)
+
+
+def _ref(value: str | DataPlaneToken) -> str:
+    return value if isinstance(value, str) else value.token_ref
 
 
 def resolve_tokens(auth: AuthSettings) -> Tokens:
     """Every tier's tokens as name → token, every reference resolved and checked."""
     resolved: list[dict[str, str]] = []
     seen: dict[str, str] = {}
-    for section, refs in (("writer_tokens_ref", auth.writer_tokens_ref),
-                          ("reader_tokens_ref", auth.reader_tokens_ref),
-                          ("dataplane_tokens_ref", auth.dataplane_tokens_ref)):
+    dataplanes = auth.dataplane_tokens_ref
+    tiers: tuple[tuple[str, Mapping[str, str | DataPlaneToken]], ...] = (
+        ("writer_tokens_ref", auth.writer_tokens_ref),
+        ("reader_tokens_ref", auth.reader_tokens_ref),
+        ("dataplane_tokens_ref", dataplanes))
+    for section, refs in tiers:
         out: dict[str, str] = {}
-        for name, ref in refs.items():
+        for name, value in refs.items():
             key = f"auth.{section}.{name}"
             if not name.strip():
                 raise ConfigError(f"auth.{section}: token names must not be empty")
+            ref = _ref(value)
+            if not isinstance(value, str):
+                key += ".token_ref"
             token = resolve_secret(ref, key=key)
             if len(token) < 16:
                 raise ConfigError(f"{key}: token must be at least 16 characters")
@@ -140,4 +191,23 @@ def resolve_tokens(auth: AuthSettings) -> Tokens:
                 raise ConfigError(f"auth.{sections[later]}.{dup[0]}: name also used by a "
                                   f"{kind} token (names attribute changes, so they must be "
                                   "unique)")
-    return Tokens(*resolved)
+    planes = {name: tuple(v.planes) for name, v in dataplanes.items()
+              if isinstance(v, DataPlaneToken)}
+    owner: dict[str, str] = {}
+    for name, ids in planes.items():
+        for plane in ids:
+            if plane in owner and owner[plane] != name:
+                raise ConfigError(f"auth.dataplane_tokens_ref.{name}.planes: {plane!r} is "
+                                  f"also bound to token {owner[plane]!r} (a plane id "
+                                  "belongs to one token)")
+            owner[plane] = name
+    writers, readers, dataplane_tokens = resolved
+    return Tokens(writers, readers, dataplane_tokens, planes)
+
+
+def may_report(patterns: tuple[str, ...] | None, plane_id: str) -> bool:
+    """Whether a token bound to ``patterns`` (None: unbound) may report for ``plane_id``."""
+    if patterns is None:
+        return True
+    return any(plane_id.startswith(p[:-1]) if p.endswith("*") else plane_id == p
+               for p in patterns)

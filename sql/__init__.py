@@ -45,9 +45,9 @@ BASELINE = ("schema", "governance", "lease")
 """The files that build the whole Postgres schema, in order."""
 
 BASELINE_SHA256 = {
-    "schema": "f38248ecc546c0581cf64fa3ebf4389ad14cf0687d8127206c52bf07369060bb",
+    "schema": "4f6e99b5d31d41a34c9c4bb8f43f2a827ea4945d55f2e3e955f7b137acac17c0",
     "governance": "b40c0a2ce68b1ebbaf915548e882906abf5f9622f6d7f4c61bbe18c83300cda4",
-    "lease": "7ecdbf6ae21123f6872bca724945f04e505836d36f46cd42f244046b6f17925e",
+    "lease": "d503dc3867af01177168e5d6d8bb2eb5087a540d9226157fff3460ac56eeed74",
 }
 """The 0.1.0 baseline revision's files as released. The baseline installs these texts
 and nothing else: once a file changes (a new ``_vN+1`` made by a migration), the

@@ -17,9 +17,19 @@
 -- FOR SHARE (a publish cannot interleave with the limits the caller computed), then
 -- every account row in byte order (COLLATE "C", the order shared admission and
 -- settlement lock them in, so they never deadlock), each followed by its grant row.
+--
+-- Trust (issue 25): a plane id belongs to the data-plane token that first synced it; a
+-- heartbeat from another configured token is refused, as is a new frame (fresh counters)
+-- while the plane is live or sooner than the caller's frame-change interval after the
+-- last one, before any figure moves. Within a frame committed never goes down: a lower
+-- figure is refused for that account (the row stays), never adopted. A plane creates
+-- ledger rows only for lease-managed accounts, at most the caller's cap of them in the
+-- periods the caller accepts.
 
 -- One account of one heartbeat (gateway.lease._ledger.sync). The account row and the
--- grant row are locked by the caller. Returns the lease the plane gets.
+-- grant row are locked by the caller. Returns the lease the plane gets, or
+-- {"key", "refused": "went_backwards", ...} (nothing changed) for a committed figure
+-- below the one already reported in the same frame.
 CREATE FUNCTION inferplane_lease_apply_v1(acc jsonb, p_plane text, p_frame text,
                                           p_open boolean, p_now timestamptz)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -49,8 +59,12 @@ BEGIN
                    - g.committed - g.liability;
 
     -- adopt (gateway.lease._ledger.adopt)
-    IF p_frame = g.frame AND r_committed >= g.committed THEN
-        n_allowance := g.allowance;
+    IF p_frame = g.frame AND r_committed < g.committed THEN
+        RETURN jsonb_build_object('key', v_key, 'refused', 'went_backwards',
+                                  'committed', g.committed, 'reported', r_committed);
+    ELSIF p_frame = g.frame THEN
+        -- an expired lease admits nothing more: its unused allowance returns to the budget
+        n_allowance := CASE WHEN g.expires_at < p_now THEN 0 ELSE g.allowance END;
         n_prior_c := g.prior_committed;
         n_prior_u := g.prior_unobserved;
         n_adoptions := g.adoptions;
@@ -141,20 +155,64 @@ BEGIN
 END
 $$;
 
--- One heartbeat, one round trip. Input (built by controlplane/_sync.py):
+-- The plane's ledger rows in the periods the caller accepts (the per-plane cap counts
+-- these; rows of older windows are history).
+CREATE FUNCTION inferplane_lease_rows_v1(p_plane text, p_limits jsonb)
+RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT count(*) FROM lease_grants g JOIN authority_accounts a ON a.key = g.account
+     WHERE g.dataplane = p_plane
+       AND a.window_period IN (SELECT jsonb_array_elements_text(p_limits->'periods'))
+$$;
+
+-- Whether heartbeat dp may be applied to plane row prev: null if so, else the refusal
+-- (nothing has moved). A plane belongs to the data-plane token that first synced it
+-- while that token is configured (p_limits->'tokens'); a new frame replaces a plane's
+-- counters and is refused while the plane is live (its last heartbeat younger than
+-- 3 heartbeat intervals) or within p_limits->'frame_change_ms' of the previous change.
+CREATE FUNCTION inferplane_lease_check_plane_v1(prev lease_dataplanes, dp jsonb,
+                                                p_limits jsonb, p_now timestamptz)
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN prev.token_name <> dp->>'token_name'
+             AND prev.token_name IN (SELECT jsonb_array_elements_text(p_limits->'tokens'))
+            THEN jsonb_build_object('status', 'token_conflict', 'holder', prev.token_name)
+        WHEN prev.seq < 0 OR prev.frame = dp->>'frame' THEN NULL
+        WHEN p_now < prev.last_heartbeat + make_interval(
+                 secs => 3 * coalesce(prev.heartbeat_ms, (dp->>'heartbeat_ms')::bigint)
+                         / 1000.0)
+            THEN jsonb_build_object('status', 'frame_live', 'holder', prev.token_name,
+                                    'frame', prev.frame,
+                                    'last_heartbeat', prev.last_heartbeat)
+        WHEN prev.last_frame_change IS NOT NULL AND p_now < prev.last_frame_change
+                 + make_interval(secs => (p_limits->>'frame_change_ms')::bigint / 1000.0)
+            THEN jsonb_build_object('status', 'frame_rate', 'holder', prev.token_name,
+                                    'frame', prev.frame,
+                                    'last_frame_change', prev.last_frame_change,
+                                    'retry_at', prev.last_frame_change + make_interval(
+                                        secs => (p_limits->>'frame_change_ms')::bigint
+                                                / 1000.0))
+        ELSE NULL END
+$$;
+
+-- One heartbeat, one round trip. Input (built by controlplane/leases.py):
 --   {"generation": N,                       -- the policy generation the limits are from
 --    "dataplane": {"id", "token_name", "build", "api_versions", "frame", "boot", "seq",
 --                  "applied_generation", "rejections", "heartbeat_ms"},
+--    "limits": {"tokens": [configured data-plane token names], "frame_change_ms",
+--               "max_accounts", "periods": [the periods the caller accepts]},
 --    "accounts": [{"key", "rule_uid", "scope", "window", "period", "limit", "hard",
 --                  "grant", "renew_ms", "committed", "liability", "reserved", "want"}]}
 -- "limit" is null for an account whose rule is not a lease-managed budget of generation
--- N: its report is recorded, it gets no grant. Output: {"status": "ok" |
--- "stale_heartbeat" | "stale_generation", "generation", "day", "month", "leases": [...],
--- "new_frame": the plane came back with another counter store, "previous_frame"}.
+-- N: its report is recorded in a row the plane already has, it gets no grant. Output:
+-- {"status": "ok" | "stale_heartbeat" | "stale_generation" | "token_conflict" |
+-- "frame_live" | "frame_rate", "generation", "day", "month", "leases": [...],
+-- "refused": [{"key", "refused": why, ...}], "new_frame": the plane came back with
+-- another counter store, "previous_frame", "holder": the token the plane belongs to}.
 CREATE FUNCTION inferplane_lease_sync_v1(req jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     dp jsonb := req->'dataplane';
+    lim jsonb := req->'limits';
     v_plane text := dp->>'id';
     v_frame text := dp->>'frame';
     v_boot text := dp->>'boot';
@@ -162,12 +220,18 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_day text := to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM-DD');
     v_month text := to_char(v_now AT TIME ZONE 'UTC', 'YYYY-MM');
-    prev record;
+    prev lease_dataplanes;
     cur_gen bigint;
     v_apply boolean;
     v_open boolean;
+    v_refusal jsonb;
+    v_why text;
+    v_rows bigint;
+    v_new_frame boolean;
     acc jsonb;
+    lease jsonb;
     leases jsonb := '[]'::jsonb;
+    refused jsonb := '[]'::jsonb;
 BEGIN
     -- 1. The plane's own row first: two heartbeats of one plane serialise here.
     SELECT * INTO prev FROM lease_dataplanes WHERE id = v_plane FOR UPDATE;
@@ -184,6 +248,13 @@ BEGIN
         RETURN jsonb_build_object('status', 'stale_generation', 'generation', cur_gen);
     END IF;
 
+    -- 3. Another token's plane, or fresh counters it may not bring now: nothing moves.
+    v_refusal := inferplane_lease_check_plane_v1(prev, dp, lim, v_now);
+    IF v_refusal IS NOT NULL THEN
+        RETURN v_refusal || jsonb_build_object('generation', cur_gen);
+    END IF;
+    v_new_frame := prev.seq >= 0 AND prev.frame <> v_frame;
+
     -- A late retry of an older heartbeat of the same process changes nothing.
     v_apply := NOT (prev.frame = v_frame AND prev.boot = v_boot AND prev.seq > v_seq);
     IF v_apply THEN
@@ -195,11 +266,14 @@ BEGIN
                applied_generation = (dp->>'applied_generation')::bigint,
                rejections = coalesce(dp->'rejections', '[]'::jsonb),
                heartbeat_ms = (dp->>'heartbeat_ms')::bigint,
-               last_heartbeat = v_now, heartbeats = heartbeats + 1
+               last_heartbeat = v_now, heartbeats = heartbeats + 1,
+               frame_changes = frame_changes + CASE WHEN v_new_frame THEN 1 ELSE 0 END,
+               last_frame_change = CASE WHEN v_new_frame THEN v_now
+                                        ELSE last_frame_change END
          WHERE id = v_plane;
     END IF;
 
-    -- 3. Every account, in the lock order shared admission uses.
+    -- 4. Every account, in the lock order shared admission uses.
     FOR acc IN SELECT x FROM jsonb_array_elements(coalesce(req->'accounts', '[]'::jsonb)) x
                 ORDER BY x->>'key' COLLATE "C"
     LOOP
@@ -207,19 +281,40 @@ BEGIN
             leases := leases || coalesce(inferplane_lease_stored_v1(acc, v_plane), '[]');
             CONTINUE;
         END IF;
+        -- A new row: only for a lease-managed account, within the plane's cap (counted
+        -- once, at the heartbeat's first new row). A rule that is gone still records
+        -- the figures of rows the plane already has.
+        IF NOT EXISTS (SELECT 1 FROM lease_grants
+                        WHERE account = acc->>'key' AND dataplane = v_plane) THEN
+            v_rows := coalesce(v_rows, inferplane_lease_rows_v1(v_plane, lim));
+            v_why := CASE WHEN acc->>'limit' IS NULL THEN 'not_managed'
+                          WHEN v_rows >= (lim->>'max_accounts')::bigint
+                              THEN 'too_many_accounts' END;
+            IF v_why IS NOT NULL THEN
+                refused := refused || jsonb_build_object('key', acc->>'key',
+                                                         'refused', v_why);
+                CONTINUE;
+            END IF;
+            v_rows := v_rows + 1;
+        END IF;
         PERFORM inferplane_lease_lock_v1(acc, v_plane);
         -- A window that has ended takes no new grant; its late reports settle into it.
         v_open := NOT (SELECT frozen FROM authority_accounts WHERE key = acc->>'key')
                   AND acc->>'period' >= CASE WHEN acc->>'window' = 'day' THEN v_day
                                              ELSE v_month END;
-        leases := leases || inferplane_lease_apply_v1(acc, v_plane, v_frame, v_open, v_now);
+        lease := inferplane_lease_apply_v1(acc, v_plane, v_frame, v_open, v_now);
+        IF lease ? 'refused' THEN
+            refused := refused || lease;
+        ELSE
+            leases := leases || lease;
+        END IF;
     END LOOP;
 
     RETURN jsonb_build_object(
         'status', CASE WHEN v_apply THEN 'ok' ELSE 'stale_heartbeat' END,
         'generation', cur_gen, 'day', v_day, 'month', v_month, 'leases', leases,
-        'new_frame', v_apply AND prev.seq >= 0 AND prev.frame <> v_frame,
-        'previous_frame', prev.frame);
+        'refused', refused, 'new_frame', v_apply AND v_new_frame,
+        'previous_frame', prev.frame, 'holder', prev.token_name);
 END
 $$;
 
@@ -232,6 +327,7 @@ LANGUAGE sql STABLE AS $$
         'applied_generation', d.applied_generation, 'rejections', d.rejections,
         'heartbeat_ms', d.heartbeat_ms, 'first_heartbeat', d.first_heartbeat,
         'last_heartbeat', d.last_heartbeat, 'heartbeats', d.heartbeats,
+        'frame_changes', d.frame_changes, 'last_frame_change', d.last_frame_change,
         'leases', coalesce((
             SELECT jsonb_agg(jsonb_build_object(
                 'account', g.account, 'rule_uid', g.rule_uid, 'frame', g.frame,

@@ -225,6 +225,8 @@ CREATE TABLE alert_events (
 -- are in sql/lease.sql.
 CREATE TABLE lease_dataplanes (
     id                 text PRIMARY KEY,
+    -- The data-plane token the plane belongs to: another configured token may not sync
+    -- for it.
     token_name         text NOT NULL,
     build              text NOT NULL DEFAULT '',
     api_versions       text[] NOT NULL DEFAULT '{}',
@@ -239,7 +241,11 @@ CREATE TABLE lease_dataplanes (
     heartbeat_ms       bigint,
     first_heartbeat    timestamptz NOT NULL DEFAULT clock_timestamp(),
     last_heartbeat     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    heartbeats         bigint NOT NULL DEFAULT 0
+    heartbeats         bigint NOT NULL DEFAULT 0,
+    -- New frames accepted after the first (each one adopts the plane's counters), and
+    -- when the last was: the next is refused until the control plane's interval passed.
+    frame_changes      bigint NOT NULL DEFAULT 0,
+    last_frame_change  timestamptz
 );
 
 CREATE TABLE lease_grants (

@@ -4,9 +4,13 @@
 profile: it serves the last applied policy set and runs one background task that
 ``POST``\\ s ``/v1alpha1/sync`` on the control plane's cadence (the tightest lease
 ``renewInterval``, else 60 s). One heartbeat carries the cumulative figures of every
-lease-managed account the plane holds or needs (current and previous UTC windows), the
-applied generation and the per-document rejections, and brings back the policy set (when
-its fingerprint moved) and the leases.
+lease-managed account the plane holds or needs (the current UTC windows, and the
+previous ones shortly after they end), the teams of the plane's key store (the control
+plane leases no other team), the applied generation and the per-document rejections,
+and brings back the policy set (when its fingerprint moved) and the leases. A plane
+leases only the teams its key store has: a rule naming a team it does not have parks no
+budget here, and a team created later gets its lease through the missing-lease path
+(its first request asks, and the team list is re-read for that heartbeat).
 
 Boot never waits for the control plane: :meth:`LeaseClient.start` installs the set saved
 by the last run (if any) and the first heartbeat goes out at once, in the background.
@@ -14,6 +18,7 @@ Through an outage the plane keeps its applied set and leases; lease *expiry* (3 
 intervals) is what flips FailClosed hard caps to refusing, while the loop retries with a
 capped backoff. A heartbeat also goes out early, at most every ``min_interval_s``, when
 the request path asks (a missing lease, an allowance below half a grant, one used up).
+Routine heartbeats log at DEBUG (httpx's request line for the sync URL included).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -36,28 +42,70 @@ from gateway.lease._apply import apply_documents
 from gateway.lease._local import LeaseFile, SavedPolicy
 from gateway.lease._state import LeaseState
 from gateway.lease._wire import (
+    MAX_ACCOUNTS,
+    MAX_KEY,
+    MAX_NAME,
+    MAX_PROBLEMS,
+    MAX_REJECTIONS,
+    MAX_TEAM_NAME,
+    MAX_TEAMS,
+    MAX_TEXT,
     SUPPORTED_API_VERSIONS,
     SYNC_PATH,
+    WINDOW_GRACE_S,
     AccountReport,
     DataPlaneInfo,
+    Problem,
+    Rejection,
     SyncRequest,
     SyncResponse,
 )
 from gateway.policy import PolicySnapshot
 
 log = logging.getLogger("mayu.policy.lease")
+_HTTPX_LOG = logging.getLogger("httpx")
 _TEAMS_TTL_S = 30.0
+_TEAMS_FRESH_S = 1.0
+"""At most this often, a heartbeat re-reads the key store's teams for a request of a
+team it does not know yet (a team created since the last read)."""
 
 
 class SyncFailed(Exception):
     """The control plane did not answer the heartbeat with a sync response."""
 
 
-def _previous_periods(now: datetime) -> tuple[str, str]:
-    day, _ = utc_windows(now - timedelta(days=1))
-    first = now.replace(day=1)
-    _, month = utc_windows(first - timedelta(days=1))
-    return day, month
+def _previous_periods(now: datetime) -> tuple[str, ...]:
+    """The previous day and month while the control plane still takes their reports
+    (within half its grace after their end, for clocks apart)."""
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    first = midnight.replace(day=1)
+    half = timedelta(seconds=WINDOW_GRACE_S / 2)
+    out: list[str] = []
+    if now - midnight < half:
+        out.append(utc_windows(midnight - timedelta(days=1))[0])
+    if now - first < half:
+        out.append(utc_windows(first - timedelta(days=1))[1])
+    return tuple(out)
+
+
+class _Refused(msgspec.Struct, frozen=True, kw_only=True):
+    """A 409 answer to a heartbeat: the error, and the policy pull when there is one."""
+
+    answer: SyncResponse | None = None
+
+
+class _QuietSync(logging.Filter):
+    """httpx's INFO request line for the sync URL, demoted to DEBUG (one per heartbeat)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self._url = url
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and self._url in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return _HTTPX_LOG.isEnabledFor(logging.DEBUG)
+        return True
 
 
 class LeaseClient:
@@ -88,6 +136,7 @@ class LeaseClient:
         self._http: httpx.AsyncClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._teams: tuple[float, list[str]] = (float("-inf"), [])
+        self._quiet = _QuietSync(f"{self._url}{SYNC_PATH}")
         self.heartbeats = 0
         self.failures = 0
 
@@ -107,6 +156,7 @@ class LeaseClient:
                      "control plane answers", saved.generation)
         self._http = httpx.AsyncClient(base_url=self._url, timeout=self._timeout,
                                        headers=self._headers)
+        _HTTPX_LOG.addFilter(self._quiet)
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="lease-heartbeat")
 
@@ -119,6 +169,7 @@ class LeaseClient:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+        _HTTPX_LOG.removeFilter(self._quiet)
         await self._file.close()
 
     # -- the heartbeat -----------------------------------------------------------------
@@ -164,6 +215,14 @@ class LeaseClient:
                                       headers={"content-type": "application/json"})
         except httpx.HTTPError as exc:
             raise SyncFailed(f"{type(exc).__name__}: {exc}") from exc
+        if r.status_code == 409:
+            # A new frame refused (this id is live elsewhere, or changed frames too
+            # recently): the body still carries the policy pull, without leases, so the
+            # plane enforces the published set (FailClosed hard caps gate) meanwhile.
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                refused = msgspec.json.decode(r.content, type=_Refused)
+                if refused.answer is not None:
+                    await self._take(refused.answer, sent=sent)
         if r.status_code != 200:
             raise SyncFailed(f"HTTP {r.status_code}: {r.text[:300]}")
         try:
@@ -177,40 +236,57 @@ class LeaseClient:
     async def _request(self) -> SyncRequest:
         self._seq += 1
         applied = self.state.applied
+        accounts, teams = await self._accounts()
+        # The protocol's bounds (the control plane refuses a larger heartbeat): the first
+        # ones in order; what is left out is logged.
+        for what, count, bound in (("accounts", len(accounts), MAX_ACCOUNTS),
+                                   ("teams", len(teams), MAX_TEAMS)):
+            if count > bound:
+                log.warning("lease profile: %d %s to report, the heartbeat carries the "
+                            "first %d", count, what, bound)
         return SyncRequest(
             dataplane=DataPlaneInfo(id=self._id, build=f"mayu {__version__}",
                                     api_versions=list(SUPPORTED_API_VERSIONS)),
             frame=self._frame, boot=self._boot, seq=self._seq, fingerprint=self._received,
             applied_generation=applied.snapshot.generation,
-            rejections=list(applied.rejections), accounts=await self._accounts())
+            rejections=[_bounded(r) for r in applied.rejections[:MAX_REJECTIONS]],
+            accounts=accounts[:MAX_ACCOUNTS], teams=teams[:MAX_TEAMS])
 
     def _interval_s(self) -> float:
         return min(self._max_interval, self.state.heartbeat_ms / 1000)
 
-    async def _accounts(self) -> list[AccountReport]:
-        """Every account to report: local counters of lease-managed rules (current and
-        previous windows), the ones requests asked for, and the current-window accounts
-        of team rules for the teams this plane knows (leased before their first use);
-        within two heartbeats of a window's end, the next window's accounts too."""
+    async def _accounts(self) -> tuple[list[AccountReport], list[str]]:
+        """Every account to report, and the key store's teams: local counters of
+        lease-managed rules (current windows, previous ones shortly after they end), the
+        ones requests asked for, and the current-window accounts of team rules for the
+        teams of the key store (leased before their first use); within two heartbeats of
+        a window's end, the next window's accounts too. A team-scoped account of a team
+        the key store does not have is never reported (the control plane would ignore
+        it: it leases a plane only its own teams)."""
         now = datetime.now(UTC)
         day, month = utc_windows(now)
         managed = {uid for uid, m in self.state.managed_rules().items() if m.gate is None}
         figures = await self._file.figures((day, month, *_previous_periods(now)))
+        demand = self.state.take_demand()
+        teams = await self._team_names()
+        if any(t is not None and t not in teams for t in map(_team_of, demand)):
+            teams = await self._team_names(fresh=True)  # a team created since the read
+        known = set(teams)
         wanted: dict[str, tuple[str, int]] = {}
         for key in figures:
             uid = _uid_of(key, managed)
             if uid is not None:
                 wanted[key] = (uid, 0)
-        for key, (uid, want) in self.state.take_demand().items():
+        for key, (uid, want) in demand.items():
             if uid in managed:
                 wanted[key] = (uid, max(want, wanted.get(key, (uid, 0))[1]))
-        for key, uid in (await self._team_accounts(day, month)).items():
+        for key, uid in self._team_accounts(day, month, teams).items():
             wanted.setdefault(key, (uid, 0))
         ahead = utc_windows(now + timedelta(seconds=2 * self._interval_s()))
         if ahead != (day, month):
             # Lease the coming window now: the first requests after midnight find their
             # leases instead of a refusal while one is fetched.
-            for key, uid in (await self._team_accounts(*ahead)).items():
+            for key, uid in self._team_accounts(*ahead, teams).items():
                 wanted.setdefault(key, (uid, 0))
             for key, (uid, _) in list(wanted.items()):
                 rolled = _rolled(key, (day, month), ahead)
@@ -218,35 +294,44 @@ class LeaseClient:
                     wanted.setdefault(rolled, (uid, 0))
         out = []
         for key in sorted(wanted):
+            team = _team_of(key)
+            if (team is not None and team not in known) or not _sendable(key, MAX_KEY):
+                continue
             uid, want = wanted[key]
             f = figures.get(key)
             out.append(AccountReport(key=key, rule_uid=uid, want=want,
                                      committed=f.committed if f else 0,
                                      liability=f.liability if f else 0,
                                      reserved=f.reserved if f else 0))
-        return out
+        return out, teams
 
-    async def _team_accounts(self, day: str, month: str) -> dict[str, str]:
+    def _team_accounts(self, day: str, month: str, teams: list[str]) -> dict[str, str]:
+        """The accounts of the applied team rules for the key store's ``teams`` only (a
+        rule naming a team this plane does not have leases nothing here)."""
+        managed = self.state.managed_rules()
         rules = [r for r in self.state.applied.snapshot.rules
-                 if r.uid in self.state.managed_rules() and r.subject == "team"
-                 and self.state.managed_rules()[r.uid].gate is None]
-        if not rules:
-            return {}
-        teams = await self._team_names() if any(r.team == "*" for r in rules) else []
+                 if r.uid in managed and r.subject == "team" and managed[r.uid].gate is None]
+        known = set(teams)
         out = {}
         for r in rules:
             period = day if r.window == "day" else month
             for team in ([r.team] if r.team and r.team != "*" else teams):
-                account = CounterKey.account(r.uid, f"team={team}", r.window or "day", period)
-                out[account.text] = r.uid
+                if team in known:
+                    account = CounterKey.account(r.uid, f"team={team}", r.window or "day",
+                                                 period)
+                    out[account.text] = r.uid
         return out
 
-    async def _team_names(self) -> list[str]:
+    async def _team_names(self, *, fresh: bool = False) -> list[str]:
+        """The key store's team names (sorted), re-read every ``_TEAMS_TTL_S`` — or, when
+        ``fresh``, at most every ``_TEAMS_FRESH_S``."""
         at, names = self._teams
-        if self._keys is None or time.monotonic() - at < _TEAMS_TTL_S:
+        age = time.monotonic() - at
+        if self._keys is None or age < (_TEAMS_FRESH_S if fresh else _TEAMS_TTL_S):
             return names
         try:
-            names = [t.name for t in await self._keys.list_teams()]
+            names = sorted({t.name for t in await self._keys.list_teams()
+                            if _sendable(t.name, MAX_TEAM_NAME)})
         except Exception as exc:  # a local read failing must not stop the heartbeat
             log.warning("lease profile: cannot list local teams (%s)", exc)
         self._teams = (time.monotonic(), names)
@@ -292,6 +377,31 @@ def _rolled(key: str, now: tuple[str, str], ahead: tuple[str, str]) -> str:
     if account.period != current or coming == current:
         return key
     return replace(account, period=coming).text
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _sendable(text: str, longest: int) -> bool:
+    """Whether ``text`` fits the protocol (one bad name would make the heartbeat a 400)."""
+    return 0 < len(text) <= longest and _CONTROL.search(text) is None
+
+
+def _bounded(rejection: Rejection) -> Rejection:
+    """``rejection`` within the protocol's bounds (a problem can quote a long value)."""
+    return Rejection(name=rejection.name[:MAX_NAME], problems=[
+        Problem(path=p.path[:MAX_TEXT], message=p.message[:MAX_TEXT])
+        for p in rejection.problems[:MAX_PROBLEMS]])
+
+
+def _team_of(key: str) -> str | None:
+    """The team of a team-scoped account key (``team=a`` or ``team=a,user=u``)."""
+    account = CounterKey.parse(key)
+    if account is None or account.subject != "account" or not account.scope.startswith(
+            "team="):
+        return None
+    team, _, _ = account.scope[5:].partition(",user=")
+    return team
 
 
 def _uid_of(key: str, uids: set[str]) -> str | None:

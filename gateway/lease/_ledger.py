@@ -12,10 +12,17 @@ identity of its counter store):
 - ``allowance``: how far the plane may take committed + liability + reserved; grants
   are cumulative allowances, so a retried heartbeat grants nothing twice;
 - ``prior_committed`` / ``prior_unobserved``: what earlier frames left. When a plane
-  comes back with fresh counters (a new frame, or a lower committed figure: a restart
-  with an empty store, a restored backup), its old committed figure stays spend and
-  everything else its old allowance allowed becomes *unobserved* (liability: it may
-  have been spent after the last report), so the old allowance is never spent again.
+  comes back with fresh counters (a new frame: a restart with an empty store), its old
+  committed figure stays spend and everything else its old allowance allowed becomes
+  *unobserved* (liability: it may have been spent after the last report), so the old
+  allowance is never spent again.
+
+Within one frame committed only grows (the plane's counter is cumulative): a lower
+figure is refused (:class:`WentBackwards`), never adopted. Adopting it would turn the
+row's whole footprint into unobserved liability and grant afresh, so a plane reporting
+10, 0, 10, 0 … could burn a budget it never spent. Whether a frame change itself is
+allowed (the plane's own token, not live, not too often) is decided before any account
+is touched (``inferplane_lease_sync_v1``); this module only does the arithmetic.
 
 The account row (``authority_accounts``, shared with the shared profile's admission)
 carries the sums: ``committed`` and ``liability`` include every plane's committed and
@@ -33,8 +40,14 @@ where ``held`` = committed + liability + reserved of this plane's frame and ``ot
 is everything else the account binds (shared admissions, other planes' footprints, this
 plane's earlier frames). ``size`` is the rule's grant size, raised to the plane's
 ``want`` (its largest refused charge) when the budget has it. An allowance never
-decreases within a frame: the plane may already have admitted up to it before the answer
-that would lower it arrives, so lowering it would hand the same µUSD out twice.
+decreases within a frame while its lease is valid: the plane may already have admitted
+up to it before the answer that would lower it arrives, so lowering it would hand the
+same µUSD out twice. Once the lease has *expired* (3 renew intervals without an applied
+heartbeat) the plane admits nothing more on it — the plane's own expiry is measured from
+the request that got the lease, so it comes no later than the ledger's — and every
+admission made before expiry is in the ``held`` of the plane's next report: that report
+returns the unused allowance to the budget (the allowance restarts from ``held``, then
+takes a fresh grant), instead of holding it until the window ends.
 """
 
 from __future__ import annotations
@@ -72,6 +85,10 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     reserved: int = 0
 
 
+class WentBackwards(ValueError):
+    """The report's committed figure is below the one already reported in its frame."""
+
+
 class Account(msgspec.Struct, frozen=True, kw_only=True):
     """The figures of an ``authority_accounts`` row the ledger reads and moves."""
 
@@ -99,16 +116,21 @@ def contribution(row: LedgerRow) -> Contribution:
                         row.footprint - row.committed - row.liability)
 
 
-def adopt(row: LedgerRow, report: Report) -> LedgerRow:
-    """The row after taking ``report`` (its allowance kept unless the frame changed).
+def adopt(row: LedgerRow, report: Report, *, expired: bool = False) -> LedgerRow:
+    """The row after taking ``report`` (its allowance kept unless the frame changed, or
+    returned to the budget when the row's lease had ``expired``).
 
-    A new frame or a lower committed figure means fresh counters: the old frame's
-    committed stays spend, the rest of its footprint becomes unobserved, and the new
-    frame starts with no allowance.
+    A new frame means fresh counters: the old frame's committed stays spend, the rest of
+    its footprint becomes unobserved, and the new frame starts with no allowance. A lower
+    committed figure in the same frame raises :class:`WentBackwards` (the row stays).
     """
-    if report.frame == row.frame and report.committed >= row.committed:
+    if report.frame == row.frame:
+        if report.committed < row.committed:
+            raise WentBackwards(f"committed {report.committed} is below {row.committed}, "
+                                f"already reported in frame {row.frame!r}")
         return msgspec.structs.replace(row, committed=report.committed,
-                                       liability=report.liability, reserved=report.reserved)
+                                       liability=report.liability, reserved=report.reserved,
+                                       allowance=0 if expired else row.allowance)
     return LedgerRow(frame=report.frame, committed=report.committed,
                      liability=report.liability, reserved=report.reserved, allowance=0,
                      prior_committed=row.prior_committed + row.committed,
@@ -146,10 +168,12 @@ class SyncResult(NamedTuple):
 
 
 def sync(row: LedgerRow, report: Report, account: Account, *, limit: int | None,
-         grant: int, want: int = 0, open_: bool = True) -> SyncResult:
-    """One account of one heartbeat: adopt the report, grant, move the account sums."""
+         grant: int, want: int = 0, open_: bool = True, expired: bool = False
+         ) -> SyncResult:
+    """One account of one heartbeat: adopt the report, grant, move the account sums
+    (raises :class:`WentBackwards`, moving nothing, for a lower figure in one frame)."""
     before = contribution(row)
-    adopted = adopt(row, report)
+    adopted = adopt(row, report, expired=expired)
     # Everything but this plane's current frame: its earlier frames stay bound.
     others = (account.bound - before.committed - before.liability - before.outstanding
               + adopted.prior_committed + adopted.prior_unobserved)

@@ -19,6 +19,10 @@ named exactly like the counter both gateway profiles charge
 Unknown fields are tolerated in both directions (not forbidden, unlike policy
 documents): a newer control plane may add fields an older plane ignores, while what a
 plane cannot enforce is always reported explicitly as a rejection.
+
+Every field a plane sends is bounded here (numbers, string lengths, list sizes), so a
+heartbeat the ledger could not store is a 400 naming the field's path, never a database
+error; names carry no control characters (they reach inferplaned's log).
 """
 
 from __future__ import annotations
@@ -41,10 +45,32 @@ DEFAULT_HEARTBEAT_MS = 60_000
 EXPIRY_RENEWALS = 3
 """A lease expires after this many renew intervals without a successful heartbeat."""
 
+MAX_SEQ = 2**53 - 1
+"""Largest heartbeat number or generation a plane may send (exact in JSON and bigint)."""
+MAX_ACCOUNTS = 10_000
+"""Accounts one heartbeat may report (a bound on the work of one transaction)."""
+MAX_TEAMS = 10_000
+"""Teams one heartbeat may name (a plane's key store, ``teams``)."""
+MAX_REJECTIONS = 1_000
+"""Rejected documents one heartbeat may report (a plane sends the first ones)."""
+WINDOW_GRACE_S = 1_800
+"""How long around a UTC window boundary the control plane accepts the adjacent window:
+the previous day's (month's) accounts for this long after midnight, the next one's for
+this long before it. A plane reports a previous window only within half of it."""
+
+MAX_NAME, MAX_KEY, MAX_TEAM_NAME, MAX_TEXT, MAX_PROBLEMS = 253, 1024, 1024, 4096, 100
+"""Longest plane id, frame, rule uid or document name; account key; team name; problem
+text; problems per rejected document."""
+
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 Micro = Annotated[int, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
 """A µUSD figure of one account: at most what one charge may carry."""
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
-AccountKey = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+Seq = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME, pattern=_PRINTABLE)]
+AccountKey = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY, pattern=_PRINTABLE)]
+TeamName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEAM_NAME,
+                                        pattern=_PRINTABLE)]
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
 
 
 # msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
@@ -55,22 +81,22 @@ class _Wire(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class Problem(_Wire, frozen=True, kw_only=True):
-    path: str
-    message: str
+    path: Text
+    message: Text
 
 
 class Rejection(_Wire, frozen=True, kw_only=True):
     """A published document this plane keeps out of its applied set, and why."""
 
-    name: str
-    problems: list[Problem]
+    name: Annotated[str, msgspec.Meta(max_length=MAX_NAME)]
+    problems: Annotated[list[Problem], msgspec.Meta(max_length=MAX_PROBLEMS)]
 
 
 class AccountReport(_Wire, frozen=True, kw_only=True):
     """A plane's cumulative figures for one account, in its counter store's frame."""
 
     key: AccountKey
-    rule_uid: Name
+    rule_uid: AccountKey
     committed: Micro = 0
     liability: Micro = 0
     reserved: Micro = 0
@@ -82,8 +108,8 @@ class AccountReport(_Wire, frozen=True, kw_only=True):
 
 class DataPlaneInfo(_Wire, frozen=True, kw_only=True):
     id: Name
-    build: str = ""
-    api_versions: list[str] = []
+    build: Annotated[str, msgspec.Meta(max_length=MAX_NAME, pattern=_PRINTABLE)] = ""
+    api_versions: Annotated[list[Name], msgspec.Meta(max_length=16)] = []
 
 
 class SyncRequest(_Wire, frozen=True, kw_only=True):
@@ -93,13 +119,16 @@ class SyncRequest(_Wire, frozen=True, kw_only=True):
     """Identity of the plane's counter store; a new frame means fresh counters."""
     boot: Name
     """Identity of this process; with ``seq`` it orders the heartbeats of one process."""
-    seq: Annotated[int, msgspec.Meta(ge=0)]
-    fingerprint: str = ""
+    seq: Seq
+    fingerprint: Annotated[str, msgspec.Meta(max_length=128)] = ""
     """Fingerprint of the published set the plane last received (policy pull skipped
     when it is still the published one)."""
-    applied_generation: Annotated[int, msgspec.Meta(ge=0)] = 0
-    rejections: list[Rejection] = []
-    accounts: list[AccountReport] = []
+    applied_generation: Seq = 0
+    rejections: Annotated[list[Rejection], msgspec.Meta(max_length=MAX_REJECTIONS)] = []
+    accounts: Annotated[list[AccountReport], msgspec.Meta(max_length=MAX_ACCOUNTS)] = []
+    teams: Annotated[list[TeamName], msgspec.Meta(max_length=MAX_TEAMS)] = []
+    """The teams of the plane's key store: a team-scoped account of any other team is
+    ignored (a plane leases only the teams it can serve)."""
 
 
 class LeaseGrant(_Wire, frozen=True, kw_only=True, omit_defaults=False):
@@ -176,6 +205,9 @@ class DataPlaneView(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     first_heartbeat: datetime
     last_heartbeat: datetime
     heartbeats: int
+    frame_changes: int = 0
+    """New counter stores accepted after the first (each adopted the plane's counters)."""
+    last_frame_change: datetime | None = None
     connected: bool = False
     """Its last heartbeat is younger than its leases' expiry (3 heartbeat intervals)."""
     leases: list[LeaseView] = []

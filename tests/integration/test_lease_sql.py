@@ -1,8 +1,9 @@
 """``sql/lease.sql`` against real Postgres: the same arithmetic as gateway.lease._ledger.
 
-Sequences of heartbeats from several planes (fresh frames, lower figures, retries, a
-shared reservation on the same account) run through ``inferplane_lease_sync_v1`` and
-through the pure functions; the stored rows and account sums must agree exactly.
+Sequences of heartbeats from several planes (fresh frames of silent planes, lower
+figures, retries, a shared reservation on the same account) run through
+``inferplane_lease_sync_v1`` and through the pure functions; the stored rows and account
+sums must agree exactly, and a lower figure within a frame is refused by both.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.lease._ledger import Account, LedgerRow, Report, sync
+from gateway.lease._ledger import Account, LedgerRow, Report, WentBackwards, sync
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +27,28 @@ _case = itertools.count()
 def heartbeat(conn: psycopg.Connection[Any], *, plane: str, key: str, frame: str,
               committed: int, liability: int = 0, reserved: int = 0, want: int = 0,
               limit: int | None, grant: int, seq: int, boot: str = "b",
-              period: str = "2999-01") -> dict[str, Any]:
+              period: str = "2999-01", renew_ms: int = 600_000) -> dict[str, Any]:
     req = {"generation": 0,
+           "limits": {"tokens": ["t"], "frame_change_ms": 0, "max_accounts": 1_000,
+                      "periods": [period]},
            "dataplane": {"id": plane, "token_name": "t", "frame": frame, "boot": boot,
                          "seq": seq, "applied_generation": 0, "rejections": [],
                          "heartbeat_ms": 1000, "api_versions": ["inferplane.dev/v1alpha1"]},
            "accounts": [{"key": key, "rule_uid": "p/r", "scope": "team=t", "window": "month",
                          "period": period, "limit": limit, "hard": True, "grant": grant,
-                         "renew_ms": 1000, "committed": committed, "liability": liability,
+                         # leases valid for 30 min: none expires during a test (an expired
+                         # one returns its allowance: test_lease_strand_sql.py)
+                         "renew_ms": renew_ms, "committed": committed, "liability": liability,
                          "reserved": reserved, "want": want}]}
     row = conn.execute("SELECT inferplane_lease_sync_v1(%s::jsonb)", (json.dumps(req),))
     result: dict[str, Any] = row.fetchone()[0]  # type: ignore[index]
     return result
+
+
+def silence(conn: psycopg.Connection[Any], plane: str) -> None:
+    """Make ``plane`` look silent for an hour (a new frame is then accepted)."""
+    conn.execute("UPDATE lease_dataplanes SET last_heartbeat = last_heartbeat"
+                 " - interval '1 hour' WHERE id = %s", (plane,))
 
 
 def stored(conn: psycopg.Connection[Any], key: str, plane: str) -> LedgerRow:
@@ -89,7 +100,10 @@ def test_sql_ledger_matches_the_python_arithmetic(
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for seq, (p, new_frame, delta, liability, reserved, want) in enumerate(beats):
             plane = planes[p]
+            if new_frame:
+                silence(conn, plane)
             frames[plane] += new_frame
+            before = committed[plane]
             committed[plane] = max(0, committed[plane] + delta)
             report = Report(frame=str(frames[plane]), committed=committed[plane],
                             liability=liability, reserved=reserved)
@@ -100,7 +114,16 @@ def test_sql_ledger_matches_the_python_arithmetic(
             if seq == 0 and shared_reserved:
                 conn.execute("UPDATE authority_accounts SET reserved = reserved + %s"
                              " WHERE key = %s", (shared_reserved, key))
-            result = sync(rows[plane], report, expected, limit=limit, grant=grant, want=want)
+            try:
+                result = sync(rows[plane], report, expected, limit=limit, grant=grant,
+                              want=want)
+            except WentBackwards:
+                committed[plane] = before
+                assert [x["refused"] for x in got["refused"]] == ["went_backwards"]
+                assert got["leases"] == []
+                assert stored(conn, key, plane) == rows[plane]
+                assert account(conn, key) == expected
+                continue
             rows[plane], expected = result.row, result.account
             if seq == 0 and shared_reserved:
                 expected = Account(committed=expected.committed, liability=expected.liability,

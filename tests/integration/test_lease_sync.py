@@ -39,12 +39,13 @@ def budget_doc(*, limit_milli: int = 1_000, grant_milli: int = 100) -> dict[str,
 def heartbeat(*, seq: int = 1, fingerprint: str = "",
               accounts: list[dict[str, Any]] | None = None,
               rejections: list[dict[str, Any]] | None = None, plane: str = "node-a",
-              frame: str = "frame-1") -> dict[str, Any]:
+              frame: str = "frame-1", teams: tuple[str, ...] = ("alpha", "beta")
+              ) -> dict[str, Any]:
     return {"dataplane": {"id": plane, "build": "test",
                           "api_versions": ["inferplane.dev/v1alpha1"]},
             "frame": frame, "boot": "boot-1", "seq": seq, "fingerprint": fingerprint,
             "applied_generation": 1, "rejections": rejections or [],
-            "accounts": accounts or []}
+            "accounts": accounts or [], "teams": list(teams)}
 
 
 @pytest.fixture

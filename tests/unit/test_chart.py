@@ -29,7 +29,7 @@ PROFILES = {
     "local-1": {"profile": "local", "gateway": {"replicas": 1}},
     "shared-1": {"profile": "shared", "gateway": {"replicas": 1}},
     "shared-3": {"profile": "shared", "gateway": {"replicas": 3}},
-    "lease": {"profile": "lease"},
+    "lease": {"profile": "lease", "lease": {"nodes": ["node-a", "node-b"]}},
 }
 
 
@@ -196,24 +196,26 @@ def test_probes_and_security() -> None:
 
 
 def test_lease_profile_runs_node_local_gateways() -> None:
-    """Lease: a DaemonSet whose config names inferplaned's Service, a token ref (the
-    token from its Secret) and the node's name as the plane id, and local stores (no
-    database env in the config)."""
+    """Lease: one DaemonSet per listed node whose config names inferplaned's Service, a
+    token ref (the node's own token from its Secret) and the node's name as the plane id,
+    and local stores (no database env in the config); tests/unit/test_lease_trust_chart.py
+    pins the per-node tokens."""
     docs = render(PROFILES["lease"])
     found = kinds(docs)
-    assert "DaemonSet" in found and "StatefulSet" not in found
+    assert len(found["DaemonSet"]) == 2 and "StatefulSet" not in found
     config = gateway_config(docs)
     assert config["control_plane"] == {"url": "http://rel-inferplane-inferplaned:8470",
                                        "token_ref": "env:INFERPLANE_CONTROL_PLANE_TOKEN",
                                        "dataplane_id": "env:INFERPLANE_NODE_NAME"}
     assert "key_store" not in config and "database" not in config
-    (container,) = gateway_pod(docs)["containers"]
-    env = {e["name"] for e in container["env"]}
-    assert {"INFERPLANE_CONTROL_PLANE_TOKEN", "INFERPLANE_NODE_NAME"} <= env
+    for daemonset in found["DaemonSet"]:
+        (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+        env = {e["name"] for e in container["env"]}
+        assert {"INFERPLANE_CONTROL_PLANE_TOKEN", "INFERPLANE_NODE_NAME"} <= env
     (cp,) = [d for d in docs if d["kind"] == "ConfigMap"
              and d["metadata"]["name"].endswith("-inferplaned")]
     auth = yaml.safe_load(cp["data"]["inferplaned.yaml"])["auth"]
-    assert auth["dataplane_tokens_ref"] == {"gateways": "file:/etc/inferplaned/dataplane/token"}
+    assert set(auth["dataplane_tokens_ref"]) == {"node-a", "node-b"}
 
 
 def test_helm_test_pod_checks_readiness() -> None:

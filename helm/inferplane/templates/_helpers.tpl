@@ -113,8 +113,10 @@ securityContext:
       valueFrom: {secretKeyRef: {name: {{ .existingSecret }}, key: {{ .key }}}}
     {{- end }}{{ end }}
     {{- if eq .Values.profile "lease" }}
+    # This node's own data-plane token (the key named after the node): inferplaned binds
+    # it to this node's name, so it cannot report for another node.
     - name: INFERPLANE_CONTROL_PLANE_TOKEN
-      valueFrom: {secretKeyRef: {name: {{ .Values.lease.tokenSecret.name }}, key: {{ .Values.lease.tokenSecret.key }}}}
+      valueFrom: {secretKeyRef: {name: {{ .Values.lease.tokenSecret.name }}, key: {{ .leaseNode | quote }}}}
     # One plane per node: its ledger rows keep the node's name across pod restarts.
     - name: INFERPLANE_NODE_NAME
       valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
@@ -145,6 +147,9 @@ metadata:
   labels:
     {{- include "inferplane.labels" . | nindent 4 }}
     app: {{ include "inferplane.name" . }}-gateway
+    {{- with .leaseNode }}
+    inferplane.dev/node: {{ . | sha256sum | trunc 16 | quote }}
+    {{- end }}
   annotations:
     checksum/config: {{ include "inferplane.gatewayConfig" . | sha256sum }}
     {{- with .Values.gateway.podAnnotations }}
@@ -155,6 +160,14 @@ spec:
   {{- include "inferplane.podSecurity" . | nindent 2 }}
   {{- with .Values.gateway.nodeSelector }}
   nodeSelector: {{ toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .leaseNode }}
+  # Pinned to its node by name (the DaemonSet controller's own field), whatever its labels.
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchFields: [{key: metadata.name, operator: In, values: [{{ . | quote }}]}]
   {{- end }}
   {{- with .Values.gateway.tolerations }}
   tolerations: {{ toYaml . | nindent 4 }}
