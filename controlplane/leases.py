@@ -127,18 +127,6 @@ def lease_managed(rule: CompiledRule | None) -> bool:
             and rule.limit_micro_usd is not None)
 
 
-def scope_fits(rule: CompiledRule, scope: str) -> bool:
-    """Whether ``scope`` is one the rule's subject can charge (``team=a``, ``user=u``,
-    ``team=a,user=u``), so a plane cannot report an account the rule could not have."""
-    if rule.subject == "team":
-        return scope.startswith("team=") and rule.team in ("*", scope[5:])
-    if rule.subject == "user":
-        return scope.startswith("user=") and rule.user in ("*", scope[5:])
-    team, sep, user = scope.partition(",user=")
-    return (bool(sep) and team.startswith("team=") and rule.team in ("*", team[5:])
-            and rule.user in ("*", user))
-
-
 def grant_micro_usd(rule: CompiledRule) -> int:
     limit = rule.limit_micro_usd or 0
     if rule.lease_grant_micro_usd is not None:
@@ -227,7 +215,8 @@ def ledger_accounts(view: PolicyView, req: SyncRequest, *, now: datetime | None 
             continue
         rule = view.rules.get(r.rule_uid)
         managed = lease_managed(rule) and rule is not None and rule.window == name.window
-        if managed and rule is not None and not scope_fits(rule, name.scope):
+        # A user is named by its team (team=a,user=u) for user and team-user rules alike.
+        if managed and rule is not None and not rule.fits_scope(name.scope):
             skip("scope", r.key, f"scope {name.scope!r} is not one rule {r.rule_uid!r} "
                                  "applies to")
             continue

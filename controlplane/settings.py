@@ -80,7 +80,8 @@ class AuthSettings(_Base, frozen=True):
     """Token name → secret reference; readers may only read."""
     dataplane_tokens_ref: dict[str, str | DataPlaneToken] = {}
     """Token name → ``{token_ref, planes}`` (or a bare secret reference: any plane id);
-    data planes may only sync (``POST /v1alpha1/sync``), never read or publish policies.
+    data planes may only sync (``POST /v1alpha1/sync``, whose answer carries the published
+    set and their own accounts' leases), never use the policy API or publish.
     A plane id belongs to the token that first synced it: another configured token's
     heartbeat for it is refused (409), and a token's heartbeat for an id outside its
     ``planes`` too (403)."""

@@ -1,0 +1,58 @@
+"""A user-scoped budget account (``kind: user`` and ``team-user`` rules charge
+``team=<team>,user=<user>``) is leased on its first request, end to end: the request gets
+``lease_missing``, its early heartbeat brings the lease and the retry is admitted (before
+issue 25 the control plane ignored every such account, so a FailClosed user budget
+refused its users for good). Real inferplaned, Postgres and ``mayu serve``; waits poll
+for a state (bounded, as hang guards), no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e._lease import ENV, LeaseStack, chat, wait_until
+from tests.e2e._procs import run_cli
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
+    s = LeaseStack(workdir=tmp_path, dsn=pg_dsn)
+    try:
+        s.start_control()
+        yield s
+    finally:
+        s.stop()
+
+
+def test_a_users_first_request_gets_its_lease(stack: LeaseStack) -> None:
+    """alice's first request is 503 lease_missing; a retry is admitted once the early
+    heartbeat it triggered is answered, and the ledger row names team=t,user=alice."""
+    stack.publish({"apiVersion": "inferplane.dev/v1alpha1", "kind": "GovernancePolicy",
+                   "metadata": {"name": "users"},
+                   "spec": {"rules": [{"name": "per-user", "failurePolicy": "FailClosed",
+                                       "subject": {"kind": "user", "user": "*"},
+                                       "budget": {"limitMilliUSD": 100, "window": "day",
+                                                  "lease": {"grant": 10,
+                                                            "renewInterval": "1s"}}}]}})
+    plane = stack.add_plane("p1", teams=["t"])
+    assert plane is not None
+    wait_until(lambda: stack.applied_generation("p1") == 1, what="the policy applied")
+    done = run_cli("keys", "create", "--team", "t", "--user", "alice", "--config",
+                   str(stack.configs["p1"]), "--json", env=ENV)
+    assert done.returncode == 0, done.stderr
+    key = json.loads(done.stdout)["key"]
+    first = chat(plane.url, key)
+    assert first.status_code == 503 and "lease" in first.text
+    started = time.monotonic()
+    wait_until(lambda: chat(plane.url, key).status_code == 200,
+               what="alice's request admitted on her lease")
+    print(f"alice's first lease: admitted {time.monotonic() - started:.2f}s after the "
+          "first refusal")
+    row = stack.lease_row("p1", "users/per-user")
+    assert row is not None and ":team=t,user=alice:" in row["account"]
