@@ -132,7 +132,7 @@ def test_installed_wheel_migrates_and_serves_as_non_root(venv: Path, tmp_path: P
         migrated = _run(prefix, venv, "migrate", cwd=work, **env)
         assert migrated.returncode == 0, migrated.stderr
         lines = migrated.stdout.splitlines()
-        assert any("applied base -> 0001" in line for line in lines), migrated.stdout
+        assert any("applied base -> v010_baseline" in line for line in lines), migrated.stdout
         assert lines[-1].endswith(f"now at {', '.join(code_heads())}"), migrated.stdout
         assert "postgres@" not in migrated.stdout  # where, never the credentials
 
