@@ -14,7 +14,8 @@ A plane is trusted only with what it could honestly report (issue 25). Before th
 ledger moves anything: a plane id belongs to the data-plane token that first synced it
 (another configured token is refused, 409), and a new frame — fresh counters, whose
 adoption turns the old allowance into liability — is refused while the plane is live
-or sooner than ``lease.frame_change_interval_s`` after the last one (409); an accepted
+or, once the plane had an adoption, sooner than ``lease.frame_change_interval_s`` after
+its current frame's first heartbeat (409); an accepted
 one is logged as an alarm and counted. Per account: a committed figure lower than the
 one already reported in the frame is refused (never adopted); an account must be a real
 window of a published rule (the current UTC day/month, or the adjacent one within
@@ -333,7 +334,7 @@ class Ledger:
             retry = max(1, view.heartbeat_ms // 1000)
         else:
             message = (f"data plane {plane!r} changed its counter store at "
-                       f"{result.get('last_frame_change')}; the next new frame is accepted "
+                       f"{result.get('frame_since')}; the next new frame is accepted "
                        f"from {result.get('retry_at')} (lease.frame_change_interval_s)")
             retry = int(self.settings.frame_change_interval_s)
         log.warning("lease sync refused (%s): %s (token %r, holder token %r, frame %s, "

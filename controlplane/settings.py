@@ -90,7 +90,9 @@ class AuthSettings(_Base, frozen=True):
 class LeaseSettings(_Base, frozen=True):
     frame_change_interval_s: Seconds = 300.0
     """A plane may come back with fresh counters (a new frame, whose adoption turns its
-    old allowance into liability) at most once per this many seconds."""
+    old allowance into liability) at most once per this many seconds: after its first
+    adoption, a new frame is refused until this long after its current frame's first
+    heartbeat."""
     max_accounts_per_plane: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 5_000
     """Ledger rows one plane may hold in the windows the control plane accepts (the
     current ones and, around midnight, the adjacent ones)."""

@@ -45,9 +45,9 @@ BASELINE = ("schema", "governance", "lease")
 """The files that build the whole Postgres schema, in order."""
 
 BASELINE_SHA256 = {
-    "schema": "4f6e99b5d31d41a34c9c4bb8f43f2a827ea4945d55f2e3e955f7b137acac17c0",
+    "schema": "a58b9f6ea42434ad6e44ec4b82932a8b7efb6d3ca8becc2ad339acb270f29ed5",
     "governance": "b40c0a2ce68b1ebbaf915548e882906abf5f9622f6d7f4c61bbe18c83300cda4",
-    "lease": "d503dc3867af01177168e5d6d8bb2eb5087a540d9226157fff3460ac56eeed74",
+    "lease": "f24c6bbea577316e1b89a2dd691dbf4567d7eb28aa53283701928174fd16029e",
 }
 """The 0.1.0 baseline revision's files as released. The baseline installs these texts
 and nothing else: once a file changes (a new ``_vN+1`` made by a migration), the

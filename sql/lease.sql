@@ -168,7 +168,8 @@ $$;
 -- (nothing has moved). A plane belongs to the data-plane token that first synced it
 -- while that token is configured (p_limits->'tokens'); a new frame replaces a plane's
 -- counters and is refused while the plane is live (its last heartbeat younger than
--- 3 heartbeat intervals) or within p_limits->'frame_change_ms' of the previous change.
+-- 3 heartbeat intervals) or, once the plane has had an adoption, within
+-- p_limits->'frame_change_ms' of its current frame's first heartbeat.
 CREATE FUNCTION inferplane_lease_check_plane_v1(prev lease_dataplanes, dp jsonb,
                                                 p_limits jsonb, p_now timestamptz)
 RETURNS jsonb LANGUAGE sql STABLE AS $$
@@ -183,15 +184,34 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
             THEN jsonb_build_object('status', 'frame_live', 'holder', prev.token_name,
                                     'frame', prev.frame,
                                     'last_heartbeat', prev.last_heartbeat)
-        WHEN prev.last_frame_change IS NOT NULL AND p_now < prev.last_frame_change
+        WHEN p_now < prev.first_heartbeat
                  + make_interval(secs => (p_limits->>'frame_change_ms')::bigint / 1000.0)
+             AND EXISTS (SELECT 1 FROM lease_grants
+                          WHERE dataplane = prev.id AND adoptions > 0)
             THEN jsonb_build_object('status', 'frame_rate', 'holder', prev.token_name,
                                     'frame', prev.frame,
-                                    'last_frame_change', prev.last_frame_change,
-                                    'retry_at', prev.last_frame_change + make_interval(
+                                    'frame_since', prev.first_heartbeat,
+                                    'retry_at', prev.first_heartbeat + make_interval(
                                         secs => (p_limits->>'frame_change_ms')::bigint
                                                 / 1000.0))
         ELSE NULL END
+$$;
+
+-- The plane's record after an applied heartbeat dp (its row is locked by the caller).
+CREATE FUNCTION inferplane_lease_record_plane_v1(dp jsonb, p_new_frame boolean,
+                                                 p_now timestamptz)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE lease_dataplanes
+       SET token_name = dp->>'token_name', build = coalesce(dp->>'build', ''),
+           api_versions = ARRAY(SELECT jsonb_array_elements_text(
+                                    coalesce(dp->'api_versions', '[]'::jsonb))),
+           frame = dp->>'frame', boot = dp->>'boot', seq = (dp->>'seq')::bigint,
+           applied_generation = (dp->>'applied_generation')::bigint,
+           rejections = coalesce(dp->'rejections', '[]'::jsonb),
+           heartbeat_ms = (dp->>'heartbeat_ms')::bigint,
+           last_heartbeat = p_now, heartbeats = heartbeats + 1,
+           first_heartbeat = CASE WHEN p_new_frame THEN p_now ELSE first_heartbeat END
+     WHERE id = dp->>'id'
 $$;
 
 -- One heartbeat, one round trip. Input (built by controlplane/leases.py):
@@ -258,19 +278,7 @@ BEGIN
     -- A late retry of an older heartbeat of the same process changes nothing.
     v_apply := NOT (prev.frame = v_frame AND prev.boot = v_boot AND prev.seq > v_seq);
     IF v_apply THEN
-        UPDATE lease_dataplanes
-           SET token_name = dp->>'token_name', build = coalesce(dp->>'build', ''),
-               api_versions = ARRAY(SELECT jsonb_array_elements_text(
-                                        coalesce(dp->'api_versions', '[]'::jsonb))),
-               frame = v_frame, boot = v_boot, seq = v_seq,
-               applied_generation = (dp->>'applied_generation')::bigint,
-               rejections = coalesce(dp->'rejections', '[]'::jsonb),
-               heartbeat_ms = (dp->>'heartbeat_ms')::bigint,
-               last_heartbeat = v_now, heartbeats = heartbeats + 1,
-               frame_changes = frame_changes + CASE WHEN v_new_frame THEN 1 ELSE 0 END,
-               last_frame_change = CASE WHEN v_new_frame THEN v_now
-                                        ELSE last_frame_change END
-         WHERE id = v_plane;
+        PERFORM inferplane_lease_record_plane_v1(dp, v_new_frame, v_now);
     END IF;
 
     -- 4. Every account, in the lock order shared admission uses.
@@ -327,7 +335,8 @@ LANGUAGE sql STABLE AS $$
         'applied_generation', d.applied_generation, 'rejections', d.rejections,
         'heartbeat_ms', d.heartbeat_ms, 'first_heartbeat', d.first_heartbeat,
         'last_heartbeat', d.last_heartbeat, 'heartbeats', d.heartbeats,
-        'frame_changes', d.frame_changes, 'last_frame_change', d.last_frame_change,
+        'frame_changes', coalesce((SELECT max(g.adoptions) FROM lease_grants g
+                                    WHERE g.dataplane = d.id), 0),
         'leases', coalesce((
             SELECT jsonb_agg(jsonb_build_object(
                 'account', g.account, 'rule_uid', g.rule_uid, 'frame', g.frame,

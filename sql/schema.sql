@@ -239,13 +239,11 @@ CREATE TABLE lease_dataplanes (
     applied_generation bigint,
     rejections         jsonb NOT NULL DEFAULT '[]',
     heartbeat_ms       bigint,
+    -- The first heartbeat of the current frame: a later new frame (after an adoption)
+    -- is refused until the control plane's frame-change interval has passed since.
     first_heartbeat    timestamptz NOT NULL DEFAULT clock_timestamp(),
     last_heartbeat     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    heartbeats         bigint NOT NULL DEFAULT 0,
-    -- New frames accepted after the first (each one adopts the plane's counters), and
-    -- when the last was: the next is refused until the control plane's interval passed.
-    frame_changes      bigint NOT NULL DEFAULT 0,
-    last_frame_change  timestamptz
+    heartbeats         bigint NOT NULL DEFAULT 0
 );
 
 CREATE TABLE lease_grants (

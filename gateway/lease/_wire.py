@@ -203,11 +203,12 @@ class DataPlaneView(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     rejections: list[Rejection] = []
     heartbeat_ms: int | None = None
     first_heartbeat: datetime
+    """The first heartbeat of the plane's current frame (counter store)."""
     last_heartbeat: datetime
     heartbeats: int
     frame_changes: int = 0
-    """New counter stores accepted after the first (each adopted the plane's counters)."""
-    last_frame_change: datetime | None = None
+    """New counter stores accepted after the first, as the plane's ledger rows saw them
+    (the most adoptions of any one of its accounts)."""
     connected: bool = False
     """Its last heartbeat is younger than its leases' expiry (3 heartbeat intervals)."""
     leases: list[LeaseView] = []
