@@ -150,6 +150,17 @@ SELECT key, 'account', 'usd', "limit", NULL, NULL, window_period, reserved, comm
        frozen, leased_outstanding, liability
   FROM authority_accounts WHERE key = %(key)s
 
+-- name: figures
+-- GET /v1/me: the counters and accounts named in %(keys)s as stored, with the database
+-- clock admission refills buckets by (inferplane_now_us_v1).
+SELECT key, balance, updated_us, reserved, committed, liability,
+       0::bigint AS leased, frozen, inferplane_now_us_v1() AS now_us
+  FROM counters WHERE key = ANY(%(keys)s)
+UNION ALL
+SELECT key, NULL, NULL, reserved, committed, liability, leased_outstanding, frozen,
+       inferplane_now_us_v1()
+  FROM authority_accounts WHERE key = ANY(%(keys)s)
+
 -- name: pending_permits
 SELECT id::text AS id FROM permits WHERE status = 'pending' ORDER BY created_at, id
 

@@ -31,6 +31,7 @@ from gateway.governance._model import (
     RefusalFigures,
     Settlement,
     SettleResult,
+    StoredFigures,
     UsageRow,
 )
 from gateway.governance._ops import FrozenCounter, PermitInfo
@@ -76,6 +77,7 @@ __all__ = [
     "Refused",
     "SettleResult",
     "Settlement",
+    "StoredFigures",
     "UsageRow",
     "bucket_admits",
     "boot_id",

@@ -49,6 +49,7 @@ from gateway.governance._model import (
     Refusal,
     Settlement,
     SettleResult,
+    StoredFigures,
     UsageRow,
 )
 from gateway.governance._ops import (
@@ -61,6 +62,7 @@ from gateway.governance._ops import (
 )
 from gateway.governance._plan import (
     check_settlement,
+    refill,
     settlement_fingerprint,
     validate_request,
 )
@@ -307,6 +309,21 @@ class LocalGovernanceStore(SqliteBase):
         def _usage(conn: sqlite3.Connection) -> list[UsageRow]:
             return usage_rows(conn, day=day, month=month, key_id=key_id, team_id=team_id)
         return await self._run(_usage, write=False)
+
+    async def figures(self, charges: list[Charge]) -> dict[str, StoredFigures]:
+        def _read(conn: sqlite3.Connection) -> dict[str, StoredFigures]:
+            now = self._now_us()
+            out: dict[str, StoredFigures] = {}
+            for c in charges:
+                state = load_counter(conn, c, now)
+                balance = (refill(state.balance, c.limit or 0, now - state.updated_us)
+                           if c.kind == "bucket" else None)
+                out[c.counter] = StoredFigures(
+                    now_us=now, balance=balance, reserved=state.reserved,
+                    committed=state.committed, liability=state.liability,
+                    frozen=state.frozen_by is not None)
+            return out
+        return await self._run(_read, write=False)
 
     async def counter(self, name: str) -> CounterState | None:
         """A counter as stored (buckets not refilled to now), or None if never charged."""

@@ -188,6 +188,29 @@ class UsageRow(msgspec.Struct, frozen=True, kw_only=True):
     usd_liability: int = 0
 
 
+class StoredFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """One counter as a reader sees it at ``now_us`` (the store's clock, µs since the
+    epoch): a bucket's balance refilled to then (BUCKET_SCALE units, may be negative:
+    debt), a window's or account's three figures; a counter never charged reads as it
+    would be born (a full bucket, an empty window)."""
+
+    now_us: int
+    balance: int | None = None
+    """Buckets only."""
+    reserved: int = 0
+    committed: int = 0
+    liability: int = 0
+    leased: int = 0
+    """Accounts in the shared profile: what lease grants hold of the budget."""
+    frozen: bool = False
+
+
+def born_figures(charge: Charge, now_us: int) -> StoredFigures:
+    """A counter no admission has created yet: a full bucket, an empty window."""
+    full = (charge.limit or 0) * BUCKET_SCALE if charge.kind == "bucket" else None
+    return StoredFigures(now_us=now_us, balance=full)
+
+
 class GovernanceStore(Protocol):
     """Executes admission plans and settlements atomically."""
 
@@ -215,5 +238,9 @@ class GovernanceStore(Protocol):
         the day and month windows; filtered to one key and its team, or everything when
         both are None.
         """
+
+    async def figures(self, charges: list[Charge]) -> dict[str, StoredFigures]:
+        """What each of ``charges``' counters holds now, read in one step (no charge is
+        made: the amounts are ignored, the limits give the buckets' capacities)."""
 
     async def close(self) -> None: ...

@@ -32,11 +32,14 @@ from gateway.governance._model import (
     RefusalFigures,
     Settlement,
     SettleResult,
+    StoredFigures,
     UsageRow,
+    born_figures,
 )
 from gateway.governance._ops import FrozenCounter, PermitInfo
 from gateway.governance._plan import (
     check_commit_values,
+    refill,
     settlement_fingerprint,
     validate_request,
 )
@@ -276,6 +279,31 @@ class PostgresGovernanceStore:
         async with connection(self._pool) as conn:
             rows = await fetch_all(conn, sql.queries["usage"], params)
         return [UsageRow(**r) for r in rows]
+
+    async def figures(self, charges: list[Charge]) -> dict[str, StoredFigures]:
+        async with connection(self._pool) as conn:
+            rows = await fetch_all(conn, sql.queries["figures"],
+                                   {"keys": [c.counter for c in charges]})
+            # Nothing charged yet: the clock alone.
+            clock = rows[0] if rows else await fetch_one(
+                conn, "SELECT inferplane_now_us_v1() AS now_us")
+        assert clock is not None
+        now: int = clock["now_us"]
+        stored = {r["key"]: r for r in rows}
+        out: dict[str, StoredFigures] = {}
+        for c in charges:
+            row = stored.get(c.counter)
+            if row is None:
+                out[c.counter] = born_figures(c, now)
+                continue
+            balance = None
+            if c.kind == "bucket":
+                balance = refill(row["balance"], c.limit or 0, now - row["updated_us"])
+            out[c.counter] = StoredFigures(
+                now_us=now, balance=balance, reserved=row["reserved"],
+                committed=row["committed"], liability=row["liability"],
+                leased=row["leased"], frozen=row["frozen"])
+        return out
 
     async def counter(self, name: str) -> dict[str, Any] | None:
         """A counter or account row as stored (buckets not refilled), or None."""

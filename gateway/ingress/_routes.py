@@ -27,6 +27,7 @@ from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError, U
 from gateway.governance import utc_windows
 from gateway.ingress._asgi import GENERATION
 from gateway.ingress._context import Gateway
+from gateway.ingress._me import me_report
 from gateway.ingress._models import anthropic_client, retrieve_model
 from gateway.ingress._prepare import authenticate, parse_json, presented_key, read_body, route
 from gateway.ingress._render import error_reply
@@ -128,6 +129,21 @@ async def usage_report(request: AnyRequest) -> dict[str, Any]:
             "data": msgspec.to_builtins(rows)}
 
 
+@get("/v1/me")
+async def me(request: AnyRequest) -> dict[str, Any]:
+    """The presented key's own limits (key, team, policy) with limit, committed,
+    liability, reserved, remaining and resets_at (:mod:`gateway.ingress._me`)."""
+    gw = gateway_of(request)
+    principal = await authenticate(gw, request)
+    await gw.governor.caught_up(timeout_s=USAGE_CATCH_UP_S)
+    try:
+        return await me_report(gw, principal)
+    except InferplaneError:
+        raise
+    except Exception as exc:
+        raise GovernanceUnavailable("governance store unavailable") from exc
+
+
 def _period(request: AnyRequest, name: str, default: str) -> str:
     """The ``day`` or ``month`` query parameter (``default`` when absent): a real UTC
     calendar day or month, else a 400 naming it, before anything reads a store."""
@@ -197,4 +213,4 @@ def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
 
 
 ROUTES = [chat_completions, responses, embeddings, messages, count_tokens, list_models,
-          retrieve_model, usage_report, healthz, readyz, metrics]
+          retrieve_model, usage_report, me, healthz, readyz, metrics]
