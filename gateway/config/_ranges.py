@@ -42,6 +42,9 @@ BatchSize = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 FileCount = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 """How many rotated files to keep (at least one: rotation must not throw lines away)."""
 Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
+CacheEntries = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+"""Entries of an in-memory cache (0: none kept)."""
+Percent = Annotated[int, msgspec.Meta(ge=0, le=1000)]
 Workers = Annotated[int, msgspec.Meta(ge=1, le=64)]
 """Server worker processes on one host (``server.workers``)."""
 PRICE_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")

@@ -8,18 +8,20 @@ an out-of-range value fails naming its key path.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
 from gateway.config._ranges import (
     BatchSize,
     Bytes,
+    CacheEntries,
     Coalesce,
     Connections,
     FileCount,
     Limit,
     Millis,
+    Percent,
     PoolSize,
     Port,
     Rate,
@@ -62,6 +64,18 @@ class AlertSettings(_Base, frozen=True):
     """Wait before the first retry; doubled after each, at most 60 s."""
 
 
+class AdminToken(_Base, frozen=True):
+    """One admin API token (``/admin/v1``), by reference, with its name and access."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]
+    """Who holds it (``terraform``, ``portal``): every write's audit line names it."""
+    token_ref: str
+    """``env:NAME`` or ``file:PATH`` (resolved at startup; never an inline value)."""
+    access: Literal["read", "write"] = "read"
+    """``read``: every GET of the admin API and every /v1/usage row; ``write``: also
+    creates, edits, rotates and revokes."""
+
+
 class ServerSettings(_Base, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 4000
@@ -84,7 +98,10 @@ class ServerSettings(_Base, frozen=True):
     """Rotated audit files kept besides the current one (the oldest is removed)."""
     replica_id: str | None = None
     admin_token_ref: str | None = None
-    """Reference to the admin token that may read every row of /v1/usage."""
+    """Reference to the admin token that may read every row of /v1/usage (and, as a
+    ``read`` admin token named ``admin``, the admin API)."""
+    admin_tokens: list[AdminToken] = []
+    """The admin API's tokens (docs/admin-api.md)."""
     drain_on_disconnect_s: SecondsOrZero = 0.0
     """After a client disconnects mid-stream: 0 aborts the upstream request at once (what
     the provider sees from a direct client); N > 0 keeps reading (and discarding) the
@@ -126,6 +143,13 @@ class ServerSettings(_Base, frozen=True):
     is labelled by its opaque id alone (names can say who a customer is)."""
     alerts: AlertSettings = AlertSettings()
     """Budget alerts at 80/90/100 % of every money budget (see AlertSettings)."""
+    refine_timeout_s: Seconds = 2.0
+    """How long the gateway waits for a provider's token count when it refines an input
+    bound (``models[].refine_input``); past it the byte bound stands (docs/bounds.md)."""
+    refine_cache_entries: CacheEntries = 4096
+    """Token counts kept in memory per process (least recently used dropped first),
+    keyed by a hash of deployment, model and the request's prefix, so a session's
+    re-sent prefix is counted once (docs/bounds.md, "Refined input bound")."""
     workers: Workers = 1
     """Server processes sharing this listening socket (local and shared profiles; the
     lease profile runs one). With more than one, ``mayu serve`` supervises them: each is
@@ -200,10 +224,15 @@ class ProviderSettings(_Base, frozen=True):
     """mock only: delay before the first byte and between stream chunks."""
 
 
+RefineInput = Literal["on_shortfall", "always", "off"]
+
+
 class Deployment(_Base, frozen=True):
     provider: str
     upstream_model: str | None = None
     """The model name sent upstream (default: the gateway's model name)."""
+    refine_input: RefineInput | None = None
+    """Overrides ``models[].refine_input`` for this deployment (unset: the model's)."""
 
 
 class ModelSettings(_Base, frozen=True):
@@ -222,6 +251,14 @@ class ModelSettings(_Base, frozen=True):
     """Input tokens a provider adds to any request beyond its body (chat template, the
     tool-use system prompt: 346 tokens for Claude with tools); added to the body-length
     input bound so an ordinary request with tools never reports more than its bound."""
+    refine_input: RefineInput = "on_shortfall"
+    """When the input bound is refined with the provider's own token count (Anthropic
+    deployments: ``POST /v1/messages/count_tokens``): ``on_shortfall`` only when the
+    byte bound would be refused or cut by budget fit, ``always`` before every admission,
+    ``off`` never (docs/bounds.md, "Refined input bound")."""
+    count_allowance_pct: Percent = 5
+    """Added to a provider's token count (at least 64 tokens): the count "may differ by
+    a small amount" from what the message bills (Anthropic, *Token counting*)."""
     max_input_tokens: Tokens | None = None
     """The model's context window. Bounds the input of requests that make the provider add
     input the body does not carry (previous_response_id, files, image URLs, server tools);

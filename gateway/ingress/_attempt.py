@@ -41,10 +41,12 @@ from gateway.governance import (
 )
 from gateway.ingress._context import Gateway
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
+from gateway.ingress._refine import BYTE, refine, reset_for
 from gateway.ingress._renew import mismatch_kind, renew
 from gateway.ingress._shortfall import (
     Bounds,
     fit_charge,
+    is_shortfall,
     largest_output,
     lower_output,
     refusal_error,
@@ -60,6 +62,8 @@ log = logging.getLogger("mayu.ingress")
 _FIT_ROUNDS = 3
 """Admission tries with budget fit: each may lower the output allowance for one more
 refusing counter (a team's day and month windows, a policy budget)."""
+_REFINE_ROUNDS = 2
+"""Admission tries after a refined input bound (a cached/prefix bound, then a count)."""
 
 
 def new_request_id() -> str:
@@ -94,6 +98,19 @@ class Call:
     """The price classes its input can be billed in (gateway.ingress._bounds)."""
     fitted: str | None = None
     """Set when budget fit lowered the output allowance (the response header says so)."""
+    byte_input_bound: int = 0
+    """The input bound from the body's bytes (``input_bound`` before any refinement)."""
+    input_basis: str = BYTE
+    """What ``input_bound`` rests on (``gateway.ingress._refine``: byte, counted, ...)."""
+    input_note: str = ""
+    """How a refined bound was had, for refusals and budget-fit headers."""
+    refined_for: str | None = None
+    """The deployment whose count refined ``input_bound`` (None: not refined)."""
+    count_tried: bool = False
+    """The provider was asked for a count for this bound (at most once per attempt)."""
+
+    def __post_init__(self) -> None:
+        self.byte_input_bound = self.byte_input_bound or self.input_bound
 
     @property
     def token_bound(self) -> int:
@@ -102,7 +119,8 @@ class Call:
     def bounds(self) -> Bounds:
         usd_of = self.usd_bound_of or (lambda n: self.usd_bound)
         return Bounds(input_tokens=self.input_bound, output_tokens=self.output_bound,
-                      usd_of=usd_of)
+                      usd_of=usd_of, input_basis=self.input_basis,
+                      input_note=self.input_note)
 
 
 def outcome_for(usage: Usage | None, *, detail: str = "") -> Outcome:
@@ -155,6 +173,8 @@ class Attempt:
                                        anthropic=self.call.endpoint == "messages"))
         if self.call.fitted:
             h["x-inferplane-budget-fit"] = self.call.fitted
+        if self.call.input_basis != BYTE:
+            h["x-inferplane-input-bound"] = self.call.input_basis
         return h
 
     def _plan(self) -> AdmissionRequest:
@@ -179,8 +199,18 @@ class Attempt:
         call.doc, call.body = lower_output(call.endpoint, call.doc, fits)
         call.output_bound, call.usd_bound = fits, call.usd_bound_of(fits)
         call.fitted = (f"max_tokens lowered from {before} to {fits} to fit "
-                       f"{refusal.counter} ({remaining(refusal.figures)} left)")
+                       f"{refusal.counter} ({remaining(refusal.figures)} left; input bound "
+                       f"{call.input_basis}: {call.input_bound} tokens)")
         return True
+
+    async def _tighten(self, refusal: Refusal) -> bool:
+        """After a money or quota refusal: refine the input bound one step
+        (gateway.ingress._refine: a cached or prefix-extended count, then the provider's
+        count), else lower the output allowance (budget fit); True if one applied."""
+        if not is_shortfall(refusal):
+            return False
+        return (await refine(self.call, self.deployment, self.provider, refused=True)
+                or self._fit(refusal))
 
     async def _replan(self, refusal: Refusal, request: AdmissionRequest) -> None:
         call, gw = self.call, self.call.gw
@@ -193,20 +223,24 @@ class Attempt:
     async def admit(self) -> Permit:
         """Admit this attempt (the Governor re-plans after a snapshot mismatch)."""
         gw = self.call.gw
-        for _ in range(_FIT_ROUNDS):
+        reset_for(self.call, self.deployment)
+        await refine(self.call, self.deployment, self.provider, refused=False)
+        for _ in range(_FIT_ROUNDS + _REFINE_ROUNDS):
             try:
                 permit = await gw.governor.admit(self._plan, replan=self._replan)
                 break
             except Refused as refused:
                 decision = refused.refusal
-                if self._fit(decision):
-                    continue  # admit the same request with the lowered output allowance
+                if await self._tighten(decision):
+                    continue  # admit the same request with a tighter bound
                 gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
                 error = refusal_error(decision, self.call.bounds())
                 if decision.code == "rate_limited" and decision.figures is not None:
                     error.extra_headers = refused_headers(
                         decision.figures.limit, decision.figures.dimension,
                         decision.retry_after, anthropic=self.call.endpoint == "messages")
+                if self.call.input_basis != BYTE:
+                    error.extra_headers["x-inferplane-input-bound"] = self.call.input_basis
                 self.audit(event="refused", status=decision.status, refusal=error.message,
                            counter=decision.counter)
                 raise error from None

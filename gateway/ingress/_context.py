@@ -10,6 +10,7 @@ from typing import Any
 from gateway.audit import AuditLog
 from gateway.config import ModelSettings, Settings
 from gateway.governance import GovernanceStore, Governor
+from gateway.ingress._refine import Refiner
 from gateway.keys import KeyStore, Principal
 from gateway.metrics import Metrics
 from gateway.policy import PolicySource
@@ -38,6 +39,8 @@ class Gateway:
     only where admission re-checks it (the shared profile, ``_prepare.principal_to_admit``)."""
     principals: dict[str, tuple[float, Principal]] = field(default_factory=dict, init=False)
     """Key hash → (when resolved, Principal), for ``principal_to_admit``."""
+    refiner: Refiner | None = field(default=None, init=False)
+    """Refines input bounds with a provider's count (``gateway.ingress._refine``)."""
 
     def remember_principal(self, key_hash: str, principal: Principal) -> None:
         if len(self.principals) >= _MAX_PRINCIPALS:  # bounded: drop the oldest
@@ -47,5 +50,8 @@ class Gateway:
 
     def __post_init__(self) -> None:
         self.models = {m.name: m for m in self.settings.models}
+        server = self.settings.server
+        self.refiner = Refiner(timeout_s=server.refine_timeout_s,
+                               entries=server.refine_cache_entries)
         if self.governor is None:
             self.governor = Governor(self.governance)

@@ -85,6 +85,21 @@ class Bounds:
     output_tokens: int
     usd_of: Callable[[int], int]
     """The µUSD bound of the same request with ``n`` output tokens."""
+    input_basis: str = "byte"
+    """What the input bound rests on (``gateway.ingress._refine``)."""
+    input_note: str = ""
+    """How a refined input bound was had."""
+
+    def input_words(self) -> str:
+        """The input bound in a refusal's words, with its basis."""
+        if self.input_basis == "byte":
+            return f"up to {self.input_tokens} input tokens (bounded by the body's bytes)"
+        return f"up to {self.input_tokens} input tokens ({self.input_note})"
+
+
+def is_shortfall(refusal: Refusal) -> bool:
+    """A money or token-quota refusal with its figures: one a tighter bound may clear."""
+    return refusal.code in _QUOTA_CODES and refusal.figures is not None
 
 
 def largest_output(bounds: Bounds, f: RefusalFigures) -> int:
@@ -112,7 +127,7 @@ def _explain(refusal: Refusal, bounds: Bounds, now: datetime
     if f is None or refusal.code not in _QUOTA_CODES:
         return refusal.reason, None
     parts = [refusal.reason + ".",
-             f"That is this request's worst case: up to {bounds.input_tokens} input tokens "
+             f"That is this request's worst case: {bounds.input_words()} "
              f"and max_tokens {bounds.output_tokens}."]
     fits = largest_output(bounds, f)
     if fits >= 1:

@@ -3,17 +3,25 @@
 In-process it backs the ``mock`` provider kind; over HTTP it is ``mayu mock-upstream``.
 """
 
-from gateway.mock._model import FLAGS, Classes, anthropic_classes, openai_classes
+from gateway.mock._model import (
+    FLAGS,
+    Classes,
+    anthropic_classes,
+    anthropic_count,
+    openai_classes,
+)
 from gateway.mock._server import create_mock_app
-from gateway.mock._wire import MockReply, plan_reply, play
+from gateway.mock._wire import MockReply, plan_count, plan_reply, play
 
 __all__ = [
     "FLAGS",
     "Classes",
     "MockReply",
     "anthropic_classes",
+    "anthropic_count",
     "create_mock_app",
     "openai_classes",
+    "plan_count",
     "plan_reply",
     "play",
 ]

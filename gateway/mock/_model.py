@@ -15,7 +15,12 @@ as long as that stream would take), ``cut-stream`` (the connection breaks after 
 events of a stream, before any usage is reported), ``slow-start`` (the answer — status
 and headers included — starts only after a pause), ``hidden-input`` (reports
 ``HIDDEN_INPUT`` more input tokens than the body holds, as a provider does for a
-``previous_response_id`` or a file it adds: only a context-window bound covers it).
+``previous_response_id`` or a file it adds: only a context-window bound covers it),
+``count-error`` (``/v1/messages/count_tokens`` answers 500), ``count-slow`` (it answers
+after ``COUNT_SLOW_S``).
+
+:func:`anthropic_count` is the mock's ``/v1/messages/count_tokens``: the sum of the
+input classes :func:`anthropic_classes` bills for the same body.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ SLOW_STREAM_CHUNKS = 40
 SLOW_STREAM_DELAY_S = 0.1
 
 FLAGS = ("negative-usage", "missing-usage", "no-ttl", "error-500", "slow-stream",
-         "cut-stream", "slow-start", "hidden-input")
+         "cut-stream", "slow-start", "hidden-input", "count-error", "count-slow")
+COUNT_SLOW_S = 5.0
 HIDDEN_INPUT = 50_000
 CUT_AFTER_EVENTS = 2
 SLOW_START_S = 2.0
@@ -119,6 +125,14 @@ def anthropic_classes(body: dict[str, Any]) -> Classes:
     return Classes(input=max(0, prompt - cached), output=_output_tokens(body, prompt, flags),
                    cache_read=read, cache_write_5m=w5, cache_write_1h=w1,
                    cache_write_unknown=unknown)
+
+
+def anthropic_count(body: dict[str, Any]) -> int:
+    """What ``/v1/messages/count_tokens`` answers: the input tokens the same body would
+    bill, every class together (the mock counts as it bills, so a test can check that a
+    bound refined from the count still covers the usage)."""
+    c = anthropic_classes(body)
+    return c.input + c.cache_read + c.cache_write_5m + c.cache_write_1h + c.cache_write_unknown
 
 
 def openai_usage(c: Classes, *, embeddings: bool = False,

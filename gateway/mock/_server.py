@@ -1,10 +1,11 @@
 """``mayu mock-upstream``: the mock model served over real HTTP, with its own ledger.
 
 OpenAI-compatible (``/v1/chat/completions``, ``/v1/responses``, ``/v1/embeddings``,
-``/v1/models``) and Anthropic-compatible (``/v1/messages``), real SSE for streams. The
-ledger (``GET``/``DELETE /__mock/ledger``) is the upstream's own record of the usage it
-reported, one entry per response; tests and benches price from it, independently of
-the gateway.
+``/v1/models``) and Anthropic-compatible (``/v1/messages``, ``/v1/messages/count_tokens``
+counting as the mock bills), real SSE for streams. The ledger (``GET``/``DELETE
+/__mock/ledger``) is the upstream's own record of the usage it reported, one entry per
+response; tests and benches price from it, independently of the gateway.
+``GET /__mock/counts`` says how many token counts it answered (cleared with the ledger).
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from litestar import Litestar, Request, Response, delete, get, post
 from litestar.response import Stream
 
 from gateway.jsondepth import json_too_deep, too_deep_error
-from gateway.mock._wire import plan_reply, play
+from gateway.mock._wire import MockReply, plan_count, plan_reply, play
 from gateway.usage import Endpoint
 
 
 class Ledger:
     def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
+        self.counts = 0
+        """Token counts answered (``/v1/messages/count_tokens``)."""
 
     def record(self, entry: dict[str, Any]) -> None:
         self.entries.append(entry)
@@ -40,7 +43,7 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
     ledger = Ledger()
     latency_s = latency_ms / 1000
 
-    async def answer(request: Request[Any, Any, Any], endpoint: Endpoint) -> Any:
+    async def decode(request: Request[Any, Any, Any]) -> dict[str, Any] | Response[bytes]:
         raw = await request.body()
         if json_too_deep(raw):  # as a provider would: a 400, never a crash
             return _bad(too_deep_error().message)
@@ -50,6 +53,12 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
             return _bad("request body is not valid JSON")
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             return _bad("model: required")
+        return body
+
+    async def answer(request: Request[Any, Any, Any], endpoint: Endpoint) -> Any:
+        body = await decode(request)
+        if isinstance(body, Response):
+            return body
         reply = plan_reply(endpoint, body)
         if reply.start_delay_s:
             await asyncio.sleep(reply.start_delay_s)
@@ -80,6 +89,26 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
     async def messages(request: Request[Any, Any, Any]) -> Any:
         return await answer(request, "messages")
 
+    @post("/v1/messages/count_tokens", status_code=200)
+    async def count_tokens(request: Request[Any, Any, Any]) -> Any:
+        body = await decode(request)
+        if isinstance(body, Response):
+            return body
+        for field in ("max_tokens", "stream", "metadata", "temperature"):
+            if field in body:  # as Anthropic's endpoint: a Messages-only field is a 400
+                return _bad(f"{field}: Extra inputs are not permitted")
+        reply: MockReply = plan_count(body)
+        if reply.start_delay_s:
+            await asyncio.sleep(reply.start_delay_s)
+        if reply.status == 200:
+            ledger.counts += 1
+        return Response(reply.body or b"", status_code=reply.status,
+                        media_type="application/json", headers=reply.headers)
+
+    @get("/__mock/counts")
+    async def read_counts() -> dict[str, int]:
+        return {"counts": ledger.counts}
+
     @get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [
@@ -92,10 +121,12 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
     @delete("/__mock/ledger", status_code=204)
     async def clear_ledger() -> None:
         ledger.entries.clear()
+        ledger.counts = 0
 
     @get(["/healthz", "/readyz"])
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    return Litestar([chat, responses, embeddings, messages, models, read_ledger,
-                     clear_ledger, health], openapi_config=None, request_max_body_size=None)
+    return Litestar([chat, responses, embeddings, messages, count_tokens, models,
+                     read_ledger, read_counts, clear_ledger, health],
+                    openapi_config=None, request_max_body_size=None)

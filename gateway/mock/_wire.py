@@ -101,6 +101,19 @@ def plan_reply(endpoint: Endpoint, body: dict[str, Any]) -> MockReply:
     return reply
 
 
+def plan_count(body: dict[str, Any]) -> MockReply:
+    """The mock's ``/v1/messages/count_tokens`` answer: ``{"input_tokens": n}`` with the
+    count it would bill (``_model.anthropic_count``); ``count-error`` models get a 500,
+    ``count-slow`` ones wait ``COUNT_SLOW_S`` first. Not a usage report: no ledger entry."""
+    flags = m.flags_of(str(body.get("model", "")))
+    if "count-error" in flags:
+        return _error("anthropic")
+    reply = MockReply(200, msgspec.json.encode({"input_tokens": m.anthropic_count(body)}))
+    if "count-slow" in flags:
+        reply.start_delay_s = m.COUNT_SLOW_S
+    return reply
+
+
 def _chat(body: dict[str, Any], model: str, flags: frozenset[str], n: int,
           stream: bool) -> tuple[MockReply, Any, Any]:
     c = m.openai_classes(body)

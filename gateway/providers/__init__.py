@@ -10,6 +10,7 @@ from gateway.providers._base import (
     UpstreamFailure,
     UpstreamResponse,
 )
+from gateway.providers._count import CountFailed, TokenCounter, count_body
 from gateway.providers._http import HttpProvider
 from gateway.providers._mock import MockProvider
 
@@ -24,6 +25,7 @@ def build_providers(settings: list[ProviderSettings]) -> dict[str, Provider]:
 
 __all__ = [
     "RETRYABLE_STATUS",
+    "CountFailed",
     "DispatchFailed",
     "HttpProvider",
     "MockProvider",
@@ -31,6 +33,8 @@ __all__ = [
     "Protocol_",
     "Provider",
     "UpstreamFailure",
+    "TokenCounter",
     "UpstreamResponse",
     "build_providers",
+    "count_body",
 ]

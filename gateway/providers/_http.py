@@ -33,6 +33,7 @@ from gateway.providers._base import (
     UpstreamResponse,
 )
 from gateway.providers._client import ClientError, HttpClient, Response
+from gateway.providers._count import COUNT_PATH, CountFailed, parse_count
 from gateway.usage import Endpoint
 
 _OPENAI_PATHS = {"chat": "/chat/completions", "responses": "/responses",
@@ -158,6 +159,33 @@ class HttpProvider:
             chunks=_chunks(response, self.name), close=close,
             elapsed_s=time.perf_counter() - started,
             headers={h: got[h] for h in PASSED_HEADERS if h in got})
+
+
+    @property
+    def counts_tokens(self) -> bool:
+        return self.kind == "anthropic"
+
+    async def count_input_tokens(self, body: bytes, *, headers: dict[str, str]) -> int:
+        """Anthropic's ``count_tokens`` for ``body`` (``gateway.providers._count``); the
+        caller bounds the wait."""
+        if not self.counts_tokens:
+            raise CountFailed(f"{self.name}: a {self.kind} provider has no token count")
+        try:
+            if self._client is not None:
+                response = await self._client.post(COUNT_PATH, body, self._headers(headers))
+                try:
+                    raw = b"".join([chunk async for chunk in response.chunks()])
+                finally:
+                    response.close()
+                return parse_count(response.status, raw, provider=self.name)
+            if self._next is None:
+                raise CountFailed(f"{self.name}: provider is not started")
+            answer = await next(self._next).post(COUNT_PATH, content=body,
+                                                 headers=self._headers(headers))
+            return parse_count(answer.status_code, answer.content, provider=self.name)
+        except (ClientError, httpx.HTTPError) as exc:
+            raise CountFailed(f"{self.name}: count_tokens: {type(exc).__name__}: "
+                              f"{exc}") from exc
 
 
 def _proxied(url: str) -> bool:

@@ -15,9 +15,10 @@ from typing import Any
 import msgspec
 
 from gateway.config import ProviderSettings
-from gateway.mock import plan_reply, play
+from gateway.mock import plan_count, plan_reply, play
 from gateway.mock._wire import MockStreamCut
 from gateway.providers._base import DispatchFailed, Protocol_, UpstreamResponse
+from gateway.providers._count import parse_count
 from gateway.usage import Endpoint
 
 
@@ -50,6 +51,17 @@ class MockProvider:
 
     async def close(self) -> None:
         return None
+
+    @property
+    def counts_tokens(self) -> bool:
+        return True
+
+    async def count_input_tokens(self, body: bytes, *, headers: dict[str, str]) -> int:
+        """The mock's ``count_tokens``: what it would bill for the same body."""
+        reply = plan_count(msgspec.json.decode(body))
+        if reply.start_delay_s:
+            await asyncio.sleep(reply.start_delay_s)
+        return parse_count(reply.status, reply.body or b"", provider=self.name)
 
     async def send(self, endpoint: Endpoint, body: bytes, *,
                    headers: dict[str, str]) -> UpstreamResponse:

@@ -1,0 +1,230 @@
+"""Refining a request's input bound with the provider's own token count (issue 26).
+
+The byte bound (``gateway.ingress._bounds.input_bound``: every body byte a token) is
+cheap and sound, but it overstates an agent's input several-fold: a Claude Code turn
+carries 20–60 KB of system prompt and tools as JSON, so at Opus prices a small budget
+cannot hold one turn. When it matters — the admission refused a money or token-quota
+charge (``refine_input: on_shortfall``, the default), or before every admission
+(``always``) — the input side is bounded instead by the deployment's own count
+(``gateway.providers.TokenCounter``: Anthropic ``count_tokens``) plus an allowance:
+
+    counted bound = count + max(64, ceil(count × models[].count_allowance_pct / 100))
+
+Anthropic documents the count as an estimate that "may differ by a small amount" from
+what the message bills, and that it may include system-added tokens that are not billed
+(an over-count, harmless here); the allowance covers the first. Server tools, MCP
+servers, files and URLs make the provider add input the count does not see: such requests
+(``_bounds.external_input``) keep their context-window bound and are never counted.
+
+**Cache.** Counts are kept per process in an LRU of ``server.refine_cache_entries``,
+keyed by a chain of hashes: one over (deployment, upstream model, model, system, tools,
+tool_choice, thinking), then one more per message, ``cache_control`` markers left out (the
+count ignores them; Claude Code moves its last breakpoint every turn). A request whose
+whole chain is cached is bounded by that count at once. A request that extends a counted
+one (a session's next turn re-sends the counted prefix and appends messages) is bounded
+by the prefix's counted bound plus the appended messages' JSON bytes (no tokenizer makes
+more tokens than bytes; each message's JSON framing is longer than its role framing):
+no count call. Only if that bound is still refused is the whole request counted.
+
+**Failure.** A count that fails or takes longer than ``server.refine_timeout_s`` leaves
+the byte bound (sound) in force, said in the log, the answer's ``x-inferplane-input-bound``
+header and a refusal's message. A request's refined bound belongs to the deployment that
+counted it: a fallback attempt on another deployment starts again from the byte bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from gateway.config import Deployment
+from gateway.ingress._bounds import external_input
+from gateway.pricing import cost_bound_micro_usd
+from gateway.providers import CountFailed, Provider, TokenCounter, count_body
+
+if TYPE_CHECKING:
+    from gateway.ingress._attempt import Call
+
+log = logging.getLogger("mayu.ingress")
+
+MIN_ALLOWANCE = 64
+"""Tokens added to any count, however small (the allowance's floor)."""
+BYTE, PREFIX, COUNTED, FAILED = "byte", "counted-prefix", "counted", "byte-count-failed"
+"""The input bound's basis, as the ``x-inferplane-input-bound`` header says it."""
+
+_PREFIX_FIELDS = ("system", "tools", "tool_choice", "thinking")
+
+
+def allowance(count: int, pct: int) -> int:
+    """What is added to a provider's count of ``count`` tokens (module docstring)."""
+    return max(MIN_ALLOWANCE, -(-count * pct // 100))
+
+
+def _unmarked(node: Any) -> Any:
+    """``node`` without its ``cache_control`` keys (they change no count)."""
+    if isinstance(node, dict):
+        return {k: _unmarked(v) for k, v in node.items() if k != "cache_control"}
+    if isinstance(node, list):
+        return [_unmarked(v) for v in node]
+    return node
+
+
+def prefix_chain(doc: dict[str, Any], *, scope: str) -> list[bytes]:
+    """``[h0, h1, …, hn]``: h0 hashes ``scope`` (deployment and models) and the request's
+    fixed parts, each next one also the next message (``cache_control`` left out)."""
+    head = hashlib.blake2b(scope.encode(), digest_size=16)
+    head.update(msgspec.json.encode(_unmarked({k: doc.get(k) for k in _PREFIX_FIELDS})))
+    chain = [head.digest()]
+    messages = doc.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        step = hashlib.blake2b(chain[-1], digest_size=16)
+        step.update(msgspec.json.encode(_unmarked(message)))
+        chain.append(step.digest())
+    return chain
+
+
+@dataclass(frozen=True)
+class Refined:
+    """A refined input bound and how it was had."""
+
+    tokens: int
+    basis: str
+    note: str
+
+
+class CountCache:
+    """Counted bounds by prefix-chain hash, least recently used dropped first."""
+
+    def __init__(self, *, entries: int) -> None:
+        self._entries = entries
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+
+    def put(self, key: bytes, tokens: int) -> None:
+        if self._entries <= 0:
+            return
+        self._counts[key] = tokens
+        self._counts.move_to_end(key)
+        while len(self._counts) > self._entries:
+            self._counts.popitem(last=False)
+
+    def longest(self, chain: list[bytes]) -> tuple[int, int] | None:
+        """(k, counted bound) of the longest cached prefix ``chain[k]`` (k ≥ 1), or None."""
+        for k in range(len(chain) - 1, 0, -1):
+            tokens = self._counts.get(chain[k])
+            if tokens is not None:
+                self._counts.move_to_end(chain[k])
+                return k, tokens
+        return None
+
+
+def mode_of(call: Call, deployment: Deployment) -> str:
+    return deployment.refine_input or call.model.refine_input
+
+
+def _scope(call: Call, deployment: Deployment) -> str:
+    return f"{deployment.provider}\0{deployment.upstream_model or ''}\0{call.model.name}"
+
+
+class Refiner:
+    """Counts with the provider and caches (one per gateway process)."""
+
+    def __init__(self, *, timeout_s: float, entries: int) -> None:
+        self.timeout_s = timeout_s
+        self.cache = CountCache(entries=entries)
+
+    def eligible(self, call: Call, deployment: Deployment, provider: Provider) -> bool:
+        """Whether this attempt's input bound may be refined by a count at all."""
+        return (call.endpoint == "messages" and mode_of(call, deployment) != "off"
+                and isinstance(provider, TokenCounter) and provider.counts_tokens
+                and external_input(call.doc) is None)
+
+    async def tighter(self, call: Call, deployment: Deployment,
+                      provider: Provider) -> Refined | None:
+        """The next tighter input bound than the call's (cached or prefix-extended
+        first, then a count call), or None when there is none."""
+        if call.input_basis in (COUNTED, FAILED) or call.count_tried:
+            return None
+        scope = _scope(call, deployment)
+        chain = prefix_chain(call.doc, scope=scope)
+        pct = call.model.count_allowance_pct
+        if call.input_basis == BYTE:
+            hit = self.cache.longest(chain)
+            if hit is not None:
+                k, bound = hit
+                if k == len(chain) - 1:
+                    return Refined(bound, COUNTED, "counted by the provider (cached)")
+                appended = len(msgspec.json.encode(call.doc["messages"][k:]))
+                return Refined(bound + appended, PREFIX,
+                               f"counted prefix of {k} messages + {appended} bytes "
+                               "appended since")
+        return await self._count(call, deployment, provider, chain[-1], pct)
+
+    async def _count(self, call: Call, deployment: Deployment, provider: Provider,
+                     key: bytes, pct: int) -> Refined:
+        assert isinstance(provider, TokenCounter)
+        body = count_body(call.doc, model=deployment.upstream_model or call.model.name)
+        call.count_tried = True  # one count per attempt, whatever it answers
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                count = await provider.count_input_tokens(body, headers=call.client_headers)
+        except (CountFailed, TimeoutError) as exc:
+            why = str(exc) or f"no answer within server.refine_timeout_s={self.timeout_s}"
+            log.warning("request %s: input bound not refined, the byte bound stands: %s",
+                        call.request_id, why)
+            return Refined(call.byte_input_bound, FAILED,
+                           "the body's bytes (the provider's token count failed)")
+        bound = count + allowance(count, pct)
+        self.cache.put(key, bound)
+        return Refined(bound, COUNTED,
+                       f"counted by the provider: {count} + {bound - count} allowance")
+
+
+def apply(call: Call, refined: Refined, deployment: Deployment) -> bool:
+    """Bound the call's input by ``refined`` for ``deployment``'s attempts; True when
+    that lowered the bound (a refined bound above the current one changes nothing: the
+    lower of two sound bounds is sound)."""
+    call.refined_for = _scope(call, deployment)
+    if refined.tokens >= call.input_bound:
+        if call.input_basis == BYTE and refined.basis == FAILED:  # say why it stands
+            call.input_basis, call.input_note = refined.basis, refined.note
+        return False
+    call.input_basis, call.input_note = refined.basis, refined.note
+    call.input_bound = refined.tokens
+    call.usd_bound_of = partial(cost_bound_micro_usd, refined.tokens,
+                                price=call.model.price, input_classes=call.input_classes)
+    call.usd_bound = call.usd_bound_of(call.output_bound)
+    return True
+
+
+def reset_for(call: Call, deployment: Deployment) -> None:
+    """Back to the byte bound when the call's refinement belongs to another deployment."""
+    if call.refined_for is None or call.refined_for == _scope(call, deployment):
+        return
+    call.refined_for, call.input_basis, call.input_note = None, BYTE, ""
+    call.count_tried = False
+    call.input_bound = call.byte_input_bound
+    call.usd_bound_of = partial(cost_bound_micro_usd, call.byte_input_bound,
+                                price=call.model.price, input_classes=call.input_classes)
+    call.usd_bound = call.usd_bound_of(call.output_bound)
+
+
+async def refine(call: Call, deployment: Deployment, provider: Provider, *,
+                 refused: bool) -> bool:
+    """Tighten the attempt's input bound if its mode asks now (``always`` before the
+    first admission; either mode after a money or quota refusal); True if it changed."""
+    refiner = call.gw.refiner
+    if refiner is None or not refiner.eligible(call, deployment, provider):
+        return False
+    if not refused and mode_of(call, deployment) != "always":
+        return False
+    while (refined := await refiner.tighter(call, deployment, provider)) is not None:
+        if apply(call, refined, deployment):
+            return True
+    return False
