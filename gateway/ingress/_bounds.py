@@ -3,13 +3,17 @@
 Inline text never turns into more tokens than it has bytes, so the body's byte length
 plus what the provider adds to every request (chat template, the tool-use system prompt:
 ``models[].input_overhead_tokens``) bounds the input of a request that carries all of its
-input inline. Some requests make
-the provider add input the body does not carry: a previous response or conversation
-(Responses API), uploaded files, images fetched by URL, documents by URL or file id,
-server-side tools (web search, file search, code execution, MCP servers) whose results
-are fed back as input. Their input can be any size up to the model's context window, so
-for them the bound is the model's ``max_input_tokens``; a model without one refuses them
-(400 naming the config key) rather than admit a request whose cost it cannot bound.
+input inline. For OpenAI models, with the optional ``tokenize`` extra, the body's text is
+counted with OpenAI's own encoding instead (``gateway.ingress._tokenize``: the exact
+count plus a per-string and per-object allowance), and the smaller bound is used.
+
+Some requests make the provider add input the body does not carry: a previous response
+or conversation (Responses API), an ``item_reference`` to a stored item, uploaded files,
+images fetched by URL, documents by URL or file id, server-side tools (web search, file
+search, code execution, MCP servers) whose results are fed back as input. Their input
+can be any size up to the model's context window, so for them the bound is the model's
+``max_input_tokens``; a model without one refuses them (400 naming the config key)
+rather than admit a request whose cost it cannot bound.
 
 :func:`input_classes` decides which price classes those input tokens can be billed in,
 from the protocol's caching rules (each rule cites its provider page; ``docs/bounds.md``
@@ -23,6 +27,7 @@ from typing import Any
 
 from gateway.config import ModelSettings
 from gateway.errors import BadRequest
+from gateway.ingress._tokenize import input_ceiling
 
 _REFERENCE_KEYS = ("previous_response_id", "conversation", "file_id", "container",
                    "vector_store_ids", "mcp_servers")
@@ -30,7 +35,7 @@ _URL_KEYS = ("url", "image_url", "file_url", "document_url")
 _CLIENT_TOOL_TYPES = ("function", "custom")
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
 _CONTAINERS = (dict, list)
-_CHECKED = frozenset((*_REFERENCE_KEYS, *_URL_KEYS, "prompt", "source", "tools"))
+_CHECKED = frozenset((*_REFERENCE_KEYS, *_URL_KEYS, "prompt", "source", "tools", "type"))
 """The keys whose presence can make a dict add input (a dict with none of them can only
 hold such a part deeper down)."""
 
@@ -42,12 +47,16 @@ def _is_remote_url(value: Any) -> bool:
 
 
 def _tool_reference(tools: Any, path: str) -> str | None:
-    """A server-side tool (anything but a client function) adds input the body lacks."""
+    """A server-side tool (anything but a client function) adds input the body lacks; a
+    ``namespace`` only groups tools (Codex's), so the tools it holds decide."""
     if not isinstance(tools, list):
         return None
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
-        if isinstance(kind, str) and kind not in _CLIENT_TOOL_TYPES:
+        if kind == "namespace":
+            if (found := _tool_reference(tool.get("tools"), f"{path}[{i}].tools")):
+                return found
+        elif isinstance(kind, str) and kind not in _CLIENT_TOOL_TYPES:
             return f"{path}[{i}].type={kind}"
     return None
 
@@ -76,6 +85,8 @@ def external_input(node: Any, path: str = "") -> str | None:
         return f"{path}.source.type={source['type']}".lstrip(".")
     if (found := _tool_reference(node.get("tools"), f"{path}.tools".lstrip("."))):
         return found
+    if node.get("type") == "item_reference":
+        return f"{path}.type=item_reference".lstrip(".")
     return _external_below(node, path)
 
 
@@ -91,7 +102,9 @@ def input_bound(body: bytes, doc: dict[str, Any], model: ModelSettings) -> int:
     """The most input tokens this request can be charged for (see the module docstring)."""
     reason = external_input(doc)
     if reason is None:
-        return len(body) + model.input_overhead_tokens
+        by_bytes = len(body) + model.input_overhead_tokens
+        counted = input_ceiling(doc, model)
+        return by_bytes if counted is None else min(by_bytes, counted)
     if model.max_input_tokens is None:
         raise BadRequest(
             f"{reason}: this request makes the provider add input the body does not carry, "

@@ -13,7 +13,9 @@ What the settlement is told (DESIGN §5):
 - a definite upstream error status → complete with zero usage (a proxy's give-up
   statuses 408/502/504/524 are ambiguous: uncertain);
 - a stream cut after a partial relay → what arrived commits (Anthropic's
-  ``message_start`` input and cache classes, one output token per content event), the
+  ``message_start`` input and cache classes, one output token per content event; for
+  a chat or Responses stream that relayed content, the input text counted exactly by
+  ``gateway.ingress._tokenize.proven_input`` where that counter applies), the
   rest is liability — and the client gets the protocol's own error event, never a clean
   end, so its SDK raises.
 
@@ -52,6 +54,7 @@ from gateway.governance import Outcome, OutcomeKind
 from gateway.ingress._attempt import Attempt, Call, outcome_for
 from gateway.ingress._prepare import upstream_body
 from gateway.ingress._reply import CLIENT_LEFT, CUT_AT_SHUTDOWN, Hangup, Reply
+from gateway.ingress._tokenize import proven_input
 from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import RETRYABLE_STATUS, UpstreamFailure, UpstreamResponse
 from gateway.usage import StreamMeter, extract_json, stream_error_event
@@ -265,8 +268,8 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMete
                     await _drain(attempt, chunks, meter)
             finally:  # also when the server's deadline cancels the drain
                 await upstream.close()
-                await attempt.finish(_stream_outcome(meter, ended, cut, why=hangup.why),
-                                     status=200)
+                await attempt.finish(_stream_outcome(meter, ended, cut, why=hangup.why,
+                                                     call=attempt.call), status=200)
 
 
 async def _drain(attempt: Attempt, chunks: AsyncIterator[bytes], meter: StreamMeter) -> None:
@@ -287,11 +290,15 @@ async def _drain(attempt: Attempt, chunks: AsyncIterator[bytes], meter: StreamMe
 
 
 def _stream_outcome(meter: StreamMeter, ended: bool, cut: str, *,
-                    why: str | None = None) -> Outcome:
+                    why: str | None = None, call: Call | None = None) -> Outcome:
     try:
         usage = meter.usage()
         if meter.complete and usage is not None:
             return outcome_for(usage)
+        if usage is None and call is not None and meter.content_events:
+            # Generation started, so the prompt was processed: its exactly counted text
+            # commits (an OpenAI stream reports usage only at its end).
+            usage = proven_input(call.endpoint, call.doc, call.model)
         if cut:
             detail = cut
         elif ended:

