@@ -219,10 +219,10 @@ async def refine(call: Call, deployment: Deployment, provider: Provider, *,
                  refused: bool) -> bool:
     """Tighten the attempt's input bound if its mode asks now (``always`` before the
     first admission; either mode after a money or quota refusal); True if it changed."""
+    if not refused and mode_of(call, deployment) != "always":
+        return False  # the common case: nothing to do, not even the eligibility walk
     refiner = call.gw.refiner
     if refiner is None or not refiner.eligible(call, deployment, provider):
-        return False
-    if not refused and mode_of(call, deployment) != "always":
         return False
     while (refined := await refiner.tighter(call, deployment, provider)) is not None:
         if apply(call, refined, deployment):

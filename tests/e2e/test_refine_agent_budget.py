@@ -1,0 +1,65 @@
+"""Small budgets at Opus prices keep an agent working (issue 26), with real processes.
+
+``mayu serve`` in front of ``mayu mock-upstream`` (an ``anthropic`` provider, so the
+input bound is refined with the upstream's own ``/v1/messages/count_tokens``), the real
+``anthropic`` SDK replaying a Claude Code session (tests/bench/agent_budget.py).
+Each test starts its own two processes and runs 8–16 turns: ~10–20 s.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gateway.catalog import builtin_catalog
+from gateway.pricing import cost_bound_micro_usd
+from tests.bench.agent_budget import MODEL, run
+
+pytestmark = pytest.mark.e2e
+
+FLOOR = 1024
+
+
+def _floor_bound(input_tokens: int) -> int:
+    """The µUSD bound of a marked (5m) Opus request with that input at the floor."""
+    entry = builtin_catalog().get(MODEL)
+    assert entry is not None
+    return cost_bound_micro_usd(input_tokens, FLOOR, entry.price,
+                                input_classes=frozenset(
+                                    ("input", "cache_read", "cache_write_5m")))
+
+
+def test_a_dollar_a_day_at_opus_prices_spends_until_one_counted_turn_no_longer_fits(
+        ) -> None:
+    """$1/day, budget fit floor 1024: every turn is admitted with a counted input bound
+    until what remains is below one turn's counted bound at the floor; committed equals
+    the upstream's own record, is never above the limit, nothing is left as liability.
+    (At HEAD before issue 26: 3 turns and 32.8 % with the byte bound.)"""
+    limit = 1_000_000
+    result = run(limit=limit, floor=FLOOR)
+    admitted = [a for a in result["answers"] if a["status"] == 200]
+    assert len(admitted) >= 6
+    assert all(a["input_bound"] in ("counted", "counted-prefix") for a in admitted)
+    assert result["usd_committed"] == result["upstream_usd"]
+    assert result["usd_liability"] == result["usd_reserved"] == 0
+    held = result["usd_committed"]
+    assert 0.75 * limit <= held <= limit
+    # The refusal is the counted bound's: it says so, and it was right to refuse.
+    refusal = result["refusal"]
+    assert refusal is not None and refusal.startswith("402")
+    counted = re.search(r"up to (\d+) input tokens \(counted by the provider", refusal)
+    assert counted is not None, refusal
+    assert limit - held < _floor_bound(int(counted.group(1)))
+    assert result["count_calls"] <= len(result["answers"]) + 1
+
+
+def test_after_two_interrupted_turns_a_five_dollar_team_is_still_admitted() -> None:
+    """$5/day, two Claude Code turns interrupted after their first text event: the next
+    turns are admitted (their input bound counted) and nothing held exceeds the limit."""
+    limit = 5_000_000
+    result = run(limit=limit, floor=FLOOR, interrupt=2)
+    assert result["admitted"] >= 1
+    assert result["answers"][0]["status"] == 200
+    held = result["usd_committed"] + result["usd_liability"] + result["usd_reserved"]
+    assert held <= limit
