@@ -1,14 +1,18 @@
-"""How tight the admission µUSD bound is over a realistic mix, before and after the rule
-that prices input only at the classes a request can produce (``docs/bounds.md``).
+"""How tight the admission µUSD bound is over a realistic mix: the byte bound against
+the bound counted with OpenAI's encoding (``gateway.ingress._tokenize``, the tokenize
+extra), and what the rest of the Codex bound is made of (``docs/bounds.md``).
 
 No processes, no network: each request body goes through the gateway's own bound
-functions (``input_bound``, ``output_bound``, ``input_classes``, ``cost_bound_micro_usd``)
-and its actual usage is what the mock model reports for it (``anthropic_classes`` /
-``openai_classes``), priced with the built-in catalog. *before* prices every input token
-at the dearest class of the model; *after* at the dearest class the request allows.
-Prints, per workload and for the whole mix, the median and the worst (largest)
-bound/actual ratio, and Σ bound / Σ actual (how much budget the reservations hold per
-µUSD really spent), from one run::
+functions (``input_bound``, ``output_bound``, ``input_classes``, ``cost_bound_micro_usd``).
+Its actual usage: for Claude requests what the mock model reports (``anthropic_classes``);
+for OpenAI requests the tokens of the request's reference rendering in OpenAI's
+published harmony format with the model's encoding (``tests/openai_render.py``; the mock's
+four bytes a token would undercount short-word text), half of it cached as the mock
+does, and the mock's output. Priced with the built-in catalog. *bytes* is the bound with
+input counted as body bytes (every input class the request allows), *counted* the bound
+the gateway admits with (the counted input where the encoding applies). Prints, per
+workload and for the whole mix, the median and worst bound/actual and Σ bound / Σ actual,
+then the Codex breakdown and the counter's CPU per request, from one run::
 
     .venv/bin/python tests/bench/bounds.py [--n 50] [--seed 7]
 
@@ -21,6 +25,7 @@ import argparse
 import random
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,15 +33,18 @@ from typing import Any
 
 import msgspec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 
 from gateway.catalog import builtin_catalog  # noqa: E402
 from gateway.config import Deployment, ModelSettings, ServerSettings  # noqa: E402
 from gateway.ingress._bounds import input_bound, input_classes  # noqa: E402
 from gateway.ingress._prepare import output_bound  # noqa: E402
+from gateway.ingress._tokenize import _load, encoding, input_ceiling  # noqa: E402
 from gateway.mock._model import Classes, anthropic_classes, openai_classes  # noqa: E402
 from gateway.pricing import Usage, cost_bound_micro_usd, cost_micro_usd  # noqa: E402
 from gateway.usage import Endpoint  # noqa: E402
+from tests.openai_render import render_tokens  # noqa: E402
 
 CEILING = ServerSettings().max_output_tokens
 WORDS = ("the", "file", "function", "returns", "value", "test", "error", "config", "request",
@@ -146,8 +154,8 @@ MODELS = {m.name: m for m in (CLAUDE, CODEX, GPT)}
 
 @dataclass(frozen=True)
 class Row:
-    """One request's µUSD figures: whole bound before/after and actual cost, and the same
-    for the input side alone (what the rule changes; the output part is the same)."""
+    """One request's µUSD figures: the whole bound by bytes and counted, and the actual
+    cost; the same for the input side alone; and the Codex breakdown's parts."""
 
     workload: str
     before: int
@@ -156,30 +164,48 @@ class Row:
     input_before: int
     input_after: int
     input_actual: int
+    output_part: int
+    """µUSD of the counted bound that is the output allowance."""
+    tokens_bytes: int
+    tokens_counted: int
+    tokens_actual: int
+    input_uncached: int
+    """The actual input tokens' cost had none of them been cached."""
 
 
 def _usage(endpoint: Endpoint, doc: dict[str, Any]) -> Usage:
-    c: Classes = (anthropic_classes(doc) if endpoint == "messages"
-                  else openai_classes(doc, embeddings=endpoint == "embeddings"))
-    return Usage(**c.as_dict())
+    if endpoint == "messages":
+        return Usage(**anthropic_classes(doc).as_dict())
+    c: Classes = openai_classes(doc, embeddings=endpoint == "embeddings")
+    enc = encoding("o200k_base")
+    assert enc is not None, "the bench needs the tokenize extra"
+    prompt = render_tokens(doc, enc)
+    cached = 0 if prompt < 32 else prompt // 2
+    return Usage(input=prompt - cached, cache_read=cached, output=c.output)
 
 
 def measure(workload: str, endpoint: Endpoint, doc: dict[str, Any]) -> Row:
     model = MODELS[doc["model"]]
     body = msgspec.json.encode(doc)
+    by_bytes = len(body) + model.input_overhead_tokens
     inp = input_bound(body, doc, model)
     out = output_bound(doc, endpoint, model, ceiling=CEILING)
     usage = _usage(endpoint, doc)
-    assert usage.total_tokens() - usage.output <= inp and usage.output <= out
+    used_input = usage.total_tokens() - usage.output
+    assert used_input <= inp <= by_bytes and usage.output <= out
     allowed = input_classes(doc)
     input_only = msgspec.structs.replace(usage, output=0)
     return Row(workload=workload,
-               before=cost_bound_micro_usd(inp, out, model.price),
+               before=cost_bound_micro_usd(by_bytes, out, model.price, input_classes=allowed),
                after=cost_bound_micro_usd(inp, out, model.price, input_classes=allowed),
                actual=cost_micro_usd(usage, model.price),
-               input_before=cost_bound_micro_usd(inp, 0, model.price),
+               input_before=cost_bound_micro_usd(by_bytes, 0, model.price,
+                                                 input_classes=allowed),
                input_after=cost_bound_micro_usd(inp, 0, model.price, input_classes=allowed),
-               input_actual=cost_micro_usd(input_only, model.price))
+               input_actual=cost_micro_usd(input_only, model.price),
+               output_part=-(-out * model.price.output // 1_000_000),
+               tokens_bytes=by_bytes, tokens_counted=inp, tokens_actual=used_input,
+               input_uncached=cost_micro_usd(Usage(input=used_input), model.price))
 
 
 def _line(name: str, rows: list[Row], fields: tuple[str, str, str]) -> str:
@@ -194,11 +220,62 @@ def _line(name: str, rows: list[Row], fields: tuple[str, str, str]) -> str:
 
 def _table(title: str, rows: list[Row], fields: tuple[str, str, str]) -> None:
     head = f"{'median':>8} {'worst':>8} {'Σb/Σa':>8}"
-    print(f"\n{title}\n{'':<18} {'':>4}   {'before':^26}    {'after':^26}")
+    print(f"\n{title}\n{'':<18} {'':>4}   {'bytes':^26}    {'counted':^26}")
     print(f"{'workload':<18} {'n':>4}   {head}    {head}")
     for name in WORKLOADS:
         print(_line(name, [r for r in rows if r.workload == name], fields))
     print(_line("all", rows, fields))
+
+
+def _median(values: list[float]) -> str:
+    return f"median {statistics.median(values):7.2f}  worst {max(values):7.2f}"
+
+
+def _codex_breakdown(rows: list[Row]) -> None:
+    """What the Codex bound is made of, and what an output cap would leave of it."""
+    codex_rows = [r for r in rows if r.workload == "codex responses"]
+    parts = {
+        "output allowance / whole bound": [r.output_part / r.after for r in codex_rows],
+        "input bound by bytes / actual input tokens":
+            [r.tokens_bytes / r.tokens_actual for r in codex_rows],
+        "input bound counted / actual input tokens":
+            [r.tokens_counted / r.tokens_actual for r in codex_rows],
+        "actual input priced uncached / actual input cost":
+            [r.input_uncached / r.input_actual for r in codex_rows],
+    }
+    for cap in (32_000, 8_192, 2_048):
+        cost = -(-cap * CODEX.price.output // 1_000_000)
+        parts[f"whole bound / actual, max_output_tokens {cap}"] = [
+            (r.after - r.output_part + cost) / r.actual for r in codex_rows]
+    print("\ncodex responses, per request (median, largest):")
+    for name, values in parts.items():
+        print(f"  {name:<50} {statistics.median(values):8.2f} {max(values):8.2f}")
+    captured = ROOT / "tests" / "e2e" / "data" / "codex-cli-0.171.0-responses.json"
+    body = captured.read_bytes()
+    doc = msgspec.json.decode(body)
+    inp, out = input_bound(body, doc, CODEX), output_bound(doc, "responses", CODEX,
+                                                           ceiling=CEILING)
+    print(f"  captured Codex CLI 0.171.0 request (hosted web_search): input bound {inp} "
+          f"tokens ({cost_bound_micro_usd(inp, 0, CODEX.price, input_classes=input_classes(doc))}"
+          f" µUSD), output {out} tokens ({-(-out * CODEX.price.output // 1_000_000)} µUSD)")
+
+
+def _cpu(rng: random.Random) -> None:
+    """CPU of the counted bound per Codex-shaped request (input_bound, bytes → tokens)."""
+    docs = [codex(rng)[1] for _ in range(20)]
+    bodies = [msgspec.json.encode(d) for d in docs]
+    encoding("o200k_base")  # loaded once per process (timed apart)
+    start = time.process_time()
+    for _ in range(5):
+        for doc in docs:
+            input_ceiling(doc, CODEX)
+    per = (time.process_time() - start) / (5 * len(docs))
+    kb = sum(map(len, bodies)) / len(bodies) / 1024
+    t0 = time.process_time()
+    assert _load("o200k_base") is not None
+    print(f"\ncounter CPU: {per * 1e3:.2f} ms per Codex request ({kb:.0f} KB body, "
+          f"{per * 1e6 / kb:.0f} µs/KB); loading o200k_base once per process: "
+          f"{time.process_time() - t0:.2f} s")
 
 
 def main() -> None:
@@ -213,8 +290,10 @@ def main() -> None:
     print(f"bound / actual µUSD, {args.n} requests per workload, seed {args.seed}; prices: "
           f"catalog {builtin_catalog().as_of} ({CLAUDE.name}, {CODEX.name}, {GPT.name})")
     _table("whole request (input + output bound)", rows, ("before", "after", "actual"))
-    _table("input side only (what the rule changes)", rows,
-           ("input_before", "input_after", "input_actual"))
+    _table("input side only", rows, ("input_before", "input_after", "input_actual"))
+    _codex_breakdown(rows)
+    _cpu(rng)
+
 
 if __name__ == "__main__":
     main()
