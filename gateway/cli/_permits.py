@@ -6,6 +6,11 @@ windows and accounts it charged. These commands replace hand-written SQL for bot
 they open the configured governance store (``--config FILE``: the local SQLite file, or
 the shared Postgres database) and go through the store's own settle path, so an operator
 resolution is settled exactly once under the same replay / conflict rules as a gateway's.
+
+``permits list`` also reads the replicas' journals (``--journal``, or the config's own):
+a permit an unreadable journal line names is marked with the line's number and reason
+(and shown even when the listing's filters leave it out), so the permits a damaged
+journal could not settle are found and resolved here.
 """
 
 from __future__ import annotations
@@ -37,10 +42,16 @@ from gateway.governance import (
     settlement_for,
     split_settlement,
 )
-from gateway.governance._journal import scan_journal
+from gateway.governance._journal import (
+    RejectedLine,
+    quarantine_files,
+    read_quarantine,
+    scan_journal,
+)
 from gateway.governance._plan import check_settlement
 from gateway.keys._open import sqlite_path
 from gateway.pricing import InvalidUsage, ModelPrice, Usage
+from gateway.replicas import journal_path, orphan_journals
 
 T = TypeVar("T")
 _AS = {"uncertain": OutcomeKind.UNCERTAIN, "cancelled": OutcomeKind.CANCELLED}
@@ -120,24 +131,118 @@ def _print_json(value: Any) -> None:
 
 def _permits_list(args: argparse.Namespace) -> int:
     older = None if args.older_than_minutes is None else args.older_than_minutes * 60
-    infos: list[PermitInfo] = _run(args, lambda s: s.permits(
-        pending_only=args.pending, older_than_s=older, limit=args.limit))
+    journals = _list_journals(args)
+
+    async def _list(store: Any) -> tuple[list[PermitInfo], dict[str, PermitInfo | None]]:
+        infos: list[PermitInfo] = await store.permits(
+            pending_only=args.pending, older_than_s=older, limit=args.limit)
+        listed = {p.id for p in infos}
+        # A permit an unreadable journal line names stays visible even when the
+        # listing's filters leave it out: the operator needs its status to resolve it.
+        named = {n.permit_id for n in journals if n.permit_id and n.permit_id not in listed}
+        return infos, {pid: await store.permit_info(pid) for pid in sorted(named)}
+    infos, others = _run(args, _list)
+    notes = _journal_notes(journals, infos)
     if args.json:
-        _print_json(infos)
+        _print_json([{**msgspec.to_builtins(p), **(
+            {"journal": notes[p.id]} if p.id in notes else {})} for p in infos])
+        _print_unlisted(journals, {p.id for p in infos}, others, file=sys.stderr)
         return 0
     if not infos:
         print("no pending permits" if args.pending else "no permits")
-        return 0
-    _table(("ID", "REQUEST", "KEY", "TEAM", "MODEL", "TOKEN BOUND", "USD BOUND", "STATUS",
-            "USD COMMITTED", "USD LIABILITY", "AGE"),
-           [(p.id, p.request_id, p.key_id, p.team_id, p.model, str(p.token_bound),
-             format_usd(p.usd_bound), p.status,
-             "-" if p.usd_committed is None else format_usd(p.usd_committed),
-             "-" if p.usd_liability is None else format_usd(p.usd_liability),
-             _age(p.age_s)) for p in infos])
-    if args.limit is not None and len(infos) == args.limit:
-        print(f"(first {args.limit} shown, oldest first; raise --limit to see more)")
+    else:
+        _table(("ID", "REQUEST", "KEY", "TEAM", "MODEL", "TOKEN BOUND", "USD BOUND",
+                "STATUS", "USD COMMITTED", "USD LIABILITY", "AGE"),
+               [(f"{p.id}{' *' if p.id in notes else ''}", p.request_id, p.key_id,
+                 p.team_id, p.model, str(p.token_bound), format_usd(p.usd_bound), p.status,
+                 "-" if p.usd_committed is None else format_usd(p.usd_committed),
+                 "-" if p.usd_liability is None else format_usd(p.usd_liability),
+                 _age(p.age_s)) for p in infos])
+        if args.limit is not None and len(infos) == args.limit:
+            print(f"(first {args.limit} shown, oldest first; raise --limit to see more)")
+    if notes:
+        print("\n* journal: a line of its replica's journal could not be read")
+        for pid, lines in notes.items():
+            for line in lines:
+                print(f"  {pid}: {line}")
+    _print_unlisted(journals, {p.id for p in infos}, others, file=sys.stdout)
     return 0
+
+
+class _JournalLine(msgspec.Struct, frozen=True):
+    """One unreadable line of a replica's journal, as ``permits list`` shows it."""
+
+    permit_id: str | None
+    where: str
+    """The journal and line number, and the quarantine file that keeps it."""
+    what: str
+    """The record kind (when it can be told) and why it could not be read."""
+
+
+def _list_journals(args: argparse.Namespace) -> list[_JournalLine]:
+    """The unreadable lines of the ``--journal`` files (default: this config's journal
+    and its workers', when present): those still in a journal no gateway has reopened,
+    and those a restarted gateway kept in its ``.rejected`` quarantine files."""
+    if args.journal:
+        paths = list(args.journal)
+        for path in paths:
+            if not os.path.exists(path):
+                raise ConfigError(f"--journal: no such file {path}")
+    else:
+        settings = load_settings(args.config)
+        base = journal_path(settings)
+        paths = [p for p in (base, *orphan_journals(settings, None))
+                 if os.path.exists(p) or quarantine_files(p)]
+    found: list[_JournalLine] = []
+    for path in paths:
+        for bad in scan_journal(path).rejected:
+            found.append(_JournalLine(bad.permit_id, f"{path} line {bad.number}",
+                                      _what(bad)))
+        for kept in quarantine_files(path):
+            for bad in read_quarantine(kept):
+                line = f"line {bad.number}" if bad.number else "a line"
+                when = f", {bad.at}" if bad.at else ""
+                found.append(_JournalLine(bad.permit_id, f"{path} {line} (kept in "
+                                          f"{kept}{when})", _what(bad)))
+    return found
+
+
+def _what(bad: RejectedLine) -> str:
+    return f"{bad.record} record unreadable: {bad.reason}" if bad.record else (
+        f"unreadable (record kind unknown): {bad.reason}")
+
+
+def _journal_notes(journals: list[_JournalLine],
+                   infos: list[PermitInfo]) -> dict[str, list[str]]:
+    """Per listed permit: the unreadable lines naming it, and the settlement detail of
+    one a gateway settled because of such a line (``journal line N unreadable``)."""
+    listed = {p.id: p for p in infos}
+    notes: dict[str, list[str]] = {}
+    for line in journals:
+        if line.permit_id in listed:
+            notes.setdefault(line.permit_id, []).append(f"{line.where}: {line.what}")
+    for p in infos:
+        if p.detail and "journal line " in p.detail:
+            notes.setdefault(p.id, []).append(f"settled {p.status}: {p.detail}")
+    return notes
+
+
+def _print_unlisted(journals: list[_JournalLine], listed: set[str],
+                    others: dict[str, PermitInfo | None], *, file: Any) -> None:
+    """The unreadable lines whose permit is not in the listing: its store status (or
+    that the store does not know it), and the lines that name no permit at all."""
+    rest = [line for line in journals if line.permit_id not in listed]
+    if not rest:
+        return
+    print("\nunreadable journal lines of permits not listed above:", file=file)
+    for line in rest:
+        if line.permit_id is None:
+            who = "no permit id recoverable"
+        else:
+            info = others.get(line.permit_id)
+            who = (f"permit {line.permit_id} ({info.status})" if info is not None
+                   else f"permit {line.permit_id} (not in this governance store)")
+        print(f"  {who}: {line.where}: {line.what}", file=file)
 
 
 async def _permit(store: Any, permit_id: str) -> Permit:
@@ -468,7 +573,8 @@ def _register_permits(subparsers: Any) -> None:
     sub = permits.add_subparsers(dest="permits_command", metavar="COMMAND", required=True)
     listing = _add(sub, "list", _permits_list, "list permits, oldest first: id, request "
                    "id, key, team, model, bounds, status, committed and liability µUSD, "
-                   "and age")
+                   "and age; a permit an unreadable journal line concerns is marked *, "
+                   "with the line and the reason")
     listing.add_argument("--pending", action="store_true",
                          help="only permits not settled yet")
     listing.add_argument("--older-than-minutes", type=_positive, metavar="N",
@@ -476,6 +582,12 @@ def _register_permits(subparsers: Any) -> None:
     listing.add_argument("--limit", type=_positive, metavar="N", default=200,
                          help="show at most N permits (default 200)")
     listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument("--journal", action="append", metavar="FILE",
+                         help="a replica's journal (repeatable): the permits its "
+                              "unreadable lines name are marked, with the reason, and shown "
+                              "even when not listed (default: this config's journal and "
+                              "its workers', when present; the lines a restarted gateway "
+                              "kept in FILE.rejected included)")
     resolve = _add(sub, "resolve", _permits_resolve, "settle a permit: uncertain (bounds "
                    "become liability), cancelled (refund), or at an exact usage/cost",
                    _RESOLVE)
