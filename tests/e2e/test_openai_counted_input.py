@@ -20,8 +20,9 @@ from tests.e2e.conftest import PRICE, Stack
 
 pytestmark = pytest.mark.e2e
 
-# Upstream names carry the mock's switch and an OpenAI family name, so OpenAI's table
-# (tiktoken.model) names o200k_base for the gateway model and its deployment alike.
+# Aliases of the catalog's gpt-5 (the operator's word that they are that model), sent
+# upstream under names that carry the mock's switch and the family's name, so OpenAI's
+# table (tiktoken.model) names o200k_base for the model and its deployment alike.
 MODELS = {"gpt-5-counted-cut": "gpt-5-mock-cut-stream", "gpt-5-counted": "gpt-5-mock"}
 # Plain prose (~4.8 bytes a token): the mock bills a token per 4 bytes of prompt text,
 # which stays between the counted floor and the counted bound for such text.
@@ -38,7 +39,7 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     config.write_text(yaml.safe_dump({
         "data_dir": str(workdir / "data"), "demo": False,
         "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1"}],
-        "models": [{"name": name, "price": PRICE, "max_output_tokens": 4096,
+        "models": [{"name": name, "catalog": "gpt-5", "price": PRICE, "max_output_tokens": 4096,
                     "deployments": [{"provider": "up", "upstream_model": up}]}
                    for name, up in MODELS.items()]}))
     try:

@@ -29,10 +29,10 @@ GPT5 = ModelSettings(name="gpt-5.1-codex", deployments=[Deployment(provider="p")
 O200K = encoding("o200k_base")
 
 
-def _model(name: str, *upstream: str) -> ModelSettings:
-    return ModelSettings(name=name, deployments=[Deployment(provider="p", upstream_model=u)
-                                                 for u in upstream] or
-                         [Deployment(provider="p")])
+def _model(name: str, *upstream: str, catalog: str | None = None) -> ModelSettings:
+    return ModelSettings(name=name, catalog=catalog,
+                         deployments=[Deployment(provider="p", upstream_model=u)
+                                      for u in upstream] or [Deployment(provider="p")])
 
 
 def test_the_system_message_fits_the_tests_overhead() -> None:
@@ -44,15 +44,19 @@ def test_the_system_message_fits_the_tests_overhead() -> None:
 @pytest.mark.parametrize(("model", "expected"), [
     (_model("gpt-5.1-codex"), "o200k_base"),
     (_model("gpt-4o-mini"), "o200k_base"),
-    (_model("codex", "gpt-5.5"), None),  # the gateway name says nothing: both must agree
-    (_model("gpt-4", "gpt-4-0613"), "cl100k_base"),
+    (_model("codex", "gpt-5.5", catalog="gpt-5.5"), "o200k_base"),
+    (_model("codex", "gpt-5.5"), None),  # not a catalog model: no word on what it is
+    (_model("gpt-5-local", "gpt-5"), None),  # named like one, but not in the catalog
     (_model("gpt-5", "gpt-4-0613"), None),  # deployments of different encodings
+    (_model("gpt-5", "mock-gpt"), None),  # an upstream model the table does not know
     (_model("gpt-6.2-sol"), None),  # a family OpenAI's table does not name yet
+    (_model("claude-sonnet-4-6"), None),
     (_model("m"), None),
 ])
 def test_the_encoding_is_openais_own_table_for_every_name(
         model: ModelSettings, expected: str | None) -> None:
-    """A model is counted only when OpenAI's table names one encoding for all its names."""
+    """A model is counted only when it is an OpenAI model of the catalog and OpenAI's table
+    names one encoding for it and every upstream model it is sent as."""
     assert encoding_name(model) == expected
 
 
