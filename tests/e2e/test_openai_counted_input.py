@@ -23,7 +23,8 @@ pytestmark = pytest.mark.e2e
 # Aliases of the catalog's gpt-5 (the operator's word that they are that model), sent
 # upstream under names that carry the mock's switch and the family's name, so OpenAI's
 # table (tiktoken.model) names o200k_base for the model and its deployment alike.
-MODELS = {"gpt-5-counted-cut": "gpt-5-mock-cut-stream", "gpt-5-counted": "gpt-5-mock"}
+MODELS = {"gpt-5-counted-cut": "gpt-5-mock-cut-stream", "gpt-5-counted": "gpt-5-mock",
+          "gpt-5-counted-slow": "gpt-5-mock-slow-stream"}
 # Plain prose (~4.8 bytes a token): the mock bills a token per 4 bytes of prompt text,
 # which stays between the counted floor and the counted bound for such text.
 INSTRUCTIONS = " ".join(f"Step {i}: when the repository changes, read the failing test first, "
@@ -100,6 +101,34 @@ def test_a_cut_responses_stream_commits_its_exactly_counted_input(counted: Stack
     assert line["tokens_committed"] <= tokens <= (line["tokens_committed"]
                                                   + line["tokens_liability"])
     assert line["usd_committed"] <= usd <= line["usd_committed"] + line["usd_liability"]
+
+
+def test_a_responses_stream_the_client_leaves_commits_its_exactly_counted_input(
+        counted: Stack) -> None:
+    """An interrupted turn: the client closes a Responses stream after three events (as
+    Codex does on Ctrl-C); the settlement commits the exactly counted input plus the
+    relayed output, and the rest of the bound is liability."""
+    key = counted.team_key("counted-left", "--usd-micros-per-day", "100000000")
+    oa = openai.OpenAI(base_url=f"{counted.gateway.url}/v1", api_key=key, max_retries=0)
+    stream = oa.responses.create(model="gpt-5-counted-slow", instructions=INSTRUCTIONS,
+                                 input=QUESTION, max_output_tokens=50, stream=True)
+    kinds = []
+    for event in stream:
+        kinds.append(event.type)
+        if len(kinds) == 3:
+            break
+    stream.close()
+    assert kinds[0] == "response.created" and kinds[-1] == "response.output_text.delta"
+    line = _settled_line(counted, "gpt-5-counted-slow")
+    assert line["outcome"] == "uncertain" and "client" in line["detail"]
+    floor = _exact(INSTRUCTIONS) + _exact(QUESTION) - 4 * STRING_ALLOWANCE
+    assert line["usage"]["cache_read"] == floor
+    assert floor + 2 <= line["tokens_committed"]
+    truth = Usage(**openai_classes({
+        "model": MODELS["gpt-5-counted-slow"], "instructions": INSTRUCTIONS,
+        "input": QUESTION, "max_output_tokens": 50, "stream": True}).as_dict())
+    assert line["usd_committed"] <= cost_micro_usd(truth, ModelPrice(**PRICE)) <= (
+        line["usd_committed"] + line["usd_liability"])
 
 
 def test_the_responses_bound_is_counted_in_tokens(counted: Stack) -> None:
