@@ -6,12 +6,13 @@ No processes, no network: each request body goes through the gateway's own bound
 functions (``input_bound``, ``output_bound``, ``input_classes``, ``cost_bound_micro_usd``).
 Its actual usage: for Claude requests what the mock model reports (``anthropic_classes``);
 for OpenAI requests the tokens of the request's reference rendering in OpenAI's
-published harmony format with the model's encoding (``tests/openai_render.py``; the mock's
-one token per four bytes overcounts short-word text, beyond what the encoding counts),
-half of it cached as the mock does, and the mock's output. Priced with the built-in catalog. *bytes* is the bound with
-input counted as body bytes (every input class the request allows), *counted* the bound
-the gateway admits with (the counted input where the encoding applies). Prints, per
-workload and for the whole mix, the median and worst bound/actual and Σ bound / Σ actual,
+published harmony format with the model's encoding (``tests/openai_render.py``; the
+mock's one token per four bytes overcounts short-word text, beyond what the encoding
+counts), half of it cached as the mock does, and the mock's output. Priced with the
+built-in catalog. *bytes* is the bound with input counted as body bytes (every input
+class the request allows), *counted* the bound the gateway admits with (the counted
+input where the encoding applies). Prints, per workload and for the whole mix, the
+median and worst bound/actual and Σ bound / Σ actual,
 then the Codex breakdown and the counter's CPU per request, from one run::
 
     .venv/bin/python tests/bench/bounds.py [--n 50] [--seed 7]
