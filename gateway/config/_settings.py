@@ -258,7 +258,8 @@ class ModelSettings(_Base, frozen=True):
     ``off`` never (docs/bounds.md, "Refined input bound")."""
     count_allowance_pct: Percent = 5
     """Added to a provider's token count (at least 64 tokens): the count "may differ by
-    a small amount" from what the message bills (Anthropic, *Token counting*)."""
+    a small amount" from what the message bills (Anthropic, *Token counting*). A request
+    with tools also adds ``input_overhead_tokens`` (the tool-use system prompt)."""
     max_input_tokens: Tokens | None = None
     """The model's context window. Bounds the input of requests that make the provider add
     input the body does not carry (previous_response_id, files, image URLs, server tools);

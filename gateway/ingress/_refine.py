@@ -9,6 +9,7 @@ charge (``refine_input: on_shortfall``, the default), or before every admission
 (``gateway.providers.TokenCounter``: Anthropic ``count_tokens``) plus an allowance:
 
     counted bound = count + max(64, ceil(count × models[].count_allowance_pct / 100))
+                          (+ models[].input_overhead_tokens when the request has tools)
 
 Anthropic documents the count as an estimate that "may differ by a small amount" from
 what the message bills, and that it may include system-added tokens that are not billed
@@ -65,6 +66,16 @@ _PREFIX_FIELDS = ("system", "tools", "tool_choice", "thinking")
 def allowance(count: int, pct: int) -> int:
     """What is added to a provider's count of ``count`` tokens (module docstring)."""
     return max(MIN_ALLOWANCE, -(-count * pct // 100))
+
+
+def tool_prompt(call: Call) -> int:
+    """``models[].input_overhead_tokens`` for a request with tools, else 0.
+
+    With ``tools`` Anthropic adds a tool-use system prompt (up to 530 tokens for the
+    models its *Tool use pricing* page lists); the *Token counting* page does not say
+    whether its count includes it, so the bound adds the model's overhead setting."""
+    tools = call.doc.get("tools")
+    return call.model.input_overhead_tokens if isinstance(tools, list) and tools else 0
 
 
 def _unmarked(node: Any) -> Any:
@@ -179,11 +190,12 @@ class Refiner:
             log.warning("request %s: input bound not refined, the byte bound stands: %s",
                         call.request_id, why)
             return Refined(call.byte_input_bound, FAILED,
-                           "the body's bytes (the provider's token count failed)")
-        bound = count + allowance(count, pct)
+                           "bounded by the body's bytes: the provider's token count failed")
+        extra, tools = allowance(count, pct), tool_prompt(call)
+        bound = count + extra + tools
         self.cache.put(key, bound)
-        return Refined(bound, COUNTED,
-                       f"counted by the provider: {count} + {bound - count} allowance")
+        return Refined(bound, COUNTED, f"counted by the provider: {count} + {extra} "
+                       f"allowance{f' + {tools} tool-use prompt' if tools else ''}")
 
 
 def apply(call: Call, refined: Refined, deployment: Deployment) -> bool:

@@ -46,6 +46,8 @@ from tests.e2e._procs import (  # noqa: E402
 
 MODEL = "claude-opus-4-8"
 SLOW = "claude-opus-4-8-interrupted"
+UNCOUNTED = "claude-opus-4-8-uncounted"
+"""Its upstream answers every ``count_tokens`` with a 500."""
 MAX_TOKENS = 64_000
 
 
@@ -104,7 +106,9 @@ def _config(workdir: Path, upstream: Proc, refine: str | None) -> Path:
             {"name": MODEL, **extra,
              "deployments": [{"provider": "up", "upstream_model": "mock-claude"}]},
             {"name": SLOW, "catalog": MODEL, **extra,
-             "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]}]}
+             "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]},
+            {"name": UNCOUNTED, "catalog": MODEL, **extra,
+             "deployments": [{"provider": "up", "upstream_model": "mock-count-error"}]}]}
     path = workdir / "mayu.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

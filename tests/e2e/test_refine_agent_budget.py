@@ -9,12 +9,15 @@ Each test starts its own two processes and runs 8–16 turns: ~10–20 s.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import anthropic
 import pytest
 
 from gateway.catalog import builtin_catalog
 from gateway.pricing import cost_bound_micro_usd
-from tests.bench.agent_budget import MODEL, run
+from tests.bench.agent_budget import MODEL, UNCOUNTED, _config, run, turn
+from tests.e2e._procs import create_key, create_team, start_gateway, start_mock_upstream
 
 pytestmark = pytest.mark.e2e
 
@@ -63,3 +66,32 @@ def test_after_two_interrupted_turns_a_five_dollar_team_is_still_admitted() -> N
     assert result["answers"][0]["status"] == 200
     held = result["usd_committed"] + result["usd_liability"] + result["usd_reserved"]
     assert held <= limit
+
+
+def test_a_failed_count_leaves_the_byte_bound_and_the_refusal_says_so(
+        tmp_path: Path) -> None:
+    """An upstream whose count_tokens fails: the refusal is the byte bound's, says so in
+    its message and in x-inferplane-input-bound; the upstream was never sent the turn."""
+    upstream = start_mock_upstream(tmp_path)
+    try:
+        gateway = start_gateway(_config(tmp_path, upstream, None))
+        try:
+            config = tmp_path / "mayu.yaml"
+            create_team(config, "tiny", "--usd-micros-per-day", "300000")
+            client = anthropic.Anthropic(base_url=gateway.url, max_retries=0, timeout=30,
+                                         api_key=create_key(config, "tiny"))
+            with pytest.raises(anthropic.APIStatusError) as refused:
+                client.messages.create(**turn(0, model=UNCOUNTED))
+            assert refused.value.status_code == 402
+            assert refused.value.response.headers["x-inferplane-input-bound"] == \
+                "byte-count-failed"
+            assert ("(bounded by the body's bytes: the provider's token count failed)"
+                    in refused.value.message), refused.value.message
+            counted = client.messages.with_raw_response.create(**{
+                **turn(0), "max_tokens": 4000})  # the counting model: admitted
+            assert counted.headers["x-inferplane-input-bound"] == "counted"
+        finally:
+            gateway.stop()
+        assert "input bound not refined" in gateway.logs()
+    finally:
+        upstream.stop()

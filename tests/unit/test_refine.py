@@ -30,6 +30,7 @@ from gateway.ingress._refine import (
     allowance,
     apply,
     prefix_chain,
+    reset_for,
 )
 from gateway.mock import anthropic_classes
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
@@ -243,4 +244,21 @@ def test_a_bad_refine_setting_is_refused_naming_its_key(tmp_path: Path) -> None:
                                                   "deployments": [{"provider": "p"}]}]}))
         with pytest.raises(ConfigError, match=path.replace("[", r"\[").replace("]", r"\]")):
             load_settings(config)
-    assert BYTE == "byte"
+
+
+def test_a_fallback_deployment_starts_again_from_the_byte_bound() -> None:
+    """A bound refined by one deployment's count is not used for an attempt on another
+    deployment (its provider did not count): that attempt starts from the byte bound."""
+    doc = {"model": "mock-claude", "max_tokens": 10,
+           "messages": [{"role": "user", "content": "hello " * 500}]}
+    call = _call(doc)
+    refined = asyncio.run(Refiner(timeout_s=5, entries=4).tighter(call, DEPLOYMENT,
+                                                                  PROVIDER))
+    assert refined is not None and apply(call, refined, DEPLOYMENT)
+    assert call.input_bound < call.byte_input_bound
+    reset_for(call, DEPLOYMENT)  # the same deployment: kept
+    assert call.input_basis == COUNTED
+    reset_for(call, Deployment(provider="other"))
+    assert call.input_basis == BYTE and call.input_bound == call.byte_input_bound
+    assert call.usd_bound == cost_bound_micro_usd(call.byte_input_bound, 10, MODEL.price,
+                                                  input_classes=call.input_classes)
