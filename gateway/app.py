@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from litestar import Litestar
 
+from gateway.admin import OPENAPI, AdminAccess
+from gateway.admin import ROUTES as ADMIN_ROUTES
 from gateway.alerts import BudgetAlerts, WebhookSender
 from gateway.audit import AuditLog
 from gateway.config import Settings, resolve_secret
@@ -319,6 +321,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
         # Secrets first: a bad reference fails before anything is opened or created.
         admin = (resolve_secret(settings.server.admin_token_ref, key="server.admin_token_ref")
                  if settings.server.admin_token_ref else None)
+        app.state.admin = AdminAccess.from_settings(settings.server)
         comps = components or await build_components(settings, stack)
         providers = comps.providers or build_providers(settings.providers)
         for provider in providers.values():
@@ -369,6 +372,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
             yield
 
     # GatewayApp: a Litestar app whose generation routes are served below it (ingress._asgi).
-    return GatewayApp(route_handlers=ROUTES, lifespan=[lifespan],
-                    exception_handlers={Exception: error_handler},
-                    request_max_body_size=None, openapi_config=None, logging_config=None)
+    return GatewayApp(route_handlers=[*ROUTES, *ADMIN_ROUTES], lifespan=[lifespan],
+                      exception_handlers={Exception: error_handler},
+                      request_max_body_size=None, openapi_config=OPENAPI,
+                      logging_config=None)

@@ -169,6 +169,30 @@ class RevisionConflict(InferplaneError):
     code = "revision_conflict"
 
 
+class AlreadyExists(InferplaneError):
+    """A team (or key) by that name already exists."""
+
+    status = 409
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+    code = "already_exists"
+
+
+class PreconditionFailed(RevisionConflict):
+    """The record's revision is not the one If-Match named; re-read it and retry."""
+
+    status = 412
+
+
+class AccessDenied(InferplaneError):
+    """This token may not do that."""
+
+    status = 403
+    openai_type = "invalid_request_error"
+    anthropic_type = "permission_error"
+    code = "permission_denied"
+
+
 # -- refusals -------------------------------------------------------------------------
 # Two kinds of refusal: one that clears within seconds (a bucket refills, a lease is
 # renewed, a snapshot is re-read) says so (x-should-retry: true) with its precise

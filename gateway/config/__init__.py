@@ -20,6 +20,7 @@ from gateway.config._ranges import (
     SecondsOrZero,
 )
 from gateway.config._settings import (
+    AdminToken,
     AlertSettings,
     BootstrapTeam,
     ControlPlaneSettings,
@@ -34,6 +35,7 @@ from gateway.config._settings import (
 )
 
 __all__ = [
+    "AdminToken",
     "AlertSettings",
     "DEFAULT_MOCK_MODELS",
     "FIGURES",

@@ -50,6 +50,8 @@ def secret_refs(settings: Settings) -> list[tuple[str, str]]:
     refs = [("server.admin_token_ref", s.admin_token_ref),
             ("server.metrics_token_ref", s.metrics_token_ref),
             ("server.alerts.secret_ref", s.alerts.secret_ref)]
+    refs += [(f"server.admin_tokens[{i}].token_ref", t.token_ref)
+             for i, t in enumerate(s.admin_tokens)]
     if settings.shared and settings.database is not None:
         refs.append(("database.dsn_ref", settings.database.dsn_ref))
     refs += [(f"providers[{i}].api_key_ref", p.api_key_ref)

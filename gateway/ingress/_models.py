@@ -55,7 +55,7 @@ def _openai(model: ModelSettings, entry: CatalogModel | None) -> dict[str, Any]:
     return body
 
 
-@get("/v1/models/{model_id:path}")
+@get("/v1/models/{model_id:path}", include_in_schema=False)
 async def retrieve_model(request: Request[Any, Any, Any],
                          model_id: FromPath[str]) -> dict[str, Any]:
     """A configured model this key may use; 404 (the caller's shape) otherwise."""

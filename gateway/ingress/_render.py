@@ -39,6 +39,13 @@ def as_inferplane(exc: Exception) -> InferplaneError:
         # Litestar's own refusals (no such route, wrong method, client gone mid-body):
         # keep their status, pick the closest of our error kinds for type and code.
         detail = str(exc.detail)
+        param = None
+        if isinstance(exc.extra, list) and exc.extra:
+            # A body or parameter Litestar refused (the admin API): say which and why.
+            problems = [e for e in exc.extra if isinstance(e, dict)]
+            detail += ": " + "; ".join(f"{e.get('key') or e.get('source')}: "
+                                       f"{e.get('message')}" for e in problems)
+            param = next((str(e["key"]) for e in problems if e.get("key")), None)
         mapped: InferplaneError
         if exc.status_code == 401:
             mapped = Unauthenticated(detail)
@@ -47,7 +54,7 @@ def as_inferplane(exc: Exception) -> InferplaneError:
         elif exc.status_code >= 500:
             mapped = InferplaneError(detail)
         else:
-            mapped = BadRequest(detail)
+            mapped = BadRequest(detail, param=param)
         # status is a ClassVar (each kind's default); this one instance keeps Litestar's
         # own status (405, 413, ...), which the renderer reads from the instance.
         mapped.status = exc.status_code  # type: ignore[misc]

@@ -59,27 +59,27 @@ def gateway_of(request: AnyRequest) -> Gateway:
 # The generation routes are served by gateway.ingress._asgi.Generation (below Litestar:
 # GatewayApp hands their POSTs to it first). These routes claim the paths for Litestar's
 # own routing (another method: 405; a trailing slash) and return the same ASGI app.
-@post("/v1/chat/completions", status_code=200)
+@post("/v1/chat/completions", status_code=200, include_in_schema=False)
 async def chat_completions() -> ASGIApp:
     return GENERATION["/v1/chat/completions"]
 
 
-@post("/v1/responses", status_code=200)
+@post("/v1/responses", status_code=200, include_in_schema=False)
 async def responses() -> ASGIApp:
     return GENERATION["/v1/responses"]
 
 
-@post("/v1/embeddings", status_code=200)
+@post("/v1/embeddings", status_code=200, include_in_schema=False)
 async def embeddings() -> ASGIApp:
     return GENERATION["/v1/embeddings"]
 
 
-@post("/v1/messages", status_code=200)
+@post("/v1/messages", status_code=200, include_in_schema=False)
 async def messages() -> ASGIApp:
     return GENERATION["/v1/messages"]
 
 
-@post("/v1/messages/count_tokens", status_code=200)
+@post("/v1/messages/count_tokens", status_code=200, include_in_schema=False)
 async def count_tokens(request: AnyRequest) -> dict[str, int]:
     """Answered locally with the deterministic estimate: no provider call, no admission."""
     gw = gateway_of(request)
@@ -89,7 +89,7 @@ async def count_tokens(request: AnyRequest) -> dict[str, int]:
     return {"input_tokens": estimate_tokens(prompt_text(doc))}
 
 
-@get("/v1/models")
+@get("/v1/models", include_in_schema=False)
 async def list_models(request: AnyRequest) -> dict[str, Any]:
     """Configured models this key may use, in a shape both SDKs accept."""
     gw = gateway_of(request)
@@ -102,7 +102,7 @@ async def list_models(request: AnyRequest) -> dict[str, Any]:
             "first_id": names[0] if names else None, "last_id": names[-1] if names else None}
 
 
-@get("/v1/usage")
+@get("/v1/usage", include_in_schema=False)
 async def usage_report(request: AnyRequest) -> dict[str, Any]:
     """Committed and reserved tokens and µUSD: a key sees itself and its team; the admin
     token (``server.admin_token_ref``) sees everything."""
@@ -129,7 +129,7 @@ async def usage_report(request: AnyRequest) -> dict[str, Any]:
             "data": msgspec.to_builtins(rows)}
 
 
-@get("/v1/me")
+@get("/v1/me", include_in_schema=False)
 async def me(request: AnyRequest) -> dict[str, Any]:
     """The presented key's own limits (key, team, policy) with limit, committed,
     liability, reserved, remaining and resets_at (:mod:`gateway.ingress._me`)."""
@@ -162,12 +162,12 @@ def _period(request: AnyRequest, name: str, default: str) -> str:
     return text
 
 
-@get("/healthz")
+@get("/healthz", include_in_schema=False)
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/readyz")
+@get("/readyz", include_in_schema=False)
 async def readyz(request: AnyRequest) -> Response[dict[str, str]]:
     if getattr(request.app.state, "draining", False):
         return Response({"status": "draining"}, status_code=503)
@@ -176,7 +176,7 @@ async def readyz(request: AnyRequest) -> Response[dict[str, str]]:
                     status_code=200 if ready else 503)
 
 
-@get("/metrics", media_type="text/plain")
+@get("/metrics", media_type="text/plain", include_in_schema=False)
 async def metrics(request: AnyRequest) -> Response[bytes]:
     """Prometheus exposition; with ``server.metrics_token_ref`` only for its bearer."""
     gw = gateway_of(request)

@@ -11,34 +11,41 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import datetime
-from typing import Protocol
+from typing import Annotated, Protocol
 
 import msgspec
 
+from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
+
 KEY_PREFIX = "sk-inf-"
 
+Rate = Annotated[int, msgspec.Meta(ge=1, le=MAX_BUCKET_CAPACITY)]
+"""Requests or tokens per minute (what a bucket can hold)."""
+Amount = Annotated[int, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
+"""Tokens or µUSD a window can count exactly."""
 
-class TeamLimits(msgspec.Struct, frozen=True, kw_only=True):
+
+class TeamLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Per-team limits; ``None`` means no cap on that dimension."""
 
-    rpm: int | None = None
-    tpm: int | None = None
-    tokens_per_day: int | None = None
-    usd_micros_per_day: int | None = None
-    usd_micros_per_month: int | None = None
-    budget_fit_floor: int | None = None
+    rpm: Rate | None = None
+    tpm: Rate | None = None
+    tokens_per_day: Amount | None = None
+    usd_micros_per_day: Amount | None = None
+    usd_micros_per_month: Amount | None = None
+    budget_fit_floor: Amount | None = None
     """Budget fit (opt-in): a request whose worst case does not fit the team's remaining
     money or token quota is admitted with ``max_tokens`` lowered to the largest value that
     fits, if that is at least this many tokens. None: such requests are refused."""
 
 
-class KeyLimits(msgspec.Struct, frozen=True, kw_only=True):
+class KeyLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Per-key limits; ``None`` means no cap on that dimension."""
 
-    rpm: int | None = None
-    tpm: int | None = None
-    usd_micros_per_day: int | None = None
-    usd_micros_per_month: int | None = None
+    rpm: Rate | None = None
+    tpm: Rate | None = None
+    usd_micros_per_day: Amount | None = None
+    usd_micros_per_month: Amount | None = None
 
 
 class Team(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,6 +115,12 @@ class KeyStore(Protocol):
     async def get_team(self, name_or_id: str) -> Team | None: ...
 
     async def list_teams(self) -> list[Team]: ...
+
+    async def update_team(self, name_or_id: str, *, limits: TeamLimits,
+                          expected_revision: int | None = None) -> Team:
+        """Replace a team's limits (comparing the revision in the write transaction)."""
+
+    async def get_key(self, key_id: str) -> KeyRecord | None: ...
 
     async def create_key(self, *, team: str, name: str = "", user: str | None = None,
                          allowed_models: tuple[str, ...] | None = None,

@@ -19,11 +19,12 @@ from typing import Any
 
 import msgspec
 from psycopg import AsyncConnection
+from psycopg.errors import UniqueViolation
 
 import sql
 from gateway.config import BootstrapTeam
 from gateway.db import Pool, connection, fetch_all, fetch_one
-from gateway.errors import BadRequest, ConfigError, NotFound
+from gateway.errors import AlreadyExists, BadRequest, ConfigError, NotFound
 from gateway.keys._limits import (
     KEY_LIMITS,
     TEAM_LIMITS,
@@ -96,10 +97,13 @@ class PostgresKeyStore:
         async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             if await _one(conn, "find_team", name_or_id=name) is not None:
-                raise BadRequest(f"team {name!r} already exists")
-            row = await _one(conn, "insert_team", id="team_" + uuid.uuid4().hex[:16],
-                             name=name, region=region, guardrails=list(guardrails),
-                             **{n: getattr(limits, n) for n in TEAM_LIMITS})
+                raise AlreadyExists(f"team {name!r} already exists")
+            try:
+                row = await _one(conn, "insert_team", id="team_" + uuid.uuid4().hex[:16],
+                                 name=name, region=region, guardrails=list(guardrails),
+                                 **{n: getattr(limits, n) for n in TEAM_LIMITS})
+            except UniqueViolation:  # created meanwhile by another replica
+                raise AlreadyExists(f"team {name!r} already exists") from None
         assert row is not None
         return team_from_row(row)
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sql
-from gateway.errors import BadRequest, NotFound
+from gateway.errors import AlreadyExists, BadRequest, NotFound
 from gateway.keys._limits import (
     KEY_LIMITS,
     TEAM_LIMITS,
@@ -116,7 +116,7 @@ class SqliteKeyStore(SqliteBase):
 
         def _create(conn: sqlite3.Connection) -> Team:
             if _find_team(conn, name) is not None:
-                raise BadRequest(f"team {name!r} already exists")
+                raise AlreadyExists(f"team {name!r} already exists")
             team_id = "team_" + uuid.uuid4().hex[:16]
             _SQL["insert_team"].execute(conn, {
                 "id": team_id, "name": name, **_limits(limits, TEAM_LIMITS),

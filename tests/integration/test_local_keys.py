@@ -13,7 +13,7 @@ import pytest
 
 import gateway.localdb as sqlite_store
 from gateway.config import BootstrapTeam, load_settings
-from gateway.errors import BadRequest, ConfigError, NotFound, RevisionConflict
+from gateway.errors import AlreadyExists, BadRequest, ConfigError, NotFound, RevisionConflict
 from gateway.keys import (
     KeyLimits,
     SqliteKeyStore,
@@ -124,7 +124,7 @@ async def test_team_lookup_by_name_or_id(store):
 async def test_bad_input_names_the_field(store):
     """Duplicate teams, unknown teams and negative limits are refused with the field."""
     await store.create_team(name="t", limits=TeamLimits())
-    with pytest.raises(BadRequest, match="already exists"):
+    with pytest.raises(AlreadyExists, match="already exists"):
         await store.create_team(name="t", limits=TeamLimits())
     with pytest.raises(NotFound, match="'nope'"):
         await store.create_key(team="nope")

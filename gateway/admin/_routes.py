@@ -1,0 +1,253 @@
+"""``/admin/v1``: teams and keys over HTTP, for Terraform, a portal or a script.
+
+Every profile serves it from the key store it already uses (the shared profile's
+Postgres: any replica; a lease plane: its own SQLite keys). The routes call the key
+store's own operations, the ones ``mayu keys``/``mayu teams`` call, so the CLI and the
+API cannot disagree. Reads need a ``read`` or ``write`` admin token, writes a ``write``
+one (:mod:`gateway.admin._access`); every write is one audit line naming the token.
+
+Revisions: every team and key carries ``revision`` (also its ``ETag``); a write with
+``If-Match`` is compared inside the store's write transaction, and a stale one is a 412
+that changes nothing. Lists are ordered by id and paged with an opaque ``cursor``.
+Errors are in OpenAI's shape, like every non-Anthropic route. ``docs/admin-api.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from litestar import Request, Response, Router, get, post, put
+from litestar.handlers import HTTPRouteHandler
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+
+from gateway.admin._access import Access, AdminAccess, AdminCaller
+from gateway.admin._views import (
+    ErrorBody,
+    KeyCreate,
+    KeyCreated,
+    KeyPage,
+    KeyStatus,
+    KeyView,
+    TeamCreate,
+    TeamPage,
+    TeamView,
+    decode_cursor,
+    key_view,
+    page,
+    team_view,
+)
+from gateway.errors import (
+    BadRequest,
+    GovernanceUnavailable,
+    InferplaneError,
+    NotFound,
+    PreconditionFailed,
+    RevisionConflict,
+    Unauthenticated,
+)
+from gateway.ingress import Gateway
+from gateway.ingress._prepare import presented_key, resolve_principal
+from gateway.keys import KeyRecord, TeamLimits, hash_key
+
+AnyRequest = Request[Any, Any, Any]
+PageSize = Annotated[int, QueryParameter(ge=1, le=500, description="page size (1-500)")]
+Cursor = Annotated[str | None, QueryParameter(
+    pattern=r"^(?:[0-9a-f]{2}){1,200}$",
+    description="opaque: the next_cursor of the previous page")]
+_ETAG = re.compile(r'(?:W/)?"?([0-9]{1,18})"?')
+
+
+def _errors(*statuses: int) -> dict[int, ResponseSpec]:
+    """The documented error answers of a route (each in :class:`ErrorBody`'s shape)."""
+    what = {400: "malformed input (param names it)", 401: "no admin token",
+            403: "a read token asked to write", 404: "no such team or key",
+            409: "already exists", 412: "If-Match is not the current revision",
+            503: "the key store is unavailable"}
+    return {s: ResponseSpec(ErrorBody, description=what[s], generate_examples=False)
+            for s in (400, 401, 503, *statuses)}
+
+
+READS, WRITES = _errors(), _errors(403, 404, 409, 412)
+
+
+def _gateway(request: AnyRequest) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+def _caller(request: AnyRequest, access: Access) -> AdminCaller:
+    admin: AdminAccess = request.app.state.admin
+    return admin.require(presented_key(request.headers), access)
+
+
+def if_match(request: AnyRequest) -> int | None:
+    """The revision ``If-Match`` names (``"3"``, ``3`` or ``W/"3"``), None without one
+    (or ``*``); anything else is a 400."""
+    value = request.headers.get("if-match")
+    if value is None or value.strip() == "*":
+        return None
+    found = _ETAG.fullmatch(value.strip())
+    if found is None:
+        raise BadRequest(
+            'header If-Match: must be a revision as returned in ETag (e.g. "3")',
+            param="If-Match")
+    return int(found.group(1))
+
+
+def _tagged(view: TeamView | KeyView, status: int = 200) -> Response[Any]:
+    return Response(view, status_code=status, headers={"ETag": f'"{view.revision}"'})
+
+
+def _audit(gw: Gateway, caller: AdminCaller, action: str, **fields: Any) -> None:
+    gw.audit.write({"event": "admin", "action": action, "token": caller.name, **fields})
+
+
+async def _store(call: Any) -> Any:
+    """A key store operation: our own refusals as they are (400/404/409), a stale
+    If-Match as 412, anything else (the store unreachable) as 503."""
+    try:
+        return await call
+    except RevisionConflict as exc:
+        raise PreconditionFailed(exc.message, param="If-Match") from None
+    except InferplaneError:
+        raise
+    except Exception as exc:
+        raise GovernanceUnavailable("key store unavailable") from exc
+
+
+# -- teams ------------------------------------------------------------------------------
+
+@get("/teams", summary="List teams",
+      responses=READS)
+async def list_teams(request: AnyRequest, cursor: Cursor = None,
+                     limit: PageSize = 100) -> TeamPage:
+    _caller(request, "read")
+    after = decode_cursor(cursor)
+    teams = await _store(_gateway(request).key_store.list_teams())
+    items, next_cursor = page([team_view(t) for t in teams], [t.id for t in teams],
+                              after=after, limit=limit)
+    return TeamPage(data=items, next_cursor=next_cursor)
+
+
+@post("/teams", summary="Create a team", status_code=201,
+      responses=WRITES)
+async def create_team(request: AnyRequest, data: JSONBody[TeamCreate]) -> Response[TeamView]:
+    caller = _caller(request, "write")
+    gw = _gateway(request)
+    team = await _store(gw.key_store.create_team(name=data.name, limits=data.limits))
+    _audit(gw, caller, "team.create", team_id=team.id, team=team.name,
+           revision=team.revision, limits=data.limits)
+    return _tagged(team_view(team), 201)
+
+
+@get("/teams/{team:str}", summary="Get a team (by name or id)",
+      responses=_errors(404))
+async def get_team(request: AnyRequest, team: FromPath[str]) -> Response[TeamView]:
+    _caller(request, "read")
+    found = await _store(_gateway(request).key_store.get_team(team))
+    if found is None:
+        raise NotFound(f"team {team!r} does not exist")
+    return _tagged(team_view(found))
+
+
+@put("/teams/{team:str}/limits", summary="Replace a team's limits",
+      responses=WRITES)
+async def put_team_limits(request: AnyRequest, team: FromPath[str],
+                          data: JSONBody[TeamLimits]) -> Response[TeamView]:
+    caller = _caller(request, "write")
+    gw = _gateway(request)
+    expected = if_match(request)
+    updated = await _store(gw.key_store.update_team(
+        team, limits=data, expected_revision=expected))
+    _audit(gw, caller, "team.limits", team_id=updated.id, team=updated.name,
+           revision=updated.revision, if_match=expected, limits=data)
+    return _tagged(team_view(updated))
+
+
+# -- keys -------------------------------------------------------------------------------
+
+@get("/keys", summary="List keys (never their secrets)",
+      responses=_errors(404))
+async def list_keys(request: AnyRequest, team: FromQuery[str | None] = None,
+                    user: FromQuery[str | None] = None,
+                    status: FromQuery[KeyStatus | None] = None,
+                    cursor: Cursor = None,
+                    limit: PageSize = 100) -> KeyPage:
+    _caller(request, "read")
+    after = decode_cursor(cursor)
+    keys: list[KeyRecord] = await _store(
+        _gateway(request).key_store.list_keys(team=team, include_revoked=True))
+    now = datetime.now(UTC)
+    views = [key_view(k, now) for k in keys]
+    chosen = [v for v in views if (user is None or v.user == user)
+              and (status is None or v.status == status)]
+    items, next_cursor = page(chosen, [v.key_id for v in chosen], after=after, limit=limit)
+    return KeyPage(data=items, next_cursor=next_cursor)
+
+
+@post("/keys", summary="Create a key (its secret is in this answer only)", status_code=201,
+      responses=WRITES)
+async def create_key(request: AnyRequest, data: JSONBody[KeyCreate]) -> Response[KeyCreated]:
+    caller = _caller(request, "write")
+    gw = _gateway(request)
+    models = None if data.allowed_models is None else tuple(data.allowed_models)
+    secret, record = await _store(gw.key_store.create_key(
+        team=data.team, name=data.name, user=data.user, allowed_models=models,
+        limits=data.limits, expires_at=data.expires_at))
+    view = key_view(record)
+    _audit(gw, caller, "key.create", key_id=record.id, team_id=record.team_id,
+           user=record.user, revision=record.revision, limits=data.limits)
+    return Response(KeyCreated(key=view, secret=secret), status_code=201,
+                    headers={"ETag": f'"{view.revision}"', "Cache-Control": "no-store"})
+
+
+@get("/keys/{key_id:str}", summary="Get a key",
+      responses=_errors(404))
+async def get_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyView]:
+    _caller(request, "read")
+    found = await _store(_gateway(request).key_store.get_key(key_id))
+    if found is None:
+        raise NotFound(f"key {key_id!r} does not exist")
+    return _tagged(key_view(found))
+
+
+@post("/keys/{key_id:str}/revoke", summary="Revoke a key (it stays listed)",
+      status_code=200, responses=WRITES)
+async def revoke_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyView]:
+    caller = _caller(request, "write")
+    gw = _gateway(request)
+    expected = if_match(request)
+    record: KeyRecord = await _store(gw.key_store.revoke_key(
+        key_id, expected_revision=expected))
+    gw.principals.pop(record.key_hash, None)
+    _audit(gw, caller, "key.revoke", key_id=record.id, team_id=record.team_id,
+           revision=record.revision, if_match=expected)
+    return _tagged(key_view(record))
+
+
+# -- the key itself ---------------------------------------------------------------------
+
+@post("/v1/me/revoke", summary="Revoke the presented key (whoever holds it)",
+      status_code=200, responses=_errors())
+async def revoke_me(request: AnyRequest) -> KeyView:
+    """A leaked key can be killed by whoever has it: the key revokes itself."""
+    gw = _gateway(request)
+    plaintext = presented_key(request.headers)
+    key_hash = hash_key(plaintext or "")
+    principal = await resolve_principal(gw, key_hash) if plaintext else None
+    if principal is None:
+        raise Unauthenticated()
+    record: KeyRecord = await _store(gw.key_store.revoke_key(principal.key_id))
+    gw.principals.pop(key_hash, None)
+    gw.audit.write({"event": "admin", "action": "key.revoke_self", "key_id": record.id,
+                    "team_id": record.team_id, "revision": record.revision})
+    return key_view(record)
+
+
+ADMIN = Router(path="/admin/v1", route_handlers=[
+    list_teams, create_team, get_team, put_team_limits,
+    list_keys, create_key, get_key, revoke_key], tags=["admin"])
+ROUTES: list[Router | HTTPRouteHandler] = [ADMIN, revoke_me]

@@ -1,0 +1,226 @@
+"""The admin API (``/admin/v1``) on both profiles, through the real app factory.
+
+Local (SQLite keys) and shared (a migrated Postgres) gateways with a write token
+(``terraform``) and a read token (``portal``) configured by reference; Litestar's
+in-process client. What an operator relies on: tiers hold, revisions guard writes,
+keys never show their hash and their secret only once, lists page over everything,
+every write is an audit line naming the token, and bad input is a 400 in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+from msgspec.structs import replace
+
+from gateway.app import create_app
+from gateway.config import (
+    AdminToken,
+    DatabaseSettings,
+    GovernanceStoreSettings,
+    KeyStoreSettings,
+    load_settings,
+)
+
+pytestmark = pytest.mark.integration
+
+WRITE, READ = "w" * 8 + "-admin-write-token", "r" * 8 + "-admin-read-token"
+BODY = {"model": "mock-gpt", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(params=["local", "shared"])
+async def admin(request: pytest.FixtureRequest, tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[AsyncTestClient[Any],
+                                                                         Path]]:
+    """A client of a fresh gateway with the two admin tokens, and its audit file."""
+    monkeypatch.setenv("IPT_ADMIN_WRITE", WRITE)
+    monkeypatch.setenv("IPT_ADMIN_READ", READ)
+    base = load_settings(None)  # the built-in mock models
+    audit = tmp_path / "audit.jsonl"
+    server = replace(base.server, audit_path=str(audit), admin_tokens=[
+        AdminToken(name="terraform", token_ref="env:IPT_ADMIN_WRITE", access="write"),
+        AdminToken(name="portal", token_ref="env:IPT_ADMIN_READ")])
+    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
+    if request.param == "shared":
+        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
+                           governance_store=GovernanceStoreSettings(type="postgres"),
+                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    async with AsyncTestClient(app=create_app(settings)) as client:
+        yield client, audit
+
+
+def _openai_error(r: Any, status: int, code: str) -> dict[str, Any]:
+    assert r.status_code == status, (r.status_code, r.text)
+    error: dict[str, Any] = r.json()["error"]
+    assert error["code"] == code and error["message"], error
+    return error
+
+
+async def test_tiers_a_read_token_reads_and_cannot_write(
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    """No token, a wrong one, or a virtual key: 401; the read token lists but every write
+    is a 403 that changes nothing; the write token does both."""
+    c, _ = admin
+    for headers in ({}, bearer("nope-nope-nope-nope"), bearer(READ + "x")):
+        _openai_error(await c.get("/admin/v1/teams", headers=headers), 401,
+                      "invalid_api_key")
+    assert (await c.get("/admin/v1/teams", headers=bearer(READ))).json()["data"] == []
+    _openai_error(await c.post("/admin/v1/teams", json={"name": "t"},
+                               headers=bearer(READ)), 403, "permission_denied")
+    assert (await c.get("/admin/v1/teams", headers=bearer(READ))).json()["data"] == []
+    r = await c.post("/admin/v1/teams", json={"name": "t"}, headers=bearer(WRITE))
+    assert r.status_code == 201, r.text
+    _openai_error(await c.post("/admin/v1/keys/" + "x" * 5 + "/revoke",
+                               headers=bearer(READ)), 403, "permission_denied")
+    created = await c.post("/admin/v1/keys", json={"team": "t"}, headers=bearer(WRITE))
+    secret = created.json()["secret"]
+    _openai_error(await c.get("/admin/v1/teams", headers=bearer(secret)), 401,
+                  "invalid_api_key")
+
+
+async def test_team_limits_are_guarded_by_their_revision(
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    """A team is created at revision 1 (ETag "1"); replacing its limits with If-Match "1"
+    makes revision 2; the same stale If-Match again is a 412 that changes nothing; a
+    malformed If-Match is a 400 naming the header; the team reads the same by name and
+    by id."""
+    c, _ = admin
+    w = bearer(WRITE)
+    r = await c.post("/admin/v1/teams", json={"name": "platform",
+                                              "limits": {"usd_micros_per_day": 500}},
+                     headers=w)
+    assert r.status_code == 201 and r.headers["etag"] == '"1"', r.text
+    team = r.json()
+    assert team["limits"]["usd_micros_per_day"] == 500 and team["revision"] == 1
+    new = {"usd_micros_per_day": 2_000_000, "rpm": 60}
+    r = await c.put("/admin/v1/teams/platform/limits", json=new,
+                    headers={**w, "If-Match": '"1"'})
+    assert r.status_code == 200 and r.json()["revision"] == 2, r.text
+    assert r.headers["etag"] == '"2"'
+    r = await c.put("/admin/v1/teams/platform/limits", json={"usd_micros_per_day": 1},
+                    headers={**w, "If-Match": '"1"'})
+    error = _openai_error(r, 412, "revision_conflict")
+    assert "revision 2, not 1" in error["message"]
+    r = await c.put("/admin/v1/teams/platform/limits", json={"usd_micros_per_day": 1},
+                    headers={**w, "If-Match": "yesterday"})
+    assert _openai_error(r, 400, "invalid_request")["param"] == "If-Match"
+    by_name = (await c.get("/admin/v1/teams/platform", headers=bearer(READ))).json()
+    by_id = (await c.get(f"/admin/v1/teams/{team['id']}", headers=bearer(READ))).json()
+    assert by_name == by_id and by_name["revision"] == 2
+    assert by_name["limits"]["usd_micros_per_day"] == 2_000_000
+    assert by_name["limits"]["rpm"] == 60
+    _openai_error(await c.get("/admin/v1/teams/nope", headers=bearer(READ)), 404,
+                  "not_found")
+
+
+async def test_a_key_is_shown_once_works_pages_and_is_revoked(
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    """Five keys: each create answers its secret once (no-store), which then calls the
+    gateway; no answer carries a hash; pages of 2 walk all five in id order; filters by
+    user and status; a revoked key is a 401 at once and stays listed as revoked."""
+    c, _ = admin
+    w, rd = bearer(WRITE), bearer(READ)
+    assert (await c.post("/admin/v1/teams", json={"name": "t"}, headers=w)).status_code == 201
+    created = []
+    for i in range(5):
+        r = await c.post("/admin/v1/keys", json={"team": "t", "name": f"k{i}",
+                                                 "user": "ana" if i < 2 else None,
+                                                 "limits": {"rpm": 100}}, headers=w)
+        assert r.status_code == 201 and r.headers["cache-control"] == "no-store", r.text
+        body = r.json()
+        assert body["secret"].startswith(body["key"]["display_prefix"])
+        assert "key_hash" not in json.dumps(body)
+        created.append(body)
+    secret, key_id = created[0]["secret"], created[0]["key"]["key_id"]
+    r = await c.post("/v1/chat/completions", json=BODY, headers=bearer(secret))
+    assert r.status_code == 200, r.text
+
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = (await c.get("/admin/v1/keys", params=params, headers=rd)).json()
+        assert len(page["data"]) <= 2
+        seen += [k["key_id"] for k in page["data"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == sorted(k["key"]["key_id"] for k in created)
+    listed = (await c.get("/admin/v1/keys", headers=rd)).text
+    assert "secret" not in listed and "key_hash" not in listed
+    ana = (await c.get("/admin/v1/keys", params={"user": "ana"}, headers=rd)).json()
+    assert len(ana["data"]) == 2
+
+    r = await c.post(f"/admin/v1/keys/{key_id}/revoke", headers={**w, "If-Match": '"1"'})
+    assert r.status_code == 200 and r.json()["status"] == "revoked", r.text
+    _openai_error(await c.post("/v1/chat/completions", json=BODY, headers=bearer(secret)),
+                  401, "invalid_api_key")
+    revoked = (await c.get("/admin/v1/keys", params={"status": "revoked"},
+                           headers=rd)).json()["data"]
+    assert [k["key_id"] for k in revoked] == [key_id]
+    active = (await c.get("/admin/v1/keys", params={"status": "active"},
+                          headers=rd)).json()["data"]
+    assert len(active) == 4
+    _openai_error(await c.get("/admin/v1/keys", params={"cursor": "%%%"}, headers=rd),
+                  400, "invalid_request")
+
+
+async def test_a_key_revokes_itself(admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    """Whoever holds a leaked key can kill it: POST /v1/me/revoke with the key answers
+    it revoked, and the key is a 401 from then on (a second call too)."""
+    c, audit = admin
+    await c.post("/admin/v1/teams", json={"name": "t"}, headers=bearer(WRITE))
+    secret = (await c.post("/admin/v1/keys", json={"team": "t"},
+                           headers=bearer(WRITE))).json()["secret"]
+    r = await c.post("/v1/me/revoke", headers=bearer(secret))
+    assert r.status_code == 200 and r.json()["status"] == "revoked", r.text
+    for path in ("/v1/me/revoke", "/v1/me"):
+        method = c.post if path.endswith("revoke") else c.get
+        _openai_error(await method(path, headers=bearer(secret)), 401, "invalid_api_key")
+    actions = [json.loads(line)["action"] for line in audit.read_text().splitlines()
+               if '"event":"admin"' in line.replace(" ", "")]
+    assert actions == ["team.create", "key.create", "key.revoke_self"]
+
+
+async def test_bad_input_is_a_400_in_openais_shape_and_every_write_is_audited(
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    """A wrong type, an unknown field, a negative or absurd limit, malformed JSON, a
+    huge page size: 400 naming the problem, nothing created. The audit file has one
+    line per accepted write, naming the token, and never a secret."""
+    c, audit = admin
+    w = bearer(WRITE)
+    cases = [({"name": 5}, "name"), ({"name": "t", "colour": "red"}, None),
+             ({"name": "t", "limits": {"rpm": -1}}, None),
+             ({"name": "t", "limits": {"usd_micros_per_day": 10**30}}, None),
+             ({"name": ""}, "name")]
+    for body, param in cases:
+        error = _openai_error(await c.post("/admin/v1/teams", json=body, headers=w), 400,
+                              "invalid_request")
+        if param:
+            assert error["param"] == param, (body, error)
+    r = await c.post("/admin/v1/teams", content=b'{"name": ', headers={
+        **w, "content-type": "application/json"})
+    _openai_error(r, 400, "invalid_request")
+    _openai_error(await c.get("/admin/v1/teams", params={"limit": 10**6},
+                              headers=w), 400, "invalid_request")
+    assert (await c.get("/admin/v1/teams", headers=w)).json()["data"] == []
+
+    await c.post("/admin/v1/teams", json={"name": "t"}, headers=w)
+    created = (await c.post("/admin/v1/keys", json={"team": "t"}, headers=w)).json()
+    await c.put("/admin/v1/teams/t/limits", json={"rpm": 5}, headers=w)
+    lines = [json.loads(x) for x in audit.read_text().splitlines()]
+    admin_lines = [x for x in lines if x.get("event") == "admin"]
+    assert [(x["action"], x["token"]) for x in admin_lines] == [
+        ("team.create", "terraform"), ("key.create", "terraform"),
+        ("team.limits", "terraform")]
+    text = audit.read_text()
+    assert created["secret"] not in text and WRITE not in text and READ not in text
