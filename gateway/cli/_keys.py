@@ -183,9 +183,9 @@ def _teams_set(args: argparse.Namespace) -> int:
             raise NotFound(f"team {args.name!r} does not exist")
         limits = msgspec.structs.replace(team.limits, **changes)
         expected = team.revision if args.expected_revision is None else args.expected_revision
-        # Both stores implement update_team (comparing the revision in the write
-        # transaction); it is not part of the request-path KeyStore protocol.
-        updated: Team = await store.update_team(  # type: ignore[attr-defined]
+        # The store compares the revision in its write transaction (as the admin API's
+        # PUT /admin/v1/teams/{team}/limits does).
+        updated: Team = await store.update_team(
             team.id, limits=limits, expected_revision=expected)
         return updated
     team = _run(args, _update)
