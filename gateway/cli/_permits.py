@@ -446,7 +446,8 @@ def _journal_entries(paths: list[str]) -> dict[str, JournalEntry]:
             print(f"mayu: warning: journal {path}: {len(scan.rejected)} unreadable "
                   f"line(s) skipped{f' ({more} not listed)' if more > 0 else ''}; a "
                   "permit whose admit line is among them is resolved as if it were not "
-                  "in the journal (uncertain)", file=sys.stderr, flush=True)
+                  "in the journal (uncertain), and one they may concern is never "
+                  "resolved as cancelled", file=sys.stderr, flush=True)
         entries.update(scan.entries)
     return entries
 
@@ -552,7 +553,10 @@ one progress line per permit; choose N above your longest request timeout so no 
 request is resolved under its gateway. Give the crashed replicas' journals with
 --journal FILE (repeatable): a permit found there is resolved from what its replica
 recorded (never dispatched -> cancelled, outcome observed -> settled as observed,
-dispatched -> uncertain); the others as uncertain."""
+dispatched -> uncertain); the others as uncertain. An unreadable journal line is reported
+(file, line number, reason) and skipped; a permit it may concern (it names the permit, or
+names none and comes after its admit) is never resolved as cancelled: the line may have
+been its dispatch record."""
 
 
 def _add(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,

@@ -229,6 +229,8 @@ def _convert(entries: dict[str, JournalEntry],
     if not _is_permit_id(rec.p):
         raise _Unconvertible("p: not a permit id")
     if isinstance(rec, _Admit):
+        if rec.p in entries:  # never written twice: replacing it would drop its dispatch
+            raise _Unconvertible("p: a second admit of a permit already open")
         _check_request(rec.r)
         entries[rec.p] = JournalEntry(permit_id=rec.p, boot=rec.boot, synced=rec.sync,
                                       request=rec.r, damaged=rec.damaged[:_DAMAGED_CHARS])
@@ -368,7 +370,7 @@ _HEADER = b"#mayu-rejected "
 """Starts the line before each kept line (a record starts with ``{``)."""
 
 
-class _KeptHeader(msgspec.Struct, forbid_unknown_fields=False):
+class _KeptHeader(msgspec.Struct):
     line: int
     reason: str
     at: str = ""
