@@ -313,4 +313,6 @@ class Attempt:
             "provider": self.provider.name,
             "upstream_model": self.deployment.upstream_model or call.model.name,
             "endpoint": call.endpoint, "stream": call.stream,
-            "token_bound": call.token_bound, "usd_bound": call.usd_bound, **fields})
+            "token_bound": call.token_bound, "usd_bound": call.usd_bound,
+            **({"input_bound": call.input_basis} if call.input_basis != BYTE else {}),
+            **fields})

@@ -135,12 +135,23 @@ def run(*, limit: int, floor: int = 1024, interrupt: int = 0, refine: str | None
             create_team(config, "small", "--usd-micros-per-day", str(limit),
                         "--budget-fit-floor", str(floor))
             key = create_key(config, "small")
-            return _session(gateway, upstream, key, limit=limit, interrupt=interrupt,
-                            max_turns=max_turns)
+            result = _session(gateway, upstream, key, limit=limit, interrupt=interrupt,
+                              max_turns=max_turns)
+            gateway.stop()
+            result["audit_bases"] = _audit_bases(workdir / "data")
+            return result
         finally:
             if gateway is not None:
                 gateway.stop()
             upstream.stop()
+
+
+def _audit_bases(data: Path) -> list[str]:
+    """The input-bound basis of each admitted or refused audit line (byte if none)."""
+    lines = [json.loads(line) for path in sorted(data.glob("audit-*.jsonl"))
+             for line in path.read_text().splitlines() if line]
+    return [a.get("input_bound", "byte") for a in lines
+            if a.get("event") in ("admitted", "refused")]
 
 
 def _session(gateway: Proc, upstream: Proc, key: str, *, limit: int, interrupt: int,

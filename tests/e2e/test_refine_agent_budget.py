@@ -55,6 +55,8 @@ def test_a_dollar_a_day_at_opus_prices_spends_until_one_counted_turn_no_longer_f
     assert counted is not None, refusal
     assert limit - held < _floor_bound(int(counted.group(1)))
     assert result["count_calls"] <= len(result["answers"]) + 1
+    # Each admission and the refusal say in the audit which bound they used.
+    assert result["audit_bases"] == ["counted"] * (len(admitted) + 1)
 
 
 def test_after_two_interrupted_turns_a_five_dollar_team_is_still_admitted() -> None:
