@@ -95,11 +95,15 @@ def turn(t: int, *, model: str = MODEL) -> dict[str, Any]:
     return {"model": model, "max_tokens": MAX_TOKENS, **prefix(), "messages": messages}
 
 
-def _config(workdir: Path, upstream: Proc, refine: str | None) -> Path:
+def config_file(workdir: Path, upstream: Proc, refine: str | None, *,
+                shared: dict[str, Any] | None = None, name: str = "mayu") -> Path:
+    """The gateway's config: the mock upstream as an ``anthropic`` provider; ``shared``
+    adds the shared profile's settings (one replica of several: its own data dir)."""
     extra = {} if refine is None else {"refine_input": refine}
-    config = {
-        "data_dir": str(workdir / "data"), "demo": False,
-        "server": {"max_body_bytes": 1 << 20},
+    config: dict[str, Any] = {
+        "data_dir": str(workdir / ("data" if name == "mayu" else name)), "demo": False,
+        "server": {"max_body_bytes": 1 << 20, **({"replica_id": name} if shared else {})},
+        **(shared or {}),
         "providers": [{"name": "up", "kind": "anthropic", "base_url": upstream.url,
                        "timeout_s": 30}],
         "models": [
@@ -109,7 +113,7 @@ def _config(workdir: Path, upstream: Proc, refine: str | None) -> Path:
              "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]},
             {"name": UNCOUNTED, "catalog": MODEL, **extra,
              "deployments": [{"provider": "up", "upstream_model": "mock-count-error"}]}]}
-    path = workdir / "mayu.yaml"
+    path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -130,13 +134,13 @@ def run(*, limit: int, floor: int = 1024, interrupt: int = 0, refine: str | None
         upstream = start_mock_upstream(workdir)
         gateway = None
         try:
-            config = _config(workdir, upstream, refine)
+            config = config_file(workdir, upstream, refine)
             gateway = start_gateway(config)
             create_team(config, "small", "--usd-micros-per-day", str(limit),
                         "--budget-fit-floor", str(floor))
             key = create_key(config, "small")
-            result = _session(gateway, upstream, key, limit=limit, interrupt=interrupt,
-                              max_turns=max_turns)
+            result = session([gateway], upstream, key, limit=limit, interrupt=interrupt,
+                             max_turns=max_turns)
             gateway.stop()
             result["audit_bases"] = _audit_bases(workdir / "data")
             return result
@@ -154,17 +158,19 @@ def _audit_bases(data: Path) -> list[str]:
             if a.get("event") in ("admitted", "refused")]
 
 
-def _session(gateway: Proc, upstream: Proc, key: str, *, limit: int, interrupt: int,
-             max_turns: int) -> dict[str, Any]:
-    client = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0,
-                                 timeout=60)
+def session(gateways: list[Proc], upstream: Proc, key: str, *, limit: int,
+            interrupt: int = 0, max_turns: int = 60) -> dict[str, Any]:
+    """Replay the session through ``gateways`` (turn ``t`` on ``gateways[t % n]``: the
+    replicas of one shared store) until a refusal; the figures the docstring names."""
+    clients = [anthropic.Anthropic(base_url=g.url, api_key=key, max_retries=0, timeout=60)
+               for g in gateways]
     for t in range(interrupt):
-        _interrupt(client, turn(t))
+        _interrupt(clients[t % len(clients)], turn(t))
     answers: list[dict[str, Any]] = []
     refusal: str | None = None
     for t in range(interrupt, interrupt + max_turns):
         try:
-            raw = client.messages.with_raw_response.create(**turn(t))
+            raw = clients[t % len(clients)].messages.with_raw_response.create(**turn(t))
         except anthropic.APIStatusError as exc:
             refusal = f"{exc.status_code}: {exc.message}"
             answers.append({"turn": t, "status": exc.status_code,
@@ -175,6 +181,7 @@ def _session(gateway: Proc, upstream: Proc, key: str, *, limit: int, interrupt: 
                         "cost": int(raw.headers["x-inferplane-cost-micro-usd"]),
                         "fit": raw.headers.get("x-inferplane-budget-fit"),
                         "input_bound": raw.headers.get("x-inferplane-input-bound", "byte")})
+    gateway = gateways[0]
     rows = httpx.get(f"{gateway.url}/v1/usage",
                      headers={"Authorization": f"Bearer {key}"}).json()["data"]
     team = next(r for r in rows if r["scope"] == "team" and r["window"] == "day")

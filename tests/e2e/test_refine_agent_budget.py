@@ -16,7 +16,7 @@ import pytest
 
 from gateway.catalog import builtin_catalog
 from gateway.pricing import cost_bound_micro_usd
-from tests.bench.agent_budget import MODEL, UNCOUNTED, _config, run, turn
+from tests.bench.agent_budget import MODEL, UNCOUNTED, config_file, run, turn
 from tests.e2e._procs import create_key, create_team, start_gateway, start_mock_upstream
 
 pytestmark = pytest.mark.e2e
@@ -76,7 +76,7 @@ def test_a_failed_count_leaves_the_byte_bound_and_the_refusal_says_so(
     its message and in x-inferplane-input-bound; the upstream was never sent the turn."""
     upstream = start_mock_upstream(tmp_path)
     try:
-        gateway = start_gateway(_config(tmp_path, upstream, None))
+        gateway = start_gateway(config_file(tmp_path, upstream, None))
         try:
             config = tmp_path / "mayu.yaml"
             create_team(config, "tiny", "--usd-micros-per-day", "300000")

@@ -26,7 +26,7 @@ import pytest
 
 from gateway.catalog import builtin_catalog
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
-from tests.bench.agent_budget import MODEL, _config
+from tests.bench.agent_budget import MODEL, config_file
 from tests.e2e._procs import Proc, create_key, create_team, start_gateway, start_mock_upstream
 from tests.e2e.test_catalog_agents_npm import PACKAGES
 
@@ -64,7 +64,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Proc, Proc, str]]:
     upstream = start_mock_upstream(tmp_path)
     gateway = None
     try:
-        config = _config(tmp_path, upstream, None)
+        config = config_file(tmp_path, upstream, None)
         gateway = start_gateway(config)
         create_team(config, "small", "--usd-micros-per-day", str(LIMIT),
                     "--budget-fit-floor", str(FLOOR))
