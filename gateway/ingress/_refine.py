@@ -25,7 +25,9 @@ whole chain is cached is bounded by that count at once. A request that extends a
 one (a session's next turn re-sends the counted prefix and appends messages) is bounded
 by the prefix's counted bound plus the appended messages' JSON bytes (no tokenizer makes
 more tokens than bytes; each message's JSON framing is longer than its role framing):
-no count call. Only if that bound is still refused is the whole request counted.
+no count call — unless the appended messages hold an image or a document (a compressed
+PDF page can bill more tokens than its bytes), which are always counted. Only if that
+bound is still refused is the whole request counted.
 
 **Failure.** A count that fails or takes longer than ``server.refine_timeout_s`` leaves
 the byte bound (sound) in force, said in the log, the answer's ``x-inferplane-input-bound``
@@ -76,6 +78,24 @@ def tool_prompt(call: Call) -> int:
     whether its count includes it, so the bound adds the model's overhead setting."""
     tools = call.doc.get("tools")
     return call.model.input_overhead_tokens if isinstance(tools, list) and tools else 0
+
+
+_MEDIA = frozenset(("image", "document"))
+
+
+def _has_media(node: Any) -> bool:
+    """Whether ``node`` holds an image or document block: a page of a compressed PDF can
+    bill more tokens than its bytes, so appended media are counted, never byte-bounded."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("type") in _MEDIA:
+                return True
+            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _unmarked(node: Any) -> Any:
@@ -171,10 +191,12 @@ class Refiner:
                 k, bound = hit
                 if k == len(chain) - 1:
                     return Refined(bound, COUNTED, "counted by the provider (cached)")
-                appended = len(msgspec.json.encode(call.doc["messages"][k:]))
-                return Refined(bound + appended, PREFIX,
-                               f"counted prefix of {k} messages + {appended} bytes "
-                               "appended since")
+                tail = call.doc["messages"][k:]
+                if not _has_media(tail):
+                    appended = len(msgspec.json.encode(tail))
+                    return Refined(bound + appended, PREFIX,
+                                   f"counted prefix of {k} messages + {appended} bytes "
+                                   "appended since")
         return await self._count(call, deployment, provider, chain[-1], pct)
 
     async def _count(self, call: Call, deployment: Deployment, provider: Provider,

@@ -262,3 +262,25 @@ def test_a_fallback_deployment_starts_again_from_the_byte_bound() -> None:
     assert call.input_basis == BYTE and call.input_bound == call.byte_input_bound
     assert call.usd_bound == cost_bound_micro_usd(call.byte_input_bound, 10, MODEL.price,
                                                   input_classes=call.input_classes)
+
+
+def test_appended_images_and_documents_are_counted_not_bounded_by_their_bytes() -> None:
+    """A next turn that appends a PDF or an image is counted by the provider (a compressed
+    PDF page can bill more tokens than its bytes), not bounded by prefix + bytes."""
+    opening: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": "a " * 400}]}]
+    first = {"model": "mock-claude", "max_tokens": 10, "messages": opening}
+    refiner = Refiner(timeout_s=5, entries=8)
+    asyncio.run(refiner.tighter(_call(first), DEPLOYMENT, PROVIDER))
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                          "data": "JVBERi0xLjQK"}}
+    for block in (pdf, {**pdf, "type": "image"}):
+        second = {**first, "messages": [*opening,
+                                        {"role": "assistant", "content": "ok"},
+                                        {"role": "user", "content": [block]}]}
+        refined = asyncio.run(refiner.tighter(_call(second), DEPLOYMENT, PROVIDER))
+        assert refined is not None and refined.basis == COUNTED
+    plain = {**first, "messages": [*opening, {"role": "assistant", "content": "ok"},
+                                   {"role": "user", "content": "more"}]}
+    refined = asyncio.run(refiner.tighter(_call(plain), DEPLOYMENT, PROVIDER))
+    assert refined is not None and refined.basis == PREFIX
