@@ -18,9 +18,10 @@ servers, files and URLs make the provider add input the count does not see: such
 (``_bounds.external_input``) keep their context-window bound and are never counted.
 
 **Cache.** Counts are kept per process in an LRU of ``server.refine_cache_entries``,
-keyed by a chain of hashes: one over (deployment, upstream model, model, system, tools,
-tool_choice, thinking), then one more per message, ``cache_control`` markers left out (the
-count ignores them; Claude Code moves its last breakpoint every turn). A request whose
+keyed by a chain of hashes: one over (deployment, upstream model, model, the client's
+``anthropic-beta`` header, system, tools, tool_choice, thinking), then one more per
+message, ``cache_control`` markers left out (the count ignores them; Claude Code moves
+its last breakpoint every turn). A request whose
 whole chain is cached is bounded by that count at once. A request that extends a counted
 one (a session's next turn re-sends the counted prefix and appends messages) is bounded
 by the prefix's counted bound plus the appended messages' JSON bytes (no tokenizer makes
@@ -160,7 +161,12 @@ def mode_of(call: Call, deployment: Deployment) -> str:
 
 
 def _scope(call: Call, deployment: Deployment) -> str:
-    return f"{deployment.provider}\0{deployment.upstream_model or ''}\0{call.model.name}"
+    """What a count depends on besides the body: where and as which model it was
+    counted, and the client's ``anthropic-beta`` header (forwarded to the count; a beta
+    can change how a request is tokenized)."""
+    beta = call.client_headers.get("anthropic-beta", "")
+    return (f"{deployment.provider}\0{deployment.upstream_model or ''}\0{call.model.name}"
+            f"\0{beta}")
 
 
 class Refiner:

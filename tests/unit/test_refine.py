@@ -209,7 +209,7 @@ def test_the_count_cache_keeps_at_most_its_entries() -> None:
             for i in range(3)]
     for doc in docs:
         asyncio.run(refiner.tighter(_call(doc), DEPLOYMENT, PROVIDER))
-    scope = "mock\0\0claude"
+    scope = "mock\0\0claude\0"
     hits = [refiner.cache.longest(prefix_chain(d, scope=scope)) for d in docs]
     assert hits[0] is None and hits[1] is not None and hits[2] is not None
 
@@ -284,3 +284,18 @@ def test_appended_images_and_documents_are_counted_not_bounded_by_their_bytes() 
                                    {"role": "user", "content": "more"}]}
     refined = asyncio.run(refiner.tighter(_call(plain), DEPLOYMENT, PROVIDER))
     assert refined is not None and refined.basis == PREFIX
+
+
+def test_a_count_made_under_another_beta_header_is_not_reused() -> None:
+    """The client's anthropic-beta header is forwarded to the count and is part of the
+    cache key: a request with another beta is counted again, not served the old count."""
+    doc = {"model": "mock-claude", "max_tokens": 10,
+           "messages": [{"role": "user", "content": "hello " * 300}]}
+    refiner = Refiner(timeout_s=5, entries=8)
+    asyncio.run(refiner.tighter(_call(doc), DEPLOYMENT, PROVIDER))
+    beta = _call(doc)
+    beta.client_headers = {"anthropic-beta": "token-efficient-tools-2025-02-19"}
+    refined = asyncio.run(refiner.tighter(beta, DEPLOYMENT, PROVIDER))
+    assert refined is not None and "cached" not in refined.note
+    again = asyncio.run(refiner.tighter(_call(doc), DEPLOYMENT, PROVIDER))
+    assert again is not None and "cached" in again.note
