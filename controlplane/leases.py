@@ -25,7 +25,10 @@ those windows. Every refusal names the token(s) in inferplaned's log and counts 
 :mod:`controlplane.metrics`.
 
 Budget rules without ``lease:`` knobs are lease-managed with ADR-032's defaults: a
-grant of 0.1% of the limit (at least 1 µUSD) and the 60 s default cadence.
+grant of 0.1% of the limit (at least 1 µUSD) and the 60 s default cadence. The grant is
+the floor of what a plane that asks is granted; the size follows the plane's ``want``
+(what its admissions needed), and a plane's ``cap`` returns what it does not need
+(``gateway.lease._ledger``).
 """
 
 from __future__ import annotations
@@ -179,7 +182,7 @@ def _entry(r: AccountReport, name: CounterKey, rule: CompiledRule | None, manage
             "renew_ms": (rule.lease_renew_ms if on and rule and rule.lease_renew_ms
                          else view.heartbeat_ms),
             "committed": r.committed, "liability": r.liability, "reserved": r.reserved,
-            "want": r.want}
+            "want": r.want, "need": r.need, "cap": r.cap}
 
 
 def ledger_accounts(view: PolicyView, req: SyncRequest, *, now: datetime | None = None

@@ -27,7 +27,11 @@
 -- periods the caller accepts.
 
 -- One account of one heartbeat (gateway.lease._ledger.sync). The account row and the
--- grant row are locked by the caller. Returns the lease the plane gets, or
+-- grant row are locked by the caller. A report with a "cap" releases: the plane admits
+-- nothing beyond it until this answer, so the allowance drops to the cap (never below
+-- held) and the grant is exactly "want", or nothing when the budget cannot give "need"
+-- (the charge the plane refused). Without a cap the grant is the rule's size, raised to
+-- "want". Returns the lease the plane gets, or
 -- {"key", "refused": "went_backwards", ...} (nothing changed) for a committed figure
 -- below the one already reported in the same frame.
 CREATE FUNCTION inferplane_lease_apply_v1(acc jsonb, p_plane text, p_frame text,
@@ -38,6 +42,8 @@ DECLARE
     v_limit bigint := (acc->>'limit')::bigint;
     v_grant bigint := coalesce((acc->>'grant')::bigint, 0);
     v_want bigint := coalesce((acc->>'want')::bigint, 0);
+    v_need bigint := coalesce((acc->>'need')::bigint, 0);
+    v_cap bigint := (acc->>'cap')::bigint;
     v_renew bigint := (acc->>'renew_ms')::bigint;
     r_committed bigint := (acc->>'committed')::bigint;
     r_liability bigint := coalesce((acc->>'liability')::bigint, 0);
@@ -48,7 +54,8 @@ DECLARE
     b_contrib_c bigint; b_contrib_l bigint; b_contrib_o bigint;
     n_committed bigint; n_liability bigint; n_reserved bigint; n_allowance bigint;
     n_prior_c bigint; n_prior_u bigint; n_adoptions bigint;
-    v_held bigint; v_others numeric; v_size bigint; v_footprint bigint; v_left bigint;
+    v_held bigint; v_others numeric; v_size bigint; v_extra bigint; v_footprint bigint;
+    v_left bigint;
 BEGIN
     SELECT * INTO a FROM authority_accounts WHERE key = v_key;
     SELECT * INTO g FROM lease_grants WHERE account = v_key AND dataplane = p_plane;
@@ -80,16 +87,24 @@ BEGIN
     n_liability := r_liability;
     n_reserved := r_reserved;
     v_held := n_committed + n_liability + n_reserved;
+    -- a released allowance: the plane admits nothing beyond the cap it reported
+    IF v_cap IS NOT NULL AND p_frame = g.frame THEN
+        n_allowance := least(n_allowance, greatest(v_cap, v_held));
+    END IF;
 
     -- grant (gateway.lease._ledger.next_allowance); numeric: sums of bigints
     v_others := a.committed::numeric + a.liability + a.reserved + a.leased_outstanding
                 - b_contrib_c - b_contrib_l - b_contrib_o + n_prior_c + n_prior_u;
-    v_size := greatest(v_grant, least(v_want, coalesce(v_limit, 0)));
+    v_size := CASE WHEN v_cap IS NOT NULL THEN least(v_want, coalesce(v_limit, 0))
+                   ELSE greatest(v_grant, least(v_want, coalesce(v_limit, 0))) END;
     IF v_limit IS NULL OR NOT p_open THEN
         n_allowance := greatest(n_allowance, v_held);
     ELSE
-        n_allowance := greatest(n_allowance, v_held + least(
-            v_size::numeric, greatest(0, v_limit - v_others - v_held))::bigint);
+        v_extra := least(v_size::numeric, greatest(0, v_limit - v_others - v_held))::bigint;
+        IF v_cap IS NOT NULL AND v_extra < v_need THEN
+            v_extra := 0;  -- a piece too small for the refused charge stays in the pool
+        END IF;
+        n_allowance := greatest(n_allowance, v_held + v_extra);
     END IF;
     v_footprint := greatest(n_allowance, v_held);
     v_left := CASE WHEN v_limit IS NULL THEN 0
@@ -221,7 +236,8 @@ $$;
 --    "limits": {"tokens": [configured data-plane token names], "frame_change_ms",
 --               "max_accounts", "periods": [the periods the caller accepts]},
 --    "accounts": [{"key", "rule_uid", "scope", "window", "period", "limit", "hard",
---                  "grant", "renew_ms", "committed", "liability", "reserved", "want"}]}
+--                  "grant", "renew_ms", "committed", "liability", "reserved", "want",
+--                  "need", "cap"}]}
 -- "limit" is null for an account whose rule is not a lease-managed budget of generation
 -- N: its report is recorded in a row the plane already has, it gets no grant. Output:
 -- {"status": "ok" | "stale_heartbeat" | "stale_generation" | "token_conflict" |

@@ -17,7 +17,10 @@ by the last run (if any) and the first heartbeat goes out at once, in the backgr
 Through an outage the plane keeps its applied set and leases; lease *expiry* (3 renew
 intervals) is what flips FailClosed hard caps to refusing, while the loop retries with a
 capped backoff. A heartbeat also goes out early, at most every ``min_interval_s``, when
-the request path asks (a missing lease, an allowance below half a grant, one used up).
+the request path asks (a missing lease, an allowance below half a grant, one used up);
+the request that asked waits for its answer (:class:`gateway.lease.LeaseGovernanceStore`).
+Each account's report asks for what its admissions needed over the last renew interval
+and releases what the plane holds but does not need (:mod:`gateway.lease._state`).
 Routine heartbeats log at DEBUG (httpx's request line for the sync URL included).
 """
 
@@ -39,7 +42,7 @@ from gateway import __version__
 from gateway.governance import CounterKey, utc_windows
 from gateway.keys import KeyStore
 from gateway.lease._apply import apply_documents
-from gateway.lease._local import LeaseFile, SavedPolicy
+from gateway.lease._local import Figures, LeaseFile, SavedPolicy
 from gateway.lease._state import LeaseState
 from gateway.lease._wire import (
     MAX_ACCOUNTS,
@@ -139,6 +142,7 @@ class LeaseClient:
         self._quiet = _QuietSync(f"{self._url}{SYNC_PATH}")
         self.heartbeats = 0
         self.failures = 0
+        state.answer_wait_s = timeout_s + min_interval_s
 
     # -- PolicySource ----------------------------------------------------------------
 
@@ -207,6 +211,16 @@ class LeaseClient:
 
     async def sync_once(self) -> SyncResponse:
         """One heartbeat: report, renew, pull; raises :class:`SyncFailed` on no answer."""
+        answered = False
+        try:
+            answer = await self._sync()
+            answered = True
+            return answer
+        finally:
+            # Requests waiting for this answer are decided again (or refused, unanswered).
+            self.state.beat_ended(answered=answered)
+
+    async def _sync(self) -> SyncResponse:
         assert self._http is not None, "start() first"
         request = await self._request()
         sent = time.monotonic()
@@ -266,8 +280,12 @@ class LeaseClient:
         now = datetime.now(UTC)
         day, month = utc_windows(now)
         managed = {uid for uid, m in self.state.managed_rules().items() if m.gate is None}
-        figures = await self._file.figures((day, month, *_previous_periods(now)))
+        # One step, before the figures are read: what requests asked, and the leases
+        # this heartbeat releases frozen (their cap then bounds everything it reports).
         demand = self.state.take_demand()
+        self.state.beat_begun()
+        releasing = self.state.release(demand)
+        figures = await self._file.figures((day, month, *_previous_periods(now)))
         teams = await self._team_names()
         if any(t is not None and t not in teams for t in map(_team_of, demand)):
             teams = await self._team_names(fresh=True)  # a team created since the read
@@ -297,12 +315,15 @@ class LeaseClient:
             team = _team_of(key)
             if (team is not None and team not in known) or not _sendable(key, MAX_KEY):
                 continue
-            uid, want = wanted[key]
-            f = figures.get(key)
-            out.append(AccountReport(key=key, rule_uid=uid, want=want,
-                                     committed=f.committed if f else 0,
-                                     liability=f.liability if f else 0,
-                                     reserved=f.reserved if f else 0))
+            uid, need = wanted[key]
+            f = figures.get(key) or Figures(0, 0, 0)
+            cap = None
+            lease = self.state.leases.get(key)
+            if key in releasing and lease is not None:
+                cap = min(lease.allowance, sum(f) + releasing[key])
+            out.append(AccountReport(key=key, rule_uid=uid, want=self.state.want(key, need),
+                                     need=need, cap=cap, committed=f.committed,
+                                     liability=f.liability, reserved=f.reserved))
         return out, teams
 
     def _team_accounts(self, day: str, month: str, teams: list[str]) -> dict[str, str]:

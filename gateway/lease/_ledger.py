@@ -39,10 +39,19 @@ Grant (ADR-034's ``allowance′ = spent + min(grant, max(0, remaining))``, refin
 where ``held`` = committed + liability + reserved of this plane's frame and ``others``
 is everything else the account binds (shared admissions, other planes' footprints, this
 plane's earlier frames). ``size`` is the rule's grant size, raised to the plane's
-``want`` (its largest refused charge) when the budget has it. An allowance never
-decreases within a frame while its lease is valid: the plane may already have admitted
-up to it before the answer that would lower it arrives, so lowering it would hand the
-same µUSD out twice. Once the lease has *expired* (3 renew intervals without an applied
+``want`` (what its recent admissions needed, at least the charge it refused). An allowance never
+decreases within a frame while its lease is valid, except by the plane's own word: the
+plane may already have admitted up to it before the answer that would lower it arrives,
+so lowering it would hand the same µUSD out twice.
+
+**Release.** A plane that holds allowance it does not need (idle, or too little left
+for the charge it refused) reports a ``cap``: from before it read the report's figures
+until this answer it admits nothing beyond it (it stops admitting on the account, and
+the cap counts what was still in flight). The allowance then drops to ``max(cap,
+held)``, which returns the rest to the budget at once, and the grant is exactly ``want``
+(no rule-size floor) — or nothing when the budget cannot give ``need``, the charge the
+plane refused, so a piece too small to use stays in the pool for a plane (or a shared
+gateway) that can. Once the lease has *expired* (3 renew intervals without an applied
 heartbeat) the plane admits nothing more on it — the plane's own expiry is measured from
 the request that got the lease, so it comes no later than the ledger's — and every
 admission made before expiry is in the ``held`` of the plane's next report: that report
@@ -116,9 +125,11 @@ def contribution(row: LedgerRow) -> Contribution:
                         row.footprint - row.committed - row.liability)
 
 
-def adopt(row: LedgerRow, report: Report, *, expired: bool = False) -> LedgerRow:
-    """The row after taking ``report`` (its allowance kept unless the frame changed, or
-    returned to the budget when the row's lease had ``expired``).
+def adopt(row: LedgerRow, report: Report, *, expired: bool = False,
+          cap: int | None = None) -> LedgerRow:
+    """The row after taking ``report`` (its allowance kept unless the frame changed,
+    returned to the budget when the row's lease had ``expired``, or lowered to the
+    plane's ``cap`` — never below what it holds).
 
     A new frame means fresh counters: the old frame's committed stays spend, the rest of
     its footprint becomes unobserved, and the new frame starts with no allowance. A lower
@@ -128,9 +139,13 @@ def adopt(row: LedgerRow, report: Report, *, expired: bool = False) -> LedgerRow
         if report.committed < row.committed:
             raise WentBackwards(f"committed {report.committed} is below {row.committed}, "
                                 f"already reported in frame {row.frame!r}")
+        allowance = 0 if expired else row.allowance
+        held = report.committed + report.liability + report.reserved
+        if cap is not None:
+            allowance = min(allowance, max(cap, held))
         return msgspec.structs.replace(row, committed=report.committed,
                                        liability=report.liability, reserved=report.reserved,
-                                       allowance=0 if expired else row.allowance)
+                                       allowance=allowance)
     return LedgerRow(frame=report.frame, committed=report.committed,
                      liability=report.liability, reserved=report.reserved, allowance=0,
                      prior_committed=row.prior_committed + row.committed,
@@ -138,25 +153,28 @@ def adopt(row: LedgerRow, report: Report, *, expired: bool = False) -> LedgerRow
                      adoptions=row.adoptions + (1 if row.frame else 0))
 
 
-def grant_size(grant: int, want: int, limit: int) -> int:
-    """The grant to aim for: the rule's size, or the plane's largest refused charge."""
-    return max(grant, min(want, limit))
+def grant_size(grant: int, want: int, limit: int, *, release: bool = False) -> int:
+    """The grant to aim for: the rule's size raised to the plane's ``want``; exactly
+    ``want`` when the plane releases."""
+    return min(want, limit) if release else max(grant, min(want, limit))
 
 
 def next_allowance(row: LedgerRow, *, limit: int | None, others: int, size: int,
-                   open_: bool) -> tuple[int, int]:
+                   open_: bool, need: int = 0, release: bool = False) -> tuple[int, int]:
     """(allowance′, remaining after it) for ``row`` (already adopted).
 
     ``others`` is everything the account binds except this row's current frame;
     ``open_`` is False when the account takes no new grant (window ended, rule gone,
     frozen account): the allowance then stays where it is (or at ``held`` after an
-    overrun), never lower.
+    overrun), never lower. A releasing plane gets nothing rather than less than ``need``.
     """
     if limit is None or not open_:
         allowance = max(row.allowance, row.held)
     else:
-        remaining = limit - others - row.held
-        allowance = max(row.allowance, row.held + min(size, max(0, remaining)))
+        extra = min(size, max(0, limit - others - row.held))
+        if release and extra < need:
+            extra = 0
+        allowance = max(row.allowance, row.held + extra)
     left = 0 if limit is None else max(0, limit - others - max(allowance, row.held))
     return allowance, left
 
@@ -168,18 +186,19 @@ class SyncResult(NamedTuple):
 
 
 def sync(row: LedgerRow, report: Report, account: Account, *, limit: int | None,
-         grant: int, want: int = 0, open_: bool = True, expired: bool = False
-         ) -> SyncResult:
+         grant: int, want: int = 0, open_: bool = True, expired: bool = False,
+         cap: int | None = None, need: int = 0) -> SyncResult:
     """One account of one heartbeat: adopt the report, grant, move the account sums
     (raises :class:`WentBackwards`, moving nothing, for a lower figure in one frame)."""
     before = contribution(row)
-    adopted = adopt(row, report, expired=expired)
+    adopted = adopt(row, report, expired=expired, cap=cap)
     # Everything but this plane's current frame: its earlier frames stay bound.
     others = (account.bound - before.committed - before.liability - before.outstanding
               + adopted.prior_committed + adopted.prior_unobserved)
-    size = grant_size(grant, want, limit or 0)
+    release = cap is not None
+    size = grant_size(grant, want, limit or 0, release=release)
     allowance, left = next_allowance(adopted, limit=limit, others=others, size=size,
-                                     open_=open_)
+                                     open_=open_, need=need, release=release)
     new_row = msgspec.structs.replace(adopted, allowance=allowance)
     after = contribution(new_row)
     new_account = Account(

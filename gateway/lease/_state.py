@@ -19,13 +19,28 @@ scope and window):
 
 A local refusal on a leased account becomes 503 ``lease_exhausted`` (and an early
 heartbeat asking for at least that charge) when the budget still had room for it at
-the last answer; otherwise it stays the 402 it is, with the lease's figures.
+the last answer; otherwise it stays the 402 it is, with the lease's figures. A
+``lease_exhausted`` or ``lease_missing`` refusal is not the last word while the
+heartbeat works: the store waits for the answer to the early heartbeat it asked for
+(one round trip, :meth:`LeaseState.next_answer`) and decides the request once more.
+
+**Sizing and release** (issue 25). Each heartbeat asks, per account, for ``want`` = the
+µUSD its admissions reserved over the last renew interval (at least the charge it
+refused), so grants follow the request bounds the plane sees. It *releases* what it
+holds but does not need — an account without an admission in the last renew interval,
+or one whose headroom did not fit a charge (``need``) — by freezing the lease
+(nothing more is admitted on it until the answer) before it reads its figures, and
+reporting ``cap`` = held + what admissions planned before the freeze may still add
+(:attr:`LeaseState.inflight`): the ledger lowers the allowance to the cap, so the
+unused allowance is back in the pool within one heartbeat, for any plane or shared
+gateway, and grants exactly ``want`` (nothing below ``need``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,6 +77,8 @@ class Lease:
     admitted: int = 0
     """µUSD admitted on it since (an over-estimate: settlements release; it only decides
     when to renew early)."""
+    frozen: bool = False
+    """Released by the heartbeat in flight: nothing is admitted on it until the answer."""
 
     @classmethod
     def from_grant(cls, g: LeaseGrant, *, sent: float) -> Lease:
@@ -74,6 +91,11 @@ class Lease:
     def low(self) -> bool:
         """Less than half a grant of headroom left: time to renew."""
         return self.open and self.held + self.admitted > self.allowance - self.grant // 2
+
+    @property
+    def spare(self) -> int:
+        """Headroom left at the most (what was admitted counts in full)."""
+        return max(0, self.allowance - self.held - self.admitted)
 
 
 class LeaseState:
@@ -89,6 +111,18 @@ class LeaseState:
         self.last_success: float | None = None
         self.wake = asyncio.Event()
         """Set to ask the heartbeat loop for an early heartbeat."""
+        self.inflight: dict[str, int] = {}
+        """µUSD of admissions planned on each leased account and not decided yet (they
+        may still be admitted under the clamp they were planned with)."""
+        self.recent: dict[str, deque[tuple[float, int]]] = {}
+        """(time, µUSD) of each admission per account within the last renew interval."""
+        self.healthy = True
+        """The last heartbeat was answered (a request waits for the next one only then)."""
+        self.answer_wait_s = 5.0
+        """How long a request waits for the answer to the heartbeat it asked for."""
+        self._begun = 0
+        self._ended = 0
+        self._answered = asyncio.Event()
 
     # -- the request path ------------------------------------------------------------
 
@@ -123,6 +157,12 @@ class LeaseState:
             return charge  # soft caps never refuse, so never gate
         lease = self.leases.get(charge.counter)
         if lease is not None and lease.expires > now:
+            if lease.frozen:  # being released: decided again with the answer
+                if rule.fail_open and not self.healthy:
+                    return charge  # no answer coming: its own limit, as when expired
+                return refuse("lease_exhausted", lease.key, retry_after=1,
+                               lease=LeaseFacts(allowance=lease.allowance,
+                                                remaining=lease.remaining))
             if charge.limit is not None and lease.allowance >= charge.limit:
                 return charge
             return msgspec.structs.replace(charge, limit=lease.allowance)
@@ -150,11 +190,16 @@ class LeaseState:
                 None, "budget_exhausted"):
             return refusal
         amount = next((c.amount for c in req.charges if c.counter == lease.key), 0)
-        if lease.open and lease.remaining >= amount and lease.expires > self.clock():
+        valid = lease.open and lease.expires > self.clock()
+        if valid and lease.remaining >= amount:
             self._ask(lease.key, lease.rule_uid, amount)
             return refuse("lease_exhausted", lease.key, retry_after=1,
                            lease=LeaseFacts(allowance=lease.allowance,
                                             remaining=lease.remaining))
+        if valid and lease.spare > 0:
+            # Headroom too small for this charge: released by the next heartbeat, for a
+            # plane or shared gateway whose own headroom it completes.
+            self._ask(lease.key, lease.rule_uid, amount)
         figures = (f" (this data plane's lease allowance {lease.allowance} µUSD; the "
                    f"budget had {lease.remaining} µUSD left across all data planes at the "
                    "last heartbeat)")
@@ -162,18 +207,102 @@ class LeaseState:
 
     def admitted(self, permit: Permit) -> None:
         """Count an admission against its leases; renew early below half a grant."""
+        now = self.clock()
         for charge in permit.request.charges:
             lease = self.leases.get(charge.counter) if charge.kind == "account" else None
             if lease is not None:
                 lease.admitted += charge.amount
+                self.recent.setdefault(lease.key, deque()).append((now, charge.amount))
                 if lease.low:
                     self.wake.set()
+
+    def hold(self, req: AdmissionRequest) -> list[tuple[str, int]]:
+        """Count a planned admission's leased charges as in flight until :meth:`unhold`."""
+        held = [(c.counter, c.amount) for c in req.charges
+                if c.kind == "account" and c.counter in self.leases]
+        for key, amount in held:
+            self.inflight[key] = self.inflight.get(key, 0) + amount
+        return held
+
+    def unhold(self, held: list[tuple[str, int]]) -> None:
+        for key, amount in held:
+            left = self.inflight.get(key, 0) - amount
+            if left > 0:
+                self.inflight[key] = left
+            else:
+                self.inflight.pop(key, None)
+
+    def waits(self, decided: Permit | Refusal) -> bool:
+        """Whether a refusal is decided again once the early heartbeat it asked for is
+        answered (the heartbeat works, and the refusal is a lease's, not the budget's)."""
+        return (isinstance(decided, Refusal) and self.healthy
+                and decided.code in ("lease_exhausted", "lease_missing"))
+
+    def answer_target(self, req: AdmissionRequest) -> int:
+        """The heartbeat whose answer decides ``req`` again: the one in flight when it
+        froze one of ``req``'s leases (it carries what was asked before the freeze), else
+        the next one to begin (it carries what ``req`` asked)."""
+        frozen = any(lease.frozen for c in req.charges
+                     if (lease := self.leases.get(c.counter)) is not None)
+        return self._begun if frozen else self._begun + 1
+
+    async def next_answer(self, target: int) -> bool:
+        """Wait (at most :attr:`answer_wait_s`) until heartbeat number ``target`` has
+        ended; whether it has."""
+        deadline = time.monotonic() + self.answer_wait_s
+        while self._ended < target:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._answered.wait(), left)
+            except TimeoutError:
+                return False
+        return True
 
     # -- the heartbeat -----------------------------------------------------------------
 
     def take_demand(self) -> dict[str, tuple[str, int]]:
         demand, self.demand = self.demand, {}
         return demand
+
+    def beat_begun(self) -> None:
+        """A heartbeat's request is being built (what was asked before is in it)."""
+        self._begun += 1
+
+    def beat_ended(self, *, answered: bool) -> None:
+        self._ended += 1
+        self.healthy = answered
+        self._answered.set()
+        self._answered = asyncio.Event()
+
+    def want(self, key: str, need: int) -> int:
+        """µUSD to ask for beyond what the account holds: what admissions reserved on it
+        over the last renew interval, at least ``need``."""
+        recent = self.recent.get(key)
+        horizon = self.clock() - self.heartbeat_ms / 1000
+        while recent and recent[0][0] < horizon:
+            recent.popleft()
+        if recent is not None and not recent:
+            del self.recent[key]
+        return max(need, sum(a for _, a in recent) if recent else 0)
+
+    def release(self, demand: dict[str, tuple[str, int]]) -> dict[str, int]:
+        """Freeze the leases to release now: without an admission in the last renew
+        interval (idle: its headroom goes back, and it is granted nothing while it stays
+        idle), or asked for a charge (``demand``) their headroom did not fit. Called
+        before the figures are read; returns, per frozen account, the µUSD that
+        admissions planned before the freeze may still add."""
+        now = self.clock()
+        out = {}
+        for key, lease in self.leases.items():
+            if lease.expires <= now or not lease.open:
+                continue
+            short = demand.get(key, ("", 0))[1] > 0
+            if short or self.want(key, 0) == 0:
+                lease.frozen = True
+                out[key] = self.inflight.get(key, 0)
+        return out
 
     def renewed(self, grants: list[LeaseGrant], *, sent: float, heartbeat_ms: int) -> None:
         """Install a heartbeat's leases (replacing the whole table in one assignment)."""

@@ -5,7 +5,9 @@ plane's own SQLite file (:class:`gateway.governance.LocalGovernanceStore`); only
 admission differs. Each request first passes :meth:`gateway.lease.LeaseState.plan`
 (clamp and gate, in memory), then the local store's own all-or-none transaction, whose
 hard-limit check then holds every lease-managed account within its allowance. Nothing on
-this path talks to the control plane.
+this path talks to the control plane; a request refused for want of a lease (missing,
+used up while the budget has room, being released) waits for the answer to the early
+heartbeat it asked for — one round trip, bounded — and is decided once more.
 """
 
 from __future__ import annotations
@@ -27,9 +29,29 @@ class LeaseGovernanceStore(LocalGovernanceStore):
         self.state = state
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
+        results = await self._admit(requests)
+        # A lease refusal (missing, used up or being released) while the heartbeat works:
+        # one round trip for the early heartbeat it asked for, then decided once more.
+        again = [i for i, r in enumerate(results) if self.state.waits(r)]
+        if again:
+            target = max(self.state.answer_target(requests[i]) for i in again)
+            if await self.state.next_answer(target):
+                for i, result in zip(again, await self._admit([requests[i] for i in again]),
+                                     strict=True):
+                    results[i] = result
+        return results
+
+    async def _admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         planned = [self.state.plan(req) for req in requests]
         admissible = [p for p in planned if isinstance(p, AdmissionRequest)]
-        decided = iter(await super().admit(admissible) if admissible else [])
+        # Counted in flight from the plan (no await in between) until decided: a lease
+        # released meanwhile reports them in its cap.
+        holds = [self.state.hold(p) for p in admissible]
+        try:
+            decided = iter(await super().admit(admissible) if admissible else [])
+        finally:
+            for hold in holds:
+                self.state.unhold(hold)
         results: list[Permit | Refusal] = []
         for original, plan in zip(requests, planned, strict=True):
             if isinstance(plan, Refusal):

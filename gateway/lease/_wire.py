@@ -101,9 +101,18 @@ class AccountReport(_Wire, frozen=True, kw_only=True):
     liability: Micro = 0
     reserved: Micro = 0
     want: Micro = 0
-    """The largest single charge refused locally for lack of allowance since the last
-    heartbeat: the ledger grants at least this much when the budget has it, so a request
-    larger than the configured grant size can still be admitted."""
+    """The headroom the plane asks for beyond what it holds: what its admissions on the
+    account reserved over the last renew interval, and at least the largest charge it
+    refused for lack of allowance since the last heartbeat (the ledger grants up to this
+    much, so grants follow the request bounds the plane actually sees)."""
+    need: Micro = 0
+    """The largest charge refused for lack of allowance since the last heartbeat: with a
+    ``cap``, a grant smaller than this is not given (it could not admit the request)."""
+    cap: Micro | None = None
+    """Set when the plane releases allowance it does not need (the account is idle, or
+    what is left does not fit the charge it refused): from before it read these figures
+    until the answer, it admits nothing beyond ``cap`` on the account, so the ledger
+    lowers the allowance to ``max(cap, held)`` and grants exactly ``want``."""
 
 
 class DataPlaneInfo(_Wire, frozen=True, kw_only=True):

@@ -5,18 +5,18 @@
    both in front of ``mayu mock-upstream``, in alternating rounds; p50/p99/mean latency,
    throughput and gateway CPU per request of each. The lease adds no network call to
    the request path, so the two should be equal within noise.
-2. **Spendable budget**: three lease planes, one global hard budget, a concurrent
-   workload until every worker is refused 402 ten times in a row; for grant sizes of
-   0.1%, 1% and 10% of the limit: how much was committed when the first refusal of any
-   kind (503 while a lease renews, or 402) was answered, when the first 402 was, and at
-   the end; 503s and heartbeats seen.
+2. **Spendable budget** (issue 25): three lease planes (and a shared-profile gateway
+   with ``--shared``) on one global hard budget of ``--bounds`` request bounds, a
+   concurrent workload until every client is refused 402 ten times in a row; per grant
+   size (``--grants``, per mille of the limit): the share of the limit the mock
+   upstream served (its own ledger), and the 200s, 503s, 402s and heartbeats seen.
 3. **Control-plane CPU per heartbeat**: synthetic heartbeats straight to inferplaned
    (a data plane token, 1, 10 and 100 accounts each): inferplaned's own CPU per
    heartbeat, the CPU of its Postgres backends (when the server runs on this machine:
    their /proc entries), and the round-trip time.
 
     .venv/bin/python tests/bench/lease.py [--requests 1000] [--concurrency 16]
-        [--rounds 3] [--limit-micro 100000] [--heartbeats 300]
+        [--rounds 3] [--heartbeats 300] [--only spendable --bounds 10 --shared]
 
 Needs the test Postgres (``INFERPLANE_TEST_PG_DSN``, default the local server); a fresh
 migrated database is created for the run and dropped after it.
@@ -27,11 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -49,6 +49,11 @@ from tests.e2e._lease import (  # noqa: E402
     PRICE,
     LeaseStack,
     budget_doc,
+    chat,
+    race,
+    shared_key,
+    start_shared,
+    upstream_spend,
     wait_until,
 )
 from tests.e2e._procs import (  # noqa: E402
@@ -148,79 +153,58 @@ def overhead(work: Path, dsn: str, args: argparse.Namespace) -> None:
           f" ms; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
 
-def _cost(answer: dict[str, Any]) -> int:
-    usage = answer["usage"]
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return ((usage["prompt_tokens"] - cached) * PRICE["input"] + cached * PRICE["cache_read"]
-            + usage["completion_tokens"] * PRICE["output"]) // 1_000_000
-
-
 def spendable(work: Path, args: argparse.Namespace) -> None:
-    print(f"\n2. spendable budget: 3 planes x 4 workers, limit {args.limit_micro} µUSD")
-    print(f"{'grant':>6} {'at 1st refusal':>15} {'at 1st 402':>11} {'at the end':>11} "
-          f"{'503s':>6} {'200s':>6} {'heartbeats':>10}")
-    for per_mille in (1, 10, 100):
+    """Issue 25's measure: a budget of ``--bounds`` times one request's bound, spent by
+    three planes (and a shared gateway with ``--shared``), ``--workers`` concurrent
+    clients each, until every client is refused 402 ten times in a row; what the mock
+    upstream served (its own ledger) as a share of the limit, per grant size."""
+    who = "3 planes" + (" + a shared gateway" if args.shared else "")
+    print(f"\n2. spendable budget: {who} x {args.workers} workers, limit = "
+          f"{args.bounds} x one request's bound")
+    print(f"{'grant':>6} {'bound':>7} {'limit':>8} {'spent':>8} {'share':>7} {'503s':>6} "
+          f"{'200s':>6} {'402s':>6} {'heartbeats':>10}")
+    for per_mille in args.grants:
         with own_database(f"ipt_bench_{per_mille}") as dsn:
+            upstream = start_mock_upstream(work)
             stack = LeaseStack(workdir=work / f"spend-{per_mille}", dsn=dsn)
             stack.workdir.mkdir()
+            shared: Proc | None = None
             try:
                 stack.start_control()
-                limit_milli = args.limit_micro // 1000
-                stack.publish(budget_doc("bench", "*", limit_milli=limit_milli,
-                                         grant_milli=max(1, limit_milli * per_mille // 1000)))
                 planes = ["p1", "p2", "p3"]
                 for p in planes:
-                    stack.add_plane(p, teams=[TEAM])
-                for p in planes:
-                    url, key = stack.planes[p].url, stack.keys[(p, TEAM)]
-                    wait_until(lambda url=url, key=key: httpx.post(
-                        f"{url}/v1/chat/completions",
-                        headers={"Authorization": f"Bearer {key}"},
-                        json={"model": MODEL, "max_tokens": 1, "messages": [
-                            {"role": "user", "content": "x"}]}).status_code == 200,
-                        what="plane serving")
-                spent, seen, firsts = _race(stack, planes)
+                    stack.add_plane(p, teams=[TEAM, "probe"], upstream=upstream)
+                # One request of a team without a budget gives the bound of every request.
+                probe = chat(stack.planes["p1"].url, stack.keys[("p1", "probe")],
+                             max_tokens=args.max_tokens)
+                assert probe.status_code == 200, probe.text
+                bound = stack.largest_bound("p1")
+                before = upstream_spend(upstream)
+                limit_milli = -(-args.bounds * bound // 1000)
+                limit = limit_milli * 1000
+                stack.publish(budget_doc("bench", TEAM, limit_milli=limit_milli,
+                                         grant_milli=max(1, limit_milli * per_mille // 1000)))
+                targets = [(stack.planes[p].url, stack.keys[(p, TEAM)]) for p in planes]
+                if args.shared:
+                    shared, config = start_shared(stack.workdir, dsn, upstream=upstream)
+                    targets.append((shared.url, shared_key(config, dsn, TEAM)))
+                wait_until(functools.partial(_applied, stack, planes),
+                           what="the budget applied")
+                seen = race(targets, workers=args.workers, max_tokens=args.max_tokens)
+                spent = upstream_spend(upstream) - before
                 beats = sum(v["heartbeats"] for v in stack.dataplanes().values())
             finally:
+                if shared is not None:
+                    shared.stop()
                 stack.stop()
-        pct = [f"{100 * x / args.limit_micro:.1f}%" for x in
-               (firsts.get("any", spent), firsts.get(402, spent), spent)]
-        print(f"{per_mille / 10:5.1f}% {pct[0]:>15} {pct[1]:>11} {pct[2]:>11} "
-              f"{seen.get(503, 0):6} {seen.get(200, 0):6} {beats:10}")
+                upstream.stop()
+        print(f"{per_mille / 10:5.1f}% {bound:7} {limit:8} {spent:8} "
+              f"{100 * spent / limit:6.1f}% {seen.get(503, 0):6} {seen.get(200, 0):6} "
+              f"{seen.get(402, 0):6} {beats:10}")
 
 
-def _race(stack: LeaseStack, planes: list[str]) -> tuple[int, dict[int, int], dict[Any, int]]:
-    lock = threading.Lock()
-    spent = 0
-    seen: dict[int, int] = {}
-    firsts: dict[Any, int] = {}
-    body = {"model": MODEL, "max_tokens": 32,
-            "messages": [{"role": "user", "content": "tell me something"}]}
-
-    def work(plane: str) -> None:
-        nonlocal spent
-        url, key = stack.planes[plane].url, stack.keys[(plane, TEAM)]
-        refused = 0
-        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
-            while refused < 10:
-                r = client.post(f"{url}/v1/chat/completions", json=body)
-                with lock:
-                    seen[r.status_code] = seen.get(r.status_code, 0) + 1
-                    if r.status_code == 200:
-                        spent += _cost(r.json())
-                    else:
-                        firsts.setdefault("any", spent)
-                        firsts.setdefault(r.status_code, spent)
-                refused = refused + 1 if r.status_code == 402 else 0
-                if r.status_code == 402:
-                    time.sleep(0.1)
-
-    threads = [threading.Thread(target=work, args=(p,)) for p in planes for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return spent, seen, firsts
+def _applied(stack: LeaseStack, planes: list[str]) -> bool:
+    return all(stack.applied_generation(p) == 1 for p in planes)
 
 
 def heartbeat_cpu(work: Path, dsn: str, args: argparse.Namespace) -> None:
@@ -292,8 +276,17 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--limit-micro", type=int, default=100_000)
     ap.add_argument("--heartbeats", type=int, default=300)
+    ap.add_argument("--bounds", type=int, default=10,
+                    help="spendable: the budget, in request bounds")
+    ap.add_argument("--workers", type=int, default=4,
+                    help="spendable: concurrent clients per gateway")
+    ap.add_argument("--max-tokens", type=int, default=50,
+                    help="spendable: max_tokens of each request (sets its bound)")
+    ap.add_argument("--grants", type=int, nargs="+", default=[1, 100],
+                    help="spendable: lease.grant sizes, per mille of the limit")
+    ap.add_argument("--shared", action="store_true",
+                    help="spendable: a shared-profile gateway spends the budget too")
     ap.add_argument("--only", choices=["overhead", "spendable", "cpu"])
     args = ap.parse_args()
     with own_database("ipt_bench") as dsn, \

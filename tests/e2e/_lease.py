@@ -3,8 +3,10 @@
 Each plane has its own data dir and SQLite stores (keys, counters, permits) and syncs
 with inferplaned over ``POST /v1alpha1/sync`` with a data plane token. inferplaned runs
 against one migrated Postgres database and can be stopped and restarted on the same
-port (the planes' ``control_plane.url`` stays valid). Used by
-``tests/e2e/test_lease_profile.py`` and ``tests/bench/lease.py``.
+port (the planes' ``control_plane.url`` stays valid). A shared-profile gateway on the
+same database (:func:`start_shared`) admits against the same accounts. Used by the
+``tests/e2e/test_lease_*.py`` files (:func:`running_stack` is their stack fixture's
+body) and ``tests/bench/lease.py``.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,6 +227,85 @@ class LeaseStack:
         assert row is not None
         return dict(zip(("committed", "liability", "reserved", "leased", "limit"), row,
                         strict=True))
+
+
+@contextmanager
+def running_stack(workdir: Path, dsn: str) -> Iterator[LeaseStack]:
+    """inferplaned started on ``dsn``; every process of the stack stopped afterwards."""
+    stack = LeaseStack(workdir=workdir, dsn=dsn)
+    try:
+        stack.start_control()
+        yield stack
+    finally:
+        stack.stop()
+
+
+def upstream_spend(upstream: Proc) -> int:
+    """µUSD the mock upstream really served (its own ledger), priced with :data:`PRICE`."""
+    from gateway.pricing import ModelPrice, Usage, cost_micro_usd
+
+    entries: list[dict[str, Any]] = httpx.get(f"{upstream.url}/__mock/ledger",
+                                              timeout=30).json()
+    return sum(cost_micro_usd(Usage(**e["classes"]), ModelPrice(**PRICE)) for e in entries)
+
+
+def start_shared(workdir: Path, dsn: str, *, upstream: Proc, name: str = "shared"
+                 ) -> tuple[Proc, Path]:
+    """A shared-profile gateway (keys and admission in Postgres) with the planes' model,
+    price and provider (``upstream``), so its requests have the planes' bound."""
+    config = workdir / f"{name}.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(workdir / name), "demo": False,
+        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
+        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 1,
+                     "pool_max_size": 8, "policy_refresh_s": 1.0},
+        "server": {"replica_id": name, "max_output_tokens": 100_000},
+        "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
+                       "timeout_s": 30}],
+        "models": [{"name": MODEL, "price": PRICE, "input_overhead_tokens": 0,
+                    "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]}]}))
+    return start_gateway(config, env={"INFERPLANE_DATABASE_URL": dsn}), config
+
+
+def shared_key(config: Path, dsn: str, team: str) -> str:
+    """A key of ``team`` (created if missing) in a shared gateway's Postgres key store."""
+    env = {"INFERPLANE_DATABASE_URL": dsn}
+    run_cli("teams", "create", team, "--config", str(config), env=env)
+    done = run_cli("keys", "create", "--team", team, "--config", str(config), "--json",
+                   env=env)
+    assert done.returncode == 0, done.stderr
+    key: str = json.loads(done.stdout)["key"]
+    return key
+
+
+def race(targets: list[tuple[str, str]], *, workers: int, max_tokens: int = 50,
+         max_attempts: int = 2_000) -> dict[int, int]:
+    """``workers`` concurrent clients per (url, key) until each is refused 402 ten times
+    in a row, 0.1 s apart (the budget is spent: a 402 while other requests are in flight
+    only means their reservations fill it); returns the statuses seen."""
+    seen: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def work(url: str, key: str) -> None:
+        refused = 0
+        with httpx.Client() as client:
+            for _ in range(max_attempts):
+                status = chat(url, key, client=client, max_tokens=max_tokens).status_code
+                with lock:
+                    seen[status] = seen.get(status, 0) + 1
+                refused = refused + 1 if status == 402 else 0
+                if refused >= 10:
+                    return
+                if status == 402:
+                    time.sleep(0.1)
+
+    threads = [threading.Thread(target=work, args=t) for t in targets
+               for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return seen
 
 
 def start_drop_proxy(workdir: Path, target_port: int) -> tuple[subprocess.Popen[bytes], int,

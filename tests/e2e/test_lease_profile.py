@@ -21,6 +21,7 @@ from tests.e2e._lease import (
     LeaseStack,
     budget_doc,
     chat,
+    running_stack,
     start_drop_proxy,
     wait_until,
 )
@@ -43,12 +44,8 @@ def upstream(tmp_path: Path) -> Iterator[Proc]:
 
 @pytest.fixture
 def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    s = LeaseStack(workdir=tmp_path, dsn=pg_dsn)
-    try:
-        s.start_control()
+    with running_stack(tmp_path, pg_dsn) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def upstream_spend(upstream: Proc) -> int:
@@ -218,7 +215,8 @@ def test_a_plane_back_with_empty_counters_never_respends_its_old_allowance(
 def test_an_answer_lost_after_the_ledger_committed_is_retried_without_a_double_grant(
         stack: LeaseStack, tmp_path: Path) -> None:
     """The control plane commits a heartbeat whose answer never reaches the plane; the
-    plane's retry (same figures) gets the same allowance, and the account binds no more."""
+    plane's retry (same figures) gets the same allowance, and the account binds no more
+    (an idle plane's release included: the lost answer leaves its lease frozen)."""
     stack.publish(budget_doc("global", "*", limit_milli=10_000, grant_milli=5))
     proxy, port, flag = start_drop_proxy(tmp_path, stack.port)
     try:
@@ -226,6 +224,12 @@ def test_an_answer_lost_after_the_ledger_committed_is_retried_without_a_double_g
         url, key = stack.planes["p1"].url, stack.keys[("p1", TEAM)]
         wait_until(lambda: chat(url, key).status_code == 200, what="first lease granted")
         wait_until(lambda: settled(stack, ["p1"]), what="spend reported")
+
+        def released() -> bool:  # idle: the plane returned its headroom (a steady state)
+            row = stack.lease_row("p1", UID) or {}
+            return row.get("allowance") == row.get("committed")
+
+        wait_until(released, what="the idle plane's headroom returned")
         before, account = stack.lease_row("p1", UID), stack.account(UID)
         beats = stack.dataplanes()["p1"]["heartbeats"]
         flag.touch()

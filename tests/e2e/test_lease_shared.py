@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e._controlplane import MODEL as SHARED_MODEL
 from tests.e2e._controlplane import shared_gateway_config
-from tests.e2e._lease import LeaseStack, budget_doc, chat, wait_until
+from tests.e2e._lease import LeaseStack, budget_doc, chat, running_stack, wait_until
 from tests.e2e._procs import Proc, run_cli, start_gateway, wait_none_pending
 
 pytestmark = pytest.mark.e2e
@@ -31,12 +31,8 @@ TEAM = "mixed"
 
 @pytest.fixture
 def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    s = LeaseStack(workdir=tmp_path, dsn=pg_dsn)
-    try:
-        s.start_control()
+    with running_stack(tmp_path, pg_dsn) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture

@@ -15,19 +15,15 @@ import anthropic
 import openai
 import pytest
 
-from tests.e2e._lease import MODEL, LeaseStack, budget_doc, chat, wait_until
+from tests.e2e._lease import MODEL, LeaseStack, budget_doc, chat, running_stack, wait_until
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    s = LeaseStack(workdir=tmp_path, dsn=pg_dsn)
-    try:
-        s.start_control()
+    with running_stack(tmp_path, pg_dsn) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_an_expired_lease_is_lease_expired_in_both_shapes(stack: LeaseStack) -> None:

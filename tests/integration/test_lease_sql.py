@@ -26,6 +26,7 @@ _case = itertools.count()
 
 def heartbeat(conn: psycopg.Connection[Any], *, plane: str, key: str, frame: str,
               committed: int, liability: int = 0, reserved: int = 0, want: int = 0,
+              need: int = 0, cap: int | None = None,
               limit: int | None, grant: int, seq: int, boot: str = "b",
               period: str = "2999-01", renew_ms: int = 600_000) -> dict[str, Any]:
     req = {"generation": 0,
@@ -39,7 +40,8 @@ def heartbeat(conn: psycopg.Connection[Any], *, plane: str, key: str, frame: str
                          # leases valid for 30 min: none expires during a test (an expired
                          # one returns its allowance: test_lease_strand_sql.py)
                          "renew_ms": renew_ms, "committed": committed, "liability": liability,
-                         "reserved": reserved, "want": want}]}
+                         "reserved": reserved, "want": want, "need": need,
+                         "cap": cap}]}
     row = conn.execute("SELECT inferplane_lease_sync_v1(%s::jsonb)", (json.dumps(req),))
     result: dict[str, Any] = row.fetchone()[0]  # type: ignore[index]
     return result
@@ -76,7 +78,9 @@ _beats = st.lists(st.tuples(
     st.integers(min_value=-50, max_value=400),      # committed change (negative: lower)
     st.integers(min_value=0, max_value=300),        # liability
     st.integers(min_value=0, max_value=300),        # reserved
-    st.integers(min_value=0, max_value=500)),       # want
+    st.integers(min_value=0, max_value=500),        # want
+    st.integers(min_value=0, max_value=500),        # need
+    st.one_of(st.none(), st.integers(min_value=0, max_value=1_500))),  # cap (release)
     min_size=1, max_size=25)
 
 
@@ -86,10 +90,11 @@ _beats = st.lists(st.tuples(
        grant=st.integers(min_value=0, max_value=400),
        shared_reserved=st.integers(min_value=0, max_value=500))
 def test_sql_ledger_matches_the_python_arithmetic(
-        pg_dsn: str, beats: list[tuple[int, int, int, int, int, int]], limit: int, grant: int,
+        pg_dsn: str, beats: list[tuple[int, int, int, int, int, int, int, int | None]],
+        limit: int, grant: int,
         shared_reserved: int) -> None:
     """Every heartbeat leaves the grant rows and the account sums exactly where
-    gateway.lease._ledger.sync puts them (a shared reservation included)."""
+    gateway.lease._ledger.sync puts them (a shared reservation and releases included)."""
     case = next(_case)
     key = f"account:p/r:team=t{case}:month:2999-01"
     planes = [f"plane-{case}-{i}" for i in range(3)]
@@ -98,7 +103,8 @@ def test_sql_ledger_matches_the_python_arithmetic(
     committed = dict.fromkeys(planes, 0)
     expected = Account()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        for seq, (p, new_frame, delta, liability, reserved, want) in enumerate(beats):
+        for seq, (p, new_frame, delta, liability, reserved, want, need, cap) in enumerate(
+                beats):
             plane = planes[p]
             if new_frame:
                 silence(conn, plane)
@@ -109,14 +115,15 @@ def test_sql_ledger_matches_the_python_arithmetic(
                             liability=liability, reserved=reserved)
             got = heartbeat(conn, plane=plane, key=key, frame=report.frame,
                             committed=report.committed, liability=liability,
-                            reserved=reserved, want=want, limit=limit, grant=grant, seq=seq)
+                            reserved=reserved, want=want, need=need, cap=cap, limit=limit,
+                            grant=grant, seq=seq)
             assert got["status"] == "ok"
             if seq == 0 and shared_reserved:
                 conn.execute("UPDATE authority_accounts SET reserved = reserved + %s"
                              " WHERE key = %s", (shared_reserved, key))
             try:
                 result = sync(rows[plane], report, expected, limit=limit, grant=grant,
-                              want=want)
+                              want=want, need=need, cap=cap)
             except WentBackwards:
                 committed[plane] = before
                 assert [x["refused"] for x in got["refused"]] == ["went_backwards"]

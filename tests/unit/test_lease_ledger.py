@@ -192,7 +192,13 @@ def test_planes_and_shared_admissions_never_exceed_the_limit(
         elif op in ("hb", "hb_lost"):
             report = Report(frame=str(plane.frame), committed=plane.committed,
                             reserved=sum(plane.inflight))
-            result = sync(plane.row, report, account, limit=limit, grant=grant, want=amount)
+            # pct < 30: the plane releases — admits nothing beyond its cap from now
+            # (what it holds) until an answer, as the plane freezes its lease.
+            cap = report.committed + report.reserved if pct < 30 else None
+            if cap is not None:
+                plane.allowance = min(plane.allowance, cap)
+            result = sync(plane.row, report, account, limit=limit, grant=grant, want=amount,
+                          need=amount * pct // 100, cap=cap)
             plane.row, account = result.row, result.account
             plane.answer = result.row.allowance if op == "hb" else None
         elif op == "answer" and plane.answer is not None:
@@ -230,3 +236,26 @@ def test_an_allowance_is_not_lowered_under_work_admitted_before_the_answer() -> 
     assert a2.row.allowance == 200
     b = sync(LedgerRow(), Report(frame="b", committed=0), a2.account, limit=300, grant=300)
     assert a2.row.allowance + b.row.allowance <= 300
+
+
+def test_a_released_allowance_returns_to_the_budget_and_grants_exactly_want() -> None:
+    """A cap lowers the allowance to max(cap, held) at once (no window end needed), the
+    grant is the plane's want without the rule's floor, and a grant smaller than the
+    refused charge (need) is not given: that piece stays in the pool."""
+    a = sync(LedgerRow(), Report(frame="a", committed=0), Account(), limit=1_000,
+             grant=10, want=600)
+    assert a.row.allowance == 600
+    released = sync(a.row, Report(frame="a", committed=100), a.account, limit=1_000,
+                    grant=10, cap=100)
+    assert released.row.allowance == 100 and released.remaining == 900
+    b = sync(LedgerRow(), Report(frame="b", committed=0), released.account, limit=1_000,
+             grant=10, want=900)
+    assert b.row.allowance == 900
+    # a asks for 300 while the pool has 0 left: nothing (not a useless piece)
+    short = sync(released.row, Report(frame="a", committed=100), b.account, limit=1_000,
+                 grant=10, want=300, need=300, cap=100)
+    assert short.row.allowance == 100
+    # the cap never goes under what the plane holds
+    over = sync(a.row, Report(frame="a", committed=0, reserved=500), a.account,
+                limit=1_000, grant=10, cap=200)
+    assert over.row.allowance == 500
