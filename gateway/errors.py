@@ -178,6 +178,15 @@ class AlreadyExists(InferplaneError):
     code = "already_exists"
 
 
+class KeyRevoked(InferplaneError):
+    """The key is revoked: it cannot be rotated (create a new key)."""
+
+    status = 409
+    openai_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
+    code = "key_revoked"
+
+
 class PreconditionFailed(RevisionConflict):
     """The record's revision is not the one If-Match named; re-read it and retry."""
 

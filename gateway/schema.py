@@ -40,6 +40,9 @@ BASELINE_REVISION = "v010_baseline"
 PRERELEASE_REVISIONS = tuple(f"{n:04d}" for n in range(1, 10))
 """Revisions of the pre-release chain (removed at 0.1.0); ``0009`` was its head."""
 _CONVERTIBLE = "0009"
+ADDED_SINCE_PRERELEASE = ("key_rotations",)
+"""Baseline files whose tables revision 0009 did not have: the conversion creates them
+(in its transaction, before comparing the tables with the baseline's)."""
 PREVIOUS_FUNCTIONS: tuple[str, ...] = ()
 """Functions a migration keeps installed for one release after their ``_vN+1`` replaced
 them in ``sql/`` (rolling upgrades; CONTRIBUTING.md). The structure test ignores them."""
@@ -288,8 +291,9 @@ def _differences(have: dict[str, set[tuple[Any, ...]]],
 
 def convert_prerelease(dsn: str) -> Step | None:
     """Move a database at the last pre-release revision (``0009``) to the baseline, in
-    one transaction: its tables must be exactly the baseline's (else :class:`ConfigError`
-    listing the differences, nothing changed); every ``inferplane_*`` function is dropped
+    one transaction: the tables added since (:data:`ADDED_SINCE_PRERELEASE`) are created,
+    then its tables must be exactly the baseline's (else :class:`ConfigError` listing the
+    differences, nothing changed); every ``inferplane_*`` function is dropped
     and ``sql/governance.sql`` and ``sql/lease.sql`` installed; no row is touched. None
     when the database is not pre-release; a pre-release revision other than ``0009`` is
     refused with what to do."""
@@ -306,6 +310,8 @@ def convert_prerelease(dsn: str) -> Step | None:
             raise ConfigError(f"database: schema at pre-release revision "
                               f"{', '.join(heads)}: {_PRERELEASE_HINT}")
         want = files_structure(conn)
+        for name in ADDED_SINCE_PRERELEASE:
+            conn.execute(sql.script(name))
         problems = _differences(structure(conn), want)
         if problems:
             raise ConfigError(

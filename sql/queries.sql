@@ -3,18 +3,27 @@
 -- Each query starts with a "-- name: <name>" line; parameters are %(name)s.
 
 -- name: resolve_key
--- Key and team in one statement = one MVCC snapshot; expiry against database time.
+-- Key and team in one statement = one MVCC snapshot; expiry against database time. The
+-- hash is the key's current secret's or, within its grace, one a rotation replaced
+-- (secret_valid_until: when that grace ends).
+WITH hit AS (
+    SELECT id, NULL::timestamptz AS valid_until FROM keys WHERE key_hash = %(key_hash)s
+    UNION ALL
+    SELECT key_id, old_valid_until FROM key_rotations
+     WHERE old_key_hash = %(key_hash)s AND old_valid_until > clock_timestamp()
+)
 SELECT k.id AS key_id, k.display_prefix, k.revision AS key_revision, k.user_name,
        k.allowed_models, k.rpm AS key_rpm, k.tpm AS key_tpm,
        k.usd_micros_per_day AS key_usd_day, k.usd_micros_per_month AS key_usd_month,
        t.id AS team_id, t.name AS team_name, t.rpm, t.tpm, t.tokens_per_day,
        t.budget_fit_floor,
        t.usd_micros_per_day, t.usd_micros_per_month, t.region, t.guardrails,
-       t.revision AS team_revision, t.created_at AS team_created_at
-  FROM keys k JOIN teams t ON t.id = k.team_id
- WHERE k.key_hash = %(key_hash)s
-   AND k.revoked_at IS NULL
+       t.revision AS team_revision, t.created_at AS team_created_at,
+       hit.valid_until AS secret_valid_until
+  FROM hit JOIN keys k ON k.id = hit.id JOIN teams t ON t.id = k.team_id
+ WHERE k.revoked_at IS NULL
    AND (k.expires_at IS NULL OR k.expires_at > clock_timestamp())
+ LIMIT 1
 
 -- name: insert_team
 INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,
@@ -62,6 +71,25 @@ SELECT * FROM keys
  WHERE (%(team_id)s::text IS NULL OR team_id = %(team_id)s)
    AND (%(include_revoked)s OR revoked_at IS NULL)
  ORDER BY created_at, id
+
+-- name: key_rotation_by_idempotency
+SELECT * FROM key_rotations
+ WHERE key_id = %(key_id)s AND idempotency_hash = %(idempotency_hash)s
+
+-- name: rotate_key
+-- The key's new secret (the caller holds its row FOR UPDATE and records the rotation).
+UPDATE keys SET key_hash = %(key_hash)s, display_prefix = %(display_prefix)s,
+       revision = revision + 1
+ WHERE id = %(id)s
+RETURNING *
+
+-- name: insert_key_rotation
+INSERT INTO key_rotations (key_id, revision, old_key_hash, old_valid_until, new_key_hash,
+                           idempotency_hash, salt)
+VALUES (%(key_id)s, %(revision)s, %(old_key_hash)s,
+        clock_timestamp() + make_interval(secs => %(grace_s)s), %(new_key_hash)s,
+        %(idempotency_hash)s, %(salt)s)
+RETURNING old_valid_until
 
 -- name: revoke_key
 UPDATE keys SET revoked_at = clock_timestamp(), revision = revision + 1

@@ -17,6 +17,8 @@ from gateway.admin._views import (
     KeyCreate,
     KeyCreated,
     KeyPage,
+    KeyRotate,
+    KeyRotated,
     KeyView,
     TeamCreate,
     TeamPage,
@@ -52,7 +54,7 @@ def closed(document: dict[str, Any]) -> dict[str, Any]:
 
 _REF = "#/components/schemas/{name}"
 BODIES = (TeamCreate, TeamView, TeamPage, TeamLimits, KeyCreate, KeyCreated, KeyView,
-          KeyPage, KeyLimits, ErrorBody)
+          KeyPage, KeyLimits, KeyRotate, KeyRotated, ErrorBody)
 
 
 OPENAPI = OpenAPIConfig(

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from litestar import Request, Response, Router, get, post, put
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from gateway.admin._access import Access, AdminAccess, AdminCaller
 from gateway.admin._views import (
@@ -29,6 +29,8 @@ from gateway.admin._views import (
     KeyCreate,
     KeyCreated,
     KeyPage,
+    KeyRotate,
+    KeyRotated,
     KeyStatus,
     KeyView,
     TeamCreate,
@@ -50,7 +52,7 @@ from gateway.errors import (
 )
 from gateway.ingress import Gateway
 from gateway.ingress._prepare import presented_key, resolve_principal
-from gateway.keys import KeyRecord, TeamLimits, hash_key
+from gateway.keys import KeyRecord, Rotation, TeamLimits, hash_key
 
 AnyRequest = Request[Any, Any, Any]
 PageSize = Annotated[int, QueryParameter(ge=1, le=500, description="page size (1-500)")]
@@ -228,6 +230,37 @@ async def revoke_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Key
     return _tagged(key_view(record))
 
 
+IdempotencyKey = Annotated[str | None, HeaderParameter(
+    name="Idempotency-Key", pattern=r"^[\x21-\x7e]{1,200}$", required=False,
+    description="retrying with the same value answers the same new secret")]
+
+
+@post("/keys/{key_id:str}/rotate", summary="Rotate a key: a new secret, the same key",
+      status_code=200, responses=WRITES)
+async def rotate_key(request: AnyRequest, key_id: FromPath[str],
+                     idempotency_key: IdempotencyKey = None,
+                     data: JSONBody[KeyRotate | None] = None) -> Response[KeyRotated]:
+    """The key keeps its id, limits, owner and spend; its revision goes up by one. The
+    replaced secret authenticates it until ``previous_valid_until``. With an
+    ``Idempotency-Key``, a retry (even a concurrent one, on any replica) answers the
+    same new secret and rotates nothing more."""
+    caller = _caller(request, "write")
+    gw = _gateway(request)
+    expected = if_match(request)
+    grace = (data or KeyRotate()).grace_seconds
+    done: Rotation = await _store(gw.key_store.rotate_key(
+        key_id, grace_s=grace, idempotency_key=idempotency_key,
+        expected_revision=expected))
+    if not done.replayed:
+        _audit(gw, caller, "key.rotate", key_id=key_id, team_id=done.key.team_id,
+               revision=done.key.revision, if_match=expected, grace_seconds=grace,
+               previous_valid_until=done.previous_valid_until.isoformat())
+    view = key_view(done.key)
+    return Response(KeyRotated(key=view, secret=done.secret, replayed=done.replayed,
+                               previous_valid_until=done.previous_valid_until),
+                    headers={"ETag": f'"{view.revision}"', "Cache-Control": "no-store"})
+
+
 # -- the key itself ---------------------------------------------------------------------
 
 @post("/v1/me/revoke", summary="Revoke the presented key (whoever holds it)",
@@ -249,5 +282,5 @@ async def revoke_me(request: AnyRequest) -> KeyView:
 
 ADMIN = Router(path="/admin/v1", route_handlers=[
     list_teams, create_team, get_team, put_team_limits,
-    list_keys, create_key, get_key, revoke_key], tags=["admin"])
+    list_keys, create_key, get_key, revoke_key, rotate_key], tags=["admin"])
 ROUTES: list[Router | HTTPRouteHandler] = [ADMIN, revoke_me]

@@ -10,6 +10,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 
 from gateway.keys import KeyLimits, KeyRecord, Team, TeamLimits
+from gateway.keys._model import MAX_GRACE_S
 
 _EDGE = r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 _INNER = r"[^\x00-\x1f\x7f-\x9f]"
@@ -88,6 +89,22 @@ class KeyCreated(msgspec.Struct, frozen=True, kw_only=True):
     key: KeyView
     secret: str
     """The key itself (``sk-inf-…``): shown in this answer only, never again."""
+
+
+class KeyRotate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    grace_seconds: Annotated[int, msgspec.Meta(ge=0, le=MAX_GRACE_S)] = 86400
+    """How long the replaced secret keeps working (0: not at all; at most 30 days)."""
+
+
+class KeyRotated(msgspec.Struct, frozen=True, kw_only=True):
+    key: KeyView
+    secret: str
+    """The key's new secret: in this answer (and a retry's with the same
+    Idempotency-Key) only."""
+    previous_valid_until: datetime
+    """Until when the replaced secret still authenticates the key."""
+    replayed: bool
+    """This answers a retry of an earlier rotation (same Idempotency-Key)."""
 
 
 class KeyPage(msgspec.Struct, frozen=True, kw_only=True):

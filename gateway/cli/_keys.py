@@ -28,6 +28,7 @@ from gateway.cli._args import MICROS
 from gateway.config import load_settings
 from gateway.errors import BadRequest, NotFound
 from gateway.keys import KeyLimits, KeyRecord, KeyStore, Team, TeamLimits, open_key_store
+from gateway.keys._model import MAX_GRACE_S
 
 T = TypeVar("T")
 MAX_COUNT = 2**31 - 1
@@ -270,6 +271,31 @@ def _keys_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grace(text: str) -> int:
+    return _args.whole(text, low=0, high=MAX_GRACE_S, unit=" seconds")
+
+
+def _keys_rotate(args: argparse.Namespace) -> int:
+    done = _run(args, lambda s: s.rotate_key(
+        args.id, grace_s=args.grace_seconds, idempotency_key=args.idempotency_key,
+        expected_revision=args.expected_revision))
+    if args.json:
+        _print_json({"key": done.secret, "record": done.key,
+                     "previous_valid_until": done.previous_valid_until,
+                     "replayed": done.replayed})
+        return 0
+    print(f"rotated key {done.key.id} (revision {done.key.revision}, prefix "
+          f"{done.key.display_prefix}); the previous secret works until "
+          f"{done.previous_valid_until.isoformat()}"
+          + (" (a retry: this is the first rotation's secret)" if done.replayed else ""))
+    print()
+    print(f"    {done.secret}")
+    print()
+    print("Store this key now: it is shown only once and cannot be recovered.",
+          file=sys.stderr)
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------
 
 def _common(parser: argparse.ArgumentParser, *, json_help: str) -> None:
@@ -330,8 +356,9 @@ def _register_teams(subparsers: Any) -> None:
 
 
 def _register_keys(subparsers: Any) -> None:
-    keys = subparsers.add_parser("keys", help="create, list and revoke virtual keys",
-                                 description="Create, list and revoke virtual keys. Keys are "
+    keys = subparsers.add_parser("keys", help="create, list, rotate and revoke virtual keys",
+                                 description="Create, list, rotate and revoke virtual keys. "
+                                             "Keys are "
                                              "stored as SHA-256 hashes; the plaintext is "
                                              "shown once, at creation.")
     sub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
@@ -357,6 +384,19 @@ def _register_keys(subparsers: Any) -> None:
     revoke.add_argument("id", metavar="ID", type=_args.text,
                         help="key id (see mayu keys list)")
     revoke.add_argument("--expected-revision", type=_positive, metavar="N",
+                        help="refuse unless the key is still at this revision")
+    rotate = _add(sub, "rotate", _keys_rotate,
+                  "give a key a new secret (same id, limits and spend) and print it once",
+                  "print {key, record, previous_valid_until, replayed} as JSON")
+    rotate.add_argument("id", metavar="ID", type=_args.text,
+                        help="key id (see mayu keys list)")
+    rotate.add_argument("--grace-seconds", type=_grace, default=86400, metavar="S",
+                        help="how long the previous secret keeps working (default 86400: "
+                             f"a day; 0: not at all; at most {MAX_GRACE_S})")
+    rotate.add_argument("--idempotency-key", type=_args.text, default=None, metavar="TEXT",
+                        help="run again with the same value to get the same new secret "
+                             "(a retry after a lost answer) instead of a second rotation")
+    rotate.add_argument("--expected-revision", type=_positive, metavar="N",
                         help="refuse unless the key is still at this revision")
     _register_import(sub)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -84,7 +85,11 @@ async def principal_to_admit(gw: Gateway, key_hash: str) -> Principal:
     if gw.principal_ttl_s > 0:
         cached = gw.principals.get(key_hash)
         if cached is not None and time.monotonic() - cached[0] < gw.principal_ttl_s:
-            return cached[1]
+            # A secret a rotation replaced works until its grace ends, not a TTL longer:
+            # admission checks the key's revision, not which of its secrets was shown.
+            until = cached[1].secret_valid_until
+            if until is None or datetime.now(UTC) < until:
+                return cached[1]
     return await resolve_principal(gw, key_hash)
 
 

@@ -8,7 +8,9 @@ never widen a request (ADR-046). It is never serialized to clients.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import secrets
 from datetime import datetime
 from typing import Annotated, Protocol
@@ -16,6 +18,7 @@ from typing import Annotated, Protocol
 import msgspec
 
 from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
+from gateway.errors import BadRequest
 
 KEY_PREFIX = "sk-inf-"
 
@@ -85,6 +88,9 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     allowed_models: tuple[str, ...] | None
     team: Team
     user: str | None = None
+    secret_valid_until: datetime | None = None
+    """Set when the presented secret is one a rotation replaced: it authenticates the key
+    until then (its grace), and a Principal cached past it is resolved again."""
 
     @property
     def team_id(self) -> str:
@@ -100,8 +106,49 @@ def hash_key(plaintext: str) -> str:
 
 def new_key() -> tuple[str, str, str]:
     """A fresh random key: ``(plaintext, sha256 hex, display prefix)``."""
-    plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
+    return _key_triple(KEY_PREFIX + secrets.token_urlsafe(32))
+
+
+def _key_triple(plaintext: str) -> tuple[str, str, str]:
     return plaintext, hash_key(plaintext), plaintext[: len(KEY_PREFIX) + 6]
+
+
+MAX_GRACE_S = 30 * 86400
+"""The longest a replaced secret may keep working after a rotation."""
+
+
+class Rotation(msgspec.Struct, frozen=True, kw_only=True):
+    """A key's new secret, shown once (and again to a retry with the same
+    Idempotency-Key), and until when the secret it replaced still works."""
+
+    secret: str
+    key: KeyRecord
+    previous_valid_until: datetime
+    replayed: bool = False
+    """A retry of an earlier rotation of this key with the same Idempotency-Key."""
+
+
+def rotation_secret(idempotency_key: str | None) -> tuple[str, str, str, str | None]:
+    """A rotation's new secret as ``new_key`` gives it, plus its salt: random without an
+    Idempotency-Key; with one, HMAC-SHA256(salt, Idempotency-Key), so a retry carrying
+    the same Idempotency-Key re-derives it (:func:`replayed_secret`) while the stored
+    salt and hash alone cannot."""
+    if idempotency_key is None:
+        return (*new_key(), None)
+    salt = secrets.token_hex(32)
+    return (*_key_triple(replayed_secret(salt, idempotency_key)), salt)
+
+
+def replayed_secret(salt: str, idempotency_key: str) -> str:
+    digest = hmac.new(bytes.fromhex(salt), idempotency_key.encode(), hashlib.sha256).digest()
+    return KEY_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def check_grace(grace_s: int) -> None:
+    if isinstance(grace_s, bool) or not isinstance(grace_s, int) \
+            or not 0 <= grace_s <= MAX_GRACE_S:
+        raise BadRequest(f"grace_seconds: must be an integer in 0..{MAX_GRACE_S} "
+                         "(30 days)", param="grace_seconds")
 
 
 class KeyStore(Protocol):
@@ -133,5 +180,12 @@ class KeyStore(Protocol):
 
     async def revoke_key(self, key_id: str, *, expected_revision: int | None = None) -> KeyRecord:
         """Tombstone a key (comparing the revision in the write transaction if given)."""
+
+    async def rotate_key(self, key_id: str, *, grace_s: int,
+                         idempotency_key: str | None = None,
+                         expected_revision: int | None = None) -> Rotation:
+        """A new secret for the key (same id, limits and spend; revision + 1); the old one
+        keeps working ``grace_s`` seconds. A retry with the same ``idempotency_key``
+        answers the first rotation's secret (before any revision check)."""
 
     async def close(self) -> None: ...

@@ -24,7 +24,7 @@ from psycopg.errors import UniqueViolation
 import sql
 from gateway.config import BootstrapTeam
 from gateway.db import Pool, connection, fetch_all, fetch_one
-from gateway.errors import AlreadyExists, BadRequest, ConfigError, NotFound
+from gateway.errors import AlreadyExists, BadRequest, ConfigError, KeyRevoked, NotFound
 from gateway.keys._limits import (
     KEY_LIMITS,
     TEAM_LIMITS,
@@ -32,7 +32,19 @@ from gateway.keys._limits import (
     check_new_team,
     check_revision,
 )
-from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
+from gateway.keys._model import (
+    KeyLimits,
+    KeyRecord,
+    Principal,
+    Rotation,
+    Team,
+    TeamLimits,
+    check_grace,
+    hash_key,
+    new_key,
+    replayed_secret,
+    rotation_secret,
+)
 
 _NO_TEAM_LIMITS = TeamLimits()
 _NO_KEY_LIMITS = KeyLimits()
@@ -69,7 +81,7 @@ def _principal(row: dict[str, Any]) -> Principal:
                              usd_micros_per_day=row["key_usd_day"],
                              usd_micros_per_month=row["key_usd_month"]),
         allowed_models=None if models is None else tuple(models), team=team,
-        user=row["user_name"])
+        user=row["user_name"], secret_valid_until=row["secret_valid_until"])
 
 
 async def _one(conn: AsyncConnection[Any], query: str, **params: Any) -> dict[str, Any] | None:
@@ -185,6 +197,40 @@ class PostgresKeyStore:
                 row = await _one(conn, "revoke_key", id=key_id)
         assert row is not None
         return key_from_row(row)
+
+    async def rotate_key(self, key_id: str, *, grace_s: int,
+                         idempotency_key: str | None = None,
+                         expected_revision: int | None = None) -> Rotation:
+        """FOR UPDATE on the key row serialises rotations (and their retries) of one key
+        across replicas, and waits out admissions holding it FOR SHARE."""
+        check_grace(grace_s)
+        idem = None if idempotency_key is None else hash_key(idempotency_key)
+        async with connection(self._pool, "key store") as conn, \
+                conn.transaction():
+            row = await _one(conn, "get_key_for_update", id=key_id)
+            if row is None:
+                raise NotFound(f"key {key_id!r} does not exist")
+            if idempotency_key is not None:
+                done = await _one(conn, "key_rotation_by_idempotency", key_id=key_id,
+                                  idempotency_hash=idem)
+                if done is not None:
+                    return Rotation(secret=replayed_secret(done["salt"], idempotency_key),
+                                    key=key_from_row(row), replayed=True,
+                                    previous_valid_until=done["old_valid_until"])
+            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
+            if row["revoked_at"] is not None:
+                raise KeyRevoked(f"key {key_id!r} is revoked; create a new key")
+            secret, key_hash, prefix, salt = rotation_secret(idempotency_key)
+            updated = await _one(conn, "rotate_key", id=key_id, key_hash=key_hash,
+                                 display_prefix=prefix)
+            assert updated is not None
+            rotation = await _one(conn, "insert_key_rotation", key_id=key_id,
+                                  revision=updated["revision"], old_key_hash=row["key_hash"],
+                                  grace_s=grace_s, new_key_hash=key_hash,
+                                  idempotency_hash=idem, salt=salt)
+        assert rotation is not None
+        return Rotation(secret=secret, key=key_from_row(updated),
+                        previous_valid_until=rotation["old_valid_until"])
 
     async def declare_teams(self, declared: Sequence[BootstrapTeam]) -> list[str]:
         """Register config-declared teams by immutable fingerprint (ADR-046 bootstrap).

@@ -13,11 +13,11 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sql
-from gateway.errors import AlreadyExists, BadRequest, NotFound
+from gateway.errors import AlreadyExists, BadRequest, KeyRevoked, NotFound
 from gateway.keys._limits import (
     KEY_LIMITS,
     TEAM_LIMITS,
@@ -25,7 +25,19 @@ from gateway.keys._limits import (
     check_new_team,
     check_revision,
 )
-from gateway.keys._model import KeyLimits, KeyRecord, Principal, Team, TeamLimits, new_key
+from gateway.keys._model import (
+    KeyLimits,
+    KeyRecord,
+    Principal,
+    Rotation,
+    Team,
+    TeamLimits,
+    check_grace,
+    hash_key,
+    new_key,
+    replayed_secret,
+    rotation_secret,
+)
 from gateway.localdb import SqliteBase, Statements
 
 # Frozen structs, so one shared default instance is safe.
@@ -95,18 +107,25 @@ class SqliteKeyStore(SqliteBase):
 
     async def resolve(self, key_hash: str) -> Principal | None:
         def _resolve(conn: sqlite3.Connection) -> Principal | None:
+            now = self._clock()
+            valid_until = None
             row = _SQL["key_by_hash"].execute_values(conn, key_hash).fetchone()
-            if row is None:
-                return None
+            if row is None:  # a secret a rotation replaced, within its grace?
+                rotated = _SQL["rotated_key"].execute_values(conn, key_hash).fetchone()
+                valid_until = None if rotated is None else _dt(rotated["old_valid_until"])
+                if valid_until is None or valid_until <= now:
+                    return None
+                row = _get_key(conn, rotated["key_id"])
             key = _key(row)
             if key.revoked_at is not None:
                 return None
-            if key.expires_at is not None and key.expires_at <= self._clock():
+            if key.expires_at is not None and key.expires_at <= now:
                 return None
             team = _get_team(conn, key.team_id)
             return Principal(key_id=key.id, key_prefix=key.display_prefix,
                              key_revision=key.revision, key_limits=key.limits,
-                             allowed_models=key.allowed_models, team=team, user=key.user)
+                             allowed_models=key.allowed_models, team=team, user=key.user,
+                             secret_valid_until=valid_until)
         return await self._run(_resolve, write=False, inline=True)
 
     async def create_team(self, *, name: str, limits: TeamLimits = _NO_TEAM_LIMITS,
@@ -190,6 +209,41 @@ class SqliteKeyStore(SqliteBase):
             return [_key(r) for r in _SQL["keys"].execute(conn, {
                 "team_id": team_id, "include_revoked": include_revoked})]
         return await self._run(_list, write=False)
+
+    async def rotate_key(self, key_id: str, *, grace_s: int,
+                         idempotency_key: str | None = None,
+                         expected_revision: int | None = None) -> Rotation:
+        check_grace(grace_s)
+        idem = None if idempotency_key is None else hash_key(idempotency_key)
+
+        def _rotate(conn: sqlite3.Connection) -> Rotation:
+            row = _get_key(conn, key_id)
+            if row is None:
+                raise NotFound(f"key {key_id!r} does not exist")
+            if idempotency_key is not None:
+                done = _SQL["key_rotation_by_idempotency"].execute(conn, {
+                    "key_id": key_id, "idempotency_hash": idem}).fetchone()
+                if done is not None:
+                    return Rotation(secret=replayed_secret(done["salt"], idempotency_key),
+                                    key=_key(row), replayed=True,
+                                    previous_valid_until=datetime.fromisoformat(
+                                        done["old_valid_until"]))
+            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
+            if row["revoked_at"] is not None:
+                raise KeyRevoked(f"key {key_id!r} is revoked; create a new key")
+            secret, key_hash, prefix, salt = rotation_secret(idempotency_key)
+            now = self._clock()
+            until = now + timedelta(seconds=grace_s)
+            _SQL["rotate_key"].execute(conn, {"id": key_id, "key_hash": key_hash,
+                                              "display_prefix": prefix})
+            updated = _key(_get_key(conn, key_id))
+            _SQL["insert_key_rotation"].execute(conn, {
+                "key_id": key_id, "revision": updated.revision,
+                "old_key_hash": row["key_hash"], "old_valid_until": _ts(until),
+                "new_key_hash": key_hash, "idempotency_hash": idem, "salt": salt,
+                "created_at": _ts(now)})
+            return Rotation(secret=secret, key=updated, previous_valid_until=until)
+        return await self._run(_rotate)
 
     async def revoke_key(self, key_id: str, *,
                          expected_revision: int | None = None) -> KeyRecord:

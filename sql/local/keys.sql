@@ -33,6 +33,22 @@ CREATE TABLE IF NOT EXISTS keys (
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS keys_team ON keys(team_id);
+-- Key rotations (the Postgres table's twin, sql/key_rotations.sql): the secret a rotation
+-- replaced works until old_valid_until; a retry with the same Idempotency-Key re-derives
+-- the new secret from salt.
+CREATE TABLE IF NOT EXISTS key_rotations (
+    key_id TEXT NOT NULL REFERENCES keys(id),
+    revision INTEGER NOT NULL,
+    old_key_hash TEXT NOT NULL UNIQUE,
+    old_valid_until TEXT NOT NULL,
+    new_key_hash TEXT NOT NULL,
+    idempotency_hash TEXT,
+    salt TEXT,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (key_id, revision)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS key_rotations_idempotency
+    ON key_rotations(key_id, idempotency_hash) WHERE idempotency_hash IS NOT NULL;
 
 -- name: find_team
 -- A team by id or by name (the id wins when one team's name is another's id).
@@ -83,3 +99,21 @@ VALUES (:id, :team_id, :key_hash, :display_prefix, :name, :user, :allowed_models
 
 -- name: revoke_key
 UPDATE keys SET revoked_at = :revoked_at, revision = revision + 1 WHERE id = :id
+
+-- name: rotated_key
+-- A secret a rotation replaced: its key id and until when it works.
+SELECT key_id, old_valid_until FROM key_rotations WHERE old_key_hash = :key_hash
+
+-- name: key_rotation_by_idempotency
+SELECT * FROM key_rotations WHERE key_id = :key_id AND idempotency_hash = :idempotency_hash
+
+-- name: rotate_key
+UPDATE keys SET key_hash = :key_hash, display_prefix = :display_prefix,
+       revision = revision + 1
+ WHERE id = :id
+
+-- name: insert_key_rotation
+INSERT INTO key_rotations (key_id, revision, old_key_hash, old_valid_until, new_key_hash,
+                           idempotency_hash, salt, created_at)
+VALUES (:key_id, :revision, :old_key_hash, :old_valid_until, :new_key_hash,
+        :idempotency_hash, :salt, :created_at)

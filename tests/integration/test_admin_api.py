@@ -224,3 +224,63 @@ async def test_bad_input_is_a_400_in_openais_shape_and_every_write_is_audited(
         ("team.limits", "terraform")]
     text = audit.read_text()
     assert created["secret"] not in text and WRITE not in text and READ not in text
+
+
+async def test_rotation_keeps_the_key_and_the_old_secret_works_for_its_grace(
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    """A rotation answers a new secret for the same key_id (revision + 1, same limits):
+    the new secret works at once and the old one until previous_valid_until, then is a
+    401. Ten concurrent retries with one Idempotency-Key rotate once and all answer the
+    same secret. grace_seconds 0 ends the old secret at once; a revoked key cannot be
+    rotated (409); the audit line carries no secret."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    c, audit = admin
+    w = bearer(WRITE)
+    await c.post("/admin/v1/teams", json={"name": "t"}, headers=w)
+    made = (await c.post("/admin/v1/keys", json={"team": "t", "limits": {"rpm": 50}},
+                         headers=w)).json()
+    old, key_id = made["secret"], made["key"]["key_id"]
+
+    async def rotate(idem: str, grace: int) -> Any:
+        return await c.post(f"/admin/v1/keys/{key_id}/rotate",
+                            json={"grace_seconds": grace},
+                            headers={**w, "Idempotency-Key": idem})
+
+    answers = await asyncio.gather(*(rotate("rotation-1", 1) for _ in range(10)))
+    assert {r.status_code for r in answers} == {200}, [r.text for r in answers]
+    bodies = [r.json() for r in answers]
+    assert len({b["secret"] for b in bodies}) == 1
+    assert sum(not b["replayed"] for b in bodies) == 1
+    new = bodies[0]["secret"]
+    assert new != old and bodies[0]["key"]["key_id"] == key_id
+    current = (await c.get(f"/admin/v1/keys/{key_id}", headers=w)).json()
+    assert current["revision"] == 2 and current["limits"]["rpm"] == 50
+    assert current["display_prefix"] == new[:len(current["display_prefix"])]
+    for secret in (new, old):
+        r = await c.post("/v1/chat/completions", json=BODY, headers=bearer(secret))
+        assert r.status_code == 200, r.text
+    until = datetime.fromisoformat(bodies[0]["previous_valid_until"].replace("Z", "+00:00"))
+    while datetime.now(UTC) <= until:  # the grace is one second
+        await asyncio.sleep(0.05)
+    _openai_error(await c.post("/v1/chat/completions", json=BODY, headers=bearer(old)),
+                  401, "invalid_api_key")
+    assert (await c.post("/v1/chat/completions", json=BODY,
+                         headers=bearer(new))).status_code == 200
+    again = await rotate("rotation-1", 1)  # a late retry still answers the same secret
+    assert again.json()["secret"] == new and again.json()["replayed"] is True
+
+    third = (await rotate("rotation-2", 0)).json()
+    _openai_error(await c.post("/v1/chat/completions", json=BODY, headers=bearer(new)),
+                  401, "invalid_api_key")
+    assert third["key"]["revision"] == 3
+    await c.post(f"/admin/v1/keys/{key_id}/revoke", headers=w)
+    _openai_error(await rotate("rotation-3", 0), 409, "key_revoked")
+    _openai_error(await c.post(f"/admin/v1/keys/{key_id}/rotate",
+                               json={"grace_seconds": -1}, headers=w), 400,
+                  "invalid_request")
+    text = audit.read_text()
+    assert [json.loads(x)["action"] for x in text.splitlines()
+            if '"key.rotate"' in x] == ["key.rotate", "key.rotate"]
+    assert new not in text and third["secret"] not in text
