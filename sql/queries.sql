@@ -294,6 +294,27 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
  ORDER BY created_at, id
  LIMIT %(limit)s
 
+-- name: request_log
+-- The request log (GET /admin/v1/requests): permits newest first, as list_permits, each
+-- filter applied unless NULL; (before_at, before_id) is the page position.
+SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
+       token_bound, usd_bound, status, created_at,
+       floor(extract(epoch FROM clock_timestamp() - created_at))::bigint AS age_s,
+       tokens_committed, usd_committed, tokens_liability, usd_liability, bound_exceeded,
+       detail
+  FROM permits
+ WHERE (%(team_id)s::text IS NULL OR team_id = %(team_id)s)
+   AND (%(key_id)s::text IS NULL OR key_id = %(key_id)s)
+   AND (%(user)s::text IS NULL OR user_name = %(user)s)
+   AND (%(model)s::text IS NULL OR model = %(model)s)
+   AND (%(status)s::text IS NULL OR status = %(status)s)
+   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+   AND (%(before_at)s::timestamptz IS NULL
+        OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ ORDER BY created_at DESC, id DESC
+ LIMIT %(limit)s
+
 -- name: frozen_counters
 -- Frozen money windows and policy accounts, each with the latest invalid permit that
 -- charged it (found from the invalid permits, then their segments by primary key).

@@ -2,6 +2,9 @@
 
 from gateway.admin._access import AdminAccess, AdminCaller
 from gateway.admin._openapi import OPENAPI
-from gateway.admin._routes import ROUTES
+from gateway.admin._routes import ROUTES as _KEYS
+from gateway.admin._usage import ROUTES as _USAGE
+
+ROUTES = [*_KEYS, *_USAGE]
 
 __all__ = ["OPENAPI", "ROUTES", "AdminAccess", "AdminCaller"]

@@ -62,7 +62,7 @@ Cursor = Annotated[str | None, QueryParameter(
 _ETAG = re.compile(r'(?:W/)?"?([0-9]{1,18})"?')
 
 
-def _errors(*statuses: int) -> dict[int, ResponseSpec]:
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
     """The documented error answers of a route (each in :class:`ErrorBody`'s shape)."""
     what = {400: "malformed input (param names it)", 401: "no admin token",
             403: "a read token asked to write", 404: "no such team or key",
@@ -72,7 +72,7 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
             for s in (400, 401, 503, *statuses)}
 
 
-READS, WRITES = _errors(), _errors(403, 404, 409, 412)
+READS, WRITES = error_responses(), error_responses(403, 404, 409, 412)
 
 
 def _gateway(request: AnyRequest) -> Gateway:
@@ -146,7 +146,7 @@ async def create_team(request: AnyRequest, data: JSONBody[TeamCreate]) -> Respon
 
 
 @get("/teams/{team:str}", summary="Get a team (by name or id)",
-      responses=_errors(404))
+      responses=error_responses(404))
 async def get_team(request: AnyRequest, team: FromPath[str]) -> Response[TeamView]:
     _caller(request, "read")
     found = await _store(_gateway(request).key_store.get_team(team))
@@ -172,7 +172,7 @@ async def put_team_limits(request: AnyRequest, team: FromPath[str],
 # -- keys -------------------------------------------------------------------------------
 
 @get("/keys", summary="List keys (never their secrets)",
-      responses=_errors(404))
+      responses=error_responses(404))
 async def list_keys(request: AnyRequest, team: FromQuery[str | None] = None,
                     user: FromQuery[str | None] = None,
                     status: FromQuery[KeyStatus | None] = None,
@@ -207,7 +207,7 @@ async def create_key(request: AnyRequest, data: JSONBody[KeyCreate]) -> Response
 
 
 @get("/keys/{key_id:str}", summary="Get a key",
-      responses=_errors(404))
+      responses=error_responses(404))
 async def get_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyView]:
     _caller(request, "read")
     found = await _store(_gateway(request).key_store.get_key(key_id))
@@ -264,7 +264,7 @@ async def rotate_key(request: AnyRequest, key_id: FromPath[str],
 # -- the key itself ---------------------------------------------------------------------
 
 @post("/v1/me/revoke", summary="Revoke the presented key (whoever holds it)",
-      status_code=200, responses=_errors())
+      status_code=200, responses=error_responses())
 async def revoke_me(request: AnyRequest) -> KeyView:
     """A leaked key can be killed by whoever has it: the key revokes itself."""
     gw = _gateway(request)

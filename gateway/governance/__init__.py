@@ -34,7 +34,7 @@ from gateway.governance._model import (
     StoredFigures,
     UsageRow,
 )
-from gateway.governance._ops import FrozenCounter, PermitInfo
+from gateway.governance._ops import FrozenCounter, LogFilter, PermitInfo
 from gateway.governance._plan import (
     bucket_admits,
     bucket_settle,
@@ -69,6 +69,7 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "Permit",
+    "LogFilter",
     "PermitInfo",
     "PostgresGovernanceStore",
     "PostgresPolicySource",

@@ -54,11 +54,13 @@ from gateway.governance._model import (
 )
 from gateway.governance._ops import (
     FrozenCounter,
+    LogFilter,
     PermitInfo,
     local_frozen,
     local_get_permit,
     local_permit_info,
     local_permits,
+    local_request_log,
 )
 from gateway.governance._plan import (
     check_settlement,
@@ -355,6 +357,12 @@ class LocalGovernanceStore(SqliteBase):
         def _list(conn: sqlite3.Connection) -> list[PermitInfo]:
             return local_permits(conn, self._now_us(), pending_only=pending_only,
                                  older_than_s=older_than_s, limit=limit)
+        return await self._run(_list, write=False)
+
+    async def request_log(self, f: LogFilter, *, limit: int | None) -> list[PermitInfo]:
+        """Permits newest first, filtered (the request log)."""
+        def _list(conn: sqlite3.Connection) -> list[PermitInfo]:
+            return local_request_log(conn, self._now_us(), f, limit)
         return await self._run(_list, write=False)
 
     async def frozen(self) -> list[FrozenCounter]:

@@ -18,11 +18,14 @@ uses those even after a policy edit, a deletion or midnight.
 from __future__ import annotations
 
 import enum
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import msgspec
 
 from gateway.pricing import Usage
+
+if TYPE_CHECKING:  # _ops builds on this module
+    from gateway.governance._ops import LogFilter, PermitInfo
 
 CounterKind = Literal["bucket", "window", "account"]
 Dimension = Literal["requests", "tokens", "usd"]
@@ -238,6 +241,10 @@ class GovernanceStore(Protocol):
         the day and month windows; filtered to one key and its team, or everything when
         both are None.
         """
+
+    async def request_log(self, f: LogFilter, *, limit: int | None) -> list[PermitInfo]:
+        """Permits newest first, as ``f`` selects them, at most ``limit`` (the request
+        log of the admin API)."""
 
     async def figures(self, charges: list[Charge]) -> dict[str, StoredFigures]:
         """What each of ``charges``' counters holds now, read in one step (no charge is

@@ -45,6 +45,22 @@ class PermitInfo(msgspec.Struct, frozen=True, kw_only=True):
     """The settlement's detail (for an operator resolution: who and why)."""
 
 
+class LogFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which permits a request-log read returns (every field None: all of them)."""
+
+    team_id: str | None = None
+    key_id: str | None = None
+    user: str | None = None
+    model: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    """Admitted at or after."""
+    until: datetime | None = None
+    """Admitted before."""
+    before: tuple[datetime, str] | None = None
+    """The page position: permits admitted before this (admission time, permit id)."""
+
+
 class FrozenCounter(msgspec.Struct, frozen=True, kw_only=True):
     """A money window or policy account frozen after invalid usage."""
 
@@ -90,6 +106,20 @@ def local_permits(conn: sqlite3.Connection, now_us: int, *, pending_only: bool,
               "created_before": None if older_than_s is None
               else now_us - older_than_s * 1_000_000}
     return [_permit_info(r, now_us) for r in _SQL["permits"].execute(conn, params)]
+
+
+def _us(moment: datetime | None) -> int | None:
+    return None if moment is None else (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def local_request_log(conn: sqlite3.Connection, now_us: int, f: LogFilter,
+                      limit: int | None) -> list[PermitInfo]:
+    """Permits newest first, filtered (the request log)."""
+    params = {"team_id": f.team_id, "key_id": f.key_id, "user": f.user, "model": f.model,
+              "status": f.status, "since_us": _us(f.since), "until_us": _us(f.until),
+              "before_us": _us(f.before[0]) if f.before else None,
+              "before_id": f.before[1] if f.before else None, "limit": limit}
+    return [_permit_info(r, now_us) for r in _SQL["request_log"].execute(conn, params)]
 
 
 def local_permit_info(conn: sqlite3.Connection, permit_id: str,

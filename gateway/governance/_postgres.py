@@ -36,7 +36,7 @@ from gateway.governance._model import (
     UsageRow,
     born_figures,
 )
-from gateway.governance._ops import FrozenCounter, PermitInfo
+from gateway.governance._ops import FrozenCounter, LogFilter, PermitInfo
 from gateway.governance._plan import (
     check_commit_values,
     refill,
@@ -355,6 +355,18 @@ class PostgresGovernanceStore:
                   "limit": limit, "permit_id": permit_id}
         async with connection(self._pool) as conn:
             rows = await fetch_all(conn, sql.queries["list_permits"], params)
+        return [PermitInfo(**r) for r in rows]
+
+    async def request_log(self, f: LogFilter, *, limit: int | None) -> list[PermitInfo]:
+        """Permits newest first, filtered (the request log)."""
+        if f.before is not None and not _is_uuid(f.before[1]):
+            return []
+        params = {"team_id": f.team_id, "key_id": f.key_id, "user": f.user,
+                  "model": f.model, "status": f.status, "since": f.since, "until": f.until,
+                  "before_at": f.before[0] if f.before else None,
+                  "before_id": f.before[1] if f.before else None, "limit": limit}
+        async with connection(self._pool) as conn:
+            rows = await fetch_all(conn, sql.queries["request_log"], params)
         return [PermitInfo(**r) for r in rows]
 
     async def frozen(self) -> list[FrozenCounter]:

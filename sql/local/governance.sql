@@ -183,6 +183,27 @@ SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
  ORDER BY p.created_us, p.id
  LIMIT coalesce(:limit, -1)
 
+-- name: request_log
+-- The request log (GET /admin/v1/requests): permits newest first, as permit_info, each
+-- filter applied unless NULL; :before_us/:before_id is the page position.
+SELECT * FROM (
+    SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
+           p.usd_bound, p.created_us, coalesce(s.kind, 'pending') AS status,
+           s.tokens_committed, s.usd_committed, s.detail, s.tokens_liability,
+           s.usd_liability, s.bound_exceeded
+      FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
+     WHERE (:team_id IS NULL OR p.team_id = :team_id)
+       AND (:key_id IS NULL OR p.key_id = :key_id)
+       AND (:user IS NULL OR p.user = :user)
+       AND (:model IS NULL OR p.model = :model)
+       AND (:since_us IS NULL OR p.created_us >= :since_us)
+       AND (:until_us IS NULL OR p.created_us < :until_us)
+       AND (:before_us IS NULL OR p.created_us < :before_us
+            OR (p.created_us = :before_us AND p.id < :before_id))
+) WHERE (:status IS NULL OR status = :status)
+ ORDER BY created_us DESC, id DESC
+ LIMIT coalesce(:limit, -1)
+
 -- name: usage
 -- GET /v1/usage (gateway/governance/_usage.py): one row per scope (0 key, 1 team,
 -- 2 user), window (0: the day :day, 1: the month :month) and id, in that order. A

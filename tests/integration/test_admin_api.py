@@ -284,3 +284,85 @@ async def test_rotation_keeps_the_key_and_the_old_secret_works_for_its_grace(
     assert [json.loads(x)["action"] for x in text.splitlines()
             if '"key.rotate"' in x] == ["key.rotate", "key.rotate"]
     assert new not in text and third["secret"] not in text
+
+
+async def test_the_request_log_pages_filters_sums_and_exports(
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    """Ten requests from three keys of two teams: the log lists them newest first and
+    pages of 3 walk all ten; filters by team, key and model; the day summary of team t
+    equals /v1/usage and the counters (/v1/me) to the µUSD; the CSV has the JSON's rows;
+    a key's own log (/v1/me/requests) is its requests only; no token is a 401."""
+    import csv
+    import io
+
+    c, _ = admin
+    w, rd = bearer(WRITE), bearer(READ)
+    await c.post("/admin/v1/teams", json={"name": "t", "limits": {
+        "usd_micros_per_day": 10**9}}, headers=w)
+    await c.post("/admin/v1/teams", json={"name": "u"}, headers=w)
+    a = (await c.post("/admin/v1/keys", json={"team": "t", "user": "ana"},
+                      headers=w)).json()
+    b = (await c.post("/admin/v1/keys", json={"team": "t", "user": "bob"},
+                      headers=w)).json()
+    u = (await c.post("/admin/v1/keys", json={"team": "u"}, headers=w)).json()
+    plan = [(a, "mock-gpt")] * 5 + [(b, "mock-claude")] * 3 + [(u, "mock-gpt")] * 2
+    for i, (key, model) in enumerate(plan):
+        r = await c.post("/v1/chat/completions", headers=bearer(key["secret"]), json={
+            "model": model, "max_tokens": 4 + i,
+            "messages": [{"role": "user", "content": "hi " * (i + 1)}]})
+        assert r.status_code == 200, r.text
+
+    seen: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = (await c.get("/admin/v1/requests", params=params, headers=rd)).json()
+        seen += page["data"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == 10 and len({r["permit_id"] for r in seen}) == 10
+    assert [r["created_at"] for r in seen] == sorted((r["created_at"] for r in seen),
+                                                     reverse=True)
+    assert all(r["status"] == "complete" and r["usd_committed"] > 0 for r in seen)
+
+    async def count(**params: str) -> int:
+        page = (await c.get("/admin/v1/requests", params=params, headers=rd)).json()
+        return len(page["data"])
+
+    assert await count(team="t") == 8 and await count(team="u") == 2
+    assert await count(key_id=a["key"]["key_id"]) == 5
+    assert await count(model="mock-claude") == 3
+    assert await count(user="bob") == 3 and await count(status="pending") == 0
+
+    summary = (await c.get("/admin/v1/requests/summary", params={
+        "group_by": "team", "bucket": "day", "team": "t"}, headers=rd)).json()["data"]
+    assert len(summary) == 1 and summary[0]["requests"] == 8
+    usage = (await c.get("/v1/usage", headers=bearer(a["secret"]))).json()["data"]
+    team_day = next(x for x in usage if x["scope"] == "team" and x["window"] == "day")
+    assert summary[0]["usd_committed"] == team_day["usd_committed"]
+    assert summary[0]["tokens_committed"] == team_day["tokens_committed"]
+    assert summary[0]["usd_committed"] == sum(r["usd_committed"] for r in seen
+                                              if r["team_id"] == a["key"]["team_id"])
+    me = (await c.get("/v1/me", headers=bearer(a["secret"]))).json()["limits"]
+    counter = next(x for x in me if x["owner"] == "team" and x["window"] == "day")
+    assert counter["committed"] == summary[0]["usd_committed"]
+    by_model = (await c.get("/admin/v1/requests/summary", params={
+        "group_by": "team,model", "bucket": "none"}, headers=rd)).json()["data"]
+    assert sorted((x["model"], x["requests"]) for x in by_model) == [
+        ("mock-claude", 3), ("mock-gpt", 2), ("mock-gpt", 5)]
+
+    exported = (await c.get("/admin/v1/requests.csv", headers=rd))
+    assert exported.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(exported.text)))
+    assert [r["permit_id"] for r in rows] == [r["permit_id"] for r in seen]
+    for got, want in zip(rows, seen, strict=True):
+        assert int(got["usd_committed"]) == want["usd_committed"]
+        assert got["user"] == (want["user"] or "")
+
+    own = (await c.get("/v1/me/requests", params={"team": "u"},
+                       headers=bearer(b["secret"]))).json()["data"]
+    assert {r["key_id"] for r in own} == {b["key"]["key_id"]} and len(own) == 3
+    _openai_error(await c.get("/admin/v1/requests"), 401, "invalid_api_key")
+    _openai_error(await c.get("/admin/v1/requests", headers=bearer(b["secret"])), 401,
+                  "invalid_api_key")

@@ -1,0 +1,269 @@
+"""The request log: every admitted request as its permit recorded it, to filter, page,
+sum and export (``GET /admin/v1/requests``, ``/requests.csv``, ``/requests/summary``; a
+key's own: ``GET /v1/me/requests``).
+
+Built on what admission and settlement already write, the permits (nothing more is
+written on the request path): who (key, team, user), which model, when, the bounds it
+reserved, and once settled its outcome, committed and liability, tokens and µUSD.
+Newest first, paged by an opaque cursor. The summary adds the same figures the way
+``/v1/usage`` and the counters do: a settled permit its committed and, apart, its
+liability; a pending or invalid one its bounds as reserved; a request cancelled before
+dispatch is not counted as a request. So for one team and day the summary equals
+``/v1/usage`` to the µUSD. Not recorded (yet): the route, the deployment, the client
+tool and the tokens per class (they are in each replica's audit lines).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from litestar import Request, Response, get
+from litestar.params import FromQuery, QueryParameter
+
+from gateway.admin._access import AdminAccess
+from gateway.admin._routes import error_responses
+from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError
+from gateway.governance import LogFilter, PermitInfo
+from gateway.ingress import Gateway
+from gateway.ingress._prepare import authenticate, presented_key
+
+AnyRequest = Request[Any, Any, Any]
+Status = Literal["pending", "complete", "tokens_known", "uncertain", "invalid", "cancelled"]
+Group = Literal["team", "user", "key", "model"]
+Bucket = Literal["day", "hour", "none"]
+
+Text = Annotated[str | None, QueryParameter(min_length=1, max_length=200)]
+Moment = Annotated[datetime | None, QueryParameter(
+    description="RFC 3339 time with an offset (2026-12-04T00:00:00Z)")]
+PageSize = Annotated[int, QueryParameter(ge=1, le=1000)]
+Cursor = Annotated[str | None, QueryParameter(
+    pattern=r"^(?:[0-9a-f]{2}){1,200}$", description="the next_cursor of the previous page")]
+GroupBy = Annotated[str, QueryParameter(
+    pattern=r"^(?:team|user|key|model)(?:,(?:team|user|key|model)){0,3}$",
+    description="comma-separated: team, user, key, model")]
+
+
+class RequestView(msgspec.Struct, frozen=True, kw_only=True):
+    permit_id: str
+    request_id: str
+    key_id: str
+    team_id: str
+    user: str | None
+    model: str
+    status: Status
+    created_at: datetime
+    token_bound: int
+    usd_bound: int
+    tokens_committed: int | None
+    usd_committed: int | None
+    tokens_liability: int | None
+    usd_liability: int | None
+    bound_exceeded: bool
+    detail: str | None
+
+
+class RequestPage(msgspec.Struct, frozen=True, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[RequestView]
+    next_cursor: str | None = None
+
+
+class SummaryRow(msgspec.Struct, frozen=True, kw_only=True):
+    team_id: str | None = None
+    user: str | None = None
+    key_id: str | None = None
+    model: str | None = None
+    period: str | None = None
+    """``2026-12-04`` (day), ``2026-12-04T13`` (hour, UTC), None (bucket none)."""
+    requests: int = 0
+    tokens_committed: int = 0
+    usd_committed: int = 0
+    tokens_liability: int = 0
+    usd_liability: int = 0
+    tokens_reserved: int = 0
+    usd_reserved: int = 0
+
+
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    object: Literal["summary"] = "summary"
+    group_by: list[Group]
+    bucket: Bucket
+    data: list[SummaryRow]
+
+
+_COLUMNS = RequestView.__struct_fields__
+
+
+def view(p: PermitInfo) -> RequestView:
+    return RequestView(permit_id=p.id, request_id=p.request_id, key_id=p.key_id,
+                       team_id=p.team_id, user=p.user, model=p.model,
+                       status=p.status,  # type: ignore[arg-type]
+                       created_at=p.created_at, token_bound=p.token_bound,
+                       usd_bound=p.usd_bound, tokens_committed=p.tokens_committed,
+                       usd_committed=p.usd_committed, tokens_liability=p.tokens_liability,
+                       usd_liability=p.usd_liability, bound_exceeded=p.bound_exceeded,
+                       detail=p.detail)
+
+
+def _cursor(p: PermitInfo) -> str:
+    return f"{p.created_at.isoformat()}|{p.id}".encode().hex()
+
+
+def _position(cursor: str | None) -> tuple[datetime, str] | None:
+    if cursor is None:
+        return None
+    try:
+        at, permit = bytes.fromhex(cursor).decode().split("|", 1)
+        return datetime.fromisoformat(at), permit
+    except ValueError:
+        raise BadRequest("query parameter cursor: not a cursor this API returned",
+                         param="cursor") from None
+
+
+def _aware(name: str, moment: datetime | None) -> datetime | None:
+    if moment is not None and moment.tzinfo is None:
+        raise BadRequest(f"query parameter {name}: needs an offset (…Z or +00:00)",
+                         param=name)
+    return moment
+
+
+async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
+                  user: str | None, model: str | None, status: Status | None,
+                  since: datetime | None, until: datetime | None,
+                  cursor: str | None) -> LogFilter:
+    """The filter, for an admin token (any team, key) or a key (itself only)."""
+    gw: Gateway = request.app.state.gateway
+    admin: AdminAccess = request.app.state.admin
+    if request.url.path.startswith("/v1/me"):
+        principal = await authenticate(gw, request)
+        team, key_id = None, principal.key_id
+        team_id = principal.team_id
+    else:
+        admin.require(presented_key(request.headers), "read")
+        team_id = None
+        if team is not None:
+            found = await gw.key_store.get_team(team)
+            team_id = found.id if found is not None else team
+    return LogFilter(team_id=team_id, key_id=key_id, user=user, model=model, status=status,
+                     since=_aware("since", since), until=_aware("until", until),
+                     before=_position(cursor))
+
+
+async def _read(request: AnyRequest, f: LogFilter, limit: int | None) -> list[PermitInfo]:
+    gw: Gateway = request.app.state.gateway
+    await gw.governor.caught_up(timeout_s=1.0)
+    try:
+        rows = await gw.governance.request_log(f, limit=limit)
+    except InferplaneError:
+        raise
+    except Exception as exc:
+        raise GovernanceUnavailable("governance store unavailable") from exc
+    return rows
+
+
+_ERRORS = error_responses()
+
+
+@get(["/admin/v1/requests", "/v1/me/requests"], summary="The request log, newest first",
+     responses=_ERRORS)
+async def list_requests(request: AnyRequest, team: Text = None, key_id: Text = None,
+                        user: Text = None, model: Text = None,
+                        status: FromQuery[Status | None] = None, since: Moment = None,
+                        until: Moment = None, cursor: Cursor = None,
+                        limit: PageSize = 100) -> RequestPage:
+    """Admins (read token) see every permit; a key (``/v1/me/requests``) only its own."""
+    f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
+                      status=status, since=since, until=until, cursor=cursor)
+    rows = await _read(request, f, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return RequestPage(data=[view(p) for p in rows],
+                       next_cursor=_cursor(rows[-1]) if more else None)
+
+
+@get(["/admin/v1/requests.csv", "/v1/me/requests.csv"], media_type="text/csv",
+     summary="The request log as CSV (every row the filter matches)", responses=_ERRORS)
+async def export_requests(request: AnyRequest, team: Text = None, key_id: Text = None,
+                          user: Text = None, model: Text = None,
+                          status: FromQuery[Status | None] = None, since: Moment = None,
+                          until: Moment = None) -> Response[str]:
+    """The same rows and columns as the JSON list, newest first, one header line; money
+    in integer µUSD, times in RFC 3339, an empty cell for null."""
+    f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
+                      status=status, since=since, until=until, cursor=None)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(_COLUMNS)
+    for p in await _read(request, f, None):
+        writer.writerow(_cells(msgspec.to_builtins(view(p))))
+    return Response(out.getvalue(), media_type="text/csv",
+                    headers={"Content-Disposition": 'attachment; filename="requests.csv"'})
+
+
+def _cells(row: dict[str, Any]) -> Iterable[Any]:
+    return ["" if row[c] is None else str(row[c]).lower() if isinstance(row[c], bool)
+            else row[c] for c in _COLUMNS]
+
+
+@get(["/admin/v1/requests/summary", "/v1/me/requests/summary"],
+     summary="The request log summed by team, user, key, model and day or hour",
+     responses=_ERRORS)
+async def summarize_requests(request: AnyRequest, group_by: GroupBy = "team",
+                             bucket: FromQuery[Bucket] = "day", team: Text = None,
+                             key_id: Text = None, user: Text = None, model: Text = None,
+                             status: FromQuery[Status | None] = None, since: Moment = None,
+                             until: Moment = None) -> Summary:
+    """Committed, liability and reserved per group and period, as ``/v1/usage`` counts
+    them; rows sorted by period, then the groups."""
+    f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
+                      status=status, since=since, until=until, cursor=None)
+    groups: list[Group] = list(dict.fromkeys(group_by.split(",")))  # type: ignore[arg-type]
+    totals: dict[tuple[Any, ...], dict[str, int]] = {}
+    for p in await _read(request, f, None):
+        key = (*(_group_value(p, g) for g in groups), _period(p.created_at, bucket))
+        t = totals.setdefault(key, dict.fromkeys(_SUMS, 0))
+        _add(t, p)
+    ordered = sorted(totals.items(), key=lambda kv: tuple(
+        "" if v is None else str(v) for v in (kv[0][-1], *kv[0][:-1])))
+    rows = [msgspec.convert({**dict(zip([_FIELD[g] for g in groups], key[:-1], strict=True)),
+                             "period": key[-1], **t}, SummaryRow)
+            for key, t in ordered]
+    return Summary(group_by=groups, bucket=bucket, data=rows)
+
+
+_FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model"}
+_SUMS = ("requests", "tokens_committed", "usd_committed", "tokens_liability",
+         "usd_liability", "tokens_reserved", "usd_reserved")
+
+
+def _group_value(p: PermitInfo, group: Group) -> str | None:
+    value: str | None = getattr(p, _FIELD[group])
+    return value
+
+
+def _period(at: datetime, bucket: Bucket) -> str | None:
+    at = at.astimezone(UTC)
+    return (None if bucket == "none" else at.strftime("%Y-%m-%d") if bucket == "day"
+            else at.strftime("%Y-%m-%dT%H"))
+
+
+def _add(t: dict[str, int], p: PermitInfo) -> None:
+    """One permit into its group's sums, as /v1/usage counts it."""
+    if p.status in ("pending", "invalid"):
+        t["tokens_reserved"] += p.token_bound
+        t["usd_reserved"] += p.usd_bound
+    else:
+        t["tokens_committed"] += p.tokens_committed or 0
+        t["usd_committed"] += p.usd_committed or 0
+        t["tokens_liability"] += p.tokens_liability or 0
+        t["usd_liability"] += p.usd_liability or 0
+    if p.status != "cancelled":
+        t["requests"] += 1
+
+
+ROUTES = [list_requests, export_requests, summarize_requests]
