@@ -79,6 +79,10 @@ class Lease:
     when to renew early)."""
     frozen: bool = False
     """Released by the heartbeat in flight: nothing is admitted on it until the answer."""
+    reserve: int = 0
+    """µUSD of admissions planned before the release this lease answers and undecided
+    when it arrived: they were checked against the older allowance, so new admissions
+    leave room for them (the ledger's allowance counts them through the cap)."""
 
     @classmethod
     def from_grant(cls, g: LeaseGrant, *, sent: float) -> Lease:
@@ -160,12 +164,15 @@ class LeaseState:
             if lease.frozen:  # being released: decided again with the answer
                 if rule.fail_open and not self.healthy:
                     return charge  # no answer coming: its own limit, as when expired
+                # Asked for in the next heartbeat too, should this answer not cover it.
+                self._ask(charge.counter, rule.uid, charge.amount)
                 return refuse("lease_exhausted", lease.key, retry_after=1,
                                lease=LeaseFacts(allowance=lease.allowance,
                                                 remaining=lease.remaining))
-            if charge.limit is not None and lease.allowance >= charge.limit:
+            allowance = lease.allowance - lease.reserve
+            if charge.limit is not None and allowance >= charge.limit:
                 return charge
-            return msgspec.structs.replace(charge, limit=lease.allowance)
+            return msgspec.structs.replace(charge, limit=max(0, allowance))
         if rule.fail_open:
             return charge  # authority gone: its own limit on local counters, no gate
         self._ask(charge.counter, rule.uid, charge.amount)
@@ -271,7 +278,8 @@ class LeaseState:
         self._begun += 1
 
     def beat_ended(self, *, answered: bool) -> None:
-        self._ended += 1
+        """Every heartbeat begun so far has ended (they run one at a time)."""
+        self._ended = self._begun
         self.healthy = answered
         self._answered.set()
         self._answered = asyncio.Event()
@@ -306,7 +314,12 @@ class LeaseState:
 
     def renewed(self, grants: list[LeaseGrant], *, sent: float, heartbeat_ms: int) -> None:
         """Install a heartbeat's leases (replacing the whole table in one assignment)."""
-        self.leases = {g.key: Lease.from_grant(g, sent=sent) for g in grants}
+        leases = {g.key: Lease.from_grant(g, sent=sent) for g in grants}
+        for key, lease in leases.items():
+            previous = self.leases.get(key)
+            if previous is not None and previous.frozen:
+                lease.reserve = self.inflight.get(key, 0)
+        self.leases = leases
         self.heartbeat_ms = heartbeat_ms
         self.last_success = sent
 

@@ -7,7 +7,8 @@ admission differs. Each request first passes :meth:`gateway.lease.LeaseState.pla
 hard-limit check then holds every lease-managed account within its allowance. Nothing on
 this path talks to the control plane; a request refused for want of a lease (missing,
 used up while the budget has room, being released) waits for the answer to the early
-heartbeat it asked for — one round trip, bounded — and is decided once more.
+heartbeat it asked for — one round trip, bounded; two when it met a lease being
+released — and is decided once more.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from datetime import UTC, datetime
 
 from gateway.governance import AdmissionRequest, LocalGovernanceStore, Permit, Refusal
 from gateway.lease._state import LeaseState
+
+_ROUNDS = 2
+"""Heartbeat answers a refused request waits for at most (each bounded by
+``LeaseState.answer_wait_s``)."""
 
 
 class LeaseGovernanceStore(LocalGovernanceStore):
@@ -31,14 +36,19 @@ class LeaseGovernanceStore(LocalGovernanceStore):
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         results = await self._admit(requests)
         # A lease refusal (missing, used up or being released) while the heartbeat works:
-        # one round trip for the early heartbeat it asked for, then decided once more.
-        again = [i for i, r in enumerate(results) if self.state.waits(r)]
-        if again:
+        # one round trip for the early heartbeat it asked for, then decided once more. A
+        # request that met a lease being released waits for that heartbeat first, then
+        # (if its answer did not cover it) for the next, which carries its own ask.
+        for _ in range(_ROUNDS):
+            again = [i for i, r in enumerate(results) if self.state.waits(r)]
+            if not again:
+                break
             target = max(self.state.answer_target(requests[i]) for i in again)
-            if await self.state.next_answer(target):
-                for i, result in zip(again, await self._admit([requests[i] for i in again]),
-                                     strict=True):
-                    results[i] = result
+            if not await self.state.next_answer(target):
+                break
+            for i, result in zip(again, await self._admit([requests[i] for i in again]),
+                                 strict=True):
+                results[i] = result
         return results
 
     async def _admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:

@@ -72,3 +72,20 @@ def test_a_request_waits_for_the_answer_of_the_heartbeat_that_carries_its_ask() 
         assert not state.waits(Refusal(status=503, code="lease_missing", reason="x"))
 
     asyncio.run(run())
+
+
+def test_admissions_planned_before_a_release_keep_their_room_under_the_next_lease() -> None:
+    """What was in flight when a released lease's answer arrived was checked against the
+    older allowance: the new lease clamps new admissions so that room stays free."""
+    state, clock = state_with(doc("p", budget()))
+    state.renewed([grant(10_000)], sent=clock(), heartbeat_ms=1000)
+    held = state.hold(plan(state, usd=300))
+    state.release({KEY: ("p/spend", 20_000)})
+    state.renewed([grant(1_000)], sent=clock(), heartbeat_ms=1000)
+    clamped = state.plan(plan(state, usd=5))
+    assert isinstance(clamped, AdmissionRequest)
+    (charge,) = [c for c in clamped.charges if c.kind == "account"]
+    assert charge.limit == 700
+    state.unhold(held)
+    state.renewed([grant(1_000)], sent=clock(), heartbeat_ms=1000)  # not frozen: no room kept
+    assert state.leases[KEY].reserve == 0
