@@ -8,7 +8,6 @@ the shared gateway, which can, enforces it.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -21,8 +20,15 @@ import pytest
 
 from tests.e2e._controlplane import MODEL as SHARED_MODEL
 from tests.e2e._controlplane import shared_gateway_config
-from tests.e2e._lease import LeaseStack, budget_doc, chat, running_stack, wait_until
-from tests.e2e._procs import Proc, run_cli, start_gateway, wait_none_pending
+from tests.e2e._lease import (
+    LeaseStack,
+    budget_doc,
+    chat,
+    running_stack,
+    shared_key,
+    wait_until,
+)
+from tests.e2e._procs import Proc, start_gateway, wait_none_pending
 
 pytestmark = pytest.mark.e2e
 
@@ -43,17 +49,6 @@ def shared(tmp_path: Path, pg_dsn: str) -> Iterator[tuple[Proc, Path]]:
         yield proc, config
     finally:
         proc.stop()
-
-
-def shared_key(config: Path, dsn: str, team: str) -> str:
-    env = {"INFERPLANE_DATABASE_URL": dsn}
-    done = run_cli("teams", "create", team, "--config", str(config), env=env)
-    assert done.returncode == 0, done.stderr
-    done = run_cli("keys", "create", "--team", team, "--config", str(config), "--json",
-                   env=env)
-    assert done.returncode == 0, done.stderr
-    key: str = json.loads(done.stdout)["key"]
-    return key
 
 
 def shared_chat(url: str, key: str, client: httpx.Client | None = None) -> httpx.Response:
