@@ -119,21 +119,13 @@ def team_view(team: Team) -> TeamView:
                     created_at=team.created_at)
 
 
-def key_status(key: KeyRecord, now: datetime) -> KeyStatus:
-    if key.revoked_at is not None:
-        return "revoked"
-    if key.expires_at is not None and key.expires_at <= now:
-        return "expired"
-    return "active"
-
-
 def key_view(key: KeyRecord, now: datetime | None = None) -> KeyView:
     return KeyView(key_id=key.id, team_id=key.team_id, display_prefix=key.display_prefix,
                    name=key.name, user=key.user,
                    allowed_models=(None if key.allowed_models is None
                                    else list(key.allowed_models)),
                    limits=key.limits, expires_at=key.expires_at, revoked_at=key.revoked_at,
-                   status=key_status(key, now or datetime.now(UTC)), revision=key.revision,
+                   status=key.status(now or datetime.now(UTC)), revision=key.revision,
                    created_at=key.created_at)
 
 

@@ -232,14 +232,6 @@ def _keys_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _key_status(key: KeyRecord, now: datetime) -> str:
-    if key.revoked_at is not None:
-        return "revoked"
-    if key.expires_at is not None and key.expires_at <= now:
-        return "expired"
-    return "active"
-
-
 def _keys_list(args: argparse.Namespace) -> int:
     async def _load(store: KeyStore) -> tuple[list[KeyRecord], dict[str, str]]:
         keys = await store.list_keys(team=args.team, include_revoked=args.all)
@@ -255,7 +247,7 @@ def _keys_list(args: argparse.Namespace) -> int:
     _table(("ID", "PREFIX", "TEAM", "NAME", "USER", "MODELS", "STATUS", "REV"),
            [(k.id, k.display_prefix, team_names.get(k.team_id, k.team_id), k.name or "-",
              k.user or "-", ",".join(k.allowed_models) if k.allowed_models is not None
-             else "all", _key_status(k, now), str(k.revision)) for k in keys])
+             else "all", k.status(now), str(k.revision)) for k in keys])
     return 0
 
 

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import secrets
 from datetime import datetime
-from typing import Annotated, Protocol
+from typing import Annotated, Literal, Protocol
 
 import msgspec
 
@@ -76,6 +76,14 @@ class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     revoked_at: datetime | None = None
     revision: int = 1
     created_at: datetime | None = None
+
+    def status(self, now: datetime) -> Literal["active", "revoked", "expired"]:
+        """Whether the key authenticates at ``now`` (a revoked key also when expired)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
 
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):

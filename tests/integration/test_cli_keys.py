@@ -141,7 +141,7 @@ def test_every_command_has_help(tmp_path):
     """--help works on every group and command and describes each option."""
     for args in (("teams",), ("teams", "create"), ("teams", "list"), ("teams", "set"),
                  ("keys",),
-                 ("keys", "create"), ("keys", "list"), ("keys", "revoke"),
+                 ("keys", "create"), ("keys", "list"), ("keys", "revoke"), ("keys", "rotate"),
                  ("config",), ("config", "check")):
         out = ok(tmp_path, *args, "--help")
         assert "usage: mayu " + " ".join(args) in out
