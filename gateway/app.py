@@ -27,6 +27,8 @@ from gateway.admin import ROUTES as ADMIN_ROUTES
 from gateway.alerts import BudgetAlerts, WebhookSender
 from gateway.audit import AuditLog
 from gateway.config import Settings, resolve_secret
+from gateway.console import ROUTES as CONSOLE_ROUTES
+from gateway.console import TEMPLATES as CONSOLE_TEMPLATES
 from gateway.errors import ConfigError, InferplaneError
 from gateway.governance import (
     GovernanceStore,
@@ -372,7 +374,8 @@ def create_app(settings: Settings, *, components: Components | None = None,
             yield
 
     # GatewayApp: a Litestar app whose generation routes are served below it (ingress._asgi).
-    return GatewayApp(route_handlers=[*ROUTES, *ADMIN_ROUTES], lifespan=[lifespan],
+    return GatewayApp(route_handlers=[*ROUTES, *ADMIN_ROUTES, *CONSOLE_ROUTES],
+                      template_config=CONSOLE_TEMPLATES, lifespan=[lifespan],
                       exception_handlers={Exception: error_handler},
                       request_max_body_size=None, openapi_config=OPENAPI,
                       logging_config=None)

@@ -1,0 +1,141 @@
+"""The operators' pages about teams: Overview (today and this month per team against its
+limits) and Teams (one team's limits, editable with the revision check, and its keys).
+
+Overview's figures are ``GET /admin/v1/requests/summary`` (per team and UTC day, since
+the first of the month: the sums ``/v1/usage`` reports) against ``GET /admin/v1/teams``'
+limits; no figure is computed from anything the API does not answer.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from litestar import Request, Response, get, post
+from litestar.params import FromPath
+from litestar.response import Redirect
+
+from gateway.console._client import Api
+from gateway.console._format import bar, window_resets
+from gateway.console._forms import LABELS, TEAM_LIMITS, field_of, limits, text
+from gateway.console._web import page, signed_in, writer
+
+AnyRequest = Request[Any, Any, Any]
+_SUMS = ("requests", "tokens_committed", "usd_committed", "tokens_liability",
+         "usd_liability", "tokens_reserved", "usd_reserved")
+
+
+def _window(row: dict[str, int], limit: int | None, resets_at: str) -> dict[str, Any]:
+    return {**row, "limit": limit, "resets_at": resets_at,
+            "bar": bar(committed=row["usd_committed"], liability=row["usd_liability"],
+                       reserved=row["usd_reserved"], limit=limit),
+            "remaining": (None if limit is None else limit - row["usd_committed"]
+                          - row["usd_liability"] - row["usd_reserved"])}
+
+
+@get("/overview")
+async def overview(request: AnyRequest) -> Response[Any]:
+    session, api = signed_in(request, admin=True)
+    today = datetime.now(UTC).date()
+    day_resets, month_resets = window_resets(today)
+    teams = await api.every("/admin/v1/teams")
+    summary = await api.get("/admin/v1/requests/summary", group_by="team", bucket="day",
+                            since=f"{today.replace(day=1).isoformat()}T00:00:00Z")
+    day: dict[str, dict[str, int]] = {}
+    month: dict[str, dict[str, int]] = {}
+    for row in summary.body["data"] if summary.ok else []:
+        for into, wanted in ((month, True), (day, row["period"] == today.isoformat())):
+            if wanted:
+                sums = into.setdefault(row["team_id"], dict.fromkeys(_SUMS, 0))
+                for k in _SUMS:
+                    sums[k] += row[k]
+    zero = dict.fromkeys(_SUMS, 0)
+    cards = [{"team": t,
+              "day": _window(day.get(t["id"], zero), t["limits"]["usd_micros_per_day"],
+                             day_resets),
+              "month": _window(month.get(t["id"], zero),
+                               t["limits"]["usd_micros_per_month"], month_resets),
+              "tokens_limit": t["limits"]["tokens_per_day"]}
+             for t in teams]
+    return page(request, "overview.html", {
+        "session": session, "cards": cards, "today": today.isoformat(),
+        "month": today.strftime("%Y-%m"),
+        "error": None if summary.ok else summary.message})
+
+
+@get("/teams")
+async def teams_page(request: AnyRequest) -> Response[Any]:
+    session, api = signed_in(request, admin=True)
+    return await _teams(request, session, api)
+
+
+async def _teams(request: AnyRequest, session: Any, api: Api, *,
+                 errors: dict[str, str] | None = None, values: Any = None,
+                 status: int = 200) -> Response[Any]:
+    teams = await api.every("/admin/v1/teams")
+    return page(request, "teams.html", {
+        "session": session, "teams": teams, "fields": TEAM_LIMITS, "labels": LABELS,
+        "errors": errors or {}, "values": values or {}}, status=status)
+
+
+@post("/teams", status_code=303)
+async def create_team(request: AnyRequest) -> Response[Any]:
+    session, api, form = await writer(request)
+    errors: dict[str, str] = {}
+    name = text(form, "name")
+    if not name:
+        errors["name"] = "a team needs a name"
+    body = {"name": name, "limits": limits(form, TEAM_LIMITS, errors)}
+    if not errors:
+        answer = await api.call("POST", "/admin/v1/teams", json=body)
+        if answer.ok:
+            return Redirect(f"/console/teams/{answer.body['id']}", status_code=303)
+        errors[field_of(answer.error.get("param"), ("name", *TEAM_LIMITS))] = answer.message
+    return await _teams(request, session, api, errors=errors, values=form, status=400)
+
+
+@get("/teams/{team:str}")
+async def team_page(request: AnyRequest, team: FromPath[str]) -> Response[Any]:
+    session, api = signed_in(request, admin=True)
+    return await _team(request, session, api, team)
+
+
+async def _team(request: AnyRequest, session: Any, api: Api, team: str, *,
+                errors: dict[str, str] | None = None, values: Any = None,
+                status: int = 200) -> Response[Any]:
+    found = await api.get(f"/admin/v1/teams/{team}")
+    if not found.ok:
+        return page(request, "error.html", {"session": session, "message": found.message},
+                    status=found.status)
+    keys = await api.every("/admin/v1/keys", team=found.body["id"])
+    return page(request, "team.html", {
+        "session": session, "team": found.body, "keys": keys, "fields": TEAM_LIMITS,
+        "names": {found.body["id"]: found.body["name"]}, "rotation_id": secrets.token_hex(16),
+        "labels": LABELS, "errors": errors or {},
+        "values": values if values is not None else found.body["limits"],
+        "saved": request.query_params.get("saved") == "1"}, status=status)
+
+
+@post("/teams/{team:str}/limits", status_code=303)
+async def edit_limits(request: AnyRequest, team: FromPath[str]) -> Response[Any]:
+    """``PUT /admin/v1/teams/{team}/limits`` with ``If-Match`` of the revision the form
+    was drawn from: a change made meanwhile is a 412, shown, and nothing is written."""
+    session, api, form = await writer(request)
+    errors: dict[str, str] = {}
+    body = limits(form, TEAM_LIMITS, errors)
+    revision = text(form, "revision")
+    if not errors:
+        answer = await api.call("PUT", f"/admin/v1/teams/{team}/limits", json=body,
+                                headers={"If-Match": f'"{revision}"'})
+        if answer.ok:
+            return Redirect(f"/console/teams/{answer.body['id']}?saved=1", status_code=303)
+        if answer.status == 412:
+            errors["_form"] = (f"{answer.message} — the form now shows the current "
+                               "limits; nothing was changed.")
+            return await _team(request, session, api, team, errors=errors, status=412)
+        errors[field_of(answer.error.get("param"), TEAM_LIMITS)] = answer.message
+    return await _team(request, session, api, team, errors=errors, values=form, status=400)
+
+
+ROUTES = [overview, teams_page, create_team, team_page, edit_limits]

@@ -1,0 +1,99 @@
+"""The console's one data source: the admin API and the key routes, called over HTTP.
+
+Every figure on a console page comes from the same route a script would call
+(``/admin/v1/...``, ``/v1/me``), in-process through httpx's ASGI transport against the
+running app, so the console can never disagree with the API: the same handlers, the
+same access checks (a read token's write is the API's 403), the same errors. The
+credential travels as ``Authorization: Bearer`` and never in a URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from litestar import Litestar
+
+_BASE = "http://console.inferplane.internal"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One API answer: status, the JSON body (or the text of a non-JSON one), headers."""
+
+    status: int
+    body: Any
+    headers: httpx.Headers
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def error(self) -> dict[str, Any]:
+        """The API's ``{"error": {message, param, code}}`` (empty for a success)."""
+        if self.ok or not isinstance(self.body, dict):
+            return {}
+        detail = self.body.get("error")
+        return detail if isinstance(detail, dict) else {}
+
+    @property
+    def message(self) -> str:
+        text = self.error.get("message")
+        return str(text) if text else f"the API answered {self.status}"
+
+
+class Api:
+    """The API as one credential's holder sees it."""
+
+    def __init__(self, app: Litestar, credential: str) -> None:
+        self._app = app
+        self._credential = credential
+
+    async def call(self, method: str, path: str, *, params: dict[str, str] | None = None,
+                   json: Any = None, headers: dict[str, str] | None = None) -> Answer:
+        sent = {"Authorization": f"Bearer {self._credential}", **(headers or {})}
+        # Litestar's __call__ is typed with its own scope types, httpx's with plain dicts.
+        transport = httpx.ASGITransport(app=self._app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url=_BASE) as client:
+            r = await client.request(method, path, params=params, json=json, headers=sent)
+        try:
+            body: Any = r.json()
+        except ValueError:
+            body = r.text
+        return Answer(r.status_code, body, r.headers)
+
+    async def get(self, path: str, **params: str | None) -> Answer:
+        return await self.call("GET", path, params=_present(params))
+
+    async def text(self, path: str, **params: str | None) -> tuple[int, str]:
+        """A non-JSON answer (the CSV export) as it is."""
+        answer = await self.call("GET", path, params=_present(params))
+        body = answer.body if isinstance(answer.body, str) else ""
+        return answer.status, body
+
+    async def every(self, path: str, **params: str | None) -> list[dict[str, Any]]:
+        """Every item of a paged list (``data`` + ``next_cursor``); [] if refused."""
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            answer = await self.get(path, cursor=cursor, limit="500", **params)
+            if not answer.ok:
+                raise ApiRefused(answer)
+            items.extend(answer.body["data"])
+            cursor = answer.body.get("next_cursor")
+            if not cursor:
+                return items
+
+
+class ApiRefused(Exception):
+    """The API refused a read a page needs (its message is shown on the page)."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer.message)
+        self.answer = answer
+
+
+def _present(params: dict[str, str | None]) -> dict[str, str]:
+    return {k: v for k, v in params.items() if v not in (None, "")}

@@ -1,0 +1,115 @@
+"""Keys: list (with the API's filters), create, rotate with grace, revoke.
+
+A new or rotated key's secret is in the one answer that created it (as in the API):
+rendered once on a page marked ``Cache-Control: no-store``, with a copy button and the
+lines Claude Code and Codex need; it is never put in a URL, a redirect or a log line.
+A rotation form carries a random Idempotency-Key made when it was drawn, so submitting
+it twice rotates once. A revocation sends the revision the page showed (``If-Match``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from litestar import Request, Response, get, post
+from litestar.params import FromPath
+from litestar.response import Redirect
+
+from gateway.console._client import Answer, Api
+from gateway.console._forms import KEY_LIMITS, LABELS, field_of, limits, text
+from gateway.console._web import page, signed_in, writer
+
+AnyRequest = Request[Any, Any, Any]
+_KEY_FIELDS = ("team", "name", "user", "allowed_models", *KEY_LIMITS)
+_STATUSES = ("active", "revoked", "expired")
+
+
+@get("/keys")
+async def keys_page(request: AnyRequest) -> Response[Any]:
+    session, api = signed_in(request, admin=True)
+    return await _keys(request, session, api)
+
+
+async def _keys(request: AnyRequest, session: Any, api: Api, *,
+                errors: dict[str, str] | None = None, values: Any = None,
+                status: int = 200) -> Response[Any]:
+    q = request.query_params
+    chosen = {"team": q.get("team") or "", "status": q.get("status") or "",
+              "user": q.get("user") or ""}
+    teams = await api.every("/admin/v1/teams")
+    listed = await api.get("/admin/v1/keys", limit="500", cursor=q.get("cursor"),
+                           **{k: v for k, v in chosen.items() if v})
+    return page(request, "keys.html", {
+        "session": session, "teams": teams, "names": {t["id"]: t["name"] for t in teams},
+        "keys": listed.body["data"] if listed.ok else [],
+        "next_cursor": listed.body.get("next_cursor") if listed.ok else None,
+        "list_error": None if listed.ok else listed.message, "chosen": chosen,
+        "statuses": _STATUSES, "fields": KEY_LIMITS, "labels": LABELS,
+        "errors": errors or {}, "values": values or {},
+        "rotation_id": secrets.token_hex(16), "flash": q.get("flash")}, status=status)
+
+
+@post("/keys", status_code=200)
+async def create_key(request: AnyRequest) -> Response[Any]:
+    session, api, form = await writer(request)
+    errors: dict[str, str] = {}
+    body: dict[str, Any] = {"team": text(form, "team"), "name": text(form, "name"),
+                            "limits": {k: v for k, v in limits(form, KEY_LIMITS,
+                                                               errors).items()
+                                       if v is not None}}
+    if not body["team"]:
+        errors["team"] = "choose a team"
+    if text(form, "user"):
+        body["user"] = text(form, "user")
+    models = [m.strip() for m in text(form, "allowed_models").split(",") if m.strip()]
+    if models:
+        body["allowed_models"] = models
+    if not errors:
+        answer = await api.call("POST", "/admin/v1/keys", json=body)
+        if answer.ok:
+            return _secret(request, session, answer, rotated=False)
+        errors[field_of(answer.error.get("param"), _KEY_FIELDS)] = answer.message
+    return await _keys(request, session, api, errors=errors, values=form, status=400)
+
+
+@post("/keys/{key_id:str}/rotate", status_code=200)
+async def rotate_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Any]:
+    session, api, form = await writer(request)
+    grace = text(form, "grace_seconds") or "86400"
+    if not (grace.isdigit() and grace.isascii()):
+        return Redirect(f"/console/keys?flash=bad_grace:{key_id}", status_code=303)
+    answer = await api.call("POST", f"/admin/v1/keys/{key_id}/rotate",
+                            json={"grace_seconds": int(grace)},
+                            headers={"Idempotency-Key": text(form, "rotation_id")
+                                     or secrets.token_hex(16)})
+    if not answer.ok:
+        return page(request, "error.html", {"session": session, "message": answer.message},
+                    status=answer.status)
+    return _secret(request, session, answer, rotated=True)
+
+
+@post("/keys/{key_id:str}/revoke", status_code=303)
+async def revoke_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Any]:
+    session, api, form = await writer(request)
+    answer = await api.call("POST", f"/admin/v1/keys/{key_id}/revoke",
+                            headers={"If-Match": f'"{text(form, "revision")}"'})
+    if not answer.ok:
+        return page(request, "error.html", {"session": session, "message": answer.message},
+                    status=answer.status)
+    return Redirect(f"/console/keys?flash=revoked:{key_id}", status_code=303)
+
+
+def _secret(request: AnyRequest, session: Any, answer: Answer, *,
+            rotated: bool) -> Response[Any]:
+    """The one page that shows a secret: never cached, never stored."""
+    base = str(request.base_url).rstrip("/")
+    shown = page(request, "secret.html", {
+        "session": session, "key": answer.body["key"], "secret": answer.body["secret"],
+        "rotated": rotated, "previous_valid_until": answer.body.get("previous_valid_until"),
+        "base_url": base}, status=201 if not rotated else 200)
+    shown.headers["Cache-Control"] = "no-store"
+    return shown
+
+
+ROUTES = [keys_page, create_key, rotate_key, revoke_key]

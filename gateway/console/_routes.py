@@ -1,0 +1,59 @@
+"""The console's routes under ``/console``, their headers, static files and templates.
+
+Every page answers ``Cache-Control: no-store`` (they show spend and keys) and a
+Content-Security-Policy that lets a page load nothing from outside the gateway and run
+no inline script; bars are inline SVG, so no inline style is needed either. The
+console's routes are not in the admin API's OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader
+from litestar import Request, Response, Router
+from litestar.datastructures import ResponseHeader
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.static_files import create_static_files_router
+from litestar.template import TemplateConfig
+
+from gateway.console import _admin, _auth, _keys, _me, _requests
+from gateway.console._client import ApiRefused
+from gateway.console._format import FILTERS
+from gateway.console._session import current
+from gateway.console._web import Detour, detour, page
+
+AnyRequest = Request[Any, Any, Any]
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+HEADERS = [ResponseHeader(name="Cache-Control", value="no-store"),
+           ResponseHeader(name="Content-Security-Policy", value=CSP),
+           ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
+           ResponseHeader(name="X-Frame-Options", value="DENY"),
+           ResponseHeader(name="Referrer-Policy", value="no-referrer")]
+
+
+def _refused(request: AnyRequest, exc: Exception) -> Response[Any]:
+    assert isinstance(exc, ApiRefused)
+    return page(request, "error.html", {"session": current(request),
+                                        "message": exc.answer.message},
+                status=exc.answer.status)
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("gateway.console", "templates"),
+                      autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(FILTERS)
+    return env
+
+
+TEMPLATES = TemplateConfig(instance=JinjaTemplateEngine.from_environment(_environment()))
+PAGES = Router(path="/", route_handlers=[*_auth.ROUTES, *_admin.ROUTES, *_keys.ROUTES,
+                                         *_requests.ROUTES, *_me.ROUTES],
+               response_headers=HEADERS,
+               exception_handlers={Detour: detour, ApiRefused: _refused})
+STATIC = create_static_files_router(
+    path="/static", directories=[Path(__file__).parent / "static"], name="console-static",
+    include_in_schema=False)
+ROUTES = [Router(path="/console", route_handlers=[PAGES, STATIC], include_in_schema=False)]

@@ -1,0 +1,183 @@
+"""The console's HTML routes through the real app factory (local profile, in-process).
+
+What a reviewer of a web page asks first: everything is escaped (a team named
+``<script>`` is text), a write without the session's CSRF token or with a read token
+changes nothing, bad input is a message next to its field (never a 500), a new secret
+is on one uncached page only, a key holder never reaches an admin page, sign-out ends
+the session. The browser-driven journeys are in tests/e2e/test_console_browser.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+from msgspec.structs import replace
+
+from gateway.app import create_app
+from gateway.config import AdminToken, load_settings
+
+pytestmark = pytest.mark.integration
+
+WRITE, READ = "w" * 8 + "-console-write-token", "r" * 8 + "-console-read-token"
+HOSTILE = "<script>alert('x')</script>"
+Client = AsyncTestClient[Any]
+
+
+@pytest.fixture
+async def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Client]:
+    """A fresh local gateway with a write token and a read token."""
+    monkeypatch.setenv("IPT_CONSOLE_WRITE", WRITE)
+    monkeypatch.setenv("IPT_CONSOLE_READ", READ)
+    base = load_settings(None)
+    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"), admin_tokens=[
+        AdminToken(name="ops", token_ref="env:IPT_CONSOLE_WRITE", access="write"),
+        AdminToken(name="finance", token_ref="env:IPT_CONSOLE_READ")])
+    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
+    async with AsyncTestClient(app=create_app(settings)) as c:
+        c.follow_redirects = False  # the tests look at each redirect
+        yield c
+
+
+def _csrf(html: str, name: str = "csrf") -> str:
+    found = re.search(rf'name="{name}" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
+
+
+async def sign_in(c: Client, credential: str) -> str:
+    """Sign in through the form; the CSRF token of the session's pages."""
+    form = await c.get("/console/login")
+    r = await c.post("/console/login", data={"credential": credential,
+                                             "login_csrf": _csrf(form.text, "login_csrf")})
+    assert r.status_code == 303, r.text
+    home = await c.get("/console/")
+    page = await c.get(home.headers["location"])
+    return _csrf(page.text)
+
+
+async def test_a_hostile_team_name_is_text_everywhere(client: Client) -> None:
+    """A team named ``<script>…`` shows as escaped text on Overview, Teams and its page,
+    never as markup."""
+    csrf = await sign_in(client, WRITE)
+    r = await client.post("/console/teams", data={"csrf": csrf, "name": HOSTILE,
+                                                  "usd_micros_per_day": "5000000"})
+    assert r.status_code == 303, r.text
+    for path in ("/console/overview", "/console/teams", r.headers["location"]):
+        page = await client.get(path)
+        assert page.status_code == 200
+        assert HOSTILE not in page.text
+        assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert page.headers["cache-control"] == "no-store"
+
+
+async def test_a_write_without_the_session_csrf_token_changes_nothing(client: Client) -> None:
+    """No CSRF token, another session's, or none of a session at all (a cross-site form
+    POST, which a SameSite=Strict cookie never accompanies): 403, no team created."""
+    csrf = await sign_in(client, WRITE)
+    for data in ({"name": "a"}, {"name": "b", "csrf": "0" * 64}):
+        r = await client.post("/console/teams", data=data)
+        assert r.status_code == 403 and "CSRF" in r.text
+    cookies = dict(client.cookies)
+    client.cookies.clear()
+    r = await client.post("/console/teams", data={"name": "c", "csrf": csrf})
+    assert r.status_code == 403
+    client.cookies.update(cookies)
+    teams = await client.get("/admin/v1/teams", headers={"Authorization": f"Bearer {READ}"})
+    assert teams.json()["data"] == []
+
+
+async def test_the_session_cookie_is_httponly_strict_and_scoped(client: Client) -> None:
+    """The credential's cookie: HttpOnly, SameSite=Strict, path /console; never in a URL."""
+    form = await client.get("/console/login")
+    r = await client.post("/console/login", data={
+        "credential": WRITE, "login_csrf": _csrf(form.text, "login_csrf")})
+    cookie = next(v for k, v in r.headers.multi_items() if k == "set-cookie"
+                  and v.startswith("inferplane_console="))
+    assert "HttpOnly" in cookie and "Path=/console" in cookie
+    assert "samesite=strict" in cookie.lower() and "secure" not in cookie.lower()  # http
+    assert WRITE not in r.headers["location"]
+
+
+async def test_a_read_token_sees_no_write_control_and_its_forged_post_is_refused(
+        client: Client) -> None:
+    """A read token's pages have no form that writes; a POST with its own valid CSRF
+    token is still refused (and the API would refuse it too): nothing changes."""
+    csrf = await sign_in(client, READ)
+    for path in ("/console/overview", "/console/teams", "/console/keys"):
+        page = await client.get(path)
+        assert page.status_code == 200
+        assert 'method="post"' not in page.text.replace(
+            'method="post" action="/console/logout"', "")
+    r = await client.post("/console/teams", data={"csrf": csrf, "name": "forged"})
+    assert r.status_code == 403 and "read-only" in r.text
+    assert (await client.get("/console/teams")).text.count("forged") == 0
+
+
+async def test_bad_input_is_a_message_next_to_its_field(client: Client) -> None:
+    """A non-number limit, a limit the API refuses, a bad filter: a 4xx page with the
+    message beside the field, never a 500."""
+    csrf = await sign_in(client, WRITE)
+    r = await client.post("/console/teams", data={"csrf": csrf, "name": "t",
+                                                  "rpm": "lots"})
+    assert r.status_code == 400 and 'data-error-for="rpm"' in r.text
+    r = await client.post("/console/teams", data={"csrf": csrf, "name": "t",
+                                                  "rpm": str(2**40)})
+    assert r.status_code == 400 and 'data-error-for="rpm"' in r.text, r.text
+    r = await client.get("/console/requests", params={"since": "yesterday"})
+    assert r.status_code == 400 and 'data-error-for="since"' in r.text
+
+
+async def test_a_new_secret_is_on_one_uncached_page_only(client: Client) -> None:
+    """Creating a key answers its secret once (no-store); no later page shows it."""
+    csrf = await sign_in(client, WRITE)
+    await client.post("/console/teams", data={"csrf": csrf, "name": "platform"})
+    r = await client.post("/console/keys", data={"csrf": csrf, "team": "platform",
+                                                 "name": "ana's laptop"})
+    assert r.status_code == 201, r.text
+    assert r.headers["cache-control"] == "no-store"
+    secret = re.search(r'id="secret"[^>]*>(sk-inf-[^<]+)<', r.text)
+    assert secret
+    assert "ANTHROPIC_BASE_URL=" in r.text and "env_key" in r.text
+    for path in ("/console/keys", "/console/overview", "/console/teams/platform"):
+        assert secret.group(1) not in (await client.get(path)).text
+
+
+async def test_a_key_holder_sees_only_its_own_pages(client: Client) -> None:
+    """Signed in with a key: /console leads to My budget, admin pages redirect there."""
+    csrf = await sign_in(client, WRITE)
+    await client.post("/console/teams", data={"csrf": csrf, "name": "platform",
+                                              "usd_micros_per_day": "1000000"})
+    created = await client.post("/console/keys", data={"csrf": csrf, "team": "platform"})
+    secret = re.search(r'id="secret"[^>]*>(sk-inf-[^<]+)<', created.text)
+    assert secret
+    client.cookies.clear()
+    await sign_in(client, secret.group(1))
+    for path in ("/console/overview", "/console/keys", "/console/requests"):
+        r = await client.get(path)
+        assert r.status_code == 303 and r.headers["location"] == "/console/me"
+    me = await client.get("/console/me")
+    assert me.status_code == 200 and "1,000,000 µUSD ($1.000000)" in me.text
+
+
+async def test_sign_out_ends_the_session(client: Client) -> None:
+    """After sign-out the cookie is gone and every page leads to the sign-in form."""
+    csrf = await sign_in(client, WRITE)
+    r = await client.post("/console/logout", data={"csrf": csrf})
+    assert r.status_code == 303 and r.headers["location"] == "/console/login"
+    r = await client.get("/console/overview")
+    assert r.status_code == 303 and r.headers["location"] == "/console/login"
+
+
+async def test_a_wrong_credential_is_refused_at_sign_in(client: Client) -> None:
+    """An unknown token or key: 401 on the form, no session."""
+    form = await client.get("/console/login")
+    r = await client.post("/console/login", data={
+        "credential": "sk-inf-not-a-key", "login_csrf": _csrf(form.text, "login_csrf")})
+    assert r.status_code == 401 and "Not a valid admin token or key" in r.text
+    assert "inferplane_console=" not in str(client.cookies)
