@@ -72,6 +72,16 @@ SELECT * FROM keys
    AND (%(include_revoked)s OR revoked_at IS NULL)
  ORDER BY created_at, id
 
+-- name: update_key
+-- An edited key (the caller holds its row FOR UPDATE and computed every field).
+UPDATE keys SET name = %(name)s, user_name = %(user_name)s,
+       allowed_models = %(allowed_models)s, rpm = %(rpm)s, tpm = %(tpm)s,
+       usd_micros_per_day = %(usd_micros_per_day)s,
+       usd_micros_per_month = %(usd_micros_per_month)s, expires_at = %(expires_at)s,
+       revision = revision + 1
+ WHERE id = %(id)s
+RETURNING *
+
 -- name: key_rotation_by_idempotency
 SELECT * FROM key_rotations
  WHERE key_id = %(key_id)s AND idempotency_hash = %(idempotency_hash)s

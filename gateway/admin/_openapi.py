@@ -17,6 +17,7 @@ from gateway.admin._views import (
     KeyCreate,
     KeyCreated,
     KeyPage,
+    KeyPatch,
     KeyRotate,
     KeyRotated,
     KeyView,
@@ -54,7 +55,7 @@ def closed(document: dict[str, Any]) -> dict[str, Any]:
 
 _REF = "#/components/schemas/{name}"
 BODIES = (TeamCreate, TeamView, TeamPage, TeamLimits, KeyCreate, KeyCreated, KeyView,
-          KeyPage, KeyLimits, KeyRotate, KeyRotated, ErrorBody)
+          KeyPage, KeyLimits, KeyPatch, KeyRotate, KeyRotated, ErrorBody)
 
 
 OPENAPI = OpenAPIConfig(

@@ -18,7 +18,8 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from litestar import Request, Response, Router, get, post, put
+import msgspec
+from litestar import Request, Response, Router, get, patch, post, put
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
@@ -29,6 +30,7 @@ from gateway.admin._views import (
     KeyCreate,
     KeyCreated,
     KeyPage,
+    KeyPatch,
     KeyRotate,
     KeyRotated,
     KeyStatus,
@@ -216,6 +218,24 @@ async def get_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyVie
     return _tagged(key_view(found))
 
 
+@patch("/keys/{key_id:str}", summary="Edit a key (name, user, models, limits, expiry)",
+       responses=WRITES)
+async def patch_key(request: AnyRequest, key_id: FromPath[str],
+                    data: JSONBody[KeyPatch]) -> Response[KeyView]:
+    """Only the fields given change; the key's id, team and secret never do. The next
+    admission of every replica sees the new revision."""
+    caller = _caller(request, "write")
+    gw = _gateway(request)
+    expected = if_match(request)
+    record: KeyRecord = await _store(gw.key_store.update_key(
+        key_id, data.changes(), expected_revision=expected))
+    _audit(gw, caller, "key.update", key_id=key_id, team_id=record.team_id,
+           revision=record.revision, if_match=expected,
+           changed=sorted(f for f in KeyPatch.__struct_fields__
+                          if getattr(data, f) is not msgspec.UNSET))
+    return _tagged(key_view(record))
+
+
 @post("/keys/{key_id:str}/revoke", summary="Revoke a key (it stays listed)",
       status_code=200, responses=WRITES)
 async def revoke_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyView]:
@@ -282,5 +302,5 @@ async def revoke_me(request: AnyRequest) -> KeyView:
 
 ADMIN = Router(path="/admin/v1", route_handlers=[
     list_teams, create_team, get_team, put_team_limits,
-    list_keys, create_key, get_key, revoke_key, rotate_key], tags=["admin"])
+    list_keys, create_key, get_key, patch_key, revoke_key, rotate_key], tags=["admin"])
 ROUTES: list[Router | HTTPRouteHandler] = [ADMIN, revoke_me]

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
-from gateway.keys import KeyLimits, KeyRecord, Team, TeamLimits
+from gateway.keys import KeyChanges, KeyLimits, KeyRecord, Team, TeamLimits
 from gateway.keys._model import MAX_GRACE_S
 
 _EDGE = r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
@@ -83,6 +83,26 @@ class KeyCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     allowed_models: list[Name] | None = None
     limits: KeyLimits = KeyLimits()
     expires_at: datetime | None = None
+
+
+class KeyPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The fields to change; a field left out keeps its value (``limits`` is replaced as
+    a whole; ``null`` clears ``user``, ``allowed_models`` (every model) or
+    ``expires_at``)."""
+
+    name: Annotated[str, msgspec.Meta(max_length=200, pattern=f"^{_INNER}*$")] | \
+        msgspec.UnsetType = msgspec.UNSET
+    user: Name | None | msgspec.UnsetType = msgspec.UNSET
+    allowed_models: list[Name] | None | msgspec.UnsetType = msgspec.UNSET
+    limits: KeyLimits | msgspec.UnsetType = msgspec.UNSET
+    expires_at: datetime | None | msgspec.UnsetType = msgspec.UNSET
+
+    def changes(self) -> KeyChanges:
+        models = self.allowed_models
+        return KeyChanges(name=self.name, user=self.user, limits=self.limits,
+                          expires_at=self.expires_at,
+                          allowed_models=(tuple(models) if isinstance(models, list)
+                                          else models))
 
 
 class KeyCreated(msgspec.Struct, frozen=True, kw_only=True):

@@ -3,6 +3,7 @@
 from gateway.keys._bootstrap import ensure_demo, ensure_teams
 from gateway.keys._model import (
     KEY_PREFIX,
+    KeyChanges,
     KeyLimits,
     KeyRecord,
     KeyStore,
@@ -19,6 +20,7 @@ from gateway.keys._sqlite import SqliteKeyStore
 
 __all__ = [
     "KEY_PREFIX",
+    "KeyChanges",
     "KeyLimits",
     "KeyRecord",
     "KeyStore",

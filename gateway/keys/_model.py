@@ -121,6 +121,23 @@ def _key_triple(plaintext: str) -> tuple[str, str, str]:
     return plaintext, hash_key(plaintext), plaintext[: len(KEY_PREFIX) + 6]
 
 
+class KeyChanges(msgspec.Struct, frozen=True, kw_only=True):
+    """An edit of a key: each field given replaces the key's (``limits`` as a whole);
+    a field left UNSET keeps it. The secret, team and id never change here."""
+
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    user: str | None | msgspec.UnsetType = msgspec.UNSET
+    allowed_models: tuple[str, ...] | None | msgspec.UnsetType = msgspec.UNSET
+    limits: KeyLimits | msgspec.UnsetType = msgspec.UNSET
+    expires_at: datetime | None | msgspec.UnsetType = msgspec.UNSET
+
+    def applied(self, key: KeyRecord) -> KeyRecord:
+        """``key`` with these changes (its revision untouched: the store bumps it)."""
+        given = {f: v for f in self.__struct_fields__
+                 if (v := getattr(self, f)) is not msgspec.UNSET}
+        return msgspec.structs.replace(key, **given)
+
+
 MAX_GRACE_S = 30 * 86400
 """The longest a replaced secret may keep working after a rotation."""
 
@@ -188,6 +205,11 @@ class KeyStore(Protocol):
 
     async def revoke_key(self, key_id: str, *, expected_revision: int | None = None) -> KeyRecord:
         """Tombstone a key (comparing the revision in the write transaction if given)."""
+
+    async def update_key(self, key_id: str, changes: KeyChanges, *,
+                         expected_revision: int | None = None) -> KeyRecord:
+        """Apply ``changes`` (revision + 1, compared in the write transaction if
+        ``expected_revision`` is given); a revoked key is refused (KeyRevoked)."""
 
     async def rotate_key(self, key_id: str, *, grace_s: int,
                          idempotency_key: str | None = None,

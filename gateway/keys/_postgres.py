@@ -33,6 +33,7 @@ from gateway.keys._limits import (
     check_revision,
 )
 from gateway.keys._model import (
+    KeyChanges,
     KeyLimits,
     KeyRecord,
     Principal,
@@ -195,6 +196,29 @@ class PostgresKeyStore:
             check_revision(f"key {key_id!r}", row["revision"], expected_revision)
             if row["revoked_at"] is None:
                 row = await _one(conn, "revoke_key", id=key_id)
+        assert row is not None
+        return key_from_row(row)
+
+    async def update_key(self, key_id: str, changes: KeyChanges, *,
+                         expected_revision: int | None = None) -> KeyRecord:
+        """FOR UPDATE waits out admissions holding the key FOR SHARE; the next admission
+        sees the new revision (a Principal read before is re-read, DESIGN §4)."""
+        async with connection(self._pool, "key store") as conn, \
+                conn.transaction():
+            row = await _one(conn, "get_key_for_update", id=key_id)
+            if row is None:
+                raise NotFound(f"key {key_id!r} does not exist")
+            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
+            if row["revoked_at"] is not None:
+                raise KeyRevoked(f"key {key_id!r} is revoked; it can no longer be edited")
+            new = changes.applied(key_from_row(row))
+            check_limits(new.limits, KEY_LIMITS, "key limits")
+            row = await _one(conn, "update_key", id=key_id, name=new.name,
+                             user_name=new.user,
+                             allowed_models=(None if new.allowed_models is None
+                                             else list(new.allowed_models)),
+                             expires_at=new.expires_at,
+                             **{n: getattr(new.limits, n) for n in KEY_LIMITS})
         assert row is not None
         return key_from_row(row)
 

@@ -26,6 +26,7 @@ from gateway.keys._limits import (
     check_revision,
 )
 from gateway.keys._model import (
+    KeyChanges,
     KeyLimits,
     KeyRecord,
     Principal,
@@ -209,6 +210,25 @@ class SqliteKeyStore(SqliteBase):
             return [_key(r) for r in _SQL["keys"].execute(conn, {
                 "team_id": team_id, "include_revoked": include_revoked})]
         return await self._run(_list, write=False)
+
+    async def update_key(self, key_id: str, changes: KeyChanges, *,
+                         expected_revision: int | None = None) -> KeyRecord:
+        def _update(conn: sqlite3.Connection) -> KeyRecord:
+            row = _get_key(conn, key_id)
+            if row is None:
+                raise NotFound(f"key {key_id!r} does not exist")
+            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
+            if row["revoked_at"] is not None:
+                raise KeyRevoked(f"key {key_id!r} is revoked; it can no longer be edited")
+            new = changes.applied(_key(row))
+            check_limits(new.limits, KEY_LIMITS, "key limits")
+            _SQL["update_key"].execute(conn, {
+                "id": key_id, "name": new.name, "user": new.user,
+                "allowed_models": (None if new.allowed_models is None
+                                   else json.dumps(list(new.allowed_models))),
+                "expires_at": _ts(new.expires_at), **_limits(new.limits, KEY_LIMITS)})
+            return _key(_get_key(conn, key_id))
+        return await self._run(_update)
 
     async def rotate_key(self, key_id: str, *, grace_s: int,
                          idempotency_key: str | None = None,

@@ -97,6 +97,13 @@ VALUES (:id, :team_id, :key_hash, :display_prefix, :name, :user, :allowed_models
         :tpm, :usd_micros_per_day, :usd_micros_per_month, :expires_at, NULL, 1,
         :created_at)
 
+-- name: update_key
+UPDATE keys SET name = :name, user = :user, allowed_models = :allowed_models, rpm = :rpm,
+       tpm = :tpm, usd_micros_per_day = :usd_micros_per_day,
+       usd_micros_per_month = :usd_micros_per_month, expires_at = :expires_at,
+       revision = revision + 1
+ WHERE id = :id
+
 -- name: revoke_key
 UPDATE keys SET revoked_at = :revoked_at, revision = revision + 1 WHERE id = :id
 

@@ -79,7 +79,7 @@ def test_every_route_answers_as_its_schema_documents(served: Proc) -> None:
     integer and any string a date-time unless a validator enforces ``format``; the API
     (msgspec) refuses both with a 400, which is the answer we want."""
     assert _each_operation(served, lambda case: case.call_and_validate(
-        headers=bearer(WRITE), excluded_checks=[positive_data_acceptance])) == 16
+        headers=bearer(WRITE), excluded_checks=[positive_data_acceptance])) == 17
 
 
 def test_a_read_token_writes_nothing(served: Proc) -> None:
@@ -91,7 +91,7 @@ def test_a_read_token_writes_nothing(served: Proc) -> None:
         if case.method.upper() != "GET" and not case.path.startswith("/v1/me"):
             assert response.status_code in (400, 403), (case.method, case.path,
                                                         response.text)
-    assert _each_operation(served, check) == 16
+    assert _each_operation(served, check) == 17
 
 
 def test_the_schema_lists_every_admin_route(served: Proc) -> None:

@@ -366,3 +366,43 @@ async def test_the_request_log_pages_filters_sums_and_exports(
     _openai_error(await c.get("/admin/v1/requests"), 401, "invalid_api_key")
     _openai_error(await c.get("/admin/v1/requests", headers=bearer(b["secret"])), 401,
                   "invalid_api_key")
+
+
+async def test_a_key_is_edited_field_by_field_and_binds_at_the_next_request(
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    """PATCH changes only the fields given (revision + 1, same id and secret); a model
+    removed from allowed_models is refused at the next request (403) and the new key
+    limits hold (rpm 1: the second request is a 429); null clears; a stale If-Match is a
+    412 that changes nothing; a misspelt field is a 400; a revoked key cannot be
+    edited."""
+    c, _ = admin
+    w = bearer(WRITE)
+    await c.post("/admin/v1/teams", json={"name": "t"}, headers=w)
+    made = (await c.post("/admin/v1/keys", json={"team": "t", "name": "laptop",
+                                                 "user": "ana"}, headers=w)).json()
+    key_id, secret = made["key"]["key_id"], made["secret"]
+    assert (await c.post("/v1/chat/completions", json=BODY,
+                         headers=bearer(secret))).status_code == 200
+    r = await c.patch(f"/admin/v1/keys/{key_id}", headers={**w, "If-Match": '"1"'}, json={
+        "allowed_models": ["mock-claude"], "limits": {"rpm": 1}})
+    assert r.status_code == 200, r.text
+    edited = r.json()
+    assert edited["revision"] == 2 and edited["name"] == "laptop" and edited["user"] == "ana"
+    assert edited["allowed_models"] == ["mock-claude"] and edited["limits"]["rpm"] == 1
+    assert (await c.post("/v1/chat/completions", json=BODY,
+                         headers=bearer(secret))).status_code == 403
+    claude = {**BODY, "model": "mock-claude"}
+    statuses = [(await c.post("/v1/chat/completions", json=claude,
+                              headers=bearer(secret))).status_code for _ in range(2)]
+    assert statuses == [200, 429]
+    _openai_error(await c.patch(f"/admin/v1/keys/{key_id}", json={"name": "x"},
+                                headers={**w, "If-Match": '"1"'}), 412, "revision_conflict")
+    _openai_error(await c.patch(f"/admin/v1/keys/{key_id}", json={"rpm": 5}, headers=w),
+                  400, "invalid_request")
+    r = await c.patch(f"/admin/v1/keys/{key_id}", json={"user": None,
+                                                       "allowed_models": None}, headers=w)
+    assert r.status_code == 200 and r.json()["user"] is None
+    assert r.json()["allowed_models"] is None and r.json()["name"] == "laptop"
+    await c.post(f"/admin/v1/keys/{key_id}/revoke", headers=w)
+    _openai_error(await c.patch(f"/admin/v1/keys/{key_id}", json={"name": "y"}, headers=w),
+                  409, "key_revoked")
