@@ -124,7 +124,8 @@ def test_an_operator_creates_uses_rotates_and_revokes_a_key(page: Any, gateway: 
                                                             shots: Path) -> None:
     """Write token: create a team and a key (secret once), one openai SDK request seen
     on Requests and on Overview as /v1/usage's exact µUSD, rotate (both secrets work
-    during the grace), revoke (the key is refused)."""
+    during the grace), revoke (the key is refused); no file the gateway wrote holds
+    either secret."""
     sign_in(page, WRITE)
     page.goto("/console/teams")
     form = page.locator("#create-team")
@@ -202,6 +203,10 @@ def test_an_operator_creates_uses_rotates_and_revokes_a_key(page: Any, gateway: 
     page.screenshot(path=shots / "key-revoked.png", full_page=True)
     with pytest.raises(openai.AuthenticationError):
         chat(gateway, rotated)
+    for written in gateway.log_path.parent.rglob("*"):  # logs, audit, journal, keys
+        if written.is_file():
+            data = written.read_bytes()
+            assert secret.encode() not in data and rotated.encode() not in data, written
 
 
 def test_a_read_token_finds_no_write_control_and_a_forged_post_is_refused(

@@ -19,18 +19,27 @@ from litestar.testing import AsyncTestClient
 from msgspec.structs import replace
 
 from gateway.app import create_app
-from gateway.config import AdminToken, load_settings
+from gateway.config import (
+    AdminToken,
+    DatabaseSettings,
+    GovernanceStoreSettings,
+    KeyStoreSettings,
+    load_settings,
+)
 
 pytestmark = pytest.mark.integration
 
 WRITE, READ = "w" * 8 + "-console-write-token", "r" * 8 + "-console-read-token"
+SECRET = re.compile(r'id="secret"[^>]*>(sk-inf-[^<]+)<')
 HOSTILE = "<script>alert('x')</script>"
 Client = AsyncTestClient[Any]
 
 
-@pytest.fixture
-async def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Client]:
-    """A fresh local gateway with a write token and a read token."""
+@pytest.fixture(params=["local", "shared"])
+async def client(request: pytest.FixtureRequest, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Client]:
+    """A fresh gateway (local: SQLite; shared: a migrated Postgres) with a write token
+    and a read token."""
     monkeypatch.setenv("IPT_CONSOLE_WRITE", WRITE)
     monkeypatch.setenv("IPT_CONSOLE_READ", READ)
     base = load_settings(None)
@@ -38,6 +47,11 @@ async def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
         AdminToken(name="ops", token_ref="env:IPT_CONSOLE_WRITE", access="write"),
         AdminToken(name="finance", token_ref="env:IPT_CONSOLE_READ")])
     settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
+    if request.param == "shared":
+        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
+                           governance_store=GovernanceStoreSettings(type="postgres"),
+                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
     async with AsyncTestClient(app=create_app(settings)) as c:
         c.follow_redirects = False  # the tests look at each redirect
         yield c
@@ -181,3 +195,83 @@ async def test_a_wrong_credential_is_refused_at_sign_in(client: Client) -> None:
         "credential": "sk-inf-not-a-key", "login_csrf": _csrf(form.text, "login_csrf")})
     assert r.status_code == 401 and "Not a valid admin token or key" in r.text
     assert "inferplane_console=" not in str(client.cookies)
+
+
+async def test_a_stale_limits_form_is_a_412_that_changes_nothing(client: Client) -> None:
+    """The limits form carries the revision it was drawn from: after someone else's
+    edit it is refused (412, the current limits shown) and writes nothing."""
+    csrf = await sign_in(client, WRITE)
+    await client.post("/console/teams", data={"csrf": csrf, "name": "platform"})
+    drawn = await client.get("/console/teams/platform")
+    revision = _csrf(drawn.text, "revision")
+    other = await client.put("/admin/v1/teams/platform/limits", json={"rpm": 7},
+                             headers={"Authorization": f"Bearer {WRITE}"})
+    assert other.status_code == 200
+    r = await client.post("/console/teams/platform/limits", data={
+        "csrf": csrf, "revision": revision, "rpm": "99"})
+    assert r.status_code == 412 and "revision 2, not 1" in r.text
+    assert 'value="7"' in r.text
+    team = await client.get("/admin/v1/teams/platform",
+                            headers={"Authorization": f"Bearer {READ}"})
+    assert team.json()["limits"]["rpm"] == 7 and team.json()["revision"] == 2
+    r = await client.post("/console/teams/platform/limits", data={
+        "csrf": csrf, "revision": "2", "rpm": "99", "usd_micros_per_day": "1,500,000"})
+    assert r.status_code == 303
+    team = await client.get("/admin/v1/teams/platform",
+                            headers={"Authorization": f"Bearer {READ}"})
+    assert team.json()["limits"]["rpm"] == 99
+    assert team.json()["limits"]["usd_micros_per_day"] == 1_500_000
+
+
+async def test_a_rotate_form_submitted_twice_rotates_once(client: Client) -> None:
+    """The rotate form's Idempotency-Key: a double submit answers the same new secret
+    and the key's revision goes up by one only."""
+    csrf = await sign_in(client, WRITE)
+    await client.post("/console/teams", data={"csrf": csrf, "name": "platform"})
+    created = await client.post("/console/keys", data={"csrf": csrf, "team": "platform"})
+    key_id = re.search(r"<dd>(key_[0-9a-f]+)</dd>", created.text)
+    assert key_id
+    keys = await client.get("/console/keys")
+    rotation = re.search(rf'name="rotation_id" value="([^"]+-{key_id.group(1)})"',
+                         keys.text)
+    assert rotation
+    form = {"csrf": csrf, "rotation_id": rotation.group(1), "grace_seconds": "0"}
+    first = await client.post(f"/console/keys/{key_id.group(1)}/rotate", data=form)
+    again = await client.post(f"/console/keys/{key_id.group(1)}/rotate", data=form)
+    assert first.status_code == again.status_code == 200
+    assert first.headers["cache-control"] == "no-store"
+    one, two = SECRET.search(first.text), SECRET.search(again.text)
+    assert one and two and one.group(1) == two.group(1)
+    key = await client.get(f"/admin/v1/keys/{key_id.group(1)}",
+                           headers={"Authorization": f"Bearer {READ}"})
+    assert key.json()["revision"] == 2
+
+
+async def test_requests_page_newest_first_with_a_next_page(client: Client) -> None:
+    """51 requests: the first page shows the 50 newest, its next-page link the oldest
+    one; a filter narrows the rows and is kept in the next-page and CSV links."""
+    csrf = await sign_in(client, WRITE)
+    await client.post("/console/teams", data={"csrf": csrf, "name": "platform"})
+    created = await client.post("/console/keys", data={"csrf": csrf, "team": "platform"})
+    secret = SECRET.search(created.text)
+    assert secret
+    for _ in range(51):
+        r = await client.post("/v1/chat/completions", json={
+            "model": "mock-gpt", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {secret.group(1)}"})
+        assert r.status_code == 200, r.text
+    first = await client.get("/console/requests", params={"model": "mock-gpt"})
+    assert first.text.count("<tr data-request=") == 50
+    link = re.search(r'href="(/console/requests\?model=mock-gpt&amp;cursor=[0-9a-f]+)"',
+                     first.text)
+    assert link, first.text
+    rest = await client.get(link.group(1).replace("&amp;", "&"))
+    assert rest.text.count("<tr data-request=") == 1
+    assert 'href="/console/requests.csv?model=mock-gpt"' in first.text
+    csv = await client.get("/console/requests.csv", params={"model": "mock-gpt"})
+    assert csv.headers["content-type"].startswith("text/csv")
+    assert len(csv.text.splitlines()) == 52
+    fragment = await client.get("/console/requests", params={"model": "none"},
+                                headers={"HX-Request": "true"})
+    assert "<html" not in fragment.text and "No requests match." in fragment.text
