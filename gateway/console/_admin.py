@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
@@ -104,7 +105,7 @@ async def team_page(request: AnyRequest, team: FromPath[str]) -> Response[Any]:
 async def _team(request: AnyRequest, session: Any, api: Api, team: str, *,
                 errors: dict[str, str] | None = None, values: Any = None,
                 status: int = 200) -> Response[Any]:
-    found = await api.get(f"/admin/v1/teams/{team}")
+    found = await api.get(f"/admin/v1/teams/{quote(team, safe='')}")
     if not found.ok:
         return page(request, "error.html", {"session": session, "message": found.message},
                     status=found.status)
@@ -126,7 +127,8 @@ async def edit_limits(request: AnyRequest, team: FromPath[str]) -> Response[Any]
     body = limits(form, TEAM_LIMITS, errors)
     revision = text(form, "revision")
     if not errors:
-        answer = await api.call("PUT", f"/admin/v1/teams/{team}/limits", json=body,
+        path = f"/admin/v1/teams/{quote(team, safe='')}/limits"
+        answer = await api.call("PUT", path, json=body,
                                 headers={"If-Match": f'"{revision}"'})
         if answer.ok:
             return Redirect(f"/console/teams/{answer.body['id']}?saved=1", status_code=303)

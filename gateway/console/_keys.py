@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 from typing import Any
+from urllib.parse import quote
 
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
@@ -79,7 +80,7 @@ async def rotate_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Any
     grace = text(form, "grace_seconds") or "86400"
     if not (grace.isdigit() and grace.isascii()):
         return Redirect(f"/console/keys?flash=bad_grace:{key_id}", status_code=303)
-    answer = await api.call("POST", f"/admin/v1/keys/{key_id}/rotate",
+    answer = await api.call("POST", f"/admin/v1/keys/{quote(key_id, safe='')}/rotate",
                             json={"grace_seconds": int(grace)},
                             headers={"Idempotency-Key": text(form, "rotation_id")
                                      or secrets.token_hex(16)})
@@ -92,7 +93,7 @@ async def rotate_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Any
 @post("/keys/{key_id:str}/revoke", status_code=303)
 async def revoke_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Any]:
     session, api, form = await writer(request)
-    answer = await api.call("POST", f"/admin/v1/keys/{key_id}/revoke",
+    answer = await api.call("POST", f"/admin/v1/keys/{quote(key_id, safe='')}/revoke",
                             headers={"If-Match": f'"{text(form, "revision")}"'})
     if not answer.ok:
         return page(request, "error.html", {"session": session, "message": answer.message},
