@@ -98,7 +98,7 @@ class Generation:
             getattr(scope["app"].state, "gateway", None), exc,
             anthropic=self.protocol == "anthropic", path=scope["path"],
             route=self.template, request_id=ex.request_id, principal=ex.principal,
-            call=ex.call)
+            call=ex.call, user_agent=_headers(scope).get("user-agent"))
 
     async def _generate(self, gw: Gateway, ex: _Exchange, headers: dict[str, str],
                         receive: Any) -> Reply:

@@ -10,6 +10,7 @@ own sentence and the request id; the message itself is logged here with the requ
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import msgspec
 from litestar import MediaType
@@ -63,9 +64,28 @@ def as_inferplane(exc: Exception) -> InferplaneError:
     return InferplaneError()
 
 
+def codex_usage_limit(err: InferplaneError, user_agent: str | None,
+                      body: dict[str, Any]) -> int | None:
+    """For Codex CLI, a spent day/month window in the one shape it stops on.
+
+    Codex (``codex_exec``/``codex_cli_rs`` User-Agents) retries every other non-400
+    status five times with backoff (~6.5 s for a 402, measured with 0.171.0) and stops at
+    once only on a 429 whose ``error.type`` is ``usage_limit_reached``; it then shows
+    "You've hit your usage limit. Try again at <resets_at>". So a refusal that cannot
+    clear before its window resets is sent to Codex as that 429 (the same message, code,
+    ``x-should-retry: false`` and ratelimit headers; ``resets_at`` in epoch seconds).
+    Returns the status to send, or None for every other client and refusal. The audit
+    line keeps the refusal as governance decided it (402 budget_exhausted…)."""
+    if err.window is None or not (user_agent or "").startswith("codex_"):
+        return None
+    body["error"]["type"] = "usage_limit_reached"
+    body["error"]["resets_at"] = int(err.window.resets.timestamp())
+    return 429
+
+
 def error_reply(gw: Gateway | None, exc: Exception, *, anthropic: bool, path: str,
                 route: str, request_id: str | None, principal: Principal | None,
-                call: Call | None) -> Reply:
+                call: Call | None, user_agent: str | None = None) -> Reply:
     """``exc`` as the answer: Anthropic's shape or OpenAI's, the request id header, the
     ``mayu_requests`` count under ``route``, and the audit line of a request that has a
     request id and no audit line yet (refusals and upstream failures were audited by
@@ -76,16 +96,19 @@ def error_reply(gw: Gateway | None, exc: Exception, *, anthropic: bool, path: st
                     err.code, err.message)
     body = (anthropic_error_body(err, request_id=request_id) if anthropic
             else openai_error_body(err, request_id=request_id))
+    status = err.status
+    if not anthropic:
+        status = codex_usage_limit(err, user_agent, body) or status
     headers = err.headers()
     if err.window is not None:
         headers.update(window_headers(err.window, anthropic=anthropic))
     if request_id:
         headers["x-inferplane-request-id"] = request_id
     if gw is not None:
-        gw.metrics.request_done(route, err.status)
+        gw.metrics.request_done(route, status)
         if request_id and (call is None or not call.audited):
             gw.audit.write({"request_id": request_id, "path": path,
                             "key_id": principal.key_id if principal else None,
                             "team_id": principal.team_id if principal else None,
-                            "status": err.status, "error": err.code, "detail": err.message})
-    return Reply(err.status, headers, MediaType.JSON.value, msgspec.json.encode(body))
+                            "status": status, "error": err.code, "detail": err.message})
+    return Reply(status, headers, MediaType.JSON.value, msgspec.json.encode(body))

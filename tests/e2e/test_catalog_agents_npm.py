@@ -30,6 +30,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -264,3 +265,52 @@ def test_claude_code_default_models_are_in_the_catalog(agents: Path, capture: Ca
         f"{version} ({key_kind}) asks by default for {_missing(capture.models)}, which the "
         "catalog lacks: add it to gateway/catalog/models.yaml (with its source) and "
         "docs/models.md")
+
+
+def test_codex_stops_at_once_on_a_spent_budget(agents: Path, tmp_path: Path) -> None:
+    """Issue 26: Codex with its default retries, against a real ``mayu serve`` whose team
+    budget cannot fit a request (1 µUSD a day), sends the request once (the gateway
+    audits exactly one refusal and dispatches nothing), exits non-zero within 5 s of
+    that refusal and says the usage limit is hit and when to try again. (Codex retries a
+    402 five times, ~6.5 s; the gateway answers it the 429 usage_limit_reached it stops
+    on: gateway/ingress/_render.py codex_usage_limit.)"""
+    import time
+
+    import yaml
+
+    from tests.e2e._procs import run_cli, start_gateway
+
+    config = tmp_path / "mayu.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"), "demo": False,
+        "providers": [{"name": "in-process", "kind": "mock"}],
+        "models": [{"name": "gpt-6.2-sol", "deployments": [{"provider": "in-process"}]}]}))
+    assert run_cli("teams", "create", "t", "--usd-micros-per-day", "1",
+                   "--config", str(config)).returncode == 0
+    made = run_cli("keys", "create", "--team", "t", "--json", "--config", str(config))
+    key = json.loads(made.stdout)["key"]
+    gateway = start_gateway(config)
+    try:
+        home = tmp_path / "home"
+        (home / ".codex").mkdir(parents=True)
+        provider = (f'{{name="inferplane", base_url="{gateway.url}/v1", '
+                    f'env_key="INFERPLANE_KEY", wire_api="responses"}}')
+        result = _run(_codex_argv(agents, "exec", "--skip-git-repo-check",
+                                  "-c", "check_for_update_on_startup=false",
+                                  "-c", "model_provider=inferplane",
+                                  "-c", f"model_providers.inferplane={provider}", "say ok"),
+                      env=_env(home, CODEX_HOME=str(home / ".codex"), INFERPLANE_KEY=key),
+                      cwd=tmp_path)
+        ended = time.time()
+    finally:
+        gateway.stop()
+    audit = [json.loads(line) for f in sorted((tmp_path / "data").glob("audit-*.jsonl"))
+             for line in f.read_text().splitlines() if line.strip()]
+    refusals = [a for a in audit if a.get("status") in (402, 429)]
+    output = result.stdout + result.stderr
+    assert len(refusals) == 1, (len(refusals), output[-2000:])
+    assert not [a for a in audit if a.get("event") == "dispatch"], "something was dispatched"
+    assert result.returncode != 0, output[-2000:]
+    refused_at = datetime.fromisoformat(refusals[0]["ts"]).timestamp()
+    assert ended - refused_at < 5, (ended - refused_at, output[-2000:])
+    assert "usage limit" in output and "Try again at" in output, output[-2000:]
