@@ -17,7 +17,7 @@ from litestar import Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Redirect
 
-from gateway.console._client import Api
+from gateway.console._client import Api, ApiRefused
 from gateway.console._format import bar, window_resets
 from gateway.console._forms import LABELS, TEAM_LIMITS, field_of, limits, text
 from gateway.console._web import page, signed_in, writer
@@ -43,9 +43,11 @@ async def overview(request: AnyRequest) -> Response[Any]:
     teams = await api.every("/admin/v1/teams")
     summary = await api.get("/admin/v1/requests/summary", group_by="team", bucket="day",
                             since=f"{today.replace(day=1).isoformat()}T00:00:00Z")
+    if not summary.ok:
+        raise ApiRefused(summary)  # an error page, never a zero that is not one
     day: dict[str, dict[str, int]] = {}
     month: dict[str, dict[str, int]] = {}
-    for row in summary.body["data"] if summary.ok else []:
+    for row in summary.body["data"]:
         for into, wanted in ((month, True), (day, row["period"] == today.isoformat())):
             if wanted:
                 sums = into.setdefault(row["team_id"], dict.fromkeys(_SUMS, 0))
@@ -61,8 +63,7 @@ async def overview(request: AnyRequest) -> Response[Any]:
              for t in teams]
     return page(request, "overview.html", {
         "session": session, "cards": cards, "today": today.isoformat(),
-        "month": today.strftime("%Y-%m"),
-        "error": None if summary.ok else summary.message})
+        "month": today.strftime("%Y-%m")})
 
 
 @get("/teams")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
@@ -48,7 +48,8 @@ async def _keys(request: AnyRequest, session: Any, api: Api, *,
         "list_error": None if listed.ok else listed.message, "chosen": chosen,
         "statuses": _STATUSES, "fields": KEY_LIMITS, "labels": LABELS,
         "errors": errors or {}, "values": values or {},
-        "rotation_id": secrets.token_hex(16), "flash": q.get("flash")}, status=status)
+        "rotation_id": secrets.token_hex(16), "flash": q.get("flash"),
+        "query": urlencode({k: v for k, v in chosen.items() if v})}, status=status)
 
 
 @post("/keys", status_code=200)

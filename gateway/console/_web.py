@@ -63,7 +63,7 @@ def refusal(request: AnyRequest, message: str, status: int = 403) -> Response[An
 
 def page(request: AnyRequest, name: str, context: Mapping[str, Any], *,
          status: int = 200) -> Template:
-    """``templates/<name>``; an htmx request for a page with a fragment gets only it."""
+    """``templates/<name>`` with the session's CSRF token and the current path."""
     session: Session | None = context.get("session")
     full = {"csrf": session.csrf if session is not None else "", "path": request.url.path,
             **context}
