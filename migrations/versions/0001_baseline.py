@@ -24,7 +24,8 @@ branch_labels = None
 depends_on = None
 
 # Dependents first.
-_TABLES = ("key_rotations", "lease_grants", "lease_dataplanes", "alert_events", "permit_segments", "permits",
+_TABLES = ("key_rotations", "lease_grants", "lease_dataplanes", "alert_events",
+           "permit_segments", "permits",
            "authority_accounts", "counters", "policy_changes", "policy_generations",
            "policy_state", "bootstrap_declarations", "keys", "teams", "authority_namespace")
 
