@@ -130,12 +130,17 @@ def pg_empty_dsn(pg_server_dsn: str) -> Iterator[str]:
 
 @pytest.fixture
 async def pg_pool(pg_dsn: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """An open gateway pool (:func:`gateway.db.open_pool`) on a fresh migrated database."""
+    """An open gateway pool (:func:`gateway.db.open_pool`) on a fresh migrated database.
+
+    Its pool timeout is 10 s, not the product's 2 s: the contention tests hold every
+    connection on one team's row locks, and on a loaded 2-core machine a wait for a
+    connection passed 2 s (a PoolTimeout, not a wrong figure). Tests of the timeout
+    itself open their own pool."""
     from gateway.config import DatabaseSettings
     from gateway.db import open_pool
 
     monkeypatch.setenv("INFERPLANE_DATABASE_URL", pg_dsn)
-    pool = open_pool(DatabaseSettings(pool_min_size=1, pool_max_size=8))
+    pool = open_pool(DatabaseSettings(pool_min_size=1, pool_max_size=8, pool_timeout_s=10.0))
     await pool.open(wait=True)
     try:
         yield pool
