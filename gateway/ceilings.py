@@ -43,3 +43,6 @@ below 2**63."""
 MAX_POLICY_TOKENS = 10**15
 """A token quota's ``day``/``month`` and a budget's ``fitFloorTokens``: a round figure
 just below MAX_AMOUNT (2**50 is about 1.13e15)."""
+
+MAX_POLICY_IN_FLIGHT = 1_000_000
+"""A concurrency rule's ``maxInFlight``: far above what one subject could hold open."""

@@ -229,6 +229,13 @@ class SpendRateLimited(RateLimited):
     status = 402  # a money refusal (gateway.governance.status_for), cleared by refill
 
 
+class ConcurrencyLimited(RateLimited):
+    """Too many requests open at once; retry when one finishes."""
+
+    code = "concurrency_limited"
+    error_code = "concurrency_limited"
+
+
 class TokenQuotaExhausted(RateLimited):
     """Token quota exhausted until its window resets."""
 

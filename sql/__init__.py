@@ -48,7 +48,7 @@ BASELINE = ("schema", "key_rotations", "governance", "lease")
 BASELINE_SHA256 = {
     "key_rotations": "d534957dd6f998de6b6b463cc10af3ddfb50abbf0a39962b69cac95d8528ce48",
     "schema": "a58b9f6ea42434ad6e44ec4b82932a8b7efb6d3ca8becc2ad339acb270f29ed5",
-    "governance": "b40c0a2ce68b1ebbaf915548e882906abf5f9622f6d7f4c61bbe18c83300cda4",
+    "governance": "4b19adb2ef14f7f878ac6316b21ea335d8507e873877fe1a8987c342ea211761",
     "lease": "f558d8842c0564b978af6e24c1849423cafdd76ae8e44fbe244ab41f454b03cc",
 }
 """The 0.1.0 baseline revision's files as released. The baseline installs these texts

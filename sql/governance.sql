@@ -165,7 +165,10 @@ BEGIN
     END IF;
     IF hard AND cap IS NOT NULL
        AND a.committed + a.liability + a.reserved + a.leased + amount > cap THEN
-        RETURN jsonb_build_object('reason', CASE WHEN money THEN 'budget_exhausted' ELSE 'token_quota_exhausted' END,
+        RETURN jsonb_build_object('reason', CASE WHEN money THEN 'budget_exhausted'
+                                                 WHEN ch->>'dimension' = 'requests'
+                                                 THEN 'concurrency_limited'
+                                                 ELSE 'token_quota_exhausted' END,
             'counter', v_key, 'limit', cap, 'committed', a.committed,
             'liability', a.liability, 'reserved', a.reserved, 'leased', a.leased,
             'amount', amount, 'window', ch->>'window', 'dimension', ch->>'dimension');
@@ -414,6 +417,7 @@ BEGIN
               AND ch.committed + ch.liability + ch.reserved + ch.leased + ch.amount > ch.cap THEN
             refusal := jsonb_build_object(
                 'reason', CASE WHEN ch.dimension = 'usd' THEN 'budget_exhausted'
+                               WHEN ch.dimension = 'requests' THEN 'concurrency_limited'
                                ELSE 'token_quota_exhausted' END,
                 'counter', ch.counter, 'limit', ch.cap, 'committed', ch.committed,
                 'liability', ch.liability, 'reserved', ch.reserved, 'leased', ch.leased,
@@ -730,6 +734,7 @@ BEGIN
                 money := c_dim[j] = 'usd';
                 refusal := jsonb_build_object(
                     'reason', CASE WHEN money THEN 'budget_exhausted'
+                                   WHEN c_dim[j] = 'requests' THEN 'concurrency_limited'
                                    ELSE 'token_quota_exhausted' END,
                     'counter', c_counter[j], 'limit', cap, 'committed', s_committed[k],
                     'liability', s_liability[k], 'reserved', s_reserved[k],
@@ -891,8 +896,9 @@ $$;
 -- nothing changed); liabilities only counters it charged. A window or account releases
 -- its reservation, commits its part and adds its liability; a bucket is trued up to its
 -- commit (crediting an over-estimate, reduced by the refill since admission; debiting
--- an under-estimate, possibly into debt). Invalid usage changes no counter and freezes
--- the permit's money windows and accounts. Returns {"permit_id", "kind",
+-- an under-estimate, possibly into debt). Invalid usage freezes the permit's money
+-- windows and accounts, frees its in-flight slots and changes no other counter.
+-- Returns {"permit_id", "kind",
 -- "tokens_committed", "usd_committed", "tokens_liability", "usd_liability",
 -- "bound_exceeded", "replay"}; an exact replay answers the same with "replay": true; a
 -- different second settlement {"conflict": true, "kind"}; a permit never admitted
@@ -930,10 +936,15 @@ BEGIN
     now_us := inferplane_now_us_v1();
 
     IF v_kind = 'invalid' THEN
-        -- Change no counter; freeze every money window/account the permit charged.
+        -- Freeze every money window/account the permit charged and change no other
+        -- counter, except that its in-flight slots (requests windows) are freed.
         UPDATE counters SET frozen = true
          WHERE key IN (SELECT counter FROM permit_segments
                         WHERE permit_id = p_permit AND kind = 'window' AND dimension = 'usd');
+        UPDATE counters c SET reserved = c.reserved - g.amount
+          FROM permit_segments g
+         WHERE g.permit_id = p_permit AND g.kind = 'window' AND g.dimension = 'requests'
+           AND c.key = g.counter;
         UPDATE authority_accounts SET frozen = true
          WHERE key IN (SELECT counter FROM permit_segments
                         WHERE permit_id = p_permit AND kind = 'account');
@@ -1067,11 +1078,18 @@ BEGIN
 
     -- 4. The counter arithmetic (inferplane_settle_permit_v1's, set-based).
     IF v_kind = 'invalid' THEN
-        -- Change no counter; freeze every money window/account the permit charged.
+        -- Freeze every money window/account the permit charged and change no other
+        -- counter, except that its in-flight slots (requests windows) are freed.
         UPDATE counters SET frozen = true
          WHERE key IN (SELECT x.counter FROM unnest(g_counter, g_kind, g_dim)
                                              AS x(counter, kind, dim)
                         WHERE x.kind = 'window' AND x.dim = 'usd');
+        IF 'requests' = ANY(g_dim) THEN
+            UPDATE counters c SET reserved = c.reserved - s.amount
+              FROM permit_segments s
+             WHERE s.permit_id = p_permit AND s.kind = 'window'
+               AND s.dimension = 'requests' AND c.key = s.counter;
+        END IF;
         IF cardinality(v_accounts) > 0 THEN
             UPDATE authority_accounts SET frozen = true WHERE key = ANY(v_accounts);
         END IF;
@@ -1126,8 +1144,8 @@ $$;
 -- then each segment on the running state: a window or account releases its reservation
 -- and takes its commit and liability, a bucket is trued up to its commit (a credit
 -- reduced by the refill since admission, exactly as inferplane_settle_permit_v1), an
--- invalid settlement's money windows and accounts are frozen and nothing else changes;
--- then one UPDATE per table.
+-- invalid settlement's money windows and accounts are frozen, its in-flight slots
+-- (requests windows) freed, and nothing else changes; then one UPDATE per table.
 CREATE FUNCTION inferplane_settle_counters_v1(
     g_counter text[], g_kind text[], g_dim text[], g_amount bigint[], g_limit bigint[],
     g_commit bigint[], g_liability bigint[], g_invalid boolean[], g_admitted bigint[])
@@ -1183,9 +1201,13 @@ BEGIN
         k := g_slot[s];
         CONTINUE WHEN k IS NULL;
         IF g_invalid[s] THEN
-            -- Change no counter; freeze every money window/account the permit charged.
+            -- Freeze every money window/account the permit charged and change no other
+            -- counter, except that its in-flight slots (requests windows) are freed.
             IF g_kind[s] = 'account' OR (g_kind[s] = 'window' AND g_dim[s] = 'usd') THEN
                 s_frozen[k] := true;
+                s_dirty[k] := true;
+            ELSIF g_kind[s] = 'window' AND g_dim[s] = 'requests' THEN
+                s_reserved[k] := s_reserved[k] - g_amount[s];
                 s_dirty[k] := true;
             END IF;
             CONTINUE;

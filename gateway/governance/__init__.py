@@ -33,6 +33,7 @@ from gateway.governance._model import (
     SettleResult,
     StoredFigures,
     UsageRow,
+    is_slot,
 )
 from gateway.governance._ops import FrozenCounter, LogFilter, PermitInfo
 from gateway.governance._plan import (
@@ -84,6 +85,7 @@ __all__ = [
     "boot_id",
     "bucket_settle",
     "build_request",
+    "is_slot",
     "plan_charges",
     "read_journal",
     "recovered_outcome",

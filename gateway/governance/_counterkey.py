@@ -10,6 +10,8 @@ sent between the planes, so their format is fixed to the byte:
   ``team:<team id>:tokens:day:<period>``: the key's or team's µUSD and token windows;
 - ``rule:<uid>:<scope>:rpm``, ``rule:<uid>:<scope>:tpm``: a policy rate rule's buckets;
 - ``rule:<uid>:<scope>:tokens:<day|month>:<period>``: a policy token quota's windows;
+- ``rule:<uid>:<scope>:inflight``: a policy concurrency rule's open requests (a window
+  without a calendar period: each permit reserves 1 and its settlement frees it);
 - ``account:<uid>:<scope>:<day|month>:<period>``: a policy budget's µUSD account (also
   the lease protocol's account name);
 - ``key:<key id>``, ``team:<team id>`` and ``policy``: what a snapshot-mismatch refusal
@@ -18,9 +20,9 @@ sent between the planes, so their format is fixed to the byte:
 A period is ``YYYY-MM-DD`` for a day and ``YYYY-MM`` for a month (UTC). Key and team
 ids (``key_…``, ``team_…``) and rule uids (policy names, rule names and the ``uid``
 pattern) never hold ``:``; a scope (``team=<name>``, ``user=<user>``,
-``team=<name>,user=<user>``) may hold any character, so :meth:`CounterKey.parse` reads
-subject and id from the left, measure, window and period from the right, and takes the
-scope as what lies between.
+``team=<name>,user=<user>``, ``key=<key id>``) may hold any character, so
+:meth:`CounterKey.parse` reads subject and id from the left, measure, window and period
+from the right, and takes the scope as what lies between.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Literal
 import msgspec
 
 Subject = Literal["key", "team", "rule", "account", "policy"]
-Measure = Literal["rpm", "tpm", "tokens", "usd"]
+Measure = Literal["rpm", "tpm", "tokens", "usd", "inflight"]
 Bucket = Literal["rpm", "tpm"]
 Quantity = Literal["tokens", "usd"]
 Window = Literal["day", "month"]
@@ -57,7 +59,7 @@ class CounterKey(msgspec.Struct, frozen=True, kw_only=True):
     """A rule's or account's scope: ``team=<name>``, ``user=<user>`` or both ("" else)."""
     measure: Measure | None = None
     """``rpm``/``tpm``: a bucket; ``tokens``/``usd``: a window (an account is ``usd``);
-    None: a bare subject, as a refusal names it."""
+    ``inflight``: a rule's open requests; None: a bare subject, as a refusal names it."""
     window: Window | None = None
     """The calendar window of a window or account: ``day`` or ``month``."""
     period: str = ""
@@ -94,6 +96,11 @@ class CounterKey(msgspec.Struct, frozen=True, kw_only=True):
         return CounterKey(subject=self.subject, id=self.id, scope=self.scope,
                           measure=measure)
 
+    def in_flight(self) -> CounterKey:
+        """This rule's open-request counter (a concurrency rule's slots)."""
+        return CounterKey(subject=self.subject, id=self.id, scope=self.scope,
+                          measure="inflight")
+
     def windowed(self, measure: Quantity, window: Window, period: str) -> CounterKey:
         """This key's, team's (tokens or µUSD) or rule's (tokens) calendar window."""
         return CounterKey(subject=self.subject, id=self.id, scope=self.scope,
@@ -111,7 +118,7 @@ class CounterKey(msgspec.Struct, frozen=True, kw_only=True):
             head = f"{subject}:{self.id}"
         if measure is None:
             return head
-        if measure == "rpm" or measure == "tpm":
+        if measure == "rpm" or measure == "tpm" or measure == "inflight":
             return f"{head}:{measure}"
         if subject == "account":
             return f"{head}:{self.window}:{self.period}"
@@ -175,6 +182,9 @@ def _parse(text: str) -> CounterKey | None:
         if bucket is not None:
             return CounterKey(subject="rule", id=ident, scope=scope,
                               measure=bucket) if scope else None
+        if last == "inflight":
+            return CounterKey(subject="rule", id=ident, scope=scope,
+                              measure="inflight") if scope else None
         parts = tail.rsplit(":", 3)
         if len(parts) != 4 or parts[1] != "tokens":
             return None

@@ -100,8 +100,9 @@ def reserve(charge: Charge, state: CounterState, now: int) -> CounterState | Ref
         return refusal("account_frozen", charge.counter, frozen_by=state.frozen_by)
     wanted = state.committed + state.liability + state.reserved + charge.amount
     if charge.limit is not None and charge.hard and wanted > charge.limit:
-        money = charge.dimension == "usd"
-        return refusal("budget_exhausted" if money else "token_quota_exhausted",
+        code = {"usd": "budget_exhausted", "requests": "concurrency_limited"}.get(
+            charge.dimension, "token_quota_exhausted")
+        return refusal(code,
                        charge.counter, figures=RefusalFigures(
                            limit=charge.limit, committed=state.committed,
                            liability=state.liability, reserved=state.reserved,

@@ -51,6 +51,7 @@ from gateway.governance._model import (
     SettleResult,
     StoredFigures,
     UsageRow,
+    is_slot,
 )
 from gateway.governance._ops import (
     FrozenCounter,
@@ -424,7 +425,11 @@ def _replay(permit_id: str, done: sqlite3.Row, settlement: Settlement,
 
 def _freeze(conn: sqlite3.Connection, batch: Batch, permit_id: str,
             req: AdmissionRequest) -> None:
-    """Invalid usage: no counter moves; every money window/account it charged freezes."""
+    """Invalid usage: every money window/account it charged freezes and no other counter
+    moves, except that its in-flight slots are freed (the request is over)."""
     for charge in req.charges:
         if charge.kind != "bucket" and charge.dimension == "usd":
             batch.freeze(conn, charge.counter, permit_id)
+        elif is_slot(charge):
+            batch.store(settle_counter(charge, batch.load(conn, charge), 0, 0, batch.now,
+                                       batch.now))

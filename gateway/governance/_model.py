@@ -11,6 +11,9 @@ counter named by a stable key:
 - an **account** (a policy monetary budget in ``authority_accounts``; competes with
   outstanding lease grants for the same account).
 
+A window of dimension ``requests`` is an **in-flight slot** counter (a concurrency rule's,
+no calendar period): its reservations are the requests open now (:func:`is_slot`).
+
 A Permit records every :class:`Charge` it made with its captured window, so settlement
 uses those even after a policy edit, a deletion or midnight.
 """
@@ -122,7 +125,8 @@ class OutcomeKind(enum.StrEnum):
     """Partial, missing or ambiguous (stream cut, timeout after dispatch, disconnect):
     what was observed commits, the rest of the bound is liability."""
     INVALID = "invalid"
-    """Upstream usage was invalid: change no counter, freeze the affected accounts."""
+    """Upstream usage was invalid: freeze the affected accounts, free the in-flight
+    slots, change no other counter."""
     CANCELLED = "cancelled"
     """Nothing left the gateway: full refund."""
 
@@ -206,6 +210,12 @@ class StoredFigures(msgspec.Struct, frozen=True, kw_only=True):
     leased: int = 0
     """Accounts in the shared profile: what lease grants hold of the budget."""
     frozen: bool = False
+
+
+def is_slot(charge: Charge) -> bool:
+    """Whether a charge is an in-flight slot (a concurrency rule's): a requests window,
+    reserved 1 at admission and freed by every settlement, invalid ones included."""
+    return charge.kind == "window" and charge.dimension == "requests"
 
 
 def born_figures(charge: Charge, now_us: int) -> StoredFigures:

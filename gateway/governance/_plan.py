@@ -80,6 +80,7 @@ class _RuleKeys(NamedTuple):
     tokens_month: str
     account: str
     """The budget's account in the rule's window (``day`` or else ``month``)."""
+    in_flight: str
 
 
 @lru_cache(maxsize=4096)
@@ -92,7 +93,7 @@ def _rule_keys(uid: str, scope: str, window: str | None, day: str,
     return _RuleKeys(rpm=rule.bucket("rpm").text, tpm=rule.bucket("tpm").text,
                      tokens_day=rule.windowed("tokens", "day", day).text,
                      tokens_month=rule.windowed("tokens", "month", month).text,
-                     account=account.text)
+                     account=account.text, in_flight=rule.in_flight().text)
 
 
 def _bucket(counter: str, capacity: int | None, amount: int, *, rule: str | None = None,
@@ -120,6 +121,12 @@ def _rule_charges(rule: CompiledRule, scope: str, tokens: int, usd: int, day: st
     if rule.kind == "rate":
         return (_bucket(keys.rpm, rule.rpm, 1, rule=rule.uid, dimension="requests")
                 + _bucket(keys.tpm, rule.tpm, tpm, rule=rule.uid))
+    if rule.kind == "concurrency":
+        # An in-flight slot: a requests window with no calendar period. Admission
+        # reserves 1 against maxInFlight; every settlement commits 0 to it, so the
+        # reservation (the slot) is freed whatever the outcome (split_settlement).
+        return [Charge(counter=keys.in_flight, kind="window", dimension="requests",
+                       amount=1, limit=rule.max_in_flight, rule_uid=rule.uid)]
     if rule.kind == "tokenQuota":
         return (_window(keys.tokens_day, rule.tokens_per_day, tokens, day, "tokens",
                         rule=rule.uid)
@@ -168,9 +175,9 @@ def plan_charges(principal: Principal, snapshot: PolicySnapshot, *, token_bound:
         *_window(own.team_usd_month, team.usd_micros_per_month, usd_bound, month, "usd",
                  fit=fit),
     ]
-    for rule in snapshot.rules_for(principal.team.name, principal.user):
-        charges += _rule_charges(rule, rule.scope(principal.team.name, principal.user),
-                                 token_bound, usd_bound, day, month, tpm)
+    for rule in snapshot.rules_for(principal.team.name, principal.user, principal.key_id):
+        scope = rule.scope(principal.team.name, principal.user, principal.key_id)
+        charges += _rule_charges(rule, scope, token_bound, usd_bound, day, month, tpm)
     return tuple(sorted(charges, key=lambda c: c.counter))
 
 

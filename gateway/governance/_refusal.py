@@ -12,7 +12,8 @@ import msgspec
 
 from gateway.governance._model import Refusal, RefusalFigures
 
-_STATUS = {"rate_limited": 429, "token_quota_exhausted": 429, "budget_exhausted": 402,
+_STATUS = {"rate_limited": 429, "token_quota_exhausted": 429, "concurrency_limited": 429,
+           "budget_exhausted": 402,
            "account_frozen": 402, "snapshot_mismatch": 503,
            # The lease profile's own refusals (gateway.lease): the authority is elsewhere.
            # The lease ones clear once the control plane answers; rule_unsupported only
@@ -71,6 +72,9 @@ def _reason(code: str, counter: str, f: RefusalFigures | None, frozen_by: str | 
     if code == "rate_limited":
         return (f"{counter}: {f.dimension} per minute limit {f.limit} exhausted (this "
                 f"request {f.amount}); retry in {retry_after or 1}s")
+    if code == "concurrency_limited":
+        return (f"{counter}: in-flight limit {f.limit} reached ({f.reserved} requests "
+                f"open); retry when one finishes")
     leased = f" + leased {f.leased}" if f.leased else ""
     return (f"{counter}: limit {f.limit} {_unit(f)} would be exceeded: committed "
             f"{f.committed} + liability {f.liability} + reserved {f.reserved}{leased} + "
@@ -90,8 +94,8 @@ def refusal(code: str, counter: str, *, figures: RefusalFigures | None = None,
             lease: LeaseFacts | None = None) -> Refusal:
     """The refusal for ``code`` on ``counter`` (a token quota answers 429, money 402)."""
     status = status_for(code, figures)
-    if status == 503 and retry_after is None:
-        retry_after = 1
+    if (status == 503 or code == "concurrency_limited") and retry_after is None:
+        retry_after = 1  # a slot frees when any open request ends: retry soon
     reason = (_lease_reason(code, counter, lease) if lease is not None
               else _reason(code, counter, figures, frozen_by, retry_after))
     return Refusal(status=status, counter=counter, code=code, figures=figures,

@@ -9,7 +9,9 @@ the three figures and every counter's part:
   dearer write class; for an uncertain outcome, the rest of the admitted bound. It binds
   hard limits like a reservation in the windows the permit was admitted in, and is
   never spend;
-- requests count 1 unless nothing left the gateway (cancelled).
+- requests count 1 unless nothing left the gateway (cancelled); an in-flight slot (a
+  requests *window*, a concurrency rule's) commits 0 whatever the outcome, so every
+  settlement frees it (an invalid one too: the stores release slots while freezing).
 
 So for every permit committed ≤ truth ≤ committed + liability, with equality when the
 wire reported the usage. Valid usage above the bound is committed in full and flagged
@@ -23,6 +25,7 @@ from gateway.governance._model import (
     Outcome,
     OutcomeKind,
     Settlement,
+    is_slot,
 )
 from gateway.pricing import ModelPrice, Usage, cost_range_micro_usd
 
@@ -88,7 +91,7 @@ def split_settlement(request: AdmissionRequest, s: Settlement) -> Settlement:
     liabilities: dict[str, int] = {}
     for c in request.charges:
         if c.dimension == "requests":
-            commits[c.counter] = 0 if cancelled else 1
+            commits[c.counter] = 0 if cancelled or is_slot(c) else 1
             continue
         committed, liability = ((s.tokens_committed, s.tokens_liability)
                                 if c.dimension == "tokens"

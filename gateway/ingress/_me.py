@@ -25,6 +25,7 @@ from gateway.governance import (
     Charge,
     CounterKey,
     StoredFigures,
+    is_slot,
     plan_charges,
 )
 from gateway.ingress._context import Gateway
@@ -72,10 +73,19 @@ def _window(charge: Charge, held: StoredFigures) -> dict[str, Any]:
             "debt": None, "resets_at": _iso(window_reset(period))}
 
 
+def _slots(charge: Charge, held: StoredFigures) -> dict[str, Any]:
+    """A concurrency rule's slots: ``reserved`` is the requests open now; no reset."""
+    limit = charge.limit or 0
+    return {"window": "in_flight", "period": None, "limit": limit, "committed": None,
+            "liability": None, "reserved": held.reserved, "leased": None,
+            "remaining": max(0, limit - held.reserved), "debt": None, "resets_at": None}
+
+
 def limit_entry(charge: Charge, held: StoredFigures) -> dict[str, Any]:
     """One binding limit as ``GET /v1/me`` lists it."""
     name = CounterKey.parse(charge.counter)
-    figures = _bucket(charge, held) if charge.kind == "bucket" else _window(charge, held)
+    figures = (_bucket(charge, held) if charge.kind == "bucket"
+               else _slots(charge, held) if is_slot(charge) else _window(charge, held))
     return {"counter": charge.counter, "owner": name.owner if name else "policy",
             "rule": charge.rule_uid, "scope": name.scope if name and name.scope else None,
             "dimension": charge.dimension, "kind": charge.kind, **figures,

@@ -31,6 +31,7 @@ import msgspec
 from gateway.errors import (
     AccountFrozen,
     BudgetExhausted,
+    ConcurrencyLimited,
     GovernanceUnavailable,
     InferplaneError,
     LeaseExhausted,
@@ -51,6 +52,7 @@ _QUOTA_CODES = ("budget_exhausted", "token_quota_exhausted")
 _KINDS: dict[str, type[InferplaneError]] = {
     "rate_limited": RateLimited,
     "token_quota_exhausted": TokenQuotaExhausted,
+    "concurrency_limited": ConcurrencyLimited,
     "budget_exhausted": BudgetExhausted,
     "account_frozen": AccountFrozen,
     "snapshot_mismatch": SnapshotMismatch,

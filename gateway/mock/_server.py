@@ -6,11 +6,14 @@ counting as the mock bills), real SSE for streams. The ledger (``GET``/``DELETE
 /__mock/ledger``) is the upstream's own record of the usage it reported, one entry per
 response; tests and benches price from it, independently of the gateway.
 ``GET /__mock/counts`` says how many token counts it answered (cleared with the ledger).
+``GET /__mock/inflight`` says how many requests are open now and the most that were open
+at once (``DELETE`` starts a new high-water mark): what a concurrency limit promises.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -32,6 +35,32 @@ class Ledger:
         self.entries.append(entry)
 
 
+class Gauge:
+    """Requests open at the upstream: from the handler's start to the last byte of the
+    answer (or the stream's end, a client's disconnect included), and their high-water
+    mark."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.high = 0
+
+    def enter(self) -> None:
+        self.open += 1
+        self.high = max(self.high, self.open)
+
+    def leave(self) -> None:
+        self.open -= 1
+
+
+async def _held(events: AsyncIterator[bytes], gauge: Gauge) -> AsyncIterator[bytes]:
+    """``events``, leaving ``gauge`` when the stream ends however it ends."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        gauge.leave()
+
+
 def _bad(message: str) -> Response[bytes]:
     body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
                       "code": None}}
@@ -41,6 +70,7 @@ def _bad(message: str) -> Response[bytes]:
 def create_mock_app(*, latency_ms: int = 0) -> Litestar:
     """The mock upstream as an ASGI app (``latency_ms`` before first byte and per chunk)."""
     ledger = Ledger()
+    gauge = Gauge()
     latency_s = latency_ms / 1000
 
     async def decode(request: Request[Any, Any, Any]) -> dict[str, Any] | Response[bytes]:
@@ -56,6 +86,17 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
         return body
 
     async def answer(request: Request[Any, Any, Any], endpoint: Endpoint) -> Any:
+        gauge.enter()
+        streamed = False
+        try:
+            reply = await respond(request, endpoint)
+            streamed = isinstance(reply, Stream)
+            return reply
+        finally:
+            if not streamed:
+                gauge.leave()
+
+    async def respond(request: Request[Any, Any, Any], endpoint: Endpoint) -> Any:
         body = await decode(request)
         if isinstance(body, Response):
             return body
@@ -63,7 +104,8 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
         if reply.start_delay_s:
             await asyncio.sleep(reply.start_delay_s)
         if reply.events:
-            return Stream(play(reply, latency_s=latency_s, record=ledger.record),
+            return Stream(_held(play(reply, latency_s=latency_s, record=ledger.record),
+                                gauge),
                           media_type="text/event-stream", status_code=reply.status,
                           headers={"cache-control": "no-cache", **reply.headers})
         if latency_s + reply.body_delay_s:
@@ -109,6 +151,14 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
     async def read_counts() -> dict[str, int]:
         return {"counts": ledger.counts}
 
+    @get("/__mock/inflight")
+    async def read_inflight() -> dict[str, int]:
+        return {"open": gauge.open, "max": gauge.high}
+
+    @delete("/__mock/inflight", status_code=204)
+    async def reset_inflight() -> None:
+        gauge.high = gauge.open
+
     @get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [
@@ -128,5 +178,6 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
         return {"status": "ok"}
 
     return Litestar([chat, responses, embeddings, messages, count_tokens, models,
-                     read_ledger, read_counts, clear_ledger, health],
+                     read_ledger, read_counts, clear_ledger, read_inflight, reset_inflight,
+                     health],
                     openapi_config=None, request_max_body_size=None)

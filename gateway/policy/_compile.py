@@ -29,7 +29,7 @@ DEFAULT_FIT_FLOOR = 1024
 
 def _subject(rule: Rule) -> dict[str, Any]:
     s = rule.subject
-    return {"subject": s.kind, "team": s.team, "user": s.user}
+    return {"subject": s.kind, "team": s.team, "user": s.user, "key": s.key}
 
 
 def compile_rule(policy: str, rule: Rule) -> CompiledRule:
@@ -41,6 +41,9 @@ def compile_rule(policy: str, rule: Rule) -> CompiledRule:
         r = rule.rate
         return CompiledRule(kind="rate", unlimited=r.unlimited, rpm=r.rpm, tpm=r.tpm,
                             **common)
+    if rule.concurrency is not None:
+        return CompiledRule(kind="concurrency",
+                            max_in_flight=rule.concurrency.max_in_flight, **common)
     if rule.token_quota is not None:
         q = rule.token_quota
         return CompiledRule(kind="tokenQuota", tokens_per_day=q.day,

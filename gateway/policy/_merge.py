@@ -29,6 +29,8 @@ class EffectiveLimits(msgspec.Struct, frozen=True, kw_only=True):
     budget_month_micro_usd: int | None = None
     tokens_per_day: int | None = None
     tokens_per_month: int | None = None
+    max_in_flight: int | None = None
+    """Team and user concurrency rules (key rules bind keys, not this view's caller)."""
     lease_renew_ms: int | None = None
     """Tightest heartbeat interval among the real lease-managed budget rules."""
     unlimited: tuple[str, ...] = ()
@@ -59,7 +61,7 @@ def effective_limits(rules: Iterable[CompiledRule], team: str,
     applicable = [r for r in rules if r.applies_to(team, user)]
     acc: dict[str, int | None] = dict.fromkeys(
         ("rpm", "tpm", "budget_day_micro_usd", "budget_month_micro_usd",
-         "tokens_per_day", "tokens_per_month"))
+         "tokens_per_day", "tokens_per_month", "max_in_flight"))
     unlimited: set[str] = set()
     for rule in applicable:
         if rule.unlimited:
@@ -68,6 +70,8 @@ def effective_limits(rules: Iterable[CompiledRule], team: str,
         if rule.kind == "rate":
             acc["rpm"] = _min(acc["rpm"], rule.rpm)
             acc["tpm"] = _min(acc["tpm"], rule.tpm)
+        elif rule.kind == "concurrency":
+            acc["max_in_flight"] = _min(acc["max_in_flight"], rule.max_in_flight)
         elif rule.kind == "tokenQuota":
             acc["tokens_per_day"] = _min(acc["tokens_per_day"], rule.tokens_per_day)
             acc["tokens_per_month"] = _min(acc["tokens_per_month"], rule.tokens_per_month)

@@ -5,8 +5,9 @@ types' msgspec type information (so the Structs stay the single definition of th
 and reports every unknown field, missing field, wrong type and out-of-range value, not
 just the first as ``msgspec.convert`` would. The *semantic* pass checks what relates
 several fields: one rule type per rule, ``unlimited`` versus limits (ADR-039), subjects,
-``tokenQuota`` needing ``FailClosed``, leases. Across a set, document names and rule
-uids must be unique. Nothing is rounded: a fractional milliUSD is an error.
+``tokenQuota`` needing ``FailClosed``, key subjects taking only ``concurrency``, leases.
+Across a set, document names and rule uids must be unique. Nothing is rounded: a
+fractional milliUSD is an error.
 """
 
 from __future__ import annotations
@@ -213,11 +214,17 @@ def _budget_problems(budget: dict[str, Any], path: str) -> list[Problem]:
     return out + _lease_problems(budget, path)
 
 
+_SUBJECT_FIELDS = {"team": ("team",), "user": ("user",), "team-user": ("team", "user"),
+                   "key": ("key",)}
+"""The name fields each subject kind requires (the others are refused)."""
+
+
 def _subject_problems(subject: dict[str, Any], path: str) -> list[Problem]:
     kind, out = subject.get("kind"), []
-    if kind not in ("team", "user", "team-user"):
+    if not isinstance(kind, str) or kind not in _SUBJECT_FIELDS:
         return []  # the structural pass reports the kind itself
-    for field, needed in (("team", kind != "user"), ("user", kind != "team")):
+    for field in ("team", "user", "key"):
+        needed = field in _SUBJECT_FIELDS[kind]
         if needed and not _has(subject, field):
             out.append((f"{path}.subject.{field}", f"required for kind {kind} "
                                                    "(a name, or * for all)"))
@@ -227,12 +234,17 @@ def _subject_problems(subject: dict[str, Any], path: str) -> list[Problem]:
 
 
 def _rule_problems(rule: dict[str, Any], path: str) -> list[Problem]:
-    out = _subject_problems(_obj(rule.get("subject")), path)
-    kinds = [k for k in ("rate", "budget", "tokenQuota") if _has(rule, k)]
+    subject = _obj(rule.get("subject"))
+    out = _subject_problems(subject, path)
+    kinds = [k for k in ("rate", "budget", "tokenQuota", "concurrency") if _has(rule, k)]
     if len(kinds) != 1:
         found = ", ".join(kinds) or "none"
-        out.append((path, f"exactly one of rate, budget, tokenQuota is required "
-                          f"(found: {found})"))
+        out.append((path, f"exactly one of rate, budget, tokenQuota, concurrency is "
+                          f"required (found: {found})"))
+    if subject.get("kind") == "key" and any(k != "concurrency" for k in kinds):
+        out.append((f"{path}.subject.kind", "kind key takes only a concurrency rule (a "
+                                            "key's rates and money limits are the key's "
+                                            "own fields)"))
     if _has(rule, "rate"):
         out += _rate_problems(_obj(rule["rate"]), f"{path}.rate")
     if _has(rule, "budget"):

@@ -26,6 +26,10 @@ Example::
           subject: {kind: team, team: platform}
           failurePolicy: FailClosed
           budget: {limitMilliUSD: 500000, window: month, hardCap: true}
+        - name: agent-loops
+          subject: {kind: key, key: key_7f3a9c2e}  # or a team / user / team-user subject
+          failurePolicy: FailClosed
+          concurrency: {maxInFlight: 4}
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from gateway.ceilings import MAX_POLICY_MILLI_USD, MAX_POLICY_PER_MINUTE, MAX_POLICY_TOKENS
+from gateway.ceilings import (
+    MAX_POLICY_IN_FLIGHT,
+    MAX_POLICY_MILLI_USD,
+    MAX_POLICY_PER_MINUTE,
+    MAX_POLICY_TOKENS,
+)
 
 API_VERSION = "inferplane.dev/v1alpha1"
 KIND = "GovernancePolicy"
@@ -59,6 +68,7 @@ Duration = Annotated[str, msgspec.Meta(max_length=32, pattern=DURATION_PATTERN)]
 PerMinute = Annotated[int, msgspec.Meta(gt=0, le=MAX_POLICY_PER_MINUTE)]
 Tokens = Annotated[int, msgspec.Meta(gt=0, le=MAX_POLICY_TOKENS)]
 MilliUSD = Annotated[int, msgspec.Meta(gt=0, le=MAX_POLICY_MILLI_USD)]
+InFlight = Annotated[int, msgspec.Meta(gt=0, le=MAX_POLICY_IN_FLIGHT)]
 
 
 # msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
@@ -77,11 +87,15 @@ class ObjectMeta(_Wire, frozen=True):
 
 
 class Subject(_Wire, frozen=True):
-    """Who a rule applies to; ``*`` as a name means every team (or every user)."""
+    """Who a rule applies to; ``*`` as a name means every team (or every user, every key).
 
-    kind: Literal["team", "user", "team-user"]
+    ``kind: key`` names a key by its public id (``key_…``) and takes only a
+    ``concurrency`` rule: a key's own rates and money limits are fields of the key."""
+
+    kind: Literal["team", "user", "team-user", "key"]
     team: SubjectName | None = None
     user: SubjectName | None = None
+    key: SubjectName | None = None
 
 
 class RateRule(_Wire, frozen=True):
@@ -125,6 +139,14 @@ class TokenQuota(_Wire, frozen=True):
     month: Tokens | None = None
 
 
+class ConcurrencyRule(_Wire, frozen=True):
+    """At most ``maxInFlight`` requests of the subject open at once (admitted, not yet
+    settled), exact across shared replicas; each key, team or team's user named by the
+    subject (``*``: each one) has its own slots."""
+
+    max_in_flight: InFlight = msgspec.field(name="maxInFlight")
+
+
 class Rule(_Wire, frozen=True):
     name: RuleName
     subject: Subject
@@ -134,6 +156,7 @@ class Rule(_Wire, frozen=True):
     rate: RateRule | None = None
     budget: BudgetRule | None = None
     token_quota: TokenQuota | None = msgspec.field(default=None, name="tokenQuota")
+    concurrency: ConcurrencyRule | None = None
 
 
 class PolicySpec(_Wire, frozen=True):

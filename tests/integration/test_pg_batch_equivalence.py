@@ -10,6 +10,7 @@ item in one transaction).
 
 A property test (hypothesis) drives one database through random sequences of admission
 batches and settlement batches — refusals of every kind, new windows created mid-run,
+in-flight slots (taken, refused when full, freed by every settlement kind),
 leased accounts, frozen accounts, snapshot mismatches, the same permit twice in one
 batch, replays, conflicts, unknown permits, missing and extra commits. Each batch runs
 several times on the same state: first through its reference, whose answers and
@@ -81,7 +82,7 @@ charge_spec = st.fixed_dictionaries({
     "tokens": st.integers(0, 900), "usd": st.integers(0, 12_000),
     "day": st.sampled_from(DAYS), "team": st.sampled_from(TEAMS),
     "key_revision": st.sampled_from([1] * 15 + [2]),
-    "account": st.booleans(),
+    "account": st.booleans(), "slot": st.booleans(),
 })
 # The limits a batch was planned with, per team: one batch's requests for one team carry
 # the same limits and hardness (a team or policy edit between two plans is a snapshot
@@ -92,6 +93,7 @@ limits_spec = st.fixed_dictionaries({
     "usd_limit": st.sampled_from([None, 9_000, 20_000]),
     "account_limit": st.sampled_from([15_000, 30_000]),
     "hard": st.sampled_from([True, True, False]),
+    "slot_limit": st.sampled_from([1, 3]),
 })
 batch_spec = st.tuples(st.fixed_dictionaries({t: limits_spec for t in TEAMS}),
                        st.lists(charge_spec, min_size=1, max_size=6))
@@ -134,6 +136,12 @@ def _request(limits: dict[str, dict[str, Any]], spec: dict[str, Any],
                         "dimension": "usd", "amount": spec["usd"],
                         "limit": spec["account_limit"],
                         "window": "day", "rule_uid": "r1", "hard": spec["hard"]})
+    if spec["slot"]:
+        # A concurrency rule's in-flight slot: refused (concurrency_limited) when full,
+        # freed by every settlement, an invalid one included.
+        charges.append({"counter": f"rule:c1:team={team}:inflight", "kind": "window",
+                        "dimension": "requests", "amount": 1, "limit": spec["slot_limit"],
+                        "window": None, "rule_uid": "c1", "hard": True})
     charges.sort(key=lambda c: c["counter"])
     return {"request_id": rid, "key_id": f"k-{team}", "key_revision": spec["key_revision"],
             "team_id": team, "team_revision": 1, "user": None, "model": "m",
@@ -143,9 +151,12 @@ def _request(limits: dict[str, dict[str, Any]], spec: dict[str, Any],
 
 def _settlement(spec: dict[str, Any], permit_id: str,
                 charges: list[dict[str, Any]]) -> dict[str, Any]:
-    commits = {c["counter"]: c["amount"] * spec["scale"] // 100 for c in charges}
+    # An in-flight slot commits 0 and keeps no liability (gateway.governance.split_settlement).
+    commits = {c["counter"]: 0 if c["dimension"] == "requests"
+               else c["amount"] * spec["scale"] // 100 for c in charges}
     liabilities = {c["counter"]: c["amount"] * spec["liability"] // 4
-                   for c in charges[: spec["liability"]] if c["kind"] != "bucket"}
+                   for c in charges[: spec["liability"]]
+                   if c["kind"] != "bucket" and c["dimension"] != "requests"}
     if spec["broken"] == "missing" and commits:
         commits.pop(sorted(commits)[-1])
     elif spec["broken"] == "extra":

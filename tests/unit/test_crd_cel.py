@@ -128,6 +128,12 @@ VALID = {
         rule("free-spend", budget={"unlimited": True, "window": "day"},
              subject={"kind": "user", "user": "alice"})),
     "minimal": policy(rule(rate={"tpm": 1})),
+    "concurrency": policy(
+        rule("key-slots", concurrency={"maxInFlight": 4}, subject={"kind": "key",
+                                                                   "key": "key_1"}),
+        rule("team-slots", fp="FailOpen", concurrency={"maxInFlight": 50}),
+        rule("user-slots", concurrency={"maxInFlight": 2},
+             subject={"kind": "team-user", "team": "*", "user": "*"})),
     "no-rules": policy(),
 }
 
@@ -180,7 +186,7 @@ INVALID = {
                          "schema"),
     "rpm-negative": (policy(rule(rate={"rpm": -1})), "schema"),
     "rpm-overflow": (policy(rule(rate={"rpm": 10**12})), "schema"),
-    "unknown-rule-type": (policy(rule(rate={"rpm": 1}, concurrency={"max": 2})), "schema"),
+    "unknown-rule-type": (policy(rule(rate={"rpm": 1}, burst={"max": 2})), "schema"),
     "unknown-rate-field": (policy(rule(rate={"rpm": 1, "rps": 2})), "schema"),
     "duplicate-rule-names": (policy(rule("a", rate={"rpm": 1}), rule("a", rate={"rpm": 2})),
                              "schema"),
@@ -188,6 +194,16 @@ INVALID = {
                                          "lease": {"grant": 1,
                                                    "renewInterval": "10 seconds"}})),
                      "schema"),
+    "key-subject-with-rate": (policy(rule(rate={"rpm": 1}, subject={
+        "kind": "key", "key": "key_1"})), "cel"),
+    "key-subject-without-key": (policy(rule(concurrency={"maxInFlight": 1}, subject={
+        "kind": "key"})), "cel"),
+    "team-subject-with-key": (policy(rule(concurrency={"maxInFlight": 1}, subject={
+        "kind": "team", "team": "t", "key": "key_1"})), "cel"),
+    "key-subject-with-team": (policy(rule(concurrency={"maxInFlight": 1}, subject={
+        "kind": "key", "key": "key_1", "team": "t"})), "cel"),
+    "concurrency-zero": (policy(rule(concurrency={"maxInFlight": 0})), "schema"),
+    "concurrency-empty": (policy(rule(concurrency={})), "schema"),
     "bad-subject-kind": (policy(rule(rate={"rpm": 1}, subject={"kind": "group",
                                                                "team": "t"})), "schema"),
 }

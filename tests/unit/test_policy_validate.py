@@ -119,13 +119,13 @@ def test_every_problem_is_reported_with_its_path() -> None:
     """One pass reports all problems of all documents, each prefixed by its document."""
     bad_a = doc("a", rule("x", rate={"rpm": 0}),
                 rule("y", budget={"limitMilliUSD": -1, "window": "week"}),
-                rule("z", concurrency={"max": 3}, rate={"rpm": 1}))
+                rule("z", burst={"max": 3}, rate={"rpm": 1}))
     bad_b = doc("b", rule("x", failurePolicy="FailSoft", rate={"rpm": 1}),
                 rule("y", subject={"kind": "user"}, rate={"rpm": 1}))
     found = paths(problems_of(bad_a, bad_b))
     assert found == {
         "a:spec.rules[0].rate.rpm", "a:spec.rules[1].budget.limitMilliUSD",
-        "a:spec.rules[1].budget.window", "a:spec.rules[2].concurrency",
+        "a:spec.rules[1].budget.window", "a:spec.rules[2].burst",
         "b:spec.rules[0].failurePolicy", "b:spec.rules[1].subject.user"}
 
 

@@ -31,6 +31,9 @@ def _refusals() -> dict[str, Refusal]:
         "token_quota_exhausted": refusal("token_quota_exhausted", "team:t:tokens:day",
                                          figures=DAY_TOKENS),
         "budget_exhausted": refusal("budget_exhausted", "team:t:usd:day", figures=DAY_USD),
+        "concurrency_limited": refusal("concurrency_limited", "rule:p/r:key=key_1:inflight",
+                                       figures=RefusalFigures(limit=4, reserved=4, amount=1,
+                                                              dimension="requests")),
         "account_frozen": refusal("account_frozen", "team:t:usd:day", frozen_by="p1"),
         "snapshot_mismatch": refusal("snapshot_mismatch", "policy", retry_after=1),
         "lease_missing": refusal("lease_missing", "acct", retry_after=1,
@@ -80,7 +83,8 @@ def test_refusals_that_cannot_clear_soon_say_do_not_retry(code: str, anthropic: 
 
 
 @pytest.mark.parametrize(("code", "wait"), [
-    ("rate_limited", "7"), ("snapshot_mismatch", "1"), ("lease_missing", "1"),
+    ("rate_limited", "7"), ("concurrency_limited", "1"), ("snapshot_mismatch", "1"),
+    ("lease_missing", "1"),
     ("lease_expired", "5"), ("lease_exhausted", "1")])
 def test_refusals_that_clear_soon_keep_their_precise_retry_after(code: str, wait: str) -> None:
     """Buckets, snapshots and lease renewals: x-should-retry true, Retry-After as given."""
@@ -115,6 +119,8 @@ def test_a_spent_window_says_when_it_resets_in_body_and_headers() -> None:
      ("rate_limit_error", "rate_limited")),
     ("token_quota_exhausted", ("insufficient_quota", "insufficient_quota"),
      ("rate_limit_error", "token_quota_exhausted")),
+    ("concurrency_limited", ("rate_limit_error", "concurrency_limited"),
+     ("rate_limit_error", "concurrency_limited")),
     ("budget_exhausted", ("insufficient_quota", "insufficient_quota"),
      ("billing_error", "budget_exhausted")),
     ("account_frozen", ("insufficient_quota", "insufficient_quota"),
