@@ -37,6 +37,17 @@ def amount(value: Any, dimension: str) -> str:
     return money(value) if dimension == "usd" else count(value, dimension)
 
 
+_LIMIT_UNITS = {"rpm": "requests/min", "tpm": "tokens/min", "tokens_per_day": "tokens/day",
+                "budget_fit_floor": "tokens"}
+
+
+def limit(value: Any, field: str) -> str:
+    """A configured limit by its field name: money for ``usd_*``, else with its unit."""
+    if value is None:
+        return "no cap"
+    return money(value) if field.startswith("usd") else count(value, _LIMIT_UNITS[field])
+
+
 def moment(value: Any) -> str:
     """An RFC 3339 time as ``2026-12-04 18:40:12 UTC`` (seconds; the API has more)."""
     if not value:
@@ -82,4 +93,4 @@ def window_resets(today: date) -> tuple[str, str]:
 
 
 FILTERS = {"money": money, "dollars": dollars, "count": count, "amount": amount,
-           "moment": moment}
+           "limit": limit, "moment": moment}

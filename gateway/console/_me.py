@@ -1,5 +1,6 @@
-"""A key holder's own page: what binds their key (``GET /v1/me``), with bars for every
-money or token window, and a link to their own requests."""
+"""A key holder's own page: what binds their key (``GET /v1/me``), with a bar for every
+window and account that has a limit (a rate bucket has only its balance), and a link to
+their own requests."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ async def me_page(request: AnyRequest) -> Response[Any]:
         drawn = (bar(committed=limit["committed"] or 0, liability=limit["liability"] or 0,
                      reserved=(limit["reserved"] or 0) + (limit["leased"] or 0),
                      limit=limit["limit"])
-                 if limit["kind"] == "account" and limit["limit"] is not None else None)
+                 if limit["kind"] != "bucket" and limit["limit"] is not None
+                 and limit["committed"] is not None else None)
         rows.append({**limit, "bar": drawn})
     return page(request, "me.html", {"session": session, "me": answer.body, "rows": rows})
 

@@ -266,12 +266,15 @@ def test_a_key_holder_sees_only_its_own_budget_and_requests(page: Any, gateway: 
 
     sign_in(page, mine)
     page.goto("/console/me")
-    money_rows = page.locator('tr[data-dimension="usd"]')
+    money_rows = page.locator('section[data-dimension="usd"]')
     assert money_rows.count() >= 1
     first = next(x for x in me["limits"] if x["dimension"] == "usd")
-    row = page.locator(f'tr[data-counter="{first["counter"]}"]')
+    row = page.locator(f'section[data-counter="{first["counter"]}"]')
     assert row.locator('[data-figure="limit"]').inner_text() == money(first["limit"])
     assert row.locator('[data-figure="committed"]').inner_text() == money(first["committed"])
+    drawn = row.locator('rect[data-part="committed"]')
+    assert float(drawn.get_attribute("width")) == pytest.approx(
+        100 * first["committed"] / first["limit"], abs=0.001)
     page.screenshot(path=shots / "me.png", full_page=True)
 
     page.goto("/console/me/requests")
