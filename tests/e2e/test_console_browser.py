@@ -126,10 +126,10 @@ def money(micros: int) -> str:
 
 def test_an_operator_creates_uses_rotates_and_revokes_a_key(page: Any, gateway: Proc,
                                                             shots: Path) -> None:
-    """Write token: create a team and a key (secret once), one openai SDK request seen
-    on Requests and on Overview as /v1/usage's exact µUSD, rotate (both secrets work
-    during the grace), revoke (the key is refused); no file the gateway wrote holds
-    either secret."""
+    """Write token: create a team, edit its limits, create a key (secret once), one
+    openai SDK request seen on Requests and on Overview as /v1/usage's exact µUSD,
+    rotate (both secrets work during the grace), revoke (the key is refused); no file
+    the gateway wrote holds either secret."""
     sign_in(page, WRITE)
     page.goto("/console/teams")
     form = page.locator("#create-team")
@@ -137,6 +137,12 @@ def test_an_operator_creates_uses_rotates_and_revokes_a_key(page: Any, gateway: 
     form.get_by_label("Money per UTC day (µUSD)").fill("5000000")
     form.get_by_role("button", name="Create team").click()
     page.wait_for_url(re.compile(r"/console/teams/team_"))
+    limits = page.locator("#limits")
+    limits.get_by_label("Requests per minute (requests)").fill("600")
+    limits.get_by_role("button", name="Save limits").click()
+    page.get_by_text("Limits saved (revision 2).").wait_for()
+    team = api(gateway, "/admin/v1/teams/platform", READ)
+    assert team["limits"]["rpm"] == 600 and team["limits"]["usd_micros_per_day"] == 5_000_000
     page.screenshot(path=shots / "team.png", full_page=True)
 
     page.goto("/console/keys")
