@@ -340,3 +340,89 @@ SELECT a.key, 'account', a."limit", a.reserved, a.committed, a.liability,
          WHERE p.status = 'invalid' ORDER BY p.settled_at DESC LIMIT 1)
   FROM authority_accounts a WHERE a.frozen
  ORDER BY counter
+
+-- name: import_permits
+-- mayu keys import (gateway/keys/_import_spend.py): copy settled local permits with
+-- their ids, figures and times (µs since the epoch, exact); a permit whose id is there
+-- already is left alone. Returns the ids inserted (32 hex digits, as the local store
+-- writes them): only their spend is then added to the counters, so each local permit's
+-- spend arrives exactly once however often the import runs.
+INSERT INTO permits (id, request_id, key_id, team_id, user_name, model, token_bound,
+                     usd_bound, generation, day, month, status, settle_fingerprint,
+                     detail, tokens_committed, usd_committed, tokens_liability,
+                     usd_liability, bound_exceeded, admitted_us, created_at, settled_at,
+                     resolved_at)
+SELECT x.id, x.request_id, x.key_id, x.team_id, x.user_name, x.model, x.token_bound,
+       x.usd_bound, x.generation, x.day, x.month, x.status, x.settle_fingerprint,
+       x.detail, x.tokens_committed, x.usd_committed, x.tokens_liability,
+       x.usd_liability, x.bound_exceeded, x.admitted_us,
+       timestamptz 'epoch' + x.admitted_us * interval '1 microsecond',
+       timestamptz 'epoch' + x.settled_us * interval '1 microsecond',
+       timestamptz 'epoch' + x.resolved_us * interval '1 microsecond'
+  FROM jsonb_to_recordset(%(permits)s::jsonb)
+       AS x(id uuid, request_id text, key_id text, team_id text, user_name text,
+            model text, token_bound bigint, usd_bound bigint, generation bigint,
+            day text, month text, status text, settle_fingerprint text, detail text,
+            tokens_committed bigint, usd_committed bigint, tokens_liability bigint,
+            usd_liability bigint, bound_exceeded boolean, admitted_us bigint,
+            settled_us bigint, resolved_us bigint)
+ ORDER BY x.id
+ON CONFLICT (id) DO NOTHING
+RETURNING replace(id::text, '-', '') AS id
+
+-- name: import_permits_present
+-- mayu keys import: the permits of a batch that were there already, to compare with
+-- the local ones (a difference is a conflict).
+SELECT replace(id::text, '-', '') AS id, request_id, key_id, team_id, model, day, month,
+       status, tokens_committed, usd_committed, tokens_liability, usd_liability
+  FROM permits WHERE id = ANY(%(ids)s::uuid[])
+
+-- name: import_segments
+-- mayu keys import: the segments (every charge, with what settlement wrote on it) of
+-- the permits import_permits inserted.
+INSERT INTO permit_segments (permit_id, counter, kind, dimension, amount, "limit",
+                             "window", rule_uid, hard, committed, liability)
+SELECT x.permit_id, x.counter, x.kind, x.dimension, x.amount, x."limit", x."window",
+       x.rule_uid, x.hard, x.committed, x.liability
+  FROM jsonb_to_recordset(%(segments)s::jsonb)
+       AS x(permit_id uuid, counter text, kind text, dimension text, amount bigint,
+            "limit" bigint, "window" text, rule_uid text, hard boolean, committed bigint,
+            liability bigint)
+
+-- name: import_spend_accounts
+-- mayu keys import: add the imported permits' spend to the policy accounts (created as
+-- admission would create them if missing): committed, liability and reserved (an invalid
+-- permit's bound) grow by the amounts given, never set, so the shared profile's own
+-- spend stays; a freeze is only ever added. Locked in byte order (the global order:
+-- accounts, then counters).
+INSERT INTO authority_accounts AS a (key, rule_uid, scope, window_period, "limit", hard,
+                                     committed, liability, reserved, frozen)
+SELECT x.key, x.rule_uid, x.scope, x."window", x."limit", x.hard, x.committed,
+       x.liability, x.reserved, x.frozen
+  FROM jsonb_to_recordset(%(rows)s::jsonb)
+       AS x(key text, rule_uid text, scope text, "window" text, "limit" bigint,
+            hard boolean, committed bigint, liability bigint, reserved bigint,
+            frozen boolean)
+ ORDER BY x.key COLLATE "C"
+ON CONFLICT (key) DO UPDATE
+   SET committed = a.committed + excluded.committed,
+       liability = a.liability + excluded.liability,
+       reserved = a.reserved + excluded.reserved, frozen = a.frozen OR excluded.frozen
+RETURNING key
+
+-- name: import_spend_counters
+-- mayu keys import: the same for the key, team and rule calendar windows (µUSD and
+-- tokens), after the accounts.
+INSERT INTO counters AS c (key, kind, dimension, "limit", "window", committed, liability,
+                           reserved, frozen)
+SELECT x.key, 'window', x.dimension, x."limit", x."window", x.committed, x.liability,
+       x.reserved, x.frozen
+  FROM jsonb_to_recordset(%(rows)s::jsonb)
+       AS x(key text, dimension text, "window" text, "limit" bigint, committed bigint,
+            liability bigint, reserved bigint, frozen boolean)
+ ORDER BY x.key COLLATE "C"
+ON CONFLICT (key) DO UPDATE
+   SET committed = c.committed + excluded.committed,
+       liability = c.liability + excluded.liability,
+       reserved = c.reserved + excluded.reserved, frozen = c.frozen OR excluded.frozen
+RETURNING key

@@ -1,5 +1,6 @@
 """``mayu keys import --from SQLITE_FILE --config SHARED.yaml``: move a local-profile key
-store into the shared Postgres one (ADR-046; :mod:`gateway.keys._import`).
+store and its open month's spend into the shared Postgres one (ADR-046;
+:mod:`gateway.keys._import`, :mod:`gateway.governance._import`).
 
 Registered as a sub-command of ``mayu keys`` (which :mod:`gateway.cli._keys` creates),
 so it sits beside ``create``, ``list`` and ``revoke`` in ``--help``.
@@ -18,7 +19,27 @@ import msgspec
 from gateway.config import load_settings
 from gateway.db import open_pool_now
 from gateway.errors import ConfigError
-from gateway.keys._import import import_records, read_sqlite
+from gateway.governance._import import CutoverReport, import_cutover, read_spend
+from gateway.keys._import import read_sqlite
+
+
+def _print(report: CutoverReport) -> None:
+    keys, spend = report.keys, report.spend
+    prefix = "dry run, nothing written: would have " if report.dry_run else ""
+    print(f"{prefix}imported {keys.teams_added} teams and {keys.keys_added} keys "
+          f"({keys.teams_unchanged} teams and {keys.keys_unchanged} keys were already "
+          "there, identical)")
+    print(f"{prefix}moved the spend of {spend.permits_added} permits of {spend.month} "
+          f"({spend.permits_unchanged} imported before, {spend.invalid_permits} invalid) "
+          f"into {spend.counters_changed} windows and accounts")
+    for t in spend.teams:
+        d, m = t.day, t.month
+        line = (f"  team {t.name} ({t.team_id}): day {spend.day} committed {d.committed} "
+                f"µUSD, liability {d.liability} µUSD; month {spend.month} committed "
+                f"{m.committed} µUSD, liability {m.liability} µUSD")
+        if m.reserved:
+            line += f"; invalid permits keep {m.reserved} µUSD reserved"
+        print(line)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -31,23 +52,28 @@ def _import(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    async def main() -> Any:
+    async def main() -> CutoverReport:
         teams, keys = await read_sqlite(args.source)
         progress(f"read {len(teams)} teams and {len(keys)} keys "
                  f"({sum(k.revoked_at is not None for k in keys)} revoked) from {args.source}")
+        spend_file = args.spend_source or args.source
+        spend = read_spend(spend_file)
+        progress(f"read {len(spend.permits)} permits of {spend.month} (none pending) from "
+                 f"{spend_file}")
         pool = await open_pool_now(database, name="mayu-import", what="key store database")
         try:
-            return await import_records(pool, teams, keys, progress=progress)
+            return await import_cutover(pool, teams, keys, spend, dry_run=args.dry_run,
+                                        progress=progress)
         finally:
             await pool.close()
 
     report = asyncio.run(main())
     if args.json:
-        print(json.dumps(msgspec.to_builtins(report), sort_keys=True))
+        print(json.dumps({**msgspec.to_builtins(report.keys),
+                          "spend": msgspec.to_builtins(report.spend),
+                          "dry_run": report.dry_run}, sort_keys=True))
     else:
-        print(f"imported {report.teams_added} teams and {report.keys_added} keys "
-              f"({report.teams_unchanged} teams and {report.keys_unchanged} keys were "
-              "already there, identical)")
+        _print(report)
     return 0
 
 
@@ -65,14 +91,24 @@ def register(subparsers: Any) -> None:
     sub = _keys_subcommands(subparsers)
     if sub is None:  # a build without ``mayu keys``: nothing to attach to
         return
-    summary = ("copy a local-profile SQLite key store (teams, key hashes, revocations) "
-               "into the shared Postgres key store, in one transaction")
+    summary = ("copy a local-profile SQLite store (teams, key hashes, revocations, and "
+               "the open month's spend) into the shared Postgres store, in one transaction")
     parser = sub.add_parser("import", help=summary, description=summary + ". Stop the "
-                            "local gateway first. An identical retry changes nothing; a "
-                            "conflicting row aborts the whole import.")
+                            "local gateway first: a pending permit refuses the import. "
+                            "Every permit of the current UTC month is copied and adds "
+                            "its committed and liability to the shared windows and policy "
+                            "accounts once; RPM/TPM buckets are not moved. An identical "
+                            "retry changes nothing; a conflicting row aborts the whole "
+                            "import (docs/shared-profile.md).")
     parser.add_argument("--from", dest="source", required=True, metavar="SQLITE_FILE",
                         help="the local profile's store file (e.g. .mayu/mayu.db)")
+    parser.add_argument("--spend-from", dest="spend_source", metavar="SQLITE_FILE",
+                        help="the local governance file, when governance_store.path is "
+                             "not the key store's file (default: --from)")
     parser.add_argument("--config", metavar="FILE", required=True,
                         help="the shared-profile config (key_store.type: postgres)")
-    parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check and count everything, write nothing")
+    parser.add_argument("--json", action="store_true",
+                        help="print the counts and the moved spend as JSON")
     parser.set_defaults(func=_import)

@@ -8,7 +8,8 @@ identical retry is a no-op; any difference (same id with other values, or anothe
 holding the same name or hash) is a conflict and rolls the whole import back.
 
 Operators must stop the old local writer before importing, or keys created after the
-import would be missed.
+import would be missed. ``mayu keys import`` also moves the open month's spend in the
+same transaction (:mod:`gateway.governance._import`).
 """
 
 from __future__ import annotations
@@ -113,11 +114,18 @@ async def _copy(conn: AsyncConnection[Any], kind: _Kind, records: list[Any],
             progress(f"{kind.name}s: {i}/{len(records)}")
 
 
+async def copy_records(conn: AsyncConnection[Any], teams: list[Team], keys: list[KeyRecord],
+                       *, progress: Callable[[str], None] = lambda _: None) -> ImportReport:
+    """Copy ``teams`` and ``keys`` on ``conn``, inside the caller's transaction (``mayu
+    keys import`` adds the spend in the same one: :mod:`gateway.governance._import`)."""
+    counts = {"teams_added": 0, "teams_unchanged": 0, "keys_added": 0, "keys_unchanged": 0}
+    await _copy(conn, _TEAMS, teams, counts, progress)
+    await _copy(conn, _KEYS, keys, counts, progress)
+    return ImportReport(**counts)
+
+
 async def import_records(pool: Pool, teams: list[Team], keys: list[KeyRecord], *,
                          progress: Callable[[str], None] = lambda _: None) -> ImportReport:
     """Copy ``teams`` and ``keys`` in one transaction (see the module docstring)."""
-    counts = {"teams_added": 0, "teams_unchanged": 0, "keys_added": 0, "keys_unchanged": 0}
     async with connection(pool, "key store database") as conn, conn.transaction():
-        await _copy(conn, _TEAMS, teams, counts, progress)
-        await _copy(conn, _KEYS, keys, counts, progress)
-    return ImportReport(**counts)
+        return await copy_records(conn, teams, keys, progress=progress)

@@ -245,3 +245,40 @@ SELECT x.scope, x.win, x.owner AS id,
  WHERE x.owner IS NOT NULL
  GROUP BY x.scope, x.win, x.owner
  ORDER BY x.scope, x.win, x.owner
+
+-- name: import_tables
+-- mayu keys import (gateway/keys/_import_spend.py): whether the file holds the
+-- governance tables, i.e. has spend to move (a key-store-only file has none).
+SELECT count(*) FROM sqlite_master
+ WHERE type = 'table' AND name IN ('gov_counters', 'gov_permits', 'gov_charges',
+                                   'gov_settlements')
+
+-- name: import_pending
+-- mayu keys import: the permits still pending (their number and the oldest id): a
+-- running or crashed gateway's, which the import refuses to guess an outcome for.
+SELECT count(*) AS pending, min(id) AS oldest FROM gov_permits WHERE status = 'pending'
+
+-- name: import_permits
+-- mayu keys import: every permit admitted in the month :month, with its settlement
+-- (pending ones are refused before), oldest first.
+SELECT p.id, p.request, p.created_us, s.kind, s.fingerprint, s.detail, s.settled_us,
+       s.resolved_us, s.tokens_committed, s.usd_committed, s.tokens_liability,
+       s.usd_liability, s.bound_exceeded
+  FROM gov_permits p JOIN gov_settlements s ON s.permit_id = p.id
+ WHERE p.month = :month
+ ORDER BY p.created_us, p.id
+
+-- name: import_charges
+-- mayu keys import: what settlement wrote on each charge of those permits (by seq, the
+-- charge's index in the permit's request).
+SELECT g.permit_id, g.seq, g.committed, g.liability
+  FROM gov_charges g JOIN gov_permits p ON p.id = g.permit_id
+ WHERE p.month = :month AND p.status <> 'pending'
+
+-- name: import_counters
+-- mayu keys import: the calendar windows and accounts those permits charged, as stored,
+-- to check that the permits account for every µUSD and token the counters hold.
+SELECT counter, reserved, committed, liability, frozen_by FROM gov_counters
+ WHERE kind <> 'bucket' AND counter IN (
+       SELECT g.counter FROM gov_charges g JOIN gov_permits p ON p.id = g.permit_id
+        WHERE p.month = :month AND p.status <> 'pending')

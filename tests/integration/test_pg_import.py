@@ -78,7 +78,8 @@ async def test_conflicting_import_rolls_back_everything(pg_pool, tmp_path) -> No
 
 
 def test_cli_imports_into_the_configured_database(pg_dsn, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """`mayu keys import --from FILE --config SHARED.yaml` imports and prints the counts."""
+    """`mayu keys import --from FILE --config SHARED.yaml` imports and prints the counts
+    (the spend it moved: none from a file that holds only keys)."""
     import asyncio
 
     asyncio.run(_local_store(tmp_path / "mayu.db"))
@@ -91,6 +92,10 @@ def test_cli_imports_into_the_configured_database(pg_dsn, tmp_path) -> None:  # 
          "--config", str(config), "--json"], cwd=ROOT, capture_output=True, text=True,
         env={"PATH": "/usr/bin:/bin", "INFERPLANE_DATABASE_URL": pg_dsn}, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"keys_added": 3, "keys_unchanged": 0,
-                                       "teams_added": 2, "teams_unchanged": 0}
+    report = json.loads(done.stdout)
+    assert {k: report[k] for k in ("keys_added", "keys_unchanged", "teams_added",
+                                   "teams_unchanged")} == {
+        "keys_added": 3, "keys_unchanged": 0, "teams_added": 2, "teams_unchanged": 0}
+    # A key store file without governance tables has no spend to move.
+    assert (report["spend"]["permits_added"], report["dry_run"]) == (0, False)
     assert "1 revoked" in done.stderr
