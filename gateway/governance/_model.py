@@ -195,6 +195,20 @@ class UsageRow(msgspec.Struct, frozen=True, kw_only=True):
     usd_liability: int = 0
 
 
+class LeaseFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """What a lease-profile plane knows of a policy budget beyond its own counters, as of
+    its last answered heartbeat."""
+
+    allowance: int
+    """What this plane may take of the account (its lease)."""
+    limit: int | None
+    """The budget's global limit."""
+    remaining: int
+    """What the budget had left for anyone after this plane's grant."""
+    age_s: float
+    """Seconds since the heartbeat that brought these figures."""
+
+
 class StoredFigures(msgspec.Struct, frozen=True, kw_only=True):
     """One counter as a reader sees it at ``now_us`` (the store's clock, µs since the
     epoch): a bucket's balance refilled to then (BUCKET_SCALE units, may be negative:
@@ -210,6 +224,8 @@ class StoredFigures(msgspec.Struct, frozen=True, kw_only=True):
     leased: int = 0
     """Accounts in the shared profile: what lease grants hold of the budget."""
     frozen: bool = False
+    lease: LeaseFigures | None = None
+    """Accounts on a lease-profile plane: its lease and the budget's global figures."""
 
 
 def is_slot(charge: Charge) -> bool:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from gateway.governance import (
     BUCKET_SCALE,
     Charge,
@@ -66,11 +68,14 @@ def _window(charge: Charge, held: StoredFigures) -> dict[str, Any]:
     limit = charge.limit
     period = charge.window or ""
     used = held.committed + held.liability + held.reserved + held.leased
-    return {"window": "day" if len(period) == 10 else "month", "period": period,
-            "limit": limit, "committed": held.committed, "liability": held.liability,
-            "reserved": held.reserved, "leased": held.leased,
-            "remaining": None if limit is None else max(0, limit - used),
-            "debt": None, "resets_at": _iso(window_reset(period))}
+    entry = {"window": "day" if len(period) == 10 else "month", "period": period,
+             "limit": limit, "committed": held.committed, "liability": held.liability,
+             "reserved": held.reserved, "leased": held.leased,
+             "remaining": None if limit is None else max(0, limit - used),
+             "debt": None, "resets_at": _iso(window_reset(period))}
+    if held.lease is not None:  # a lease-profile plane: its lease and the global budget
+        entry["lease"] = msgspec.to_builtins(held.lease)
+    return entry
 
 
 def _slots(charge: Charge, held: StoredFigures) -> dict[str, Any]:

@@ -16,7 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from gateway.governance import AdmissionRequest, LocalGovernanceStore, Permit, Refusal
+import msgspec
+
+from gateway.governance import (
+    AdmissionRequest,
+    Charge,
+    LeaseFigures,
+    LocalGovernanceStore,
+    Permit,
+    Refusal,
+    StoredFigures,
+)
 from gateway.lease._state import LeaseState
 
 _ROUNDS = 2
@@ -32,6 +42,20 @@ class LeaseGovernanceStore(LocalGovernanceStore):
                  max_batch: int = 64) -> None:
         super().__init__(path, clock=clock, max_batch=max_batch)
         self.state = state
+
+    async def figures(self, charges: list[Charge]) -> dict[str, StoredFigures]:
+        """The plane's own figures, and for each leased account its lease and the
+        budget's global limit and remaining as of the last answered heartbeat."""
+        out = await super().figures(charges)
+        leases, sent = self.state.leases, self.state.last_success
+        age = 0.0 if sent is None else max(0.0, self.state.clock() - sent)
+        for c in charges:
+            lease = leases.get(c.counter) if c.kind == "account" else None
+            if lease is not None:
+                out[c.counter] = msgspec.structs.replace(out[c.counter], lease=LeaseFigures(
+                    allowance=lease.allowance, limit=lease.limit,
+                    remaining=lease.remaining, age_s=round(age, 3)))
+        return out
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Permit | Refusal]:
         results = await self._admit(requests)
