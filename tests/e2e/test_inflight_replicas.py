@@ -139,6 +139,7 @@ def cluster(pg_server_dsn: str, pg_template: str,
     dsn = dsn_for(pg_server_dsn, name)
     env = {"INFERPLANE_DATABASE_URL": dsn}
     procs: list[Proc] = []
+    c: Cluster | None = None
     try:
         upstream = start_mock_upstream(workdir, latency_ms=30)
         procs.append(upstream)
@@ -159,7 +160,9 @@ def cluster(pg_server_dsn: str, pg_template: str,
             ).json().get("policy_generation") == generation or None, "policy applied")
         yield c
     finally:
-        for proc in procs:
+        # A test may have replaced a replica (a restart): stop what the cluster holds now.
+        running = procs + (c.gateways if c is not None else [])
+        for proc in {id(p): p for p in running}.values():
             proc.stop()
         drop_database(pg_server_dsn, name)
 
