@@ -16,6 +16,7 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from gateway.config import DatabaseSettings, GovernanceStoreSettings, KeyStoreSettings, Settings
+from tests.integration._inapp import in_app
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +42,8 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path
     app = create_app(settings)
     async with AsyncTestClient(app=app) as c:
         gw = app.state.gateway
-        await gw.key_store.create_team(name="t")
-        key, _ = await gw.key_store.create_key(team="t")
+        in_app(c, gw.key_store.create_team, name="t")
+        key, _ = in_app(c, gw.key_store.create_key, team="t")
         calls: list[int] = []
         usage = gw.governance.usage
 

@@ -27,6 +27,7 @@ from gateway.config import (
 )
 from gateway.keys import KeyLimits, TeamLimits
 from gateway.policy._pgstore import publish
+from tests.integration._inapp import in_app
 
 pytestmark = pytest.mark.integration
 
@@ -63,12 +64,12 @@ async def gateway(request: pytest.FixtureRequest, tmp_path: Path
     app = create_app(settings)
     async with AsyncTestClient(app=app) as c:
         keys = app.state.gateway.key_store
-        await keys.create_team(name="t", limits=TeamLimits(
+        in_app(c, keys.create_team, name="t", limits=TeamLimits(
             rpm=100, usd_micros_per_day=TEAM_DAY, usd_micros_per_month=TEAM_MONTH))
-        await keys.create_team(name="other")
-        limited, _ = await keys.create_key(team="t", user="ana", limits=KeyLimits(
+        in_app(c, keys.create_team, name="other")
+        limited, _ = in_app(c, keys.create_key, team="t", user="ana", limits=KeyLimits(
             rpm=5, usd_micros_per_day=KEY_DAY))
-        free, _ = await keys.create_key(team="other")
+        free, _ = in_app(c, keys.create_key, team="other")
         yield c, limited, free
 
 
