@@ -103,12 +103,17 @@ def _team_name(key: CounterKey | None, names: dict[str, str]) -> str | None:
 
 
 def _budget_labels(counter: str) -> tuple[str, str, str]:
-    """(scope, subject, window) of a budget: ``key``/``team`` and its id, or ``policy``
+    """(scope, subject, window) of a budget: ``key``/``team`` and its id, ``member`` and
+    ``<team id>:<user>``, ``user`` and the user name, or ``policy``
     and ``<rule uid>:<scope>`` of an account; ``day`` or ``month``. A counter that is not
     a counter key is labelled ``policy`` with the whole string as subject."""
     budget = CounterKey.parse(counter)
     if budget is None:
         return "policy", counter, ""
+    if budget.owner == "member":
+        return "member", f"{budget.id}:{budget.scope}", budget.window or ""
+    if budget.owner == "user":
+        return "user", budget.scope, budget.window or ""
     subject = budget.id if budget.owner != "policy" else f"{budget.id}:{budget.scope}"
     return budget.owner, subject, budget.window or ""
 

@@ -3,7 +3,7 @@
 -- Each query starts with a "-- name: <name>" line; parameters are %(name)s.
 
 -- name: resolve_key
--- Key and team in one statement = one MVCC snapshot; expiry against database time. The
+-- Key, team, member and user budgets in one statement = one MVCC snapshot; expiry against database time. The
 -- hash is the key's current secret's or, within its grace, one a rotation replaced
 -- (secret_valid_until: when that grace ends).
 WITH hit AS (
@@ -19,8 +19,19 @@ SELECT k.id AS key_id, k.display_prefix, k.revision AS key_revision, k.user_name
        t.budget_fit_floor,
        t.usd_micros_per_day, t.usd_micros_per_month, t.region, t.guardrails,
        t.revision AS team_revision, t.created_at AS team_created_at,
-       hit.valid_until AS secret_valid_until
+       hit.valid_until AS secret_valid_until,
+       m.user_name AS member_user, m.tokens_per_day AS member_tokens_day,
+       m.usd_micros_per_day AS member_usd_day, m.usd_micros_per_month AS member_usd_month,
+       u.name AS user_row, u.tokens_per_day AS user_tokens_day,
+       u.usd_micros_per_day AS user_usd_day, u.usd_micros_per_month AS user_usd_month
   FROM hit JOIN keys k ON k.id = hit.id JOIN teams t ON t.id = k.team_id
+  -- The user's member row in this team, else the team's default ('*' sorts first).
+  LEFT JOIN LATERAL (
+      SELECT * FROM team_members tm
+       WHERE k.user_name IS NOT NULL AND tm.team_id = k.team_id
+         AND tm.user_name IN (k.user_name, '*')
+       ORDER BY tm.user_name = '*' LIMIT 1) m ON true
+  LEFT JOIN users u ON u.name = k.user_name
  WHERE k.revoked_at IS NULL
    AND (k.expires_at IS NULL OR k.expires_at > clock_timestamp())
  LIMIT 1
@@ -426,3 +437,72 @@ ON CONFLICT (key) DO UPDATE
        liability = c.liability + excluded.liability,
        reserved = c.reserved + excluded.reserved, frozen = c.frozen OR excluded.frozen
 RETURNING key
+
+-- name: list_members
+SELECT * FROM team_members WHERE team_id = %(team_id)s ORDER BY user_name
+
+-- name: find_member
+SELECT * FROM team_members WHERE team_id = %(team_id)s AND user_name = %(user_name)s
+
+-- name: find_member_for_update
+SELECT * FROM team_members WHERE team_id = %(team_id)s AND user_name = %(user_name)s
+   FOR UPDATE
+
+-- name: upsert_member
+-- Create or replace a member's budget; its team's revision moves in the same statement
+-- (the caller holds the team row FOR UPDATE).
+WITH bumped AS (
+    UPDATE teams SET revision = revision + 1, updated_at = clock_timestamp()
+     WHERE id = %(team_id)s
+)
+INSERT INTO team_members (team_id, user_name, tokens_per_day, usd_micros_per_day,
+                          usd_micros_per_month)
+VALUES (%(team_id)s, %(user_name)s, %(tokens_per_day)s, %(usd_micros_per_day)s,
+        %(usd_micros_per_month)s)
+ON CONFLICT (team_id, user_name) DO UPDATE
+   SET tokens_per_day = EXCLUDED.tokens_per_day,
+       usd_micros_per_day = EXCLUDED.usd_micros_per_day,
+       usd_micros_per_month = EXCLUDED.usd_micros_per_month,
+       revision = team_members.revision + 1, updated_at = clock_timestamp()
+RETURNING *
+
+-- name: delete_member
+WITH bumped AS (
+    UPDATE teams SET revision = revision + 1, updated_at = clock_timestamp()
+     WHERE id = %(team_id)s
+)
+DELETE FROM team_members WHERE team_id = %(team_id)s AND user_name = %(user_name)s
+RETURNING *
+
+-- name: list_users
+SELECT * FROM users ORDER BY name
+
+-- name: find_user
+SELECT * FROM users WHERE name = %(name)s
+
+-- name: find_user_for_update
+SELECT * FROM users WHERE name = %(name)s FOR UPDATE
+
+-- name: lock_user_teams
+-- The teams a user holds a key in, locked in id order (a user edit moves their
+-- revisions, serialised against admissions, which hold them FOR SHARE).
+SELECT t.id FROM teams t
+ WHERE t.id IN (SELECT team_id FROM keys WHERE user_name = %(name)s)
+ ORDER BY t.id FOR UPDATE
+
+-- name: upsert_user
+WITH bumped AS (
+    UPDATE teams SET revision = revision + 1, updated_at = clock_timestamp()
+     WHERE id IN (SELECT team_id FROM keys WHERE user_name = %(name)s)
+)
+INSERT INTO users (name, email, display_name, tokens_per_day, usd_micros_per_day,
+                   usd_micros_per_month)
+VALUES (%(name)s, %(email)s, %(display_name)s, %(tokens_per_day)s,
+        %(usd_micros_per_day)s, %(usd_micros_per_month)s)
+ON CONFLICT (name) DO UPDATE
+   SET email = EXCLUDED.email, display_name = EXCLUDED.display_name,
+       tokens_per_day = EXCLUDED.tokens_per_day,
+       usd_micros_per_day = EXCLUDED.usd_micros_per_day,
+       usd_micros_per_month = EXCLUDED.usd_micros_per_month,
+       revision = users.revision + 1, updated_at = clock_timestamp()
+RETURNING *

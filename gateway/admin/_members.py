@@ -1,5 +1,305 @@
-"""Placeholder: filled by the members work (issue 27/28)."""
+"""``/admin/v1``: member budgets (a user's within a team) and users (a user's across teams).
 
-from litestar.handlers import HTTPRouteHandler
+A key's ``user`` names its user. Within its team the user spends under its member budget
+(its own row, else the team's default member budget), across every team under its user
+budget; both are charged in the same all-or-none admission as the key's and the team's
+limits (:func:`gateway.governance.plan_charges`), and bind on every profile: one
+Postgres admission in the shared profile, the SQLite file in the local one, each plane's
+own store in the lease profile. A member or user edit moves the revision of the teams it
+concerns, so an admission planned with the old budget is re-planned, never charged
+against it. Same tokens, revisions (``ETag``/``If-Match``; ``If-Match: "0"`` creates
+only), audit lines and errors as the team and key routes (:mod:`gateway.admin._routes`).
+"""
 
-ROUTES: list[HTTPRouteHandler] = []
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from litestar import Request, Response, Router, delete, get, put
+from litestar.params import FromPath, JSONBody
+
+from gateway.admin._routes import (
+    READS,
+    WRITES,
+    Cursor,
+    PageSize,
+    error_responses,
+    if_match,
+)
+from gateway.admin._routes import _audit as audit_write
+from gateway.admin._routes import _caller as admin_caller
+from gateway.admin._routes import _gateway as admin_gateway
+from gateway.admin._routes import _store as admin_store
+from gateway.admin._views import Name, decode_cursor, page
+from gateway.errors import BadRequest, NotFound
+from gateway.keys import DEFAULT_MEMBER, Member, MemberLimits, User
+
+AnyRequest = Request[Any, Any, Any]
+Text = Annotated[str, msgspec.Meta(max_length=320, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")]
+
+
+class MemberView(msgspec.Struct, frozen=True, kw_only=True):
+    team_id: str
+    user: str
+    """The user's name (the ``user`` of their keys)."""
+    limits: MemberLimits
+    """What binds the user in this team: its own budget, else the team's default."""
+    source: Literal["member", "default", "none"]
+    """``member``: its own budget; ``default``: the team's default member budget (no row
+    of its own); ``none``: neither exists, so no member budget binds."""
+    revision: int
+    """Of its own budget (0: none yet); compare with If-Match on a write."""
+    keys: int
+    """How many of the team's keys (revoked ones too) name this user."""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class MemberPage(msgspec.Struct, frozen=True, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[MemberView]
+    default: MemberLimits | None
+    """The team's default member budget (None: none)."""
+    next_cursor: str | None = None
+
+
+class DefaultMemberView(msgspec.Struct, frozen=True, kw_only=True):
+    team_id: str
+    limits: MemberLimits
+    revision: int
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class UserView(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    email: str | None
+    display_name: str | None
+    limits: MemberLimits
+    """The user's budget across every team."""
+    revision: int
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class UserPut(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    email: Text | None = None
+    display_name: Text | None = None
+    limits: MemberLimits = MemberLimits()
+
+
+class UserPage(msgspec.Struct, frozen=True, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[UserView]
+    next_cursor: str | None = None
+
+
+def _user_view(user: User) -> UserView:
+    return UserView(name=user.name, email=user.email, display_name=user.display_name,
+                    limits=user.limits, revision=user.revision, created_at=user.created_at,
+                    updated_at=user.updated_at)
+
+
+def _default_view(member: Member) -> DefaultMemberView:
+    return DefaultMemberView(team_id=member.team_id, limits=member.limits,
+                             revision=member.revision, created_at=member.created_at,
+                             updated_at=member.updated_at)
+
+
+def _member_view(team_id: str, user: str, own: Member | None, default: Member | None,
+                 keys: int) -> MemberView:
+    if own is not None:
+        return MemberView(team_id=team_id, user=user, limits=own.limits, source="member",
+                          revision=own.revision, keys=keys, created_at=own.created_at,
+                          updated_at=own.updated_at)
+    return MemberView(team_id=team_id, user=user,
+                      limits=default.limits if default else MemberLimits(),
+                      source="default" if default else "none", revision=0, keys=keys)
+
+
+def _tagged(view: Any, revision: int, status: int = 200) -> Response[Any]:
+    return Response(view, status_code=status, headers={"ETag": f'"{revision}"'})
+
+
+async def _members(request: AnyRequest, team: str) -> tuple[str, list[MemberView],
+                                                            Member | None]:
+    """Every user of a team — with a member budget, or holding one of its keys — and
+    the team's default member budget."""
+    store = admin_gateway(request).key_store
+    found = await admin_store(store.get_team(team))
+    if found is None:
+        raise NotFound(f"team {team!r} does not exist")
+    rows: list[Member] = await admin_store(store.list_members(found.id))
+    keys = await admin_store(store.list_keys(team=found.id, include_revoked=True))
+    own = {m.user: m for m in rows if m.user != DEFAULT_MEMBER}
+    default = next((m for m in rows if m.user == DEFAULT_MEMBER), None)
+    counts: dict[str, int] = {}
+    for key in keys:
+        if key.user is not None:
+            counts[key.user] = counts.get(key.user, 0) + 1
+    users = sorted(own.keys() | counts.keys())
+    return found.id, [_member_view(found.id, u, own.get(u), default, counts.get(u, 0))
+                      for u in users], default
+
+
+# -- members ----------------------------------------------------------------------------
+
+@get("/teams/{team:str}/members", summary="List a team's members and their budgets",
+     responses=error_responses(404))
+async def list_members(request: AnyRequest, team: FromPath[str], cursor: Cursor = None,
+                       limit: PageSize = 100) -> MemberPage:
+    """Every user with a member budget in the team or holding one of its keys, with the
+    budget that binds them (``source``), and the team's default member budget."""
+    admin_caller(request, "read")
+    _, views, default = await _members(request, team)
+    items, next_cursor = page(views, [v.user for v in views], after=decode_cursor(cursor),
+                              limit=limit)
+    return MemberPage(data=items, default=None if default is None else default.limits,
+                      next_cursor=next_cursor)
+
+
+@get("/teams/{team:str}/members/{user:str}", summary="Get a member's budget",
+     responses=error_responses(404))
+async def get_member(request: AnyRequest, team: FromPath[str],
+                     user: FromPath[str]) -> Response[MemberView]:
+    """A user unknown to the team (no budget, no key) is a 404."""
+    admin_caller(request, "read")
+    _, views, _ = await _members(request, team)
+    view = next((v for v in views if v.user == user), None)
+    if view is None:
+        raise NotFound(f"user {user!r} is not a member of team {team!r}")
+    return _tagged(view, view.revision)
+
+
+@put("/teams/{team:str}/members/{user:str}", summary="Set a member's budget",
+     responses=WRITES)
+async def put_member(request: AnyRequest, team: FromPath[str], user: FromPath[Name],
+                     data: JSONBody[MemberLimits]) -> Response[MemberView]:
+    """Creates or replaces the user's budget within the team (every limit: a limit left
+    out is no cap). Binds at the next admission of every replica."""
+    caller = admin_caller(request, "write")
+    gw = admin_gateway(request)
+    expected = if_match(request)
+    if user == DEFAULT_MEMBER:
+        _refuse_default()
+    member: Member = await admin_store(gw.key_store.put_member(
+        team, user, limits=data, expected_revision=expected))
+    audit_write(gw, caller, "member.put", team_id=member.team_id, user=user,
+                revision=member.revision, if_match=expected, limits=data)
+    view = _member_view(member.team_id, user, member, None, 0)
+    return _tagged(view, view.revision, 201 if member.revision == 1 else 200)
+
+
+@delete("/teams/{team:str}/members/{user:str}", summary="Remove a member's own budget",
+        status_code=200, responses=WRITES)
+async def delete_member(request: AnyRequest, team: FromPath[str],
+                        user: FromPath[str]) -> MemberView:
+    """The team's default member budget binds the user again (if there is one)."""
+    caller = admin_caller(request, "write")
+    gw = admin_gateway(request)
+    expected = if_match(request)
+    if user == DEFAULT_MEMBER:
+        _refuse_default()
+    member: Member = await admin_store(gw.key_store.delete_member(
+        team, user, expected_revision=expected))
+    audit_write(gw, caller, "member.delete", team_id=member.team_id, user=user,
+                revision=member.revision, if_match=expected)
+    return _member_view(member.team_id, user, member, None, 0)
+
+
+def _refuse_default() -> None:
+    raise BadRequest("user: '*' is the team's default member budget; use "
+                     "/teams/{team}/default-member", param="user")
+
+
+@get("/teams/{team:str}/default-member", summary="Get a team's default member budget",
+     responses=error_responses(404))
+async def get_default_member(request: AnyRequest,
+                             team: FromPath[str]) -> Response[DefaultMemberView]:
+    """The budget of each user of the team without a member budget of its own."""
+    admin_caller(request, "read")
+    found = await admin_store(admin_gateway(request).key_store.get_member(
+        team, DEFAULT_MEMBER))
+    if found is None:
+        raise NotFound(f"team {team!r} has no default member budget")
+    return _tagged(_default_view(found), found.revision)
+
+
+@put("/teams/{team:str}/default-member", summary="Set a team's default member budget",
+     responses=WRITES)
+async def put_default_member(request: AnyRequest, team: FromPath[str],
+                             data: JSONBody[MemberLimits]) -> Response[DefaultMemberView]:
+    """Each user of the team without a budget of its own gets this budget, separately
+    (two users with the default each have all of it)."""
+    caller = admin_caller(request, "write")
+    gw = admin_gateway(request)
+    expected = if_match(request)
+    member: Member = await admin_store(gw.key_store.put_member(
+        team, DEFAULT_MEMBER, limits=data, expected_revision=expected))
+    audit_write(gw, caller, "member.default.put", team_id=member.team_id,
+                revision=member.revision, if_match=expected, limits=data)
+    return _tagged(_default_view(member), member.revision,
+                   201 if member.revision == 1 else 200)
+
+
+@delete("/teams/{team:str}/default-member", summary="Remove a team's default member budget",
+        status_code=200, responses=WRITES)
+async def delete_default_member(request: AnyRequest,
+                                team: FromPath[str]) -> DefaultMemberView:
+    caller = admin_caller(request, "write")
+    gw = admin_gateway(request)
+    expected = if_match(request)
+    member: Member = await admin_store(gw.key_store.delete_member(
+        team, DEFAULT_MEMBER, expected_revision=expected))
+    audit_write(gw, caller, "member.default.delete", team_id=member.team_id,
+                revision=member.revision, if_match=expected)
+    return _default_view(member)
+
+
+# -- users ------------------------------------------------------------------------------
+
+@get("/users", summary="List users and their budgets across teams", responses=READS)
+async def list_users(request: AnyRequest, cursor: Cursor = None,
+                     limit: PageSize = 100) -> UserPage:
+    admin_caller(request, "read")
+    users: list[User] = await admin_store(admin_gateway(request).key_store.list_users())
+    items, next_cursor = page([_user_view(u) for u in users], [u.name for u in users],
+                              after=decode_cursor(cursor), limit=limit)
+    return UserPage(data=items, next_cursor=next_cursor)
+
+
+@get("/users/{user:str}", summary="Get a user", responses=error_responses(404))
+async def get_user(request: AnyRequest, user: FromPath[str]) -> Response[UserView]:
+    admin_caller(request, "read")
+    found = await admin_store(admin_gateway(request).key_store.get_user(user))
+    if found is None:
+        raise NotFound(f"user {user!r} does not exist")
+    return _tagged(_user_view(found), found.revision)
+
+
+@put("/users/{user:str}", summary="Create or replace a user and its budget across teams",
+     responses=WRITES)
+async def put_user(request: AnyRequest, user: FromPath[Name],
+                   data: JSONBody[UserPut]) -> Response[UserView]:
+    """Every field is replaced (a limit left out is no cap). The budget binds the user's
+    keys in every team at their next admission."""
+    caller = admin_caller(request, "write")
+    gw = admin_gateway(request)
+    expected = if_match(request)
+    if user == DEFAULT_MEMBER:
+        _refuse_default()
+    found: User = await admin_store(gw.key_store.put_user(
+        user, limits=data.limits, email=data.email, display_name=data.display_name,
+        expected_revision=expected))
+    audit_write(gw, caller, "user.put", user=user, revision=found.revision,
+                if_match=expected, limits=data.limits)
+    return _tagged(_user_view(found), found.revision, 201 if found.revision == 1 else 200)
+
+
+ROUTES = [Router(path="/admin/v1", tags=["admin"], route_handlers=[
+    list_members, get_member, put_member, delete_member, get_default_member,
+    put_default_member, delete_default_member, list_users, get_user, put_user])]
+BODIES = (MemberView, MemberPage, DefaultMemberView, UserView, UserPut, UserPage,
+          MemberLimits)

@@ -12,6 +12,17 @@ from litestar import Request
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import OpenAPIRenderPlugin
 
+from gateway.admin._members import BODIES as MEMBER_BODIES
+from gateway.admin._operations import (
+    AlertList,
+    FrozenList,
+    PermitResolve,
+    Resolved,
+    Status,
+    Unfreeze,
+    Unfrozen,
+)
+from gateway.admin._usage import RequestDetail
 from gateway.admin._views import (
     ErrorBody,
     KeyCreate,
@@ -55,7 +66,7 @@ def closed(document: dict[str, Any]) -> dict[str, Any]:
 
 _REF = "#/components/schemas/{name}"
 BODIES = (TeamCreate, TeamView, TeamPage, TeamLimits, KeyCreate, KeyCreated, KeyView,
-          KeyPage, KeyLimits, KeyPatch, KeyRotate, KeyRotated, ErrorBody)
+          KeyPage, KeyLimits, KeyPatch, KeyRotate, KeyRotated, ErrorBody, *MEMBER_BODIES)
 
 
 OPENAPI = OpenAPIConfig(

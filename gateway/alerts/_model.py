@@ -50,8 +50,9 @@ class AlertEvent(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.counter}/{self.threshold}"
 
     @property
-    def scope(self) -> Literal["key", "team", "policy"]:
-        """Whose budget: ``key``, ``team`` or ``policy`` (a policy account)."""
+    def scope(self) -> Literal["key", "team", "member", "user", "policy"]:
+        """Whose budget: ``key``, ``team``, ``member`` (a user's within a team), ``user``
+        (a user's across teams) or ``policy`` (a policy account)."""
         budget = CounterKey.parse(self.counter)
         return "policy" if budget is None else budget.owner
 

@@ -14,15 +14,19 @@ sent between the planes, so their format is fixed to the byte:
   without a calendar period: each permit reserves 1 and its settlement frees it);
 - ``account:<uid>:<scope>:<day|month>:<period>``: a policy budget's µUSD account (also
   the lease protocol's account name);
+- ``member:<team id>:<user>:<tokens|usd>:<day|month>:<period>``: a user's budget within a
+  team (its member row or the team's default member budget);
+- ``user:<user>:<tokens|usd>:<day|month>:<period>``: a user's budget across every team;
 - ``key:<key id>``, ``team:<team id>`` and ``policy``: what a snapshot-mismatch refusal
   names (the key, the team or the policy generation that changed).
 
 A period is ``YYYY-MM-DD`` for a day and ``YYYY-MM`` for a month (UTC). Key and team
 ids (``key_…``, ``team_…``) and rule uids (policy names, rule names and the ``uid``
 pattern) never hold ``:``; a scope (``team=<name>``, ``user=<user>``,
-``team=<name>,user=<user>``, ``key=<key id>``) may hold any character, so
+``team=<name>,user=<user>``, ``key=<key id>``) and a user name may hold any character, so
 :meth:`CounterKey.parse` reads subject and id from the left, measure, window and period
-from the right, and takes the scope as what lies between.
+from the right, and takes the scope (a member's or user's counter: the user name) as
+what lies between.
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ from typing import Literal
 
 import msgspec
 
-Subject = Literal["key", "team", "rule", "account", "policy"]
+Subject = Literal["key", "team", "rule", "account", "member", "user", "policy"]
 Measure = Literal["rpm", "tpm", "tokens", "usd", "inflight"]
 Bucket = Literal["rpm", "tpm"]
 Quantity = Literal["tokens", "usd"]
 Window = Literal["day", "month"]
-Owner = Literal["key", "team", "policy"]
+Owner = Literal["key", "team", "member", "user", "policy"]
 
 _HOLDERS: dict[str, Literal["key", "team"]] = {"key": "key", "team": "team"}
 _BUCKETS: dict[str, Bucket] = {"rpm": "rpm", "tpm": "tpm"}
@@ -54,9 +58,11 @@ class CounterKey(msgspec.Struct, frozen=True, kw_only=True):
 
     subject: Subject
     id: str = ""
-    """The key id, team id or rule uid ("" for ``policy``)."""
+    """The key id, team id (of a team or a member) or rule uid ("" for ``policy`` and
+    ``user``)."""
     scope: str = ""
-    """A rule's or account's scope: ``team=<name>``, ``user=<user>`` or both ("" else)."""
+    """A rule's or account's scope: ``team=<name>``, ``user=<user>`` or both; a member's
+    or user's user name ("" else)."""
     measure: Measure | None = None
     """``rpm``/``tpm``: a bucket; ``tokens``/``usd``: a window (an account is ``usd``);
     ``inflight``: a rule's open requests; None: a bare subject, as a refusal names it."""
@@ -87,6 +93,16 @@ class CounterKey(msgspec.Struct, frozen=True, kw_only=True):
                    period=period)
 
     @classmethod
+    def member(cls, team_id: str, user: str) -> CounterKey:
+        """A user's budget within team ``team_id`` (give it a :meth:`windowed`)."""
+        return cls(subject="member", id=team_id, scope=user)
+
+    @classmethod
+    def user(cls, user: str) -> CounterKey:
+        """A user's budget across every team (give it a :meth:`windowed`)."""
+        return cls(subject="user", scope=user)
+
+    @classmethod
     def policy(cls) -> CounterKey:
         """The policy generation (what a refusal names when the policy changed)."""
         return _POLICY
@@ -112,8 +128,10 @@ class CounterKey(msgspec.Struct, frozen=True, kw_only=True):
         subject, measure = self.subject, self.measure
         if subject == "policy":
             return "policy"
-        if subject == "rule" or subject == "account":
+        if subject == "rule" or subject == "account" or subject == "member":
             head = f"{subject}:{self.id}:{self.scope}"
+        elif subject == "user":
+            head = f"user:{self.scope}"
         else:
             head = f"{subject}:{self.id}"
         if measure is None:
@@ -135,6 +153,8 @@ class CounterKey(msgspec.Struct, frozen=True, kw_only=True):
             return "key"
         if self.subject == "team":
             return "team"
+        if self.subject == "member" or self.subject == "user":
+            return self.subject
         return "policy"
 
     @staticmethod
@@ -193,6 +213,8 @@ def _parse(text: str) -> CounterKey | None:
             return None
         return CounterKey(subject="rule", id=ident, scope=parts[0], measure="tokens",
                           window=window, period=parts[3])
+    if head == "member" or head == "user":
+        return _parse_person(head, rest)
     if head == "account":
         parts = tail.rsplit(":", 2)
         if len(parts) != 3:
@@ -202,3 +224,20 @@ def _parse(text: str) -> CounterKey | None:
             return None
         return CounterKey.account(ident, parts[0], window, parts[2])
     return None
+
+
+def _parse_person(head: str, rest: str) -> CounterKey | None:
+    """``member:<team id>:<user>:…`` or ``user:<user>:…`` (rest: after ``head:``)."""
+    if head == "member":
+        ident, sep, rest = rest.partition(":")
+        if not ident or not sep:
+            return None
+    parts = rest.rsplit(":", 3)
+    if len(parts) != 4 or not parts[0]:
+        return None
+    quantity, window = _QUANTITIES.get(parts[1]), _WINDOWS.get(parts[2])
+    if quantity is None or window is None or not _period_ok(window, parts[3]):
+        return None
+    person = CounterKey.member(ident, parts[0]) if head == "member" else CounterKey.user(
+        parts[0])
+    return person.windowed(quantity, window, parts[3])

@@ -27,7 +27,7 @@ from gateway.governance._model import (
     OutcomeKind,
     Settlement,
 )
-from gateway.keys import Principal
+from gateway.keys import MemberLimits, Principal
 from gateway.policy import CompiledRule, PolicySnapshot
 from gateway.pricing import InvalidUsage
 
@@ -69,6 +69,36 @@ def _own_keys(key_id: str, team_id: str, day: str, month: str) -> _OwnKeys:
         key_usd_month=k.windowed("usd", "month", month).text,
         team_usd_day=t.windowed("usd", "day", day).text,
         team_usd_month=t.windowed("usd", "month", month).text)
+
+
+class _PersonKeys(NamedTuple):
+    """The counter keys of a member's or a user's budget in one day and month."""
+
+    tokens_day: str
+    usd_day: str
+    usd_month: str
+
+
+@lru_cache(maxsize=4096)
+def _person_keys(team_id: str | None, user: str, day: str, month: str) -> _PersonKeys:
+    # Cached like _own_keys. team_id None: the user's budget across every team.
+    who = CounterKey.user(user) if team_id is None else CounterKey.member(team_id, user)
+    return _PersonKeys(tokens_day=who.windowed("tokens", "day", day).text,
+                       usd_day=who.windowed("usd", "day", day).text,
+                       usd_month=who.windowed("usd", "month", month).text)
+
+
+def _person_charges(limits: MemberLimits | None, team_id: str | None, user: str,
+                    token_bound: int, usd_bound: int, day: str, month: str,
+                    fit: int | None) -> list[Charge]:
+    if limits is None:
+        return []
+    keys = _person_keys(team_id, user, day, month)
+    return [*_window(keys.tokens_day, limits.tokens_per_day, token_bound, day, "tokens",
+                     fit=fit),
+            *_window(keys.usd_day, limits.usd_micros_per_day, usd_bound, day, "usd", fit=fit),
+            *_window(keys.usd_month, limits.usd_micros_per_month, usd_bound, month, "usd",
+                     fit=fit)]
 
 
 class _RuleKeys(NamedTuple):
@@ -150,7 +180,9 @@ def tpm_estimate(body_bytes: int) -> int:
 def plan_charges(principal: Principal, snapshot: PolicySnapshot, *, token_bound: int,
                  usd_bound: int, now: datetime,
                  tpm: int | None = None) -> tuple[Charge, ...]:
-    """Every counter this request must reserve against, sorted by counter key.
+    """Every counter this request must reserve against, sorted by counter key: the key's
+    and team's buckets and windows, the user's member and cross-team budgets, and each
+    policy rule that applies.
 
     TPM buckets reserve ``tpm`` (the estimate, :func:`tpm_estimate`; default the token
     bound), token quotas ``token_bound`` and money windows ``usd_bound``. The sort is the
@@ -175,6 +207,13 @@ def plan_charges(principal: Principal, snapshot: PolicySnapshot, *, token_bound:
         *_window(own.team_usd_month, team.usd_micros_per_month, usd_bound, month, "usd",
                  fit=fit),
     ]
+    if principal.user is not None:
+        # The user's budget within the team (member row or the team's default) and
+        # across every team; budget fit lowers max_tokens to fit them like the team's.
+        charges += _person_charges(principal.member_limits, principal.team.id,
+                                   principal.user, token_bound, usd_bound, day, month, fit)
+        charges += _person_charges(principal.user_limits, None, principal.user,
+                                   token_bound, usd_bound, day, month, fit)
     for rule in snapshot.rules_for(principal.team.name, principal.user, principal.key_id):
         scope = rule.scope(principal.team.name, principal.user, principal.key_id)
         charges += _rule_charges(rule, scope, token_bound, usd_bound, day, month, tpm)

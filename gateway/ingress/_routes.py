@@ -104,15 +104,15 @@ async def list_models(request: AnyRequest) -> dict[str, Any]:
 
 @get("/v1/usage", include_in_schema=False)
 async def usage_report(request: AnyRequest) -> dict[str, Any]:
-    """Committed and reserved tokens and µUSD: a key sees itself and its team; the admin
-    token (``server.admin_token_ref``) sees everything."""
+    """Committed and reserved tokens and µUSD: a key sees itself and its team; an admin
+    token (``server.admin_tokens``, ``server.admin_token_ref``) sees everything."""
     gw = gateway_of(request)
     day, month = utc_windows(datetime.now(UTC))
     day, month = _period(request, "day", day), _period(request, "month", month)
     key = presented_key(request.headers)
     scope: dict[str, str | None] = {"key_id": None, "team_id": None}
-    is_admin = bool(gw.admin_token and key
-                    and hmac.compare_digest(key.encode(), gw.admin_token.encode()))
+    # Any admin token (server.admin_tokens, either tier, or server.admin_token_ref).
+    is_admin = request.app.state.admin.caller(key) is not None
     if not is_admin:
         principal = await authenticate(gw, request)
         scope = {"key_id": principal.key_id, "team_id": principal.team_id}

@@ -2,15 +2,19 @@
 
 from gateway.keys._bootstrap import ensure_demo, ensure_teams
 from gateway.keys._model import (
+    DEFAULT_MEMBER,
     KEY_PREFIX,
     KeyChanges,
     KeyLimits,
     KeyRecord,
     KeyStore,
+    Member,
+    MemberLimits,
     Principal,
     Rotation,
     Team,
     TeamLimits,
+    User,
     hash_key,
     new_key,
 )
@@ -19,7 +23,11 @@ from gateway.keys._postgres import PostgresKeyStore
 from gateway.keys._sqlite import SqliteKeyStore
 
 __all__ = [
+    "DEFAULT_MEMBER",
     "KEY_PREFIX",
+    "Member",
+    "MemberLimits",
+    "User",
     "KeyChanges",
     "KeyLimits",
     "KeyRecord",

@@ -14,6 +14,7 @@ from gateway.errors import BadRequest, RevisionConflict
 TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month",
                "budget_fit_floor")
 KEY_LIMITS = ("rpm", "tpm", "usd_micros_per_day", "usd_micros_per_month")
+MEMBER_LIMITS = ("tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
 
 
 def check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
@@ -46,3 +47,21 @@ def check_revision(what: str, current: int, expected: int | None) -> None:
     if expected is not None and expected != current:
         raise RevisionConflict(f"{what} is at revision {current}, not {expected}; "
                                "re-read it and retry")
+
+
+def check_member(user: str, limits: Any, *, default_allowed: bool) -> None:
+    """Refuse a member or user budget without a user name, with an invalid limit, or
+    named ``*`` where that is not the team's default."""
+    if not user or not user.strip() or any(ord(c) < 32 or ord(c) == 127 for c in user):
+        raise BadRequest("user: must be a printable, non-empty name", param="user")
+    if user == "*" and not default_allowed:
+        raise BadRequest("user: '*' is reserved for a team's default member budget",
+                         param="user")
+    check_limits(limits, MEMBER_LIMITS, "limits")
+
+
+def member_what(user: str, team: str) -> str:
+    """How an answer names a member budget (``*``: the team's default)."""
+    if user == "*":
+        return f"team {team!r}'s default member budget"
+    return f"member {user!r} of team {team!r}"

@@ -51,6 +51,48 @@ class KeyLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     usd_micros_per_month: Amount | None = None
 
 
+class MemberLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A user's own budget: within one team (a member's) or across every team (a user's).
+    ``None`` means no cap on that dimension."""
+
+    tokens_per_day: Amount | None = None
+    usd_micros_per_day: Amount | None = None
+    usd_micros_per_month: Amount | None = None
+
+    @property
+    def empty(self) -> bool:
+        return (self.tokens_per_day is None and self.usd_micros_per_day is None
+                and self.usd_micros_per_month is None)
+
+
+DEFAULT_MEMBER = "*"
+"""The user name under which a team keeps its default member budget: the budget of every
+user of the team that has no member row of its own."""
+
+
+class Member(msgspec.Struct, frozen=True, kw_only=True):
+    """A user's budget within one team (``user == DEFAULT_MEMBER``: the team's default)."""
+
+    team_id: str
+    user: str
+    limits: MemberLimits = MemberLimits()
+    revision: int = 1
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class User(msgspec.Struct, frozen=True, kw_only=True):
+    """A person (the ``user`` of their keys), with a budget across every team."""
+
+    name: str
+    email: str | None = None
+    display_name: str | None = None
+    limits: MemberLimits = MemberLimits()
+    revision: int = 1
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
 class Team(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     name: str
@@ -96,6 +138,11 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     allowed_models: tuple[str, ...] | None
     team: Team
     user: str | None = None
+    member_limits: MemberLimits | None = None
+    """The user's budget within this team: its member row, else the team's default member
+    budget; None when the key has no user or neither exists."""
+    user_limits: MemberLimits | None = None
+    """The user's budget across every team (its user row); None without one."""
     secret_valid_until: datetime | None = None
     """Set when the presented secret is one a rotation replaced: it authenticates the key
     until then (its grace), and a Principal cached past it is resolved again."""
@@ -217,5 +264,30 @@ class KeyStore(Protocol):
         """A new secret for the key (same id, limits and spend; revision + 1); the old one
         keeps working ``grace_s`` seconds. A retry with the same ``idempotency_key``
         answers the first rotation's secret (before any revision check)."""
+
+    async def list_members(self, team: str) -> list[Member]:
+        """A team's member budgets (its default, ``*``, among them)."""
+
+    async def get_member(self, team: str, user: str) -> Member | None: ...
+
+    async def put_member(self, team: str, user: str, *, limits: MemberLimits,
+                         expected_revision: int | None = None) -> Member:
+        """Create or replace a member's budget (``user`` ``*``: the team's default); the
+        team's revision moves too, so every admission planned with the old budget is
+        re-planned. ``expected_revision`` 0: only if it does not exist yet."""
+
+    async def delete_member(self, team: str, user: str, *,
+                            expected_revision: int | None = None) -> Member:
+        """Remove a member's budget (the team's default applies again)."""
+
+    async def list_users(self) -> list[User]: ...
+
+    async def get_user(self, name: str) -> User | None: ...
+
+    async def put_user(self, name: str, *, limits: MemberLimits, email: str | None = None,
+                       display_name: str | None = None,
+                       expected_revision: int | None = None) -> User:
+        """Create or replace a user and its budget across teams; the revision of every
+        team the user holds a key in moves too."""
 
     async def close(self) -> None: ...

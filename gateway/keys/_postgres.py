@@ -27,19 +27,25 @@ from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import AlreadyExists, BadRequest, ConfigError, KeyRevoked, NotFound
 from gateway.keys._limits import (
     KEY_LIMITS,
+    MEMBER_LIMITS,
     TEAM_LIMITS,
     check_limits,
+    check_member,
     check_new_team,
     check_revision,
+    member_what,
 )
 from gateway.keys._model import (
     KeyChanges,
     KeyLimits,
     KeyRecord,
+    Member,
+    MemberLimits,
     Principal,
     Rotation,
     Team,
     TeamLimits,
+    User,
     check_grace,
     hash_key,
     new_key,
@@ -69,6 +75,28 @@ def key_from_row(row: dict[str, Any]) -> KeyRecord:
         revision=row["revision"], created_at=row["created_at"])
 
 
+def member_from_row(row: dict[str, Any]) -> Member:
+    return Member(team_id=row["team_id"], user=row["user_name"],
+                  limits=MemberLimits(**{n: row[n] for n in MEMBER_LIMITS}),
+                  revision=row["revision"], created_at=row["created_at"],
+                  updated_at=row["updated_at"])
+
+
+def user_from_row(row: dict[str, Any]) -> User:
+    return User(name=row["name"], email=row["email"], display_name=row["display_name"],
+                limits=MemberLimits(**{n: row[n] for n in MEMBER_LIMITS}),
+                revision=row["revision"], created_at=row["created_at"],
+                updated_at=row["updated_at"])
+
+
+def _budget(row: dict[str, Any], present: str, prefix: str) -> MemberLimits | None:
+    if row[present] is None:
+        return None
+    return MemberLimits(tokens_per_day=row[f"{prefix}_tokens_day"],
+                        usd_micros_per_day=row[f"{prefix}_usd_day"],
+                        usd_micros_per_month=row[f"{prefix}_usd_month"])
+
+
 def _principal(row: dict[str, Any]) -> Principal:
     team = Team(id=row["team_id"], name=row["team_name"],
                 limits=TeamLimits(**{n: row[n] for n in TEAM_LIMITS}),
@@ -82,7 +110,9 @@ def _principal(row: dict[str, Any]) -> Principal:
                              usd_micros_per_day=row["key_usd_day"],
                              usd_micros_per_month=row["key_usd_month"]),
         allowed_models=None if models is None else tuple(models), team=team,
-        user=row["user_name"], secret_valid_until=row["secret_valid_until"])
+        user=row["user_name"], secret_valid_until=row["secret_valid_until"],
+        member_limits=_budget(row, "member_user", "member"),
+        user_limits=_budget(row, "user_row", "user"))
 
 
 async def _one(conn: AsyncConnection[Any], query: str, **params: Any) -> dict[str, Any] | None:
@@ -255,6 +285,84 @@ class PostgresKeyStore:
         assert rotation is not None
         return Rotation(secret=secret, key=key_from_row(updated),
                         previous_valid_until=rotation["old_valid_until"])
+
+    # -- members and users -----------------------------------------------------------
+
+    async def _team_id(self, conn: AsyncConnection[Any], team: str, *,
+                       lock: bool = False) -> str:
+        row = await _one(conn, "find_team_for_update" if lock else "find_team",
+                         name_or_id=team)
+        if row is None:
+            raise NotFound(f"team {team!r} does not exist")
+        return str(row["id"])
+
+    async def list_members(self, team: str) -> list[Member]:
+        async with connection(self._pool, "key store") as conn:
+            team_id = await self._team_id(conn, team)
+            rows = await fetch_all(conn, sql.queries["list_members"], {"team_id": team_id})
+        return [member_from_row(r) for r in rows]
+
+    async def get_member(self, team: str, user: str) -> Member | None:
+        async with connection(self._pool, "key store") as conn:
+            team_id = await self._team_id(conn, team)
+            row = await _one(conn, "find_member", team_id=team_id, user_name=user)
+        return None if row is None else member_from_row(row)
+
+    async def put_member(self, team: str, user: str, *, limits: MemberLimits,
+                         expected_revision: int | None = None) -> Member:
+        """The team row FOR UPDATE waits out admissions holding it FOR SHARE; its
+        revision moves with the member's, so none is planned with the old budget."""
+        check_member(user, limits, default_allowed=True)
+        async with connection(self._pool, "key store") as conn, conn.transaction():
+            team_id = await self._team_id(conn, team, lock=True)
+            row = await _one(conn, "find_member_for_update", team_id=team_id,
+                             user_name=user)
+            check_revision(member_what(user, team), 0 if row is None else row["revision"],
+                           expected_revision)
+            row = await _one(conn, "upsert_member", team_id=team_id, user_name=user,
+                             **{n: getattr(limits, n) for n in MEMBER_LIMITS})
+        assert row is not None
+        return member_from_row(row)
+
+    async def delete_member(self, team: str, user: str, *,
+                            expected_revision: int | None = None) -> Member:
+        async with connection(self._pool, "key store") as conn, conn.transaction():
+            team_id = await self._team_id(conn, team, lock=True)
+            row = await _one(conn, "find_member_for_update", team_id=team_id,
+                             user_name=user)
+            if row is None:
+                raise NotFound(f"{member_what(user, team)} does not exist")
+            check_revision(member_what(user, team), row["revision"], expected_revision)
+            row = await _one(conn, "delete_member", team_id=team_id, user_name=user)
+        assert row is not None
+        return member_from_row(row)
+
+    async def list_users(self) -> list[User]:
+        async with connection(self._pool, "key store") as conn:
+            rows = await fetch_all(conn, sql.queries["list_users"])
+        return [user_from_row(r) for r in rows]
+
+    async def get_user(self, name: str) -> User | None:
+        async with connection(self._pool, "key store") as conn:
+            row = await _one(conn, "find_user", name=name)
+        return None if row is None else user_from_row(row)
+
+    async def put_user(self, name: str, *, limits: MemberLimits, email: str | None = None,
+                       display_name: str | None = None,
+                       expected_revision: int | None = None) -> User:
+        """The teams the user holds keys in are locked FOR UPDATE (id order) and their
+        revisions moved, like a member edit moves its team's."""
+        check_member(name, limits, default_allowed=False)
+        async with connection(self._pool, "key store") as conn, conn.transaction():
+            row = await _one(conn, "find_user_for_update", name=name)
+            check_revision(f"user {name!r}", 0 if row is None else row["revision"],
+                           expected_revision)
+            await fetch_all(conn, sql.queries["lock_user_teams"], {"name": name})
+            row = await _one(conn, "upsert_user", name=name, email=email,
+                             display_name=display_name,
+                             **{n: getattr(limits, n) for n in MEMBER_LIMITS})
+        assert row is not None
+        return user_from_row(row)
 
     async def declare_teams(self, declared: Sequence[BootstrapTeam]) -> list[str]:
         """Register config-declared teams by immutable fingerprint (ADR-046 bootstrap).

@@ -20,19 +20,25 @@ import sql
 from gateway.errors import AlreadyExists, BadRequest, KeyRevoked, NotFound
 from gateway.keys._limits import (
     KEY_LIMITS,
+    MEMBER_LIMITS,
     TEAM_LIMITS,
     check_limits,
+    check_member,
     check_new_team,
     check_revision,
+    member_what,
 )
 from gateway.keys._model import (
     KeyChanges,
     KeyLimits,
     KeyRecord,
+    Member,
+    MemberLimits,
     Principal,
     Rotation,
     Team,
     TeamLimits,
+    User,
     check_grace,
     hash_key,
     new_key,
@@ -78,9 +84,34 @@ def _key(row: sqlite3.Row) -> KeyRecord:
         revision=row["revision"], created_at=_dt(row["created_at"]))
 
 
+def _budget(row: sqlite3.Row | None) -> MemberLimits | None:
+    return None if row is None else MemberLimits(**{n: row[n] for n in MEMBER_LIMITS})
+
+
+def _member(row: sqlite3.Row) -> Member:
+    return Member(team_id=row["team_id"], user=row["user_name"],
+                  limits=MemberLimits(**{n: row[n] for n in MEMBER_LIMITS}),
+                  revision=row["revision"], created_at=_dt(row["created_at"]),
+                  updated_at=_dt(row["updated_at"]))
+
+
+def _user(row: sqlite3.Row) -> User:
+    return User(name=row["name"], email=row["email"], display_name=row["display_name"],
+                limits=MemberLimits(**{n: row[n] for n in MEMBER_LIMITS}),
+                revision=row["revision"], created_at=_dt(row["created_at"]),
+                updated_at=_dt(row["updated_at"]))
+
+
 def _find_team(conn: sqlite3.Connection, name_or_id: str) -> sqlite3.Row | None:
     row: sqlite3.Row | None = _SQL["find_team"].execute(conn, {"name_or_id": name_or_id}).fetchone()
     return row
+
+
+def _team_id(conn: sqlite3.Connection, team: str) -> str:
+    row = _find_team(conn, team)
+    if row is None:
+        raise NotFound(f"team {team!r} does not exist")
+    return str(row["id"])
 
 
 def _get_team(conn: sqlite3.Connection, team_id: str) -> Team:
@@ -92,7 +123,8 @@ def _get_key(conn: sqlite3.Connection, key_id: str) -> Any:
     return _SQL["key"].execute(conn, {"id": key_id}).fetchone()
 
 
-def _limits(limits: TeamLimits | KeyLimits, names: tuple[str, ...]) -> dict[str, Any]:
+def _limits(limits: TeamLimits | KeyLimits | MemberLimits,
+            names: tuple[str, ...]) -> dict[str, Any]:
     return {n: getattr(limits, n) for n in names}
 
 
@@ -123,10 +155,16 @@ class SqliteKeyStore(SqliteBase):
             if key.expires_at is not None and key.expires_at <= now:
                 return None
             team = _get_team(conn, key.team_id)
+            member = user = None
+            if key.user is not None:
+                member = _budget(_SQL["member_budget"].execute(conn, {
+                    "team_id": key.team_id, "user_name": key.user}).fetchone())
+                user = _budget(_SQL["user"].execute(conn, {"name": key.user}).fetchone())
             return Principal(key_id=key.id, key_prefix=key.display_prefix,
                              key_revision=key.revision, key_limits=key.limits,
                              allowed_models=key.allowed_models, team=team, user=key.user,
-                             secret_valid_until=valid_until)
+                             secret_valid_until=valid_until, member_limits=member,
+                             user_limits=user)
         return await self._run(_resolve, write=False, inline=True)
 
     async def create_team(self, *, name: str, limits: TeamLimits = _NO_TEAM_LIMITS,
@@ -277,3 +315,77 @@ class SqliteKeyStore(SqliteBase):
                                                   "revoked_at": _ts(self._clock())})
             return _key(_get_key(conn, key_id))
         return await self._run(_revoke)
+
+    # -- members and users -----------------------------------------------------------
+
+    async def list_members(self, team: str) -> list[Member]:
+        def _list(conn: sqlite3.Connection) -> list[Member]:
+            team_id = _team_id(conn, team)
+            return [_member(r) for r in _SQL["members"].execute(conn, {"team_id": team_id})]
+        return await self._run(_list, write=False)
+
+    async def get_member(self, team: str, user: str) -> Member | None:
+        def _get(conn: sqlite3.Connection) -> Member | None:
+            row = _SQL["member"].execute(conn, {"team_id": _team_id(conn, team),
+                                                "user_name": user}).fetchone()
+            return None if row is None else _member(row)
+        return await self._run(_get, write=False)
+
+    async def put_member(self, team: str, user: str, *, limits: MemberLimits,
+                         expected_revision: int | None = None) -> Member:
+        """One write transaction: the member's row and its team's revision move together
+        (admission re-checks the team's revision in its own transaction)."""
+        check_member(user, limits, default_allowed=True)
+
+        def _put(conn: sqlite3.Connection) -> Member:
+            team_id = _team_id(conn, team)
+            where = {"team_id": team_id, "user_name": user}
+            row = _SQL["member"].execute(conn, where).fetchone()
+            check_revision(member_what(user, team), 0 if row is None else row["revision"],
+                           expected_revision)
+            _SQL["upsert_member"].execute(conn, {**where, **_limits(limits, MEMBER_LIMITS),
+                                                 "now": _ts(self._clock())})
+            _SQL["bump_team"].execute(conn, {"id": team_id})
+            return _member(_SQL["member"].execute(conn, where).fetchone())
+        return await self._run(_put)
+
+    async def delete_member(self, team: str, user: str, *,
+                            expected_revision: int | None = None) -> Member:
+        def _delete(conn: sqlite3.Connection) -> Member:
+            team_id = _team_id(conn, team)
+            where = {"team_id": team_id, "user_name": user}
+            row = _SQL["member"].execute(conn, where).fetchone()
+            if row is None:
+                raise NotFound(f"{member_what(user, team)} does not exist")
+            check_revision(member_what(user, team), row["revision"], expected_revision)
+            _SQL["delete_member"].execute(conn, where)
+            _SQL["bump_team"].execute(conn, {"id": team_id})
+            return _member(row)
+        return await self._run(_delete)
+
+    async def list_users(self) -> list[User]:
+        def _list(conn: sqlite3.Connection) -> list[User]:
+            return [_user(r) for r in _SQL["users"].execute(conn)]
+        return await self._run(_list, write=False)
+
+    async def get_user(self, name: str) -> User | None:
+        def _get(conn: sqlite3.Connection) -> User | None:
+            row = _SQL["user"].execute(conn, {"name": name}).fetchone()
+            return None if row is None else _user(row)
+        return await self._run(_get, write=False)
+
+    async def put_user(self, name: str, *, limits: MemberLimits, email: str | None = None,
+                       display_name: str | None = None,
+                       expected_revision: int | None = None) -> User:
+        check_member(name, limits, default_allowed=False)
+
+        def _put(conn: sqlite3.Connection) -> User:
+            row = _SQL["user"].execute(conn, {"name": name}).fetchone()
+            check_revision(f"user {name!r}", 0 if row is None else row["revision"],
+                           expected_revision)
+            _SQL["upsert_user"].execute(conn, {
+                "name": name, "email": email, "display_name": display_name,
+                **_limits(limits, MEMBER_LIMITS), "now": _ts(self._clock())})
+            _SQL["bump_user_teams"].execute(conn, {"name": name})
+            return _user(_SQL["user"].execute(conn, {"name": name}).fetchone())
+        return await self._run(_put)

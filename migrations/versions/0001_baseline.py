@@ -5,10 +5,10 @@ Revises:
 Create Date: 2026-12-04
 
 Installs ``sql/schema.sql`` (tables and indexes), ``sql/key_rotations.sql`` (key
-rotations), ``sql/governance.sql`` (admission and settlement) and ``sql/lease.sql`` (the
-lease ledger), as they are in this release. Every
-later change is a new revision on top of this one (CONTRIBUTING.md); a database created
-by a pre-release build (revision ``0009``) is converted to this revision by
+rotations), ``sql/members.sql`` (member and user budgets), ``sql/governance.sql``
+(admission and settlement) and ``sql/lease.sql`` (the lease ledger), as they are in this
+release. Every later change is a new revision on top of this one (CONTRIBUTING.md); a
+database created by a pre-release build (revision ``0009``) is converted to this revision by
 ``mayu migrate`` (:func:`gateway.schema.convert_prerelease`), not by alembic.
 """
 
@@ -24,8 +24,8 @@ branch_labels = None
 depends_on = None
 
 # Dependents first.
-_TABLES = ("key_rotations", "lease_grants", "lease_dataplanes", "alert_events",
-           "permit_segments", "permits",
+_TABLES = ("team_members", "users", "key_rotations", "lease_grants", "lease_dataplanes",
+           "alert_events", "permit_segments", "permits",
            "authority_accounts", "counters", "policy_changes", "policy_generations",
            "policy_state", "bootstrap_declarations", "keys", "teams", "authority_namespace")
 

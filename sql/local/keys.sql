@@ -49,6 +49,24 @@ CREATE TABLE IF NOT EXISTS key_rotations (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS key_rotations_idempotency
     ON key_rotations(key_id, idempotency_hash) WHERE idempotency_hash IS NOT NULL;
+-- Member and user budgets (the Postgres tables' twins, sql/members.sql): a user's budget
+-- within a team (user '*': the team's default member budget) and across every team.
+CREATE TABLE IF NOT EXISTS users (
+    name TEXT PRIMARY KEY,
+    email TEXT, display_name TEXT,
+    tokens_per_day INTEGER, usd_micros_per_day INTEGER, usd_micros_per_month INTEGER,
+    revision INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL, updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS team_members (
+    team_id TEXT NOT NULL REFERENCES teams(id),
+    user_name TEXT NOT NULL,
+    tokens_per_day INTEGER, usd_micros_per_day INTEGER, usd_micros_per_month INTEGER,
+    revision INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+    PRIMARY KEY (team_id, user_name)
+);
+CREATE INDEX IF NOT EXISTS keys_user ON keys(user) WHERE user IS NOT NULL;
 
 -- name: find_team
 -- A team by id or by name (the id wins when one team's name is another's id).
@@ -124,3 +142,56 @@ INSERT INTO key_rotations (key_id, revision, old_key_hash, old_valid_until, new_
                            idempotency_hash, salt, created_at)
 VALUES (:key_id, :revision, :old_key_hash, :old_valid_until, :new_key_hash,
         :idempotency_hash, :salt, :created_at)
+
+-- name: member_budget
+-- A user's member row in a team, else the team's default ('*').
+SELECT * FROM team_members
+ WHERE team_id = :team_id AND user_name IN (:user_name, '*')
+ ORDER BY user_name = '*' LIMIT 1
+
+-- name: members
+SELECT * FROM team_members WHERE team_id = :team_id ORDER BY user_name
+
+-- name: member
+SELECT * FROM team_members WHERE team_id = :team_id AND user_name = :user_name
+
+-- name: upsert_member
+INSERT INTO team_members (team_id, user_name, tokens_per_day, usd_micros_per_day,
+                          usd_micros_per_month, revision, created_at, updated_at)
+VALUES (:team_id, :user_name, :tokens_per_day, :usd_micros_per_day, :usd_micros_per_month,
+        1, :now, :now)
+ON CONFLICT (team_id, user_name) DO UPDATE
+   SET tokens_per_day = excluded.tokens_per_day,
+       usd_micros_per_day = excluded.usd_micros_per_day,
+       usd_micros_per_month = excluded.usd_micros_per_month,
+       revision = team_members.revision + 1, updated_at = excluded.updated_at
+
+-- name: delete_member
+DELETE FROM team_members WHERE team_id = :team_id AND user_name = :user_name
+
+-- name: bump_team
+-- A member or user edit moves the team's revision: admissions planned with the old
+-- budget are re-planned.
+UPDATE teams SET revision = revision + 1 WHERE id = :id
+
+-- name: bump_user_teams
+UPDATE teams SET revision = revision + 1
+ WHERE id IN (SELECT team_id FROM keys WHERE user = :name)
+
+-- name: users
+SELECT * FROM users ORDER BY name
+
+-- name: user
+SELECT * FROM users WHERE name = :name
+
+-- name: upsert_user
+INSERT INTO users (name, email, display_name, tokens_per_day, usd_micros_per_day,
+                   usd_micros_per_month, revision, created_at, updated_at)
+VALUES (:name, :email, :display_name, :tokens_per_day, :usd_micros_per_day,
+        :usd_micros_per_month, 1, :now, :now)
+ON CONFLICT (name) DO UPDATE
+   SET email = excluded.email, display_name = excluded.display_name,
+       tokens_per_day = excluded.tokens_per_day,
+       usd_micros_per_day = excluded.usd_micros_per_day,
+       usd_micros_per_month = excluded.usd_micros_per_month,
+       revision = users.revision + 1, updated_at = excluded.updated_at
