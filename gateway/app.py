@@ -355,7 +355,8 @@ def create_app(settings: Settings, *, components: Components | None = None,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,
                        admin_token=admin, governor=governor,
-                       principal_ttl_s=_principal_ttl_s(settings))
+                       principal_ttl_s=_principal_ttl_s(settings), pool=comps.pool,
+                       alerts=alerts.store if alerts is not None else None)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

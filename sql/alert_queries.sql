@@ -76,3 +76,15 @@ SELECT (SELECT count(*) FROM permits WHERE status = 'pending') AS pending_permit
           FROM permits WHERE status = 'pending')::float8 AS oldest_pending_s,
        (SELECT count(*) FROM counters WHERE frozen)
        + (SELECT count(*) FROM authority_accounts WHERE frozen) AS frozen
+
+-- name: fired_alerts
+-- The alert events first seen at or after a time, newest first (the admin API's
+-- /admin/v1/alerts and the console's Overview).
+SELECT counter, "window", threshold::int AS threshold, "limit", committed, liability,
+       reserved, replica,
+       to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+           AS first_seen_at
+  FROM alert_events
+ WHERE first_seen_at >= %(since)s
+ ORDER BY first_seen_at DESC, counter, threshold
+ LIMIT %(limit)s

@@ -66,7 +66,9 @@ def closed(document: dict[str, Any]) -> dict[str, Any]:
 
 _REF = "#/components/schemas/{name}"
 BODIES = (TeamCreate, TeamView, TeamPage, TeamLimits, KeyCreate, KeyCreated, KeyView,
-          KeyPage, KeyLimits, KeyPatch, KeyRotate, KeyRotated, ErrorBody, *MEMBER_BODIES)
+          KeyPage, KeyLimits, KeyPatch, KeyRotate, KeyRotated, ErrorBody, *MEMBER_BODIES,
+          PermitResolve, Resolved, FrozenList, Unfreeze, Unfrozen, Status, AlertList,
+          RequestDetail)
 
 
 OPENAPI = OpenAPIConfig(

@@ -1,6 +1,6 @@
 """The request log: every admitted request as its permit recorded it, to filter, page,
-sum and export (``GET /admin/v1/requests``, ``/requests.csv``, ``/requests/summary``; a
-key's own: ``GET /v1/me/requests``).
+sum, export and open one by one (``GET /admin/v1/requests``, ``/requests.csv``,
+``/requests/summary``, ``/requests/{permit_id}``; a key's own: ``GET /v1/me/requests…``).
 
 Built on what admission and settlement already write, the permits (nothing more is
 written on the request path): who (key, team, user), which model, when, the bounds it
@@ -23,14 +23,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, Response, get
-from litestar.params import FromQuery, QueryParameter
+from litestar.params import FromPath, FromQuery, QueryParameter
 
 from gateway.admin._access import AdminAccess
 from gateway.admin._routes import error_responses
-from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError
+from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError, NotFound
 from gateway.governance import LogFilter, PermitInfo
 from gateway.ingress import Gateway
 from gateway.ingress._prepare import authenticate, presented_key
+from gateway.operations import OperatorStore
 
 AnyRequest = Request[Any, Any, Any]
 Status = Literal["pending", "complete", "tokens_known", "uncertain", "invalid", "cancelled"]
@@ -73,6 +74,30 @@ class RequestPage(msgspec.Struct, frozen=True, kw_only=True):
     next_cursor: str | None = None
 
 
+class SegmentView(msgspec.Struct, frozen=True, kw_only=True):
+    """One counter the request charged at admission (its reservation on it)."""
+
+    counter: str
+    kind: str
+    """``bucket`` (a rate), ``window`` (a calendar day or month), ``account`` (a policy
+    budget)."""
+    dimension: str
+    amount: int
+    """Reserved on it at admission: requests, tokens or µUSD."""
+    limit: int | None
+    window: str | None
+    rule_uid: str | None
+    hard: bool
+
+
+class RequestDetail(msgspec.Struct, frozen=True, kw_only=True):
+    object: Literal["request"] = "request"
+    request: RequestView
+    policy_generation: int
+    """The policy generation it was admitted under."""
+    segments: list[SegmentView]
+
+
 class SummaryRow(msgspec.Struct, frozen=True, kw_only=True):
     team_id: str | None = None
     user: str | None = None
@@ -110,11 +135,11 @@ def view(p: PermitInfo) -> RequestView:
                        detail=p.detail)
 
 
-def _cursor(p: PermitInfo) -> str:
+def cursor_of(p: PermitInfo) -> str:
     return f"{p.created_at.isoformat()}|{p.id}".encode().hex()
 
 
-def _position(cursor: str | None) -> tuple[datetime, str] | None:
+def position(cursor: str | None) -> tuple[datetime, str] | None:
     if cursor is None:
         return None
     try:
@@ -151,7 +176,7 @@ async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
             team_id = found.id if found is not None else team
     return LogFilter(team_id=team_id, key_id=key_id, user=user, model=model, status=status,
                      since=_aware("since", since), until=_aware("until", until),
-                     before=_position(cursor))
+                     before=position(cursor))
 
 
 async def _read(request: AnyRequest, f: LogFilter, limit: int | None) -> list[PermitInfo]:
@@ -183,7 +208,7 @@ async def list_requests(request: AnyRequest, team: Text = None, key_id: Text = N
     more = len(rows) > limit
     rows = rows[:limit]
     return RequestPage(data=[view(p) for p in rows],
-                       next_cursor=_cursor(rows[-1]) if more else None)
+                       next_cursor=cursor_of(rows[-1]) if more else None)
 
 
 @get(["/admin/v1/requests.csv", "/v1/me/requests.csv"], media_type="text/csv",
@@ -266,4 +291,33 @@ def _add(t: dict[str, int], p: PermitInfo) -> None:
         t["requests"] += 1
 
 
-ROUTES = [list_requests, export_requests, summarize_requests]
+@get(["/admin/v1/requests/{permit_id:str}", "/v1/me/requests/{permit_id:str}"],
+     summary="One request of the log: its figures, outcome and the counters it charged",
+     responses=error_responses(404))
+async def get_request(request: AnyRequest, permit_id: FromPath[str]) -> RequestDetail:
+    """Admins any permit; a key (``/v1/me/requests/{id}``) only its own (another's is
+    a 404, as an unknown one)."""
+    f = await _filter(request, team=None, key_id=None, user=None, model=None, status=None,
+                      since=None, until=None, cursor=None)
+    gw: Gateway = request.app.state.gateway
+    await gw.governor.caught_up(timeout_s=1.0)
+    store: OperatorStore = gw.governance  # type: ignore[assignment]  # both stores
+    try:
+        info = await store.permit_info(permit_id)
+        permit = await store.get_permit(permit_id) if info is not None else None
+    except InferplaneError:
+        raise
+    except Exception as exc:
+        raise GovernanceUnavailable("governance store unavailable") from exc
+    if info is None or permit is None or (f.key_id is not None and info.key_id != f.key_id):
+        raise NotFound(f"request {permit_id!r}: no such permit in the request log")
+    req = permit.request
+    return RequestDetail(request=view(info), policy_generation=req.policy_generation,
+                         segments=[SegmentView(counter=c.counter, kind=c.kind,
+                                               dimension=c.dimension, amount=c.amount,
+                                               limit=c.limit, window=c.window,
+                                               rule_uid=c.rule_uid, hard=c.hard)
+                                   for c in req.charges])
+
+
+ROUTES = [list_requests, export_requests, summarize_requests, get_request]

@@ -37,6 +37,9 @@ class AlertStore(Protocol):
                         error: str | None) -> None:
         """Record one event's delivery outcome (``delivered_at`` only when ``ok``)."""
 
+    async def fired(self, *, since: datetime, limit: int) -> list[AlertEvent]:
+        """The events first seen at or after ``since``, newest first."""
+
     async def close(self) -> None: ...
 
 
@@ -68,6 +71,14 @@ class PostgresAlertStore:
                   "window": event.window, "threshold": event.threshold}
         async with connection(self._pool, "alert store") as conn:
             await conn.execute(sql.alert_queries["alert_delivered"], params)
+
+    async def fired(self, *, since: datetime, limit: int) -> list[AlertEvent]:
+        from gateway.db import connection, fetch_all
+
+        async with connection(self._pool, "alert store") as conn:
+            rows = await fetch_all(conn, sql.alert_queries["fired_alerts"],
+                                   {"since": since, "limit": limit})
+        return [AlertEvent(**r) for r in rows]
 
     async def close(self) -> None:
         """The pool belongs to the app lifespan."""
@@ -123,3 +134,10 @@ class SqliteAlertStore(SqliteBase):
                   "counter": event.counter, "window": event.window,
                   "threshold": event.threshold}
         await self._run(lambda conn: _SQL["delivered"].execute(conn, params))
+
+    async def fired(self, *, since: datetime, limit: int) -> list[AlertEvent]:
+        params = {"since": since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                  "limit": limit}
+        rows = await self._run(lambda conn: _SQL["fired"].execute(conn, params).fetchall(),
+                               write=False)
+        return [AlertEvent(**dict(r)) for r in rows]

@@ -28,10 +28,9 @@ import msgspec
 from gateway.ceilings import MAX_AMOUNT, MAX_TOKENS_PER_CLASS
 from gateway.cli._keys import _positive, _table, format_usd
 from gateway.config import Settings, load_settings
-from gateway.errors import BadRequest, ConfigError, NotFound, SettlementConflict, UnknownPermit
+from gateway.errors import BadRequest, ConfigError, NotFound, SettlementConflict
 from gateway.governance import (
     JournalEntry,
-    Outcome,
     OutcomeKind,
     Permit,
     PermitInfo,
@@ -40,7 +39,6 @@ from gateway.governance import (
     boot_id,
     recovered_outcome,
     settlement_for,
-    split_settlement,
 )
 from gateway.governance._journal import (
     RejectedLine,
@@ -48,8 +46,16 @@ from gateway.governance._journal import (
     read_quarantine,
     scan_journal,
 )
-from gateway.governance._plan import check_settlement
 from gateway.keys._open import sqlite_path
+from gateway.operations import (
+    permit_of,
+    price_of,
+    resolve_permit,
+    settle_as_operator,
+    settlement_at_cost,
+    settlement_at_usage,
+    unfreeze,
+)
 from gateway.pricing import InvalidUsage, ModelPrice, Usage
 from gateway.replicas import journal_path, orphan_journals
 
@@ -245,45 +251,13 @@ def _print_unlisted(journals: list[_JournalLine], listed: set[str],
         print(f"  {who}: {line.where}: {line.what}", file=file)
 
 
-async def _permit(store: Any, permit_id: str) -> Permit:
-    permit: Permit | None = await store.get_permit(permit_id)
-    if permit is None:
-        raise UnknownPermit(f"permit {permit_id!r}: no such permit in this governance "
-                            "store (see mayu permits list)")
-    return permit
-
-
-async def _apply(store: Any, permit_id: str, settlement: Settlement, *,
-                 exact: bool) -> SettleResult:
-    """Settle (or, with an exact figure, resolve) one permit through the store's own
-    path: exactly once, replays harmless, a different outcome refused."""
-    try:
-        result: SettleResult = await (store.resolve(permit_id, settlement) if exact
-                                      else store.settle(permit_id, settlement))
-    except SettlementConflict:
-        stored = await store.permit_info(permit_id)
-        raise SettlementConflict(
-            f"permit {permit_id} was already settled as {_stored(stored)}; resolving it "
-            f"as {settlement.kind} is refused (a permit is settled exactly once; only an "
-            "uncertain or tokens-known one takes a later exact figure)") from None
-    return result
-
-
-async def _resolve_one(store: Any, permit_id: str, kind: OutcomeKind,
-                       reason: str) -> SettleResult:
-    """Settle one pending permit as uncertain or cancelled (exactly once)."""
-    permit = await _permit(store, permit_id)
-    outcome = Outcome(kind=kind, detail=f"operator: {reason}")
-    return await _apply(store, permit_id, settlement_for(permit.request, outcome),
-                        exact=False)
-
-
 def _price_of(settings: Settings, model: str) -> ModelPrice:
-    for m in settings.models:
-        if m.name == model:
-            return m.price
-    raise ConfigError(f"models: no model {model!r} in this config, so its usage cannot be "
-                      "priced; pass --cost-micro-usd instead, or the config that served it")
+    price = price_of(settings.models, model)
+    if price is None:
+        raise ConfigError(f"models: no model {model!r} in this config, so its usage cannot "
+                          "be priced; pass --cost-micro-usd instead, or the config that "
+                          "served it")
+    return price
 
 
 _USAGE_KEYS = tuple(f.name for f in msgspec.structs.fields(Usage))
@@ -336,55 +310,26 @@ def _exact_settlement(permit: Permit, args: argparse.Namespace,
     """The settlement at an exact figure: ``--usage`` (priced with the model's price) or
     ``--cost-micro-usd`` (+ ``--tokens``; without it the tokens stay liability). Every
     figure is checked against the store's ceilings here, before anything is written."""
-    detail = f"operator: {args.reason}"
     if args.usage is not None:
-        usage = parse_usage(args.usage)
-        try:
-            settlement = settlement_for(
-                permit.request, Outcome(kind=OutcomeKind.COMPLETE, usage=usage,
-                                        detail=detail),
-                _price_of(settings, permit.request.model))
-            check_settlement(permit.request, settlement)
-        except InvalidUsage as exc:
-            raise BadRequest(f"--usage: at the model's price this is not a settlement the "
-                             f"store can take ({exc}); figures must stay within "
-                             f"0..{MAX_AMOUNT}") from None
-        return settlement
-    req = permit.request
+        return settlement_at_usage(permit, parse_usage(args.usage),
+                                   _price_of(settings, permit.request.model),
+                                   reason=args.reason)
     usd = parse_figure("--cost-micro-usd", args.cost_micro_usd, "µUSD")
-    tokens = parse_figure("--tokens", args.tokens, "tokens")
     assert usd is not None  # _permits_resolve: --usage or --cost-micro-usd
-    base = Settlement(kind=OutcomeKind.COMPLETE if tokens is not None else OutcomeKind.UNCERTAIN,
-                      detail=detail, usd_committed=usd,
-                      tokens_committed=tokens or 0,
-                      tokens_liability=0 if tokens is not None else req.token_bound,
-                      bound_exceeded=usd > req.usd_bound or (tokens or 0) > req.token_bound)
-    settlement = split_settlement(req, base)
-    try:
-        check_settlement(req, settlement)
-    except InvalidUsage as exc:
-        raise BadRequest(f"--cost-micro-usd: not a settlement the store can take ({exc})"
-                         ) from None
-    return settlement
+    return settlement_at_cost(permit, usd=usd, reason=args.reason,
+                              tokens=parse_figure("--tokens", args.tokens, "tokens"))
 
 
 def _resolve_exact(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
 
     async def _exact(store: Any) -> SettleResult:
-        permit = await _permit(store, args.permit_id)
-        return await _apply(store, args.permit_id,
-                            _exact_settlement(permit, args, settings), exact=True)
+        permit = await permit_of(store, args.permit_id)
+        return await settle_as_operator(store, args.permit_id,
+                                        _exact_settlement(permit, args, settings), exact=True)
     result = _run(args, _exact)
     print(_result_line(result))
     return 0
-
-
-def _stored(info: PermitInfo | None) -> str:
-    if info is None:
-        return "an unknown outcome"
-    text = _committed(info.status, info.tokens_committed, info.usd_committed)
-    return f"{text}{f' ({info.detail})' if info.detail else ''}"
 
 
 def _result_line(result: SettleResult) -> str:
@@ -421,7 +366,7 @@ def _permits_resolve(args: argparse.Namespace) -> int:
         raise BadRequest("permits resolve PERMIT_ID: give --as uncertain|cancelled, "
                          "--usage JSON or --cost-micro-usd N")
     kind = _AS[args.as_]
-    result = _run(args, lambda s: _resolve_one(s, args.permit_id, kind, args.reason))
+    result = _run(args, lambda s: resolve_permit(s, args.permit_id, kind, args.reason))
     print(_result_line(result))
     return 0
 
@@ -464,10 +409,10 @@ def _resolve_bulk(args: argparse.Namespace) -> int:
     async def _one(store: Any, permit_id: str) -> SettleResult:
         entry = journal.get(permit_id)
         if entry is None:
-            return await _resolve_one(store, permit_id, OutcomeKind.UNCERTAIN, args.reason)
+            return await resolve_permit(store, permit_id, OutcomeKind.UNCERTAIN, args.reason)
         settlement = entry.settlement or settlement_for(
             entry.request, recovered_outcome(entry, boot))
-        return await _apply(store, permit_id, settlement, exact=False)
+        return await settle_as_operator(store, permit_id, settlement, exact=False)
 
     async def _bulk(store: Any) -> int:
         stale = await store.permits(pending_only=True,
@@ -509,11 +454,8 @@ def _accounts_frozen(args: argparse.Namespace) -> int:
 
 def _accounts_unfreeze(args: argparse.Namespace) -> int:
     async def _lift(store: Any) -> str:
-        if await store.unfreeze(args.counter):
+        if await unfreeze(store, args.counter):
             return f"unfroze {args.counter}: admissions charging it are accepted again"
-        if await store.counter(args.counter) is None:
-            raise NotFound(f"counter {args.counter!r}: no such counter or account "
-                           "(see mayu accounts frozen)")
         return f"{args.counter} is not frozen; nothing changed"
     print(_run(args, _lift))
     return 0

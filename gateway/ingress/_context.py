@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.alerts import AlertStore
 from gateway.audit import AuditLog
 from gateway.config import ModelSettings, Settings
 from gateway.governance import GovernanceStore, Governor
@@ -41,6 +42,10 @@ class Gateway:
     """Key hash → (when resolved, Principal), for ``principal_to_admit``."""
     refiner: Refiner | None = field(default=None, init=False)
     """Refines input bounds with a provider's count (``gateway.ingress._refine``)."""
+    pool: Any = None
+    """The shared profile's Postgres pool (the admin API reads the schema revision)."""
+    alerts: AlertStore | None = None
+    """Where budget alerts are recorded (None: alerts off; the admin API lists them)."""
 
     def remember_principal(self, key_hash: str, principal: Principal) -> None:
         if len(self.principals) >= _MAX_PRINCIPALS:  # bounded: drop the oldest

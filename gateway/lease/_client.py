@@ -149,6 +149,11 @@ class LeaseClient:
     def snapshot(self) -> PolicySnapshot:
         return self.state.applied.snapshot
 
+    @property
+    def dataplane_id(self) -> str:
+        """The id this plane reports to inferplaned."""
+        return self._id
+
     async def start(self) -> None:
         """Install the last applied set (if a run saved one) and start heartbeating."""
         self._frame, self._id = await self._file.open(dataplane_id=self._configured_id,

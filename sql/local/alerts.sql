@@ -45,3 +45,12 @@ UPDATE alert_events
    SET delivered_at = CASE WHEN :ok THEN :at END, attempts = attempts + :attempts,
        last_error = :error
  WHERE counter = :counter AND "window" = :window AND threshold = :threshold
+
+-- name: fired
+-- The events first seen at or after :since (the same text format), newest first.
+SELECT counter, "window", threshold, "limit", committed, liability, reserved, replica,
+       first_seen_at
+  FROM alert_events
+ WHERE first_seen_at >= :since
+ ORDER BY first_seen_at DESC, counter, threshold
+ LIMIT :limit

@@ -79,7 +79,7 @@ def test_every_route_answers_as_its_schema_documents(served: Proc) -> None:
     integer and any string a date-time unless a validator enforces ``format``; the API
     (msgspec) refuses both with a 400, which is the answer we want."""
     assert _each_operation(served, lambda case: case.call_and_validate(
-        headers=bearer(WRITE), excluded_checks=[positive_data_acceptance])) == 17
+        headers=bearer(WRITE), excluded_checks=[positive_data_acceptance])) == 35
 
 
 def test_a_read_token_writes_nothing(served: Proc) -> None:
@@ -91,7 +91,7 @@ def test_a_read_token_writes_nothing(served: Proc) -> None:
         if case.method.upper() != "GET" and not case.path.startswith("/v1/me"):
             assert response.status_code in (400, 403), (case.method, case.path,
                                                         response.text)
-    assert _each_operation(served, check) == 17
+    assert _each_operation(served, check) == 35
 
 
 def test_the_schema_lists_every_admin_route(served: Proc) -> None:
@@ -103,7 +103,12 @@ def test_the_schema_lists_every_admin_route(served: Proc) -> None:
         "/admin/v1/keys", "/admin/v1/keys/{key_id}", "/admin/v1/keys/{key_id}/revoke",
         "/admin/v1/keys/{key_id}/rotate", "/v1/me/revoke", "/admin/v1/requests",
         "/admin/v1/requests.csv", "/admin/v1/requests/summary", "/v1/me/requests",
-        "/v1/me/requests.csv", "/v1/me/requests/summary"}
+        "/v1/me/requests.csv", "/v1/me/requests/summary", "/admin/v1/requests/{permit_id}",
+        "/v1/me/requests/{permit_id}", "/admin/v1/permits",
+        "/admin/v1/permits/{permit_id}/resolve", "/admin/v1/frozen",
+        "/admin/v1/frozen/unfreeze", "/admin/v1/status", "/admin/v1/alerts",
+        "/admin/v1/teams/{team}/members", "/admin/v1/teams/{team}/members/{user}",
+        "/admin/v1/teams/{team}/default-member", "/admin/v1/users", "/admin/v1/users/{user}"}
 
 
 def test_the_audit_names_only_the_write_token(served: Proc) -> None:
