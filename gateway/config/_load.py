@@ -11,7 +11,7 @@ import yaml
 
 from gateway.catalog import builtin_catalog
 from gateway.ceilings import MAX_AMOUNT
-from gateway.config._models import ModelFigures, resolve_models
+from gateway.config._models import ModelFigures, check_output_caps, resolve_models
 from gateway.config._ranges import PRICE_FIELDS
 from gateway.config._settings import Deployment, ModelSettings, ProviderSettings, Settings
 from gateway.errors import ConfigError
@@ -98,6 +98,7 @@ def _check(settings: Settings) -> None:
                 raise ConfigError(f"models[{i}].deployments[{j}].provider: unknown provider "
                                   f"{d.provider!r} (known: {', '.join(names) or 'none'})")
         _check_price(f"models[{i}]", m)
+    check_output_caps(settings)
     if settings.policies is not None and settings.control_plane is not None:
         raise ConfigError("policies: mutually exclusive with control_plane "
                           "(one authoritative policy source)")

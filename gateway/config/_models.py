@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from gateway.catalog import Catalog, CatalogModel
-from gateway.config._settings import ModelSettings
+from gateway.config._settings import ModelSettings, Settings
 from gateway.errors import ConfigError
 from gateway.pricing import CLASSES, ModelPrice
 
@@ -103,3 +103,25 @@ def resolve_models(models: Sequence[ModelSettings], raw: Any, *,
         return [ModelFigures(model=m, catalog=None, values=_values(m),
                              sources=dict.fromkeys(FIGURES, DEFAULT)) for m in models]
     return [_merge(i, m, r, catalog) for i, (m, r) in enumerate(zip(models, raw, strict=True))]
+
+
+def check_output_caps(settings: Settings) -> None:
+    """Every ``default_output_tokens`` (model or deployment) at most the model's
+    ``max_output_tokens`` (a cap above it would raise the bound and ask the upstream for
+    more than the model can give) and ``server.max_output_tokens`` (a limit above it is
+    refused request by request), checked after the catalog merge; names the key."""
+    ceiling = settings.server.max_output_tokens
+    for i, m in enumerate(settings.models):
+        caps = [(f"models[{i}].default_output_tokens", m.default_output_tokens)]
+        caps += [(f"models[{i}].deployments[{j}].default_output_tokens",
+                  d.default_output_tokens) for j, d in enumerate(m.deployments)]
+        for key, cap in caps:
+            if cap is None:
+                continue
+            if cap > m.max_output_tokens:
+                raise ConfigError(f"{key}: {cap} is above the model's max_output_tokens "
+                                  f"({m.max_output_tokens}); a cap can only lower the "
+                                  "output allowance")
+            if cap > ceiling:
+                raise ConfigError(f"{key}: {cap} is above server.max_output_tokens "
+                                  f"({ceiling}), which refuses such a limit")

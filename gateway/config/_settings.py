@@ -233,6 +233,9 @@ class Deployment(_Base, frozen=True):
     """The model name sent upstream (default: the gateway's model name)."""
     refine_input: RefineInput | None = None
     """Overrides ``models[].refine_input`` for this deployment (unset: the model's)."""
+    default_output_tokens: Tokens | None = None
+    """Overrides ``models[].default_output_tokens`` for this deployment (unset: the
+    model's)."""
 
 
 class ModelSettings(_Base, frozen=True):
@@ -256,6 +259,14 @@ class ModelSettings(_Base, frozen=True):
     deployments: ``POST /v1/messages/count_tokens``): ``on_shortfall`` only when the
     byte bound would be refused or cut by budget fit, ``always`` before every admission,
     ``off`` never (docs/bounds.md, "Refined input bound")."""
+    default_output_tokens: Tokens | None = None
+    """Opt-in output cap for chat-completions and Responses requests that name no output
+    limit: the gateway writes this limit into the body it forwards
+    (``max_completion_tokens`` / ``max_output_tokens``), bounds the output by it and says
+    so in ``x-inferplane-output-cap``. A client's own limit is never raised. Unset (the
+    default): such requests are bounded by ``max_output_tokens`` and forwarded as sent.
+    At most ``max_output_tokens`` and ``server.max_output_tokens`` (docs/bounds.md,
+    "An opt-in output cap")."""
     count_allowance_pct: Percent = 5
     """Added to a provider's token count (at least 64 tokens): the count "may differ by
     a small amount" from what the message bills (Anthropic, *Token counting*). A request

@@ -40,6 +40,7 @@ from gateway.governance import (
     tpm_estimate,
 )
 from gateway.ingress._context import Gateway
+from gateway.ingress._prepare import CAPPED, names_output_limit, output_bound, output_cap
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
 from gateway.ingress._refine import BYTE, refine, reset_for
 from gateway.ingress._renew import mismatch_kind, renew
@@ -108,9 +109,16 @@ class Call:
     """The deployment whose count refined ``input_bound`` (None: not refined)."""
     count_tried: bool = False
     """The provider was asked for a count for this bound (at most once per attempt)."""
+    output_cap: int | None = None
+    """The operator's output cap written into the forwarded body (None: none written)."""
+    client_doc: dict[str, Any] = field(default_factory=dict)
+    """The body as the client sent it (``doc`` before any cap or budget fit)."""
+    client_body: bytes = b""
 
     def __post_init__(self) -> None:
         self.byte_input_bound = self.byte_input_bound or self.input_bound
+        self.client_doc = self.client_doc or self.doc
+        self.client_body = self.client_body or self.body
 
     @property
     def token_bound(self) -> int:
@@ -121,6 +129,16 @@ class Call:
         return Bounds(input_tokens=self.input_bound, output_tokens=self.output_bound,
                       usd_of=usd_of, input_basis=self.input_basis,
                       input_note=self.input_note)
+
+
+def capped(doc: dict[str, Any], endpoint: Endpoint, cap: int | None
+           ) -> tuple[dict[str, Any], bytes] | None:
+    """The client's body with the operator's output cap written as its limit (the
+    protocol's own field, as budget fit writes it), or None when the cap does not apply:
+    off, not a chat-completions or Responses request, or the client named a limit."""
+    if cap is None or endpoint not in CAPPED or names_output_limit(doc):
+        return None
+    return lower_output(endpoint, doc, cap)
 
 
 def outcome_for(usage: Usage | None, *, detail: str = "") -> Outcome:
@@ -175,7 +193,30 @@ class Attempt:
             h["x-inferplane-budget-fit"] = self.call.fitted
         if self.call.input_basis != BYTE:
             h["x-inferplane-input-bound"] = self.call.input_basis
+        if self.call.output_cap is not None:
+            h["x-inferplane-output-cap"] = str(self.call.output_cap)
         return h
+
+    def _cap_output(self) -> None:
+        """Write this deployment's output cap into a request that names no limit and
+        bound its output by it (``docs/bounds.md``, "An opt-in output cap"). A fallback
+        to a deployment with another cap (or none) starts again from the client's body;
+        a lower limit budget fit already wrote is kept."""
+        call = self.call
+        cap = output_cap(call.model, self.deployment)
+        if cap == call.output_cap:
+            return
+        written = capped(call.client_doc, call.endpoint, cap)
+        if written is None and call.output_cap is None:
+            return  # the common case: no cap, or a request the cap does not touch
+        doc, body = written or (call.client_doc, call.client_body)
+        out = output_bound(doc, call.endpoint, call.model,
+                           ceiling=call.gw.settings.server.max_output_tokens)
+        call.output_cap = cap if written is not None else None
+        if call.fitted and call.output_bound <= out:
+            return  # budget fit's lower limit stands
+        call.doc, call.body, call.output_bound = doc, body, out
+        call.usd_bound = call.usd_bound_of(out) if call.usd_bound_of else call.usd_bound
 
     def _plan(self) -> AdmissionRequest:
         call = self.call
@@ -223,6 +264,7 @@ class Attempt:
     async def admit(self) -> Permit:
         """Admit this attempt (the Governor re-plans after a snapshot mismatch)."""
         gw = self.call.gw
+        self._cap_output()
         reset_for(self.call, self.deployment)
         await refine(self.call, self.deployment, self.provider, refused=False)
         for _ in range(_FIT_ROUNDS + _REFINE_ROUNDS):
@@ -241,6 +283,8 @@ class Attempt:
                         decision.retry_after, anthropic=self.call.endpoint == "messages")
                 if self.call.input_basis != BYTE:
                     error.extra_headers["x-inferplane-input-bound"] = self.call.input_basis
+                if self.call.output_cap is not None:
+                    error.extra_headers["x-inferplane-output-cap"] = str(self.call.output_cap)
                 self.audit(event="refused", status=decision.status, refusal=error.message,
                            counter=decision.counter)
                 raise error from None
@@ -315,4 +359,5 @@ class Attempt:
             "endpoint": call.endpoint, "stream": call.stream,
             "token_bound": call.token_bound, "usd_bound": call.usd_bound,
             **({"input_bound": call.input_basis} if call.input_basis != BYTE else {}),
+            **({"output_cap": call.output_cap} if call.output_cap is not None else {}),
             **fields})

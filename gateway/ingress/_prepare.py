@@ -2,7 +2,10 @@
 
 The token bound is conservative: every byte of the body may be an input token (no
 tokenizer makes more tokens than bytes of text), and the output is what the request
-allows (``max_tokens`` and its variants, times ``n`` choices) or the model's ceiling.
+allows (``max_tokens`` and its variants, times ``n`` choices) or the model's ceiling —
+or, for a chat-completions or Responses request that names no limit, the operator's
+opt-in cap (``default_output_tokens``, :func:`output_cap`), which the attempt writes
+into the forwarded body (``gateway.ingress._attempt``).
 """
 
 from __future__ import annotations
@@ -180,6 +183,24 @@ def _int_field(doc: dict[str, Any], name: str, *, ceiling: int) -> int | None:
         raise BadRequest(f"{name}: {value} exceeds this gateway's ceiling "
                          f"(server.max_output_tokens = {ceiling})", param=name)
     return value
+
+
+CAPPED: tuple[Endpoint, ...] = ("chat", "responses")
+"""Endpoints the output cap applies to: Anthropic's Messages API requires ``max_tokens``
+on every request, so a Messages request always names its limit; embeddings make none."""
+
+
+def output_cap(model: ModelSettings, deployment: Deployment) -> int | None:
+    """The operator's output cap for requests to ``deployment`` that name no output
+    limit (the deployment's ``default_output_tokens``, else the model's; None: off)."""
+    cap = deployment.default_output_tokens
+    return model.default_output_tokens if cap is None else cap
+
+
+def names_output_limit(doc: dict[str, Any]) -> bool:
+    """Whether the client named an output limit (any field :func:`output_bound` reads,
+    not null): the cap never replaces one, so a smaller client limit always wins."""
+    return any(doc.get(f) is not None for f in _OUTPUT_FIELDS)
 
 
 def output_bound(doc: dict[str, Any], endpoint: Endpoint, model: ModelSettings, *,

@@ -49,8 +49,13 @@ def flags_of(model: str) -> frozenset[str]:
     return frozenset(f for f in FLAGS if f in model)
 
 
+LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+"""The request fields that limit the output (the protocols' own names)."""
+
+
 def output_limit(body: dict[str, Any]) -> int:
-    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+    """The output the request allows (the first limit field set), else DEFAULT_OUTPUT."""
+    for field in LIMIT_FIELDS:
         value = body.get(field)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value

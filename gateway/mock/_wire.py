@@ -89,7 +89,9 @@ def plan_reply(endpoint: Endpoint, body: dict[str, Any]) -> MockReply:
         usage, classes = None, None
     reply.entry = {"id": n, "model": model, "protocol": protocol, "endpoint": endpoint,
                    "stream": stream, "status": reply.status, "usage": usage,
-                   "classes": classes}
+                   "classes": classes,
+                   # the output limit the request carried, as the upstream read it
+                   "output_limit": {f: body[f] for f in m.LIMIT_FIELDS if f in body}}
     if "slow-stream" in flags:
         reply.delay_s = m.SLOW_STREAM_DELAY_S
         if not reply.events:
