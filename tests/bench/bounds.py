@@ -13,9 +13,13 @@ built-in catalog. *bytes* is the bound with input counted as body bytes (every i
 class the request allows), *counted* the bound the gateway admits with (the counted
 input where the encoding applies). Prints, per workload and for the whole mix, the
 median and worst bound/actual and Σ bound / Σ actual,
-then the Codex breakdown and the counter's CPU per request, from one run::
+then the Codex breakdown, the Codex mix under each operator output cap
+(``default_output_tokens``: the body goes through the gateway's own ``capped`` rewrite,
+the bound through ``output_bound``, the mock answers the forwarded body) and the
+counter's CPU per request, from one run::
 
-    .venv/bin/python tests/bench/bounds.py [--n 50] [--seed 7]
+    .venv/bin/python tests/bench/bounds.py [--n 50] [--seed 7] \
+        [--caps off,2048,4096,8192,16384] [--codex-output TOKENS]
 
 Money stays integer µUSD; only the printed ratios are floats.
 """
@@ -39,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from gateway.catalog import builtin_catalog  # noqa: E402
 from gateway.config import Deployment, ModelSettings, ServerSettings  # noqa: E402
+from gateway.ingress._attempt import capped  # noqa: E402
 from gateway.ingress._bounds import input_bound, input_classes  # noqa: E402
 from gateway.ingress._prepare import output_bound  # noqa: E402
 from gateway.ingress._tokenize import _load, encoding, input_ceiling  # noqa: E402
@@ -172,12 +177,23 @@ class Row:
     tokens_actual: int
     input_uncached: int
     """The actual input tokens' cost had none of them been cached."""
+    output_tokens: int
+    """The actual output tokens."""
+
+
+CODEX_OUTPUT: int | None = None
+"""``--codex-output``: the Codex requests' actual output tokens (stopped at the forwarded
+limit, as the mock stops), instead of the mock's 8-31."""
 
 
 def _usage(endpoint: Endpoint, doc: dict[str, Any]) -> Usage:
     if endpoint == "messages":
         return Usage(**anthropic_classes(doc).as_dict())
     c: Classes = openai_classes(doc, embeddings=endpoint == "embeddings")
+    if CODEX_OUTPUT is not None and doc["model"] == CODEX.name:
+        limit = doc.get("max_output_tokens")
+        c = Classes(input=c.input, cache_read=c.cache_read,
+                    output=CODEX_OUTPUT if limit is None else min(CODEX_OUTPUT, limit))
     enc = encoding("o200k_base")
     assert enc is not None, "the bench needs the tokenize extra"
     prompt = render_tokens(doc, enc)
@@ -206,7 +222,8 @@ def measure(workload: str, endpoint: Endpoint, doc: dict[str, Any]) -> Row:
                input_actual=cost_micro_usd(input_only, model.price),
                output_part=-(-out * model.price.output // 1_000_000),
                tokens_bytes=by_bytes, tokens_counted=inp, tokens_actual=used_input,
-               input_uncached=cost_micro_usd(Usage(input=used_input), model.price))
+               input_uncached=cost_micro_usd(Usage(input=used_input), model.price),
+               output_tokens=usage.output)
 
 
 def _line(name: str, rows: list[Row], fields: tuple[str, str, str]) -> str:
@@ -261,6 +278,39 @@ def _codex_breakdown(rows: list[Row]) -> None:
           f" µUSD), output {out} tokens ({-(-out * CODEX.price.output // 1_000_000)} µUSD)")
 
 
+def _caps(docs: list[dict[str, Any]], caps: list[int | None]) -> None:
+    """The Codex mix as the gateway admits it (counted input) under each output cap."""
+    print("\ncodex responses under an operator output cap (default_output_tokens), "
+          "bound / actual µUSD:")
+    print(f"  {'cap':>6}  {'median':>8} {'worst':>8} {'Σb/Σa':>8}   {'input share':>11}"
+          f"   {'input side: median':>19} {'worst':>6}")
+    for cap in caps:
+        ratios: list[float] = []
+        shares: list[float] = []
+        inputs: list[float] = []
+        bounds = actuals = 0
+        for client in docs:
+            written = capped(client, "responses", cap)
+            doc = client if written is None else written[0]
+            row = measure("codex responses", "responses", doc)
+            ratios.append(row.after / row.actual)
+            shares.append(row.input_after / row.after)
+            inputs.append(row.input_after / row.input_actual)
+            bounds, actuals = bounds + row.after, actuals + row.actual
+        print(f"  {cap or 'off':>6}  {statistics.median(ratios):8.2f} {max(ratios):8.2f} "
+              f"{bounds / actuals:8.2f}   {statistics.median(shares):10.1%}"
+              f"   {statistics.median(inputs):19.2f} {max(inputs):6.2f}")
+    # The cap at which a request's bound is 3x its cost: 3 × actual less the input part
+    # of its bound, in output tokens (the issue's target, against the mock's answers).
+    rows = [measure("codex responses", "responses", d) for d in docs]
+    three = [(3 * r.actual - (r.after - r.output_part)) * 1_000_000 // CODEX.price.output
+             for r in rows]
+    print(f"  the cap at which bound/actual = 3: median {statistics.median(three):.0f} "
+          f"output tokens, smallest {min(three)} (actual output "
+          f"{min(r.output_tokens for r in rows)}-{max(r.output_tokens for r in rows)} "
+          f"tokens per request, {'the mock' if CODEX_OUTPUT is None else '--codex-output'})")
+
+
 def _cpu(rng: random.Random) -> None:
     """CPU of the counted bound per Codex-shaped request (input_bound, bytes → tokens)."""
     docs = [codex(rng)[1] for _ in range(20)]
@@ -283,16 +333,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=50, help="requests per workload")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--caps", default="off,2048,4096,8192,16384",
+                        help="output caps to measure the Codex mix at (off: none)")
+    parser.add_argument("--codex-output", type=int, default=None,
+                        help="Codex requests' actual output tokens (default: the mock's)")
     args = parser.parse_args()
+    global CODEX_OUTPUT
+    CODEX_OUTPUT = args.codex_output
+    caps = [None if c == "off" else int(c) for c in args.caps.split(",") if c]
     rng = random.Random(args.seed)
-    rows = [measure(name, *make(rng)) for name, make in WORKLOADS.items()
-            for _ in range(args.n)]
+    made = [(name, *make(rng)) for name, make in WORKLOADS.items() for _ in range(args.n)]
+    rows = [measure(*m) for m in made]
     assert all(r.actual <= r.after <= r.before for r in rows)
     print(f"bound / actual µUSD, {args.n} requests per workload, seed {args.seed}; prices: "
           f"catalog {builtin_catalog().as_of} ({CLAUDE.name}, {CODEX.name}, {GPT.name})")
     _table("whole request (input + output bound)", rows, ("before", "after", "actual"))
     _table("input side only", rows, ("input_before", "input_after", "input_actual"))
     _codex_breakdown(rows)
+    _caps([doc for name, _, doc in made if name == "codex responses"], caps)
     _cpu(rng)
 
 
