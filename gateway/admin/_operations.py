@@ -217,6 +217,7 @@ async def list_permits(request: AnyRequest, status: FromQuery[Awaiting] = "pendi
     until an exact figure replaces it (so a page may hold fewer than ``limit``; follow
     ``next_cursor``)."""
     _caller(request, "read")
+    await _gateway(request).governor.caught_up(timeout_s=1.0)  # this replica's own first
     f = LogFilter(status=status, before=position(cursor))
     rows = await _guarded(_gateway(request).governance.request_log(f, limit=limit + 1))
     more = len(rows) > limit
@@ -280,6 +281,7 @@ async def list_frozen(request: AnyRequest) -> FrozenList:
     """Invalid upstream usage freezes every money window and account its permit charged
     (later requests on them get 402) until an operator unfreezes them."""
     _caller(request, "read")
+    await _gateway(request).governor.caught_up(timeout_s=1.0)
     found: list[FrozenCounter] = await _guarded(_store(request).frozen())
     return FrozenList(data=[FrozenView(counter=f.counter, kind=f.kind, limit=f.limit,
                                        reserved=f.reserved, committed=f.committed,

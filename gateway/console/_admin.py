@@ -3,7 +3,8 @@ limits) and Teams (one team's limits, editable with the revision check, and its 
 
 Overview's figures are ``GET /admin/v1/requests/summary`` (per team and UTC day, since
 the first of the month: the sums ``/v1/usage`` reports) against ``GET /admin/v1/teams``'
-limits; no figure is computed from anything the API does not answer.
+limits, and the budget alerts fired in today's and this month's windows
+(``GET /admin/v1/alerts``); no figure is computed from anything the API does not answer.
 """
 
 from __future__ import annotations
@@ -61,9 +62,15 @@ async def overview(request: AnyRequest) -> Response[Any]:
                                t["limits"]["usd_micros_per_month"], month_resets),
               "tokens_limit": t["limits"]["tokens_per_day"]}
              for t in teams]
+    alerts = await api.get("/admin/v1/alerts",
+                           since=f"{today.replace(day=1).isoformat()}T00:00:00Z")
+    if not alerts.ok:
+        raise ApiRefused(alerts)
+    windows = (today.isoformat(), today.strftime("%Y-%m"))
     return page(request, "overview.html", {
         "session": session, "cards": cards, "today": today.isoformat(),
-        "month": today.strftime("%Y-%m")})
+        "month": today.strftime("%Y-%m"), "alerts_on": alerts.body["enabled"],
+        "alerts": [a for a in alerts.body["data"] if a["window"] in windows]})
 
 
 @get("/teams")

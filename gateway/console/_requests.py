@@ -3,17 +3,20 @@
 
 The filters go to the API as they are and its 400 (``param`` names the filter) is shown
 next to that field. A date alone (``2026-12-04``) is taken as that day's UTC midnight.
-With htmx the filter form and the next-page link replace only the table.
+With htmx the filter form and the next-page link replace only the table. Each row
+opens its request: figures, outcome, the settlement's detail and the counters it charged.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from litestar import Request, Response, get
+from litestar.params import FromPath
 
+from gateway.console._client import ApiRefused
 from gateway.console._web import page, signed_in
 
 AnyRequest = Request[Any, Any, Any]
@@ -85,4 +88,33 @@ async def my_requests_csv(request: AnyRequest) -> Response[Any]:
     return await _csv(request, admin=False)
 
 
-ROUTES = [requests_page, my_requests_page, requests_csv, my_requests_csv]
+async def _detail(request: AnyRequest, permit_id: str, *, admin: bool) -> Response[Any]:
+    """One request: ``GET /admin/v1/requests/{id}`` (a key holder's own:
+    ``/v1/me/requests/{id}``), its figures, outcome, detail and the counters it charged."""
+    session, api = signed_in(request, admin=admin)
+    path = ("/admin/v1/requests/" if admin else "/v1/me/requests/") + quote(permit_id,
+                                                                            safe="")
+    answer = await api.get(path)
+    if not answer.ok:
+        raise ApiRefused(answer)
+    names: dict[str, str] = {}
+    if admin:
+        names = {t["id"]: t["name"] for t in await api.every("/admin/v1/teams")}
+    return page(request, "request.html", {
+        "session": session, "detail": answer.body, "r": answer.body["request"],
+        "admin": admin, "names": names,
+        "back": "/console/requests" if admin else "/console/me/requests"})
+
+
+@get("/requests/{permit_id:str}")
+async def request_page(request: AnyRequest, permit_id: FromPath[str]) -> Response[Any]:
+    return await _detail(request, permit_id, admin=True)
+
+
+@get("/me/requests/{permit_id:str}")
+async def my_request_page(request: AnyRequest, permit_id: FromPath[str]) -> Response[Any]:
+    return await _detail(request, permit_id, admin=False)
+
+
+ROUTES = [requests_page, my_requests_page, requests_csv, my_requests_csv, request_page,
+          my_request_page]
