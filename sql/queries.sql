@@ -506,3 +506,21 @@ ON CONFLICT (name) DO UPDATE
        usd_micros_per_month = EXCLUDED.usd_micros_per_month,
        revision = users.revision + 1, updated_at = clock_timestamp()
 RETURNING *
+
+-- name: import_user
+-- mayu keys import: one user verbatim (revision, timestamps); a taken name inserts
+-- nothing and the importer compares.
+INSERT INTO users (name, email, display_name, tokens_per_day, usd_micros_per_day,
+                   usd_micros_per_month, revision, created_at, updated_at)
+VALUES (%(name)s, %(email)s, %(display_name)s, %(tokens_per_day)s, %(usd_micros_per_day)s,
+        %(usd_micros_per_month)s, %(revision)s, %(created_at)s, %(updated_at)s)
+ON CONFLICT DO NOTHING
+RETURNING *
+
+-- name: import_member
+INSERT INTO team_members (team_id, user_name, tokens_per_day, usd_micros_per_day,
+                          usd_micros_per_month, revision, created_at, updated_at)
+VALUES (%(team_id)s, %(user_name)s, %(tokens_per_day)s, %(usd_micros_per_day)s,
+        %(usd_micros_per_month)s, %(revision)s, %(created_at)s, %(updated_at)s)
+ON CONFLICT DO NOTHING
+RETURNING *

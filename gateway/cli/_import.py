@@ -20,7 +20,7 @@ from gateway.config import load_settings
 from gateway.db import open_pool_now
 from gateway.errors import ConfigError
 from gateway.governance._import import CutoverReport, import_cutover, read_spend
-from gateway.keys._import import read_sqlite
+from gateway.keys._import import read_people, read_sqlite
 
 
 def _print(report: CutoverReport) -> None:
@@ -29,6 +29,9 @@ def _print(report: CutoverReport) -> None:
     print(f"{prefix}imported {keys.teams_added} teams and {keys.keys_added} keys "
           f"({keys.teams_unchanged} teams and {keys.keys_unchanged} keys were already "
           "there, identical)")
+    print(f"{prefix}imported {keys.users_added} users and {keys.members_added} member "
+          f"budgets ({keys.users_unchanged} users and {keys.members_unchanged} member "
+          "budgets were already there, identical)")
     print(f"{prefix}moved the spend of {spend.permits_added} permits of {spend.month} "
           f"({spend.permits_unchanged} imported before, {spend.invalid_permits} invalid) "
           f"into {spend.counters_changed} windows and accounts")
@@ -54,16 +57,19 @@ def _import(args: argparse.Namespace) -> int:
 
     async def main() -> CutoverReport:
         teams, keys = await read_sqlite(args.source)
+        people = await read_people(args.source)
         progress(f"read {len(teams)} teams and {len(keys)} keys "
-                 f"({sum(k.revoked_at is not None for k in keys)} revoked) from {args.source}")
+                 f"({sum(k.revoked_at is not None for k in keys)} revoked), "
+                 f"{len(people.users)} users and {len(people.members)} member budgets "
+                 f"from {args.source}")
         spend_file = args.spend_source or args.source
         spend = read_spend(spend_file)
         progress(f"read {len(spend.permits)} permits of {spend.month} (none pending) from "
                  f"{spend_file}")
         pool = await open_pool_now(database, name="mayu-import", what="key store database")
         try:
-            return await import_cutover(pool, teams, keys, spend, dry_run=args.dry_run,
-                                        progress=progress)
+            return await import_cutover(pool, teams, keys, spend, people=people,
+                                        dry_run=args.dry_run, progress=progress)
         finally:
             await pool.close()
 

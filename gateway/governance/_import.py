@@ -58,7 +58,7 @@ from gateway.errors import InferplaneError, NotFound
 from gateway.governance._counterkey import CounterKey
 from gateway.governance._model import AdmissionRequest, Charge
 from gateway.keys import KeyRecord, Team
-from gateway.keys._import import ImportReport, copy_records
+from gateway.keys._import import ImportReport, People, copy_records
 
 _CHUNK = 2_000
 """Permits per statement: bounded parameters, and a progress line per chunk."""
@@ -375,13 +375,14 @@ class CutoverReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def import_cutover(pool: Pool, teams: list[Team], keys: list[KeyRecord],
-                         spend: LocalSpend, *, dry_run: bool = False,
+                         spend: LocalSpend, *, people: People | None = None,
+                         dry_run: bool = False,
                          progress: Callable[[str], None] = lambda _: None) -> CutoverReport:
     """Teams, keys and the open month's spend in ONE transaction: all of it or nothing.
     ``dry_run``: everything is written, checked and counted, then rolled back."""
     names = {t.id: t.name for t in teams}
     async with connection(pool, "key store database") as conn, conn.transaction():
-        copied = await copy_records(conn, teams, keys, progress=progress)
+        copied = await copy_records(conn, teams, keys, people=people, progress=progress)
         moved = await import_spend(conn, spend, team_names=names, progress=progress)
         if dry_run:
             raise Rollback

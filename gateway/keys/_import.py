@@ -1,7 +1,8 @@
 """Import a local-profile SQLite key store into the shared Postgres one (ADR-046, §7).
 
 Copies teams and keys verbatim — ids, SHA-256 hashes, display prefixes, limits,
-revisions, timestamps and revocation tombstones — in ONE destination transaction. It
+revisions, timestamps and revocation tombstones — and the users' and members' budgets
+(limits, email, name, revisions) in ONE destination transaction. It
 reads every stored record including revoked keys (``include_revoked=True``), and never
 sees or makes a plaintext. A row that already exists identically is skipped, so an
 identical retry is a no-op; any difference (same id with other values, or another row
@@ -24,8 +25,8 @@ from psycopg import AsyncConnection
 import sql
 from gateway.db import Pool, connection, fetch_one
 from gateway.errors import InferplaneError, NotFound
-from gateway.keys._model import KeyRecord, Team
-from gateway.keys._postgres import key_from_row, team_from_row
+from gateway.keys._model import KeyRecord, Member, Team, User
+from gateway.keys._postgres import key_from_row, member_from_row, team_from_row, user_from_row
 from gateway.keys._sqlite import SqliteKeyStore
 
 
@@ -41,6 +42,17 @@ class ImportReport(msgspec.Struct, frozen=True, kw_only=True):
     teams_unchanged: int
     keys_added: int
     keys_unchanged: int
+    users_added: int = 0
+    users_unchanged: int = 0
+    members_added: int = 0
+    members_unchanged: int = 0
+
+
+class People(msgspec.Struct, frozen=True, kw_only=True):
+    """A local store's users and member budgets (the team's default among them)."""
+
+    users: list[User] = []
+    members: list[Member] = []
 
 
 def _differences(a: msgspec.Struct, b: msgspec.Struct) -> list[str]:
@@ -58,6 +70,56 @@ async def read_sqlite(path: str) -> tuple[list[Team], list[KeyRecord]]:
         return await store.list_teams(), await store.list_keys(include_revoked=True)
     finally:
         await store.close()
+
+
+async def read_people(path: str) -> People:
+    """Every user and member budget of a local-profile store file."""
+    store = SqliteKeyStore(path)
+    await store.open()
+    try:
+        members = [m for t in await store.list_teams()
+                   for m in await store.list_members(t.id)]
+        return People(users=await store.list_users(), members=members)
+    finally:
+        await store.close()
+
+
+def _same(a: User | Member, b: User | Member) -> list[str]:
+    """What differs between a local and a destination budget, timestamps aside."""
+    skip = {"created_at", "updated_at"}
+    return [d for d in _differences(a, b) if d not in skip]
+
+
+async def _copy_people(conn: AsyncConnection[Any], people: People,
+                       counts: dict[str, int]) -> None:
+    for user in people.users:
+        params = {"name": user.name, "email": user.email, "display_name": user.display_name,
+                  "revision": user.revision, "created_at": user.created_at,
+                  "updated_at": user.updated_at, **msgspec.structs.asdict(user.limits)}
+        if await fetch_one(conn, sql.queries["import_user"], params) is not None:
+            counts["users_added"] += 1
+            continue
+        existing = await fetch_one(conn, sql.queries["find_user"], {"name": user.name})
+        assert existing is not None  # the insert only stops on this name
+        diff = _same(user, user_from_row(existing))
+        if diff:
+            raise ImportConflict(f"user {user.name!r}: differs in {', '.join(diff)}; "
+                                 "nothing was imported")
+        counts["users_unchanged"] += 1
+    for member in people.members:
+        where = {"team_id": member.team_id, "user_name": member.user}
+        params = {**where, "revision": member.revision, "created_at": member.created_at,
+                  "updated_at": member.updated_at, **msgspec.structs.asdict(member.limits)}
+        if await fetch_one(conn, sql.queries["import_member"], params) is not None:
+            counts["members_added"] += 1
+            continue
+        existing = await fetch_one(conn, sql.queries["find_member"], where)
+        assert existing is not None
+        diff = _same(member, member_from_row(existing))
+        if diff:
+            raise ImportConflict(f"member {member.user!r} of {member.team_id}: differs in "
+                                 f"{', '.join(diff)}; nothing was imported")
+        counts["members_unchanged"] += 1
 
 
 def _team_params(t: Team) -> dict[str, Any]:
@@ -115,17 +177,23 @@ async def _copy(conn: AsyncConnection[Any], kind: _Kind, records: list[Any],
 
 
 async def copy_records(conn: AsyncConnection[Any], teams: list[Team], keys: list[KeyRecord],
-                       *, progress: Callable[[str], None] = lambda _: None) -> ImportReport:
-    """Copy ``teams`` and ``keys`` on ``conn``, inside the caller's transaction (``mayu
-    keys import`` adds the spend in the same one: :mod:`gateway.governance._import`)."""
-    counts = {"teams_added": 0, "teams_unchanged": 0, "keys_added": 0, "keys_unchanged": 0}
+                       *, people: People | None = None,
+                       progress: Callable[[str], None] = lambda _: None) -> ImportReport:
+    """Copy ``teams``, ``keys`` and ``people`` on ``conn``, inside the caller's
+    transaction (``mayu keys import`` adds the spend in the same one:
+    :mod:`gateway.governance._import`)."""
+    counts = {f"{kind}_{what}": 0 for kind in ("teams", "keys", "users", "members")
+              for what in ("added", "unchanged")}
     await _copy(conn, _TEAMS, teams, counts, progress)
     await _copy(conn, _KEYS, keys, counts, progress)
+    await _copy_people(conn, people or People(), counts)
     return ImportReport(**counts)
 
 
 async def import_records(pool: Pool, teams: list[Team], keys: list[KeyRecord], *,
+                         people: People | None = None,
                          progress: Callable[[str], None] = lambda _: None) -> ImportReport:
-    """Copy ``teams`` and ``keys`` in one transaction (see the module docstring)."""
+    """Copy ``teams``, ``keys`` and ``people`` in one transaction (see the module
+    docstring)."""
     async with connection(pool, "key store database") as conn, conn.transaction():
-        return await copy_records(conn, teams, keys, progress=progress)
+        return await copy_records(conn, teams, keys, people=people, progress=progress)

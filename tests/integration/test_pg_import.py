@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.keys import KeyLimits, PostgresKeyStore, SqliteKeyStore, TeamLimits, hash_key
-from gateway.keys._import import ImportConflict, import_records, read_sqlite
+from gateway.keys import (
+    KeyLimits,
+    MemberLimits,
+    PostgresKeyStore,
+    SqliteKeyStore,
+    TeamLimits,
+    hash_key,
+)
+from gateway.keys._import import ImportConflict, import_records, read_people, read_sqlite
 from tests.conftest import ROOT
 
 
@@ -99,3 +106,45 @@ def test_cli_imports_into_the_configured_database(pg_dsn, tmp_path) -> None:  # 
     # A key store file without governance tables has no spend to move.
     assert (report["spend"]["permits_added"], report["dry_run"]) == (0, False)
     assert "1 revoked" in done.stderr
+
+
+async def test_import_carries_member_and_user_budgets(pg_pool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A member budget, a team's default member budget and a user budget arrive with
+    their revisions: the imported key resolves with the same budgets as it did locally;
+    an identical retry adds nothing; a budget edited locally since is a conflict that
+    imports nothing."""
+    path = tmp_path / "mayu.db"
+    plain = await _local_store(path)
+    store = SqliteKeyStore(str(path))
+    await store.open()
+    try:
+        await store.put_member("alpha", "ann", limits=MemberLimits(usd_micros_per_day=2_000))
+        await store.put_member("alpha", "*", limits=MemberLimits(tokens_per_day=100))
+        await store.put_user("ann", email="ann@example.com",
+                             limits=MemberLimits(usd_micros_per_month=9_000))
+        local = await store.resolve(hash_key(plain["a"]))
+    finally:
+        await store.close()
+    assert local is not None and local.member_limits is not None
+    teams, keys = await read_sqlite(str(path))
+    people = await read_people(str(path))
+    report = await import_records(pg_pool, teams, keys, people=people)
+    assert (report.users_added, report.members_added) == (1, 2)
+    shared = await PostgresKeyStore(pg_pool).resolve(hash_key(plain["a"]))
+    assert shared is not None
+    assert (shared.member_limits, shared.user_limits, shared.team.revision) == \
+        (local.member_limits, local.user_limits, local.team.revision)
+    again = await import_records(pg_pool, teams, keys, people=people)
+    assert (again.users_added, again.members_added) == (0, 0)
+    assert (again.users_unchanged, again.members_unchanged) == (1, 2)
+
+    store = SqliteKeyStore(str(path))
+    await store.open()
+    try:
+        await store.put_user("ann", limits=MemberLimits(usd_micros_per_month=1))
+    finally:
+        await store.close()
+    with pytest.raises(ImportConflict, match="user 'ann': differs in"):
+        await import_records(pg_pool, teams, keys, people=await read_people(str(path)))
+    user = await PostgresKeyStore(pg_pool).get_user("ann")
+    assert user is not None and user.limits == MemberLimits(usd_micros_per_month=9_000)
