@@ -42,7 +42,7 @@ from gateway.governance import (
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import CAPPED, names_output_limit, output_bound, output_cap
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
-from gateway.ingress._refine import BYTE, refine, reset_for
+from gateway.ingress._refine import BYTE, note_admitted, refine, reset_for
 from gateway.ingress._renew import mismatch_kind, renew
 from gateway.ingress._shortfall import (
     Bounds,
@@ -294,6 +294,7 @@ class Attempt:
         else:
             raise refusal_error(decision, self.call.bounds())
         gw.metrics.admitted(permit, self.call.principal.team.name)
+        note_admitted(self.call, self.deployment, self.provider)
         self.permit = permit
         self.audit(event="admitted")
         return permit

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
@@ -129,6 +130,9 @@ class Refined:
     tokens: int
     basis: str
     note: str
+    outcome: str
+    """``mayu_input_refinements_total``'s outcome label: cached, counted_prefix, counted,
+    failed."""
 
 
 class CountCache:
@@ -196,13 +200,14 @@ class Refiner:
             if hit is not None:
                 k, bound = hit
                 if k == len(chain) - 1:
-                    return Refined(bound, COUNTED, "counted by the provider (cached)")
+                    return Refined(bound, COUNTED, "counted by the provider (cached)",
+                                   "cached")
                 tail = call.doc["messages"][k:]
                 if not _has_media(tail):
                     appended = len(msgspec.json.encode(tail))
                     return Refined(bound + appended, PREFIX,
                                    f"counted prefix of {k} messages + {appended} bytes "
-                                   "appended since")
+                                   "appended since", "counted_prefix")
         return await self._count(call, deployment, provider, chain[-1], pct)
 
     async def _count(self, call: Call, deployment: Deployment, provider: Provider,
@@ -218,12 +223,14 @@ class Refiner:
             log.warning("request %s: input bound not refined, the byte bound stands: %s",
                         call.request_id, why)
             return Refined(call.byte_input_bound, FAILED,
-                           "bounded by the body's bytes: the provider's token count failed")
+                           "bounded by the body's bytes: the provider's token count failed",
+                           "failed")
         extra, tools = allowance(count, pct), tool_prompt(call)
         bound = count + extra + tools
         self.cache.put(key, bound)
         return Refined(bound, COUNTED, f"counted by the provider: {count} + {extra} "
-                       f"allowance{f' + {tools} tool-use prompt' if tools else ''}")
+                       f"allowance{f' + {tools} tool-use prompt' if tools else ''}",
+                       "counted")
 
 
 def apply(call: Call, refined: Refined, deployment: Deployment) -> bool:
@@ -264,7 +271,28 @@ async def refine(call: Call, deployment: Deployment, provider: Provider, *,
     refiner = call.gw.refiner
     if refiner is None or not refiner.eligible(call, deployment, provider):
         return False
-    while (refined := await refiner.tighter(call, deployment, provider)) is not None:
+    metrics = call.gw.metrics
+    while True:
+        start = time.perf_counter()
+        refined = await refiner.tighter(call, deployment, provider)
+        if refined is None:
+            return False
+        labels = (deployment.provider, refined.outcome)
+        metrics.child(metrics.input_refinements, *labels).inc()
+        metrics.child(metrics.input_refinement_latency, *labels).observe(
+            time.perf_counter() - start)
         if apply(call, refined, deployment):
             return True
-    return False
+
+
+def note_admitted(call: Call, deployment: Deployment, provider: Provider) -> None:
+    """Count an admission on the byte bound by a deployment that could have counted
+    (``not_needed``): with the refinements, the share of admissions that needed one. A
+    request the provider adds input to is never counted, and is among these too (the
+    walk that tells it apart is not worth its CPU on every admission)."""
+    if (call.input_basis != BYTE or call.count_tried or call.endpoint != "messages"
+            or not isinstance(provider, TokenCounter) or not provider.counts_tokens
+            or mode_of(call, deployment) == "off"):
+        return
+    metrics = call.gw.metrics
+    metrics.child(metrics.input_refinements, deployment.provider, "not_needed").inc()
