@@ -60,6 +60,21 @@ SELECT gen_random_uuid(), 'req_' || i, 'key_' || (i %% 200), 'team_' || (i %% 20
 """
 
 
+def fill(dsn: str, n: int, start: datetime) -> None:
+    """``n`` settled permits spread over the 30 days from ``start`` (also used by
+    tests/bench/console.py); prints the time and the table's bytes per row."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        t = time.perf_counter()
+        conn.execute(FILL, {"n": n, "start": start})  # type: ignore[arg-type]
+        conn.execute("ANALYZE permits")
+        fill_s = time.perf_counter() - t
+        size = conn.execute("SELECT pg_total_relation_size('permits'), "
+                            "pg_relation_size('permits')").fetchone()
+    assert size is not None
+    print(f"filled {n} permits in {fill_s:.1f} s; permits: {size[0] / n:.0f} bytes per "
+          f"row with its indexes ({size[1] / n:.0f} heap)")
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -81,17 +96,7 @@ async def run(dsn: str, n: int, repeats: int) -> None:
     from litestar.testing import AsyncTestClient
 
     now = datetime.now(UTC).replace(microsecond=0)
-    start = now - timedelta(days=30)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        t = time.perf_counter()
-        conn.execute(FILL, {"n": n, "start": start})  # type: ignore[arg-type]
-        conn.execute("ANALYZE permits")
-        fill_s = time.perf_counter() - t
-        size = conn.execute("SELECT pg_total_relation_size('permits'), "
-                            "pg_relation_size('permits')").fetchone()
-    assert size is not None
-    print(f"filled {n} permits in {fill_s:.1f} s; permits: {size[0] / n:.0f} bytes per "
-          f"row with its indexes ({size[1] / n:.0f} heap)")
+    fill(dsn, n, now - timedelta(days=30))
 
     os.environ["INFERPLANE_DATABASE_URL"] = dsn
     os.environ["IPT_BENCH_ADMIN"] = TOKEN

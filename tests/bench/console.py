@@ -1,0 +1,141 @@
+"""The console's pages on a million logged requests: server render time and bytes.
+
+Fills a scratch database with N settled permits (tests/bench/requestlog.py's loader:
+20 teams, 200 keys, 3 models over the last 30 days), names the 20 teams (created through
+the admin API, the permits moved onto their ids), signs in to the console with a read
+token through its form, and times R renders of each page through a real shared-profile
+app (Litestar's in-process client; each render includes the console's own in-process
+calls to the admin API, as in production):
+
+- Overview (every team's day and month: the summary since the 1st, the teams, alerts);
+- Requests filtered (``/console/requests?team=t7``, the newest 50);
+- Usage, 30 days by the hour (``/console/usage?since=<30 days ago>&bucket=hour``, every
+  team, stacked by model: 720 periods);
+
+and prints p50/p99 of each, and the bytes a first visit ships: the page's HTML and the
+assets it loads (stylesheet, htmx, the console's script; uncompressed)::
+
+    .venv/bin/python tests/bench/console.py [--n 1000000] [--repeats 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from msgspec.structs import replace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from gateway.app import create_app  # noqa: E402
+from gateway.config import (  # noqa: E402
+    AdminToken,
+    DatabaseSettings,
+    GovernanceStoreSettings,
+    KeyStoreSettings,
+    load_settings,
+)
+from tests.bench._bench import own_database  # noqa: E402
+from tests.bench.requestlog import _pct, fill  # noqa: E402
+
+READ, WRITE = "bench-console-read-token", "bench-console-write-token"
+ASSET = re.compile(r'(?:href|src)="(/console/static/[^"]+)"')
+
+
+async def _teams(client: Any, dsn: str) -> None:
+    """Teams t0…t19 through the API; the filled permits' team_<k> become their ids."""
+    ids = []
+    for k in range(20):
+        r = await client.post("/admin/v1/teams", json={"name": f"t{k}"},
+                              headers={"Authorization": f"Bearer {WRITE}"})
+        assert r.status_code == 201, r.text
+        ids.append((f"team_{k}", r.json()["id"]))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        t = time.perf_counter()
+        conn.execute("UPDATE permits p SET team_id = m.id FROM (SELECT * FROM unnest("
+                     "%(old)s::text[], %(new)s::text[]) AS u(old, id)) m "
+                     "WHERE p.team_id = m.old",
+                     {"old": [o for o, _ in ids], "new": [i for _, i in ids]})
+        conn.execute("VACUUM ANALYZE permits")
+        print(f"permits moved onto the 20 teams' ids in {time.perf_counter() - t:.1f} s")
+
+
+async def _sign_in(client: Any) -> None:
+    form = await client.get("/console/login")
+    token = re.search(r'name="login_csrf" value="([^"]+)"', form.text)
+    assert token, form.text
+    r = await client.post("/console/login", data={"credential": READ,
+                                                  "login_csrf": token.group(1)})
+    assert r.status_code == 303, r.text
+
+
+async def _measure(client: Any, name: str, path: str, repeats: int) -> None:
+    spent: list[float] = []
+    html = ""
+    for _ in range(repeats):
+        t = time.perf_counter()
+        r = await client.get(path)
+        spent.append(time.perf_counter() - t)
+        assert r.status_code == 200, r.text[:500]
+        html = r.text
+    assets = 0
+    for asset in sorted(set(ASSET.findall(html))):
+        a = await client.get(asset)
+        assert a.status_code == 200, asset
+        assets += len(a.content)
+    size = len(html.encode())
+    print(f"{name}: p50 {statistics.median(spent) * 1000:.0f} ms, "
+          f"p99 {_pct(spent, .99) * 1000:.0f} ms; {size:,} bytes HTML + {assets:,} "
+          f"bytes assets = {size + assets:,} bytes")
+
+
+async def run(dsn: str, n: int, repeats: int) -> None:
+    from litestar.testing import AsyncTestClient
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    fill(dsn, n, now - timedelta(days=30))
+    os.environ["INFERPLANE_DATABASE_URL"] = dsn
+    os.environ["IPT_BENCH_READ"], os.environ["IPT_BENCH_WRITE"] = READ, WRITE
+    base = load_settings(None)
+    with tempfile.TemporaryDirectory() as work:
+        server = replace(base.server, admin_tokens=[
+            AdminToken(name="bench", token_ref="env:IPT_BENCH_READ"),
+            AdminToken(name="setup", token_ref="env:IPT_BENCH_WRITE", access="write")])
+        settings = replace(base, data_dir=work, demo=False, server=server,
+                           key_store=KeyStoreSettings(type="postgres"),
+                           governance_store=GovernanceStoreSettings(type="postgres"),
+                           database=DatabaseSettings(pool_min_size=1, pool_max_size=4,
+                                                     statement_timeout_s=120))
+        async with AsyncTestClient(app=create_app(settings), timeout=300) as client:
+            client.follow_redirects = False
+            await _teams(client, dsn)
+            await _sign_in(client)
+            since = (now - timedelta(days=30)).strftime("%Y-%m-%dT%H:00:00Z")
+            await _measure(client, "Overview", "/console/overview", repeats)
+            await _measure(client, "Requests (team t7, newest 50)",
+                           "/console/requests?team=t7", repeats)
+            await _measure(client, "Usage (30 days by the hour, every team, by model)",
+                           f"/console/usage?since={since}&bucket=hour", repeats)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=1_000_000, help="permits to fill (1000000)")
+    ap.add_argument("--repeats", type=int, default=10, help="renders per page (10)")
+    args = ap.parse_args()
+    with own_database("bench_console") as dsn:
+        asyncio.run(run(dsn, args.n, args.repeats))
+
+
+if __name__ == "__main__":
+    main()
