@@ -133,11 +133,13 @@ class Metrics:
         self.input_refinements = Counter(
             "mayu_input_refinements", "Input-bound refinements (docs/bounds.md) by provider "
             "and outcome: cached, counted_prefix, counted, failed (the provider's count); "
-            "not_needed (admitted on the byte bound by a deployment that could count).",
+            "tokenized (OpenAI's encoding, in a worker thread); not_needed (admitted on the "
+            "byte bound by a deployment that could count).",
             ["provider", "outcome"], registry=r)
         self.input_refinement_latency = Histogram(
             "mayu_input_refinement_seconds", "Time one input-bound refinement step took "
-            "(cache lookup, count call), by provider and outcome.", ["provider", "outcome"],
+            "(cache lookup, count call, threaded tokenizer count), by provider and "
+            "outcome.", ["provider", "outcome"],
             buckets=(0.0001, 0.00025, *_LATENCY_BUCKETS), registry=r)
 
     def child(self, metric: Any, *labels: str) -> Any:

@@ -17,10 +17,12 @@ attempt reports (DESIGN §5):
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -39,6 +41,7 @@ from gateway.governance import (
     build_request,
     tpm_estimate,
 )
+from gateway.ingress._bounds import off_loop
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import CAPPED, names_output_limit, output_bound, output_cap
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
@@ -54,7 +57,7 @@ from gateway.ingress._shortfall import (
     remaining,
 )
 from gateway.keys import Principal
-from gateway.pricing import INPUT_CLASSES, InvalidUsage, Usage
+from gateway.pricing import INPUT_CLASSES, InvalidUsage, Usage, cost_bound_micro_usd
 from gateway.providers import Provider
 from gateway.usage import Endpoint
 
@@ -114,6 +117,8 @@ class Call:
     client_doc: dict[str, Any] = field(default_factory=dict)
     """The body as the client sent it (``doc`` before any cap or budget fit)."""
     client_body: bytes = b""
+    off_loop_tried: bool = False
+    """The input was offered to the off-loop count (``_bounds.off_loop``, once per call)."""
 
     def __post_init__(self) -> None:
         self.byte_input_bound = self.byte_input_bound or self.input_bound
@@ -218,6 +223,31 @@ class Attempt:
         call.doc, call.body, call.output_bound = doc, body, out
         call.usd_bound = call.usd_bound_of(out) if call.usd_bound_of else call.usd_bound
 
+    async def _count_off_loop(self) -> None:
+        """Count a large OpenAI body's input in a worker thread (``_bounds.off_loop``:
+        ``input_bound`` left it at its byte bound) and bound the input by it, once per
+        call: the count is the model's, so a fallback attempt keeps it."""
+        call = self.call
+        if call.off_loop_tried:
+            return
+        call.off_loop_tried = True
+        start = time.perf_counter()
+        counted = await off_loop(call.client_body, call.client_doc, call.model,
+                                 call.byte_input_bound)
+        if counted is None:
+            return
+        metrics = call.gw.metrics
+        labels = (self.deployment.provider, "tokenized")
+        metrics.child(metrics.input_refinements, *labels).inc()
+        metrics.child(metrics.input_refinement_latency, *labels).observe(
+            time.perf_counter() - start)
+        if counted >= call.byte_input_bound:
+            return
+        call.byte_input_bound = call.input_bound = counted
+        call.usd_bound_of = partial(cost_bound_micro_usd, counted, price=call.model.price,
+                                    input_classes=call.input_classes)
+        call.usd_bound = call.usd_bound_of(call.output_bound)
+
     def _plan(self) -> AdmissionRequest:
         call = self.call
         self.planned = build_request(
@@ -265,6 +295,7 @@ class Attempt:
         """Admit this attempt (the Governor re-plans after a snapshot mismatch)."""
         gw = self.call.gw
         self._cap_output()
+        await self._count_off_loop()
         reset_for(self.call, self.deployment)
         await refine(self.call, self.deployment, self.provider, refused=False)
         for _ in range(_FIT_ROUNDS + _REFINE_ROUNDS):

@@ -5,7 +5,9 @@ plus what the provider adds to every request (chat template, the tool-use system
 ``models[].input_overhead_tokens``) bounds the input of a request that carries all of its
 input inline. For OpenAI models, with the optional ``tokenize`` extra, the body's text is
 counted with OpenAI's own encoding instead (``gateway.ingress._tokenize``: the exact
-count plus a per-string and per-object allowance), and the smaller bound is used.
+count plus a per-string and per-object allowance), and the smaller bound is used. A
+body above :data:`INLINE_BYTES` is counted by the attempt in a worker thread
+(:func:`off_loop`) rather than here, so a 75 KB Codex body does not hold the event loop.
 
 Some requests make the provider add input the body does not carry: a previous response
 or conversation (Responses API), an ``item_reference`` to a stored item, uploaded files,
@@ -23,11 +25,17 @@ dearest class the request can really produce, not at the dearest class there is.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gateway.config import ModelSettings
 from gateway.errors import BadRequest
-from gateway.ingress._tokenize import input_ceiling
+from gateway.ingress._tokenize import encoding_name, input_ceiling
+
+INLINE_BYTES = 8 * 1024
+"""OpenAI bodies up to this size are counted on the event loop (at most ~0.2 ms), larger
+ones in a worker thread (:func:`off_loop`), whose handoff alone costs ~60 µs of CPU
+(``tests/bench/refine.py --tokenizer``, docs/bounds.md)."""
 
 _REFERENCE_KEYS = ("previous_response_id", "conversation", "file_id", "container",
                    "vector_store_ids", "mcp_servers")
@@ -98,11 +106,17 @@ def _external_below(node: dict[str, Any], path: str) -> str | None:
     return None
 
 
-def input_bound(body: bytes, doc: dict[str, Any], model: ModelSettings) -> int:
-    """The most input tokens this request can be charged for (see the module docstring)."""
+def input_bound(body: bytes, doc: dict[str, Any], model: ModelSettings, *,
+                inline_bytes: int | None = INLINE_BYTES) -> int:
+    """The most input tokens this request can be charged for (see the module docstring).
+
+    A body above ``inline_bytes`` is not counted here (the byte bound, until
+    :func:`off_loop` counts it in a worker thread); None: count any size here."""
     reason = external_input(doc)
     if reason is None:
         by_bytes = len(body) + model.input_overhead_tokens
+        if inline_bytes is not None and len(body) > inline_bytes:
+            return by_bytes
         counted = input_ceiling(doc, model)
         return by_bytes if counted is None else min(by_bytes, counted)
     if model.max_input_tokens is None:
@@ -112,6 +126,25 @@ def input_bound(body: bytes, doc: dict[str, Any], model: ModelSettings) -> int:
             f"models[].max_input_tokens for model {model.name!r} to allow it",
             param=reason.split(".")[0].split("[")[0])
     return max(len(body), model.max_input_tokens)
+
+
+def counts_off_loop(body: bytes, doc: dict[str, Any], model: ModelSettings) -> bool:
+    """Whether :func:`input_bound` left this request's count to :func:`off_loop`: an
+    inline body above :data:`INLINE_BYTES` to a model with an OpenAI encoding."""
+    return (len(body) > INLINE_BYTES and encoding_name(model) is not None
+            and external_input(doc) is None)
+
+
+async def off_loop(body: bytes, doc: dict[str, Any], model: ModelSettings,
+                   bound: int) -> int | None:
+    """``bound`` (what :func:`input_bound` gave) lowered to the counted ceiling, when the
+    count was left to this step (else None): counted in a worker thread, so the event
+    loop serves other requests meanwhile (``encode_ordinary`` releases the GIL while it
+    encodes; the body's walk is a small part)."""
+    if not counts_off_loop(body, doc, model):
+        return None
+    counted = await asyncio.to_thread(input_ceiling, doc, model)
+    return bound if counted is None else min(bound, counted)
 
 
 # Anthropic prompt caching

@@ -205,7 +205,7 @@ def measure(workload: str, endpoint: Endpoint, doc: dict[str, Any]) -> Row:
     model = MODELS[doc["model"]]
     body = msgspec.json.encode(doc)
     by_bytes = len(body) + model.input_overhead_tokens
-    inp = input_bound(body, doc, model)
+    inp = input_bound(body, doc, model, inline_bytes=None)
     out = output_bound(doc, endpoint, model, ceiling=CEILING)
     usage = _usage(endpoint, doc)
     used_input = usage.total_tokens() - usage.output
@@ -271,8 +271,8 @@ def _codex_breakdown(rows: list[Row]) -> None:
     captured = ROOT / "tests" / "e2e" / "data" / "codex-cli-0.171.0-responses.json"
     body = captured.read_bytes()
     doc = msgspec.json.decode(body)
-    inp, out = input_bound(body, doc, CODEX), output_bound(doc, "responses", CODEX,
-                                                           ceiling=CEILING)
+    inp = input_bound(body, doc, CODEX, inline_bytes=None)
+    out = output_bound(doc, "responses", CODEX, ceiling=CEILING)
     print(f"  captured Codex CLI 0.171.0 request (hosted web_search): input bound {inp} "
           f"tokens ({cost_bound_micro_usd(inp, 0, CODEX.price, input_classes=input_classes(doc))}"
           f" µUSD), output {out} tokens ({-(-out * CODEX.price.output // 1_000_000)} µUSD)")

@@ -12,6 +12,19 @@ Wall time is the median of ``--n`` runs; CPU is this process's (the gateway side
 mock upstream's own work is not in it) per refinement.
 
     .venv/bin/python tests/bench/refine.py --n 200
+
+``--tokenizer``: counting OpenAI input with the ``tokenize`` extra, as the request path
+of the checked-out commit does it — ``input_bound`` (on the event loop), then, where the
+commit has it, the attempt's off-loop count (``gateway.ingress._bounds.off_loop``) — for
+``--n`` Codex-shaped Responses bodies (tests/bench/bounds.py, ~75 KB) and short chats,
+one at a time on one event loop. CPU is the process's (every thread) and the event-loop
+thread's own per request, measured alone; the *stall* is, in a second pass, how late a
+heartbeat task sleeping 0.5 ms at a time woke at worst during one request (median and
+worst over requests). To
+compare designs, run this file against another commit (a worktree with this file
+copied into its ``tests/bench``).
+
+    .venv/bin/python tests/bench/refine.py --tokenizer --n 200
 """
 
 from __future__ import annotations
@@ -68,10 +81,89 @@ async def _measure(provider: HttpProvider, n: int) -> dict[str, tuple[float, flo
             for k, v in runs.items()}
 
 
+async def _bound(doc: dict[str, Any], body: bytes) -> int:
+    """The request path's input bound for one Codex body, as the checked-out commit has
+    it: ``input_bound``, then the attempt's off-loop count where there is one."""
+    from gateway.ingress import _bounds
+    from tests.bench.bounds import CODEX
+    bound = input_bound(body, doc, CODEX)
+    off_loop = getattr(_bounds, "off_loop", None)
+    if off_loop is not None and (counted := await off_loop(body, doc, CODEX,
+                                                           bound)) is not None:
+        bound = counted
+    return bound
+
+
+async def _cpu(docs: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """(process CPU, event-loop thread CPU, wall) in ms per request, nothing else running."""
+    bodies = [msgspec.json.encode(d) for d in docs]
+    cpu, loop_cpu, wall = time.process_time(), time.thread_time(), time.perf_counter()
+    for doc, body in zip(docs, bodies, strict=True):
+        await _bound(doc, body)
+    n = len(docs) / 1000
+    return ((time.process_time() - cpu) / n, (time.thread_time() - loop_cpu) / n,
+            (time.perf_counter() - wall) / n)
+
+
+TICK_S = 0.0005
+
+
+async def _stalls(docs: list[dict[str, Any]]) -> list[float]:
+    """Each request's longest loop stall: how late a heartbeat task that sleeps
+    ``TICK_S`` at a time woke (a loop serving sockets is mostly idle like this one; its
+    ticks would pollute the CPU figures, so they are measured apart)."""
+    bodies = [msgspec.json.encode(d) for d in docs]
+    gaps: list[tuple[float, float]] = []
+    running = True
+
+    async def heartbeat() -> None:
+        while running:
+            t = time.perf_counter()
+            await asyncio.sleep(TICK_S)
+            gaps.append((t, time.perf_counter() - t - TICK_S))
+
+    beat = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0.01)
+    windows = []
+    for doc, body in zip(docs, bodies, strict=True):
+        start = time.perf_counter()
+        await _bound(doc, body)
+        windows.append((start, time.perf_counter()))
+        await asyncio.sleep(4 * TICK_S)  # the heartbeat wakes between two requests
+    running = False
+    await beat
+    return [max((g for t, g in gaps if a <= t + g and t <= b), default=0.0)
+            for a, b in windows]
+
+
+def tokenizer_main(n: int) -> None:
+    import random
+
+    from gateway.ingress._tokenize import encoding
+    from tests.bench.bounds import codex, short_gpt
+    encoding("o200k_base")  # loaded once per process, not measured
+    rng = random.Random(7)
+    print("| requests | body (KB) | CPU per request (ms) | of it on the loop's thread (ms) "
+          "| wall (ms) | loop stall per request, median / worst (ms) |")
+    print("|---|---|---|---|---|---|")
+    for name, make in (("codex responses", codex), ("short chat", short_gpt)):
+        docs = [make(rng)[1] for _ in range(n)]
+        kb = sum(len(msgspec.json.encode(d)) for d in docs) / len(docs) / 1024
+        cpu, loop_cpu, wall = asyncio.run(_cpu(docs))
+        stalls = asyncio.run(_stalls(docs))
+        print(f"| {name} | {kb:.1f} | {cpu:.2f} | {loop_cpu:.2f} | {wall:.2f} | "
+              f"{statistics.median(stalls) * 1000:.2f} / {max(stalls) * 1000:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--tokenizer", action="store_true",
+                        help="measure OpenAI input counting instead (see above)")
     args = parser.parse_args()
+    if args.tokenizer:
+        tokenizer_main(args.n)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         upstream = start_mock_upstream(Path(tmp))
         try:

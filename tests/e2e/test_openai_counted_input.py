@@ -4,14 +4,17 @@ stream cut after content commits its exactly counted input (docs/bounds.md)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
 
+from gateway.ingress._bounds import INLINE_BYTES
 from gateway.ingress._tokenize import STRING_ALLOWANCE, encoding
 from gateway.mock._model import openai_classes
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
@@ -151,3 +154,8 @@ def test_the_responses_bound_is_counted_in_tokens(counted: Stack) -> None:
     assert line["token_bound"] >= _exact(INSTRUCTIONS, QUESTION) + 50
     assert line["outcome"] == "complete" and not line["bound_exceeded"]
     assert line["tokens_committed"] == response.usage.total_tokens
+    # Above INLINE_BYTES the count ran in a worker thread, as /metrics says.
+    assert body_bytes > INLINE_BYTES
+    metrics = httpx.get(f"{counted.gateway.url}/metrics").text
+    assert re.search(r'^mayu_input_refinements_total\{outcome="tokenized",provider="up"\} '
+                     r"[1-9]", metrics, re.MULTILINE), metrics
