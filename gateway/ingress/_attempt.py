@@ -263,13 +263,20 @@ class Attempt:
         call = self.call
         if charge is None or refusal.figures is None or call.usd_bound_of is None:
             return False
-        fits = largest_output(call.bounds(), refusal.figures)
-        if fits < max(1, charge.fit_floor or 0) or fits >= call.output_bound:
+        # The limit is per choice: a chat request with n choices may generate n times
+        # it, so the allowance that fits is split between them.
+        n = call.doc.get("n") if call.endpoint == "chat" else None
+        choices = n if isinstance(n, int) and n > 1 else 1
+        per_choice = largest_output(call.bounds(), refusal.figures) // choices
+        if (per_choice < max(1, charge.fit_floor or 0)
+                or per_choice * choices >= call.output_bound):
             return False
-        before = call.output_bound
-        call.doc, call.body = lower_output(call.endpoint, call.doc, fits)
-        call.output_bound, call.usd_bound = fits, call.usd_bound_of(fits)
-        call.fitted = (f"max_tokens lowered from {before} to {fits} to fit "
+        before = call.output_bound // choices
+        call.doc, call.body = lower_output(call.endpoint, call.doc, per_choice)
+        call.output_bound = per_choice * choices
+        call.usd_bound = call.usd_bound_of(call.output_bound)
+        call.fitted = (f"max_tokens lowered from {before} to {per_choice}"
+                       f"{f' per choice (n={choices})' if choices > 1 else ''} to fit "
                        f"{refusal.counter} ({remaining(refusal.figures)} left; input bound "
                        f"{call.input_basis}: {call.input_bound} tokens)")
         return True

@@ -1,7 +1,9 @@
-"""The operator's opt-in output cap (``default_output_tokens``) with real processes: a
-``mayu serve`` in front of a ``mayu mock-upstream``, driven by the real openai SDK.
-The upstream's ledger records the output limit each forwarded body carried, so the tests
-see what left the gateway; /v1/usage shows what was reserved while a stream is open."""
+"""Output limits the gateway writes, with real processes: the operator's opt-in output
+cap (``default_output_tokens``), and budget fit's limit for a request with several
+choices. A ``mayu serve`` in front of a ``mayu mock-upstream``, driven by the real openai
+SDK; the upstream's ledger records the output limit each forwarded body carried, so the
+tests see what left the gateway; /v1/usage shows what was reserved while a stream is
+open."""
 
 from __future__ import annotations
 
@@ -152,3 +154,28 @@ def test_a_client_limit_is_kept_and_no_cap_is_announced(capped: Stack) -> None:
         assert int(raw.headers["x-inferplane-token-bound"]) == sent + OVERHEAD + output
         [entry] = capped.ledger()
         assert entry["output_limit"] == forwarded, (model, limit)
+
+
+def test_budget_fit_splits_the_allowance_between_choices(capped: Stack) -> None:
+    """A chat request with n=4 on a team whose budget cannot hold its worst case, with
+    budget fit: the limit forwarded is per choice, so the four choices together stay
+    within the output bound admitted (not four times it), and the header says so."""
+    key = capped.team_key("fit-choices", "--usd-micros-per-day", "200000",
+                          "--budget-fit-floor", "16")
+    oa = openai.OpenAI(base_url=f"{capped.gateway.url}/v1", api_key=key, max_retries=0)
+    capped.clear_ledger()
+    raw = oa.chat.completions.with_raw_response.create(
+        model="no-cap", n=4, max_tokens=100_000,
+        messages=[{"role": "user", "content": "hello"}])
+    raw.parse()
+    sent = len(raw.http_response.request.content)
+    fitted = raw.headers["x-inferplane-budget-fit"]
+    assert fitted.startswith("max_tokens lowered from 100000 to ") and "(n=4)" in fitted
+    [entry] = capped.ledger()
+    per_choice = entry["output_limit"]["max_tokens"]
+    assert 16 <= per_choice < 100_000
+    output_bound = int(raw.headers["x-inferplane-token-bound"]) - (sent + OVERHEAD)
+    assert output_bound == 4 * per_choice
+    assert int(raw.headers["x-inferplane-usd-bound"]) == _bound(sent, 4 * per_choice)
+    assert _bound(sent, 4 * per_choice) <= 200_000 < _bound(sent, 4 * (per_choice + 1))
+
