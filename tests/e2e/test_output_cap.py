@@ -179,3 +179,17 @@ def test_budget_fit_splits_the_allowance_between_choices(capped: Stack) -> None:
     assert int(raw.headers["x-inferplane-usd-bound"]) == _bound(sent, 4 * per_choice)
     assert _bound(sent, 4 * per_choice) <= 200_000 < _bound(sent, 4 * (per_choice + 1))
 
+
+
+def test_a_refusal_carries_the_cap_it_was_bounded_with(capped: Stack) -> None:
+    """A request refused for money says in x-inferplane-output-cap which cap its bound
+    used, and its message gives that output allowance, not the model's ceiling."""
+    key = capped.team_key("cap-refused", "--usd-micros-per-day", "1000")
+    oa = openai.OpenAI(base_url=f"{capped.gateway.url}/v1", api_key=key, max_retries=0)
+    capped.clear_ledger()
+    with pytest.raises(openai.APIStatusError) as refused:
+        oa.responses.create(model="cap-model", input="hello")
+    assert refused.value.status_code == 402
+    assert refused.value.response.headers["x-inferplane-output-cap"] == "4096"
+    assert "max_tokens 4096" in refused.value.message, refused.value.message
+    assert capped.ledger() == []
