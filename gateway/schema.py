@@ -40,7 +40,7 @@ BASELINE_REVISION = "v010_baseline"
 PRERELEASE_REVISIONS = tuple(f"{n:04d}" for n in range(1, 10))
 """Revisions of the pre-release chain (removed at 0.1.0); ``0009`` was its head."""
 _CONVERTIBLE = "0009"
-ADDED_SINCE_PRERELEASE = ("key_rotations", "members")
+ADDED_SINCE_PRERELEASE = ("key_rotations", "members", "request_log")
 """Baseline files whose tables revision 0009 did not have: the conversion creates them
 (in its transaction, before comparing the tables with the baseline's)."""
 PREVIOUS_FUNCTIONS: tuple[str, ...] = ()

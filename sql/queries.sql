@@ -126,18 +126,54 @@ SELECT inferplane_admit_one_v1(%(requests)s::jsonb) AS results
 SELECT inferplane_admit_v1(%(requests)s::jsonb) AS results
 
 -- name: settle_one
+WITH facts AS (
+    -- The request log's facts (sql/request_log.sql), in the settlement's own statement.
+    INSERT INTO permit_facts
+    SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
+        permit_id uuid, route text, deployment text, client text, http_status integer,
+        input bigint, output bigint, cache_read bigint, cache_write_5m bigint,
+        cache_write_1h bigint, cache_write_unknown bigint)
+    ON CONFLICT (permit_id) DO NOTHING
+)
 SELECT inferplane_settle_one_v1(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
 -- name: settle_batch
 -- A coalesced batch of settlements in one transaction: a JSON array of settle_one's
 -- settlement, each with its "permit_id"; one answer per element.
+WITH facts AS (
+    -- The request log's facts (sql/request_log.sql), in the settlement's own statement.
+    INSERT INTO permit_facts
+    SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
+        permit_id uuid, route text, deployment text, client text, http_status integer,
+        input bigint, output bigint, cache_read bigint, cache_write_5m bigint,
+        cache_write_1h bigint, cache_write_unknown bigint)
+    ON CONFLICT (permit_id) DO NOTHING
+)
 SELECT inferplane_settle_v1(%(items)s::jsonb) AS results
 
 -- name: settle_admit
 -- Settlements then admissions waiting at once, in one transaction (merge_batches).
+WITH facts AS (
+    -- The request log's facts (sql/request_log.sql), in the settlement's own statement.
+    INSERT INTO permit_facts
+    SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
+        permit_id uuid, route text, deployment text, client text, http_status integer,
+        input bigint, output bigint, cache_read bigint, cache_write_5m bigint,
+        cache_write_1h bigint, cache_write_unknown bigint)
+    ON CONFLICT (permit_id) DO NOTHING
+)
 SELECT inferplane_settle_admit_v1(%(items)s::jsonb, %(requests)s::jsonb) AS results
 
 -- name: resolve
+WITH facts AS (
+    -- The request log's facts (sql/request_log.sql), in the settlement's own statement.
+    INSERT INTO permit_facts
+    SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
+        permit_id uuid, route text, deployment text, client text, http_status integer,
+        input bigint, output bigint, cache_read bigint, cache_write_5m bigint,
+        cache_write_1h bigint, cache_write_unknown bigint)
+    ON CONFLICT (permit_id) DO NOTHING
+)
 SELECT inferplane_resolve_v1(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
 
 -- name: current_generation
@@ -306,8 +342,11 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
        token_bound, usd_bound, status, created_at,
        floor(extract(epoch FROM clock_timestamp() - created_at))::bigint AS age_s,
        tokens_committed, usd_committed, tokens_liability, usd_liability, bound_exceeded,
-       detail
-  FROM permits
+       detail, f.route, f.deployment, f.client, f.http_status, f.input AS input_tokens,
+       f.output AS output_tokens, f.cache_read AS cache_read_tokens,
+       f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
+       f.cache_write_unknown AS cache_write_unknown_tokens
+  FROM permits LEFT JOIN permit_facts f ON f.permit_id = permits.id
  WHERE (NOT %(pending_only)s OR status = 'pending')
    AND (%(older_than_s)s::bigint IS NULL
         OR created_at <= clock_timestamp() - %(older_than_s)s::bigint * interval '1 second')
@@ -322,13 +361,17 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
        token_bound, usd_bound, status, created_at,
        floor(extract(epoch FROM clock_timestamp() - created_at))::bigint AS age_s,
        tokens_committed, usd_committed, tokens_liability, usd_liability, bound_exceeded,
-       detail
-  FROM permits
+       detail, f.route, f.deployment, f.client, f.http_status, f.input AS input_tokens,
+       f.output AS output_tokens, f.cache_read AS cache_read_tokens,
+       f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
+       f.cache_write_unknown AS cache_write_unknown_tokens
+  FROM permits LEFT JOIN permit_facts f ON f.permit_id = permits.id
  WHERE (%(team_id)s::text IS NULL OR team_id = %(team_id)s)
    AND (%(key_id)s::text IS NULL OR key_id = %(key_id)s)
    AND (%(user)s::text IS NULL OR user_name = %(user)s)
    AND (%(model)s::text IS NULL OR model = %(model)s)
    AND (%(status)s::text IS NULL OR status = %(status)s)
+   AND (%(client)s::text IS NULL OR f.client = %(client)s)
    AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
    AND (%(before_at)s::timestamptz IS NULL

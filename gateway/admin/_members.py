@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, Response, Router, delete, get, put
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
 
 from gateway.admin._routes import (
@@ -173,8 +174,14 @@ async def get_member(request: AnyRequest, team: FromPath[str],
     return _tagged(view, view.revision)
 
 
+def _created(body: type) -> dict[int, ResponseSpec]:
+    """A PUT's answers: 200 when it replaced, 201 when it created."""
+    return {**WRITES, 201: ResponseSpec(body, description="created",
+                                        generate_examples=False)}
+
+
 @put("/teams/{team:str}/members/{user:str}", summary="Set a member's budget",
-     responses=WRITES)
+     responses=_created(MemberView))
 async def put_member(request: AnyRequest, team: FromPath[str], user: FromPath[Name],
                      data: JSONBody[MemberLimits]) -> Response[MemberView]:
     """Creates or replaces the user's budget within the team (every limit: a limit left
@@ -228,7 +235,7 @@ async def get_default_member(request: AnyRequest,
 
 
 @put("/teams/{team:str}/default-member", summary="Set a team's default member budget",
-     responses=WRITES)
+     responses=_created(DefaultMemberView))
 async def put_default_member(request: AnyRequest, team: FromPath[str],
                              data: JSONBody[MemberLimits]) -> Response[DefaultMemberView]:
     """Each user of the team without a budget of its own gets this budget, separately
@@ -280,7 +287,7 @@ async def get_user(request: AnyRequest, user: FromPath[str]) -> Response[UserVie
 
 
 @put("/users/{user:str}", summary="Create or replace a user and its budget across teams",
-     responses=WRITES)
+     responses=_created(UserView))
 async def put_user(request: AnyRequest, user: FromPath[Name],
                    data: JSONBody[UserPut]) -> Response[UserView]:
     """Every field is replaced (a limit left out is no cap). The budget binds the user's

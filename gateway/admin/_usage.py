@@ -9,8 +9,10 @@ Newest first, paged by an opaque cursor. The summary adds the same figures the w
 ``/v1/usage`` and the counters do: a settled permit its committed and, apart, its
 liability; a pending or invalid one its bounds as reserved; a request cancelled before
 dispatch is not counted as a request. So for one team and day the summary equals
-``/v1/usage`` to the µUSD. Not recorded (yet): the route, the deployment, the client
-tool and the tokens per class (they are in each replica's audit lines).
+``/v1/usage`` to the µUSD. With each permit the settlement also keeps (``permit_facts``,
+in its own statement) the route, the deployment that answered, the client tool its
+User-Agent names (``claude-code``, ``codex``, ``openai-python`` …) and the tokens per
+class the upstream reported; filter and group by the tool.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from gateway.operations import OperatorStore
 
 AnyRequest = Request[Any, Any, Any]
 Status = Literal["pending", "complete", "tokens_known", "uncertain", "invalid", "cancelled"]
-Group = Literal["team", "user", "key", "model"]
+Group = Literal["team", "user", "key", "model", "tool"]
 Bucket = Literal["day", "hour", "none"]
 
 Text = Annotated[str | None, QueryParameter(min_length=1, max_length=200)]
@@ -45,8 +47,12 @@ PageSize = Annotated[int, QueryParameter(ge=1, le=1000)]
 Cursor = Annotated[str | None, QueryParameter(
     pattern=r"^(?:[0-9a-f]{2}){1,200}$", description="the next_cursor of the previous page")]
 GroupBy = Annotated[str, QueryParameter(
-    pattern=r"^(?:team|user|key|model)(?:,(?:team|user|key|model)){0,3}$",
-    description="comma-separated: team, user, key, model")]
+    pattern=r"^(?:team|user|key|model|tool)(?:,(?:team|user|key|model|tool)){0,4}$",
+    description="comma-separated: team, user, key, model, tool (the client tool)")]
+Tool = Annotated[str | None, QueryParameter(
+    pattern=r"^[a-z0-9-]{1,40}$",
+    description="the client tool: claude-code, codex, openai-python, anthropic-python, "
+                "openai-node, anthropic-node, curl, httpx, requests, litellm, other")]
 
 
 class RequestView(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +72,21 @@ class RequestView(msgspec.Struct, frozen=True, kw_only=True):
     usd_liability: int | None
     bound_exceeded: bool
     detail: str | None
+    route: str | None = None
+    """``/v1/chat/completions``, ``/v1/responses``, ``/v1/embeddings``, ``/v1/messages``
+    (None: settled without the request's facts, e.g. by the journal replayer)."""
+    deployment: str | None = None
+    """``<provider>/<upstream model>`` that answered."""
+    tool: str | None = None
+    """The client tool its User-Agent names (``claude-code``, ``codex``, …, ``other``)."""
+    http_status: int | None = None
+    input_tokens: int | None = None
+    """Tokens per class, as the upstream reported them (None: no usage reported)."""
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_5m_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+    cache_write_unknown_tokens: int | None = None
 
 
 class RequestPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +124,7 @@ class SummaryRow(msgspec.Struct, frozen=True, kw_only=True):
     user: str | None = None
     key_id: str | None = None
     model: str | None = None
+    tool: str | None = None
     period: str | None = None
     """``2026-12-04`` (day), ``2026-12-04T13`` (hour, UTC), None (bucket none)."""
     requests: int = 0
@@ -132,7 +154,13 @@ def view(p: PermitInfo) -> RequestView:
                        usd_bound=p.usd_bound, tokens_committed=p.tokens_committed,
                        usd_committed=p.usd_committed, tokens_liability=p.tokens_liability,
                        usd_liability=p.usd_liability, bound_exceeded=p.bound_exceeded,
-                       detail=p.detail)
+                       detail=p.detail, route=p.route, deployment=p.deployment,
+                       tool=p.client, http_status=p.http_status,
+                       input_tokens=p.input_tokens, output_tokens=p.output_tokens,
+                       cache_read_tokens=p.cache_read_tokens,
+                       cache_write_5m_tokens=p.cache_write_5m_tokens,
+                       cache_write_1h_tokens=p.cache_write_1h_tokens,
+                       cache_write_unknown_tokens=p.cache_write_unknown_tokens)
 
 
 def cursor_of(p: PermitInfo) -> str:
@@ -160,7 +188,7 @@ def _aware(name: str, moment: datetime | None) -> datetime | None:
 async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
                   user: str | None, model: str | None, status: Status | None,
                   since: datetime | None, until: datetime | None,
-                  cursor: str | None) -> LogFilter:
+                  cursor: str | None, tool: str | None = None) -> LogFilter:
     """The filter, for an admin token (any team, key) or a key (itself only)."""
     gw: Gateway = request.app.state.gateway
     admin: AdminAccess = request.app.state.admin
@@ -175,8 +203,8 @@ async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
             found = await gw.key_store.get_team(team)
             team_id = found.id if found is not None else team
     return LogFilter(team_id=team_id, key_id=key_id, user=user, model=model, status=status,
-                     since=_aware("since", since), until=_aware("until", until),
-                     before=position(cursor))
+                     client=tool, since=_aware("since", since),
+                     until=_aware("until", until), before=position(cursor))
 
 
 async def _read(request: AnyRequest, f: LogFilter, limit: int | None) -> list[PermitInfo]:
@@ -200,10 +228,10 @@ async def list_requests(request: AnyRequest, team: Text = None, key_id: Text = N
                         user: Text = None, model: Text = None,
                         status: FromQuery[Status | None] = None, since: Moment = None,
                         until: Moment = None, cursor: Cursor = None,
-                        limit: PageSize = 100) -> RequestPage:
+                        limit: PageSize = 100, tool: Tool = None) -> RequestPage:
     """Admins (read token) see every permit; a key (``/v1/me/requests``) only its own."""
     f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
-                      status=status, since=since, until=until, cursor=cursor)
+                      status=status, since=since, until=until, cursor=cursor, tool=tool)
     rows = await _read(request, f, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -216,11 +244,11 @@ async def list_requests(request: AnyRequest, team: Text = None, key_id: Text = N
 async def export_requests(request: AnyRequest, team: Text = None, key_id: Text = None,
                           user: Text = None, model: Text = None,
                           status: FromQuery[Status | None] = None, since: Moment = None,
-                          until: Moment = None) -> Response[str]:
+                          until: Moment = None, tool: Tool = None) -> Response[str]:
     """The same rows and columns as the JSON list, newest first, one header line; money
     in integer µUSD, times in RFC 3339, an empty cell for null."""
     f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
-                      status=status, since=since, until=until, cursor=None)
+                      status=status, since=since, until=until, cursor=None, tool=tool)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(_COLUMNS)
@@ -236,17 +264,17 @@ def _cells(row: dict[str, Any]) -> Iterable[Any]:
 
 
 @get(["/admin/v1/requests/summary", "/v1/me/requests/summary"],
-     summary="The request log summed by team, user, key, model and day or hour",
+     summary="The request log summed by team, user, key, model, tool and day or hour",
      responses=_ERRORS)
 async def summarize_requests(request: AnyRequest, group_by: GroupBy = "team",
                              bucket: FromQuery[Bucket] = "day", team: Text = None,
                              key_id: Text = None, user: Text = None, model: Text = None,
                              status: FromQuery[Status | None] = None, since: Moment = None,
-                             until: Moment = None) -> Summary:
+                             until: Moment = None, tool: Tool = None) -> Summary:
     """Committed, liability and reserved per group and period, as ``/v1/usage`` counts
     them; rows sorted by period, then the groups."""
     f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
-                      status=status, since=since, until=until, cursor=None)
+                      status=status, since=since, until=until, cursor=None, tool=tool)
     groups: list[Group] = list(dict.fromkeys(group_by.split(",")))  # type: ignore[arg-type]
     totals: dict[tuple[Any, ...], dict[str, int]] = {}
     for p in await _read(request, f, None):
@@ -261,13 +289,16 @@ async def summarize_requests(request: AnyRequest, group_by: GroupBy = "team",
     return Summary(group_by=groups, bucket=bucket, data=rows)
 
 
-_FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model"}
+_FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model",
+          "tool": "tool"}
+_SOURCE = {"team": "team_id", "user": "user", "key": "key_id", "model": "model",
+           "tool": "client"}
 _SUMS = ("requests", "tokens_committed", "usd_committed", "tokens_liability",
          "usd_liability", "tokens_reserved", "usd_reserved")
 
 
 def _group_value(p: PermitInfo, group: Group) -> str | None:
-    value: str | None = getattr(p, _FIELD[group])
+    value: str | None = getattr(p, _SOURCE[group])
     return value
 
 

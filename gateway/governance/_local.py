@@ -88,11 +88,26 @@ _SETTLE_CHARGE = _SQL["settle_charge"].expect("committed", "liability", "permit_
 _INSERT_SETTLEMENT = _SQL["insert_settlement"].expect(
     "permit_id", "kind", "fingerprint", "tokens_committed", "usd_committed", "detail",
     "settled_us", "tokens_liability", "usd_liability", "bound_exceeded")
+_INSERT_FACTS = _SQL["insert_permit_facts"].expect(
+    "permit_id", "route", "deployment", "client", "http_status", "input", "output",
+    "cache_read", "cache_write_5m", "cache_write_1h", "cache_write_unknown")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_GRANTED = 100_000
 """Settlement hints kept at most (each a few hundred bytes; one per request in flight)."""
 T = TypeVar("T")
 log = logging.getLogger("mayu.governance")
+
+
+def _insert_facts(conn: sqlite3.Connection, permit_id: str, s: Settlement) -> None:
+    """The request log's facts of a settlement (route, deployment, client, status, tokens
+    per class), when it has any; once per permit."""
+    if s.facts is None and s.usage is None:
+        return
+    f, u = s.facts, s.usage
+    _INSERT_FACTS.execute_values(
+        conn, permit_id, f and f.route, f and f.deployment, f and f.client,
+        f and f.http_status, u and u.input, u and u.output, u and u.cache_read,
+        u and u.cache_write_5m, u and u.cache_write_1h, u and u.cache_write_unknown)
 
 
 class LocalGovernanceStore(SqliteBase):
@@ -234,6 +249,7 @@ class LocalGovernanceStore(SqliteBase):
                 conn, permit_id, str(s.kind), fingerprint, clamp(s.tokens_committed),
                 clamp(s.usd_committed), s.detail, now, clamp(s.tokens_liability),
                 clamp(s.usd_liability), int(s.bound_exceeded))
+            _insert_facts(conn, permit_id, s)
             return _result(permit_id, s, replay=False)
         result: SettleResult = await self._batcher.run(_settle, retry_alone=True)
         return result

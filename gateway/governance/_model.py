@@ -147,6 +147,18 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     detail: str = ""
 
 
+class RequestFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What the request log keeps of a request beyond its permit (``permit_facts``): the
+    route it came in by, the deployment that answered, the client tool its User-Agent
+    names and the HTTP status the client got. Never part of the settlement's figures or
+    fingerprint."""
+
+    route: str | None = None
+    deployment: str | None = None
+    client: str | None = None
+    http_status: int | None = None
+
+
 class Settlement(msgspec.Struct, frozen=True, kw_only=True):
     """One permit's settlement, computed once: the three figures and every counter's part.
 
@@ -166,6 +178,8 @@ class Settlement(msgspec.Struct, frozen=True, kw_only=True):
     commits: dict[str, int] = {}
     liabilities: dict[str, int] = {}
     usage: Usage | None = None
+    facts: RequestFacts | None = None
+    """For the request log only (with ``usage``'s classes): kept once per permit."""
 
 
 class SettleResult(msgspec.Struct, frozen=True, kw_only=True):

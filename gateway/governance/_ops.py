@@ -43,6 +43,20 @@ class PermitInfo(msgspec.Struct, frozen=True, kw_only=True):
     bound_exceeded: bool = False
     detail: str | None = None
     """The settlement's detail (for an operator resolution: who and why)."""
+    route: str | None = None
+    """The request log's facts (``permit_facts``; None when the settlement carried none):
+    the route it came in by, the deployment that answered, the client tool its
+    User-Agent names, the HTTP status the client got, and the tokens per class the
+    upstream reported."""
+    deployment: str | None = None
+    client: str | None = None
+    http_status: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_5m_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+    cache_write_unknown_tokens: int | None = None
 
 
 class LogFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,6 +67,8 @@ class LogFilter(msgspec.Struct, frozen=True, kw_only=True):
     user: str | None = None
     model: str | None = None
     status: str | None = None
+    client: str | None = None
+    """The client tool (``claude-code``, ``codex``, ``openai-python`` …)."""
     since: datetime | None = None
     """Admitted at or after."""
     until: datetime | None = None
@@ -96,7 +112,14 @@ def _permit_info(row: sqlite3.Row, now_us: int) -> PermitInfo:
         tokens_liability=None if pending else row["tokens_liability"],
         usd_liability=None if pending else row["usd_liability"],
         bound_exceeded=bool(row["bound_exceeded"]),
-        detail=None if pending else row["detail"])
+        detail=None if pending else row["detail"],
+        **{name: row[name] for name in FACTS})
+
+
+FACTS = ("route", "deployment", "client", "http_status", "input_tokens", "output_tokens",
+         "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
+         "cache_write_unknown_tokens")
+"""The request log's facts every permit read carries (:class:`PermitInfo`)."""
 
 
 def local_permits(conn: sqlite3.Connection, now_us: int, *, pending_only: bool,
@@ -116,7 +139,8 @@ def local_request_log(conn: sqlite3.Connection, now_us: int, f: LogFilter,
                       limit: int | None) -> list[PermitInfo]:
     """Permits newest first, filtered (the request log)."""
     params = {"team_id": f.team_id, "key_id": f.key_id, "user": f.user, "model": f.model,
-              "status": f.status, "since_us": _us(f.since), "until_us": _us(f.until),
+              "status": f.status, "client": f.client, "since_us": _us(f.since),
+              "until_us": _us(f.until),
               "before_us": _us(f.before[0]) if f.before else None,
               "before_id": f.before[1] if f.before else None, "limit": limit}
     return [_permit_info(r, now_us) for r in _SQL["request_log"].execute(conn, params)]

@@ -74,8 +74,25 @@ def _refusal(raw: dict[str, Any]) -> Refusal:
 def _settlement_body(settlement: Settlement) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(settlement)
     body.pop("usage", None)
+    body.pop("facts", None)
     body["fingerprint"] = settlement_fingerprint(settlement)
     return body
+
+
+def _facts_json(items: list[tuple[str, Settlement]]) -> str:
+    """The request log's facts of these settlements (``permit_facts`` rows): those
+    with facts or reported usage; the settle statement inserts them beside the call."""
+    rows = []
+    for permit_id, s in items:
+        if s.facts is None and s.usage is None:
+            continue
+        row: dict[str, Any] = {"permit_id": permit_id}
+        if s.facts is not None:
+            row.update(msgspec.to_builtins(s.facts))
+        if s.usage is not None:
+            row.update(msgspec.to_builtins(s.usage))
+        rows.append(row)
+    return _encode(rows).decode()
 
 
 _encode = msgspec.json.Encoder().encode
@@ -222,7 +239,7 @@ class PostgresGovernanceStore:
         t.admitted += len(requests)
         t.settlement_calls += 1
         t.settled += len(items)
-        params = {"items": _settlements_json(items),
+        params = {"items": _settlements_json(items), "facts": _facts_json(items),
                   "requests": msgspec.json.encode(requests).decode()}
         async with self._held.connection() as conn:
             row = await fetch_one(conn, sql.queries["settle_admit"], params)
@@ -248,7 +265,8 @@ class PostgresGovernanceStore:
         self.tally.settled += len(items)
         async with self._held.connection() as conn:
             row = await fetch_one(conn, sql.queries["settle_batch"],
-                                  {"items": _settlements_json(items)})
+                                  {"items": _settlements_json(items),
+                                   "facts": _facts_json(items)})
         assert row is not None
         return _settle_results(items, row["results"])
 
@@ -261,7 +279,8 @@ class PostgresGovernanceStore:
     async def _settle(self, query: str, permit_id: str,
                       settlement: Settlement) -> SettleResult:
         """One call (the caller has run :func:`_check`)."""
-        params = {"permit_id": permit_id, "settlement": _settlement_json(settlement)}
+        params = {"permit_id": permit_id, "settlement": _settlement_json(settlement),
+                  "facts": _facts_json([(permit_id, settlement)])}
         async with self._held.connection() as conn:
             row = await fetch_one(conn, sql.queries[query], params)
         assert row is not None
@@ -362,7 +381,8 @@ class PostgresGovernanceStore:
         if f.before is not None and not _is_uuid(f.before[1]):
             return []
         params = {"team_id": f.team_id, "key_id": f.key_id, "user": f.user,
-                  "model": f.model, "status": f.status, "since": f.since, "until": f.until,
+                  "model": f.model, "status": f.status, "client": f.client,
+                  "since": f.since, "until": f.until,
                   "before_at": f.before[0] if f.before else None,
                   "before_id": f.before[1] if f.before else None, "limit": limit}
         async with connection(self._pool) as conn:

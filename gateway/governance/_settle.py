@@ -109,4 +109,4 @@ def split_settlement(request: AdmissionRequest, s: Settlement) -> Settlement:
                       tokens_committed=s.tokens_committed, usd_committed=s.usd_committed,
                       tokens_liability=s.tokens_liability, usd_liability=s.usd_liability,
                       bound_exceeded=s.bound_exceeded, commits=commits,
-                      liabilities=liabilities)
+                      liabilities=liabilities, facts=s.facts)

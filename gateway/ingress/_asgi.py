@@ -27,6 +27,7 @@ from litestar.exceptions import LitestarException
 
 from gateway.ingress._attempt import Call, new_request_id
 from gateway.ingress._bounds import input_bound, input_classes
+from gateway.ingress._client import client_tool
 from gateway.ingress._context import Gateway
 from gateway.ingress._dispatch import dispatch
 from gateway.ingress._prepare import (
@@ -123,7 +124,7 @@ class Generation:
             output_bound=out, usd_bound=usd_bound_of(out), usd_bound_of=usd_bound_of,
             client_headers={h: headers[h] for h in _FORWARDED if h in headers},
             deployments=target.deployments, request_id=rid, key_hash=key_hash,
-            input_classes=classes)
+            input_classes=classes, client=client_tool(headers.get("user-agent")))
         reply = await dispatch(call)
         gw.metrics.request_done(self.template, reply.status)
         return reply

@@ -36,12 +36,14 @@ from gateway.governance import (
     Permit,
     Refusal,
     Refused,
+    RequestFacts,
     Settlement,
     SettleResult,
     build_request,
     tpm_estimate,
 )
 from gateway.ingress._bounds import off_loop
+from gateway.ingress._client import ROUTES
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import CAPPED, names_output_limit, output_bound, output_cap
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
@@ -119,6 +121,8 @@ class Call:
     client_body: bytes = b""
     off_loop_tried: bool = False
     """The input was offered to the off-loop count (``_bounds.off_loop``, once per call)."""
+    client: str | None = None
+    """The client tool its User-Agent names (gateway.ingress._client), for the log."""
 
     def __post_init__(self) -> None:
         self.byte_input_bound = self.byte_input_bound or self.input_bound
@@ -357,6 +361,10 @@ class Attempt:
         except InvalidUsage as exc:
             outcome = Outcome(kind=OutcomeKind.INVALID, detail=str(exc))
             settlement = gw.governor.settlement(self.permit, outcome)
+        settlement = msgspec.structs.replace(settlement, facts=RequestFacts(
+            route=ROUTES.get(call.endpoint), client=call.client, http_status=status,
+            deployment=f"{self.deployment.provider}/"
+                       f"{self.deployment.upstream_model or call.model.name}"))
         self.settlement = settlement
         if settlement.bound_exceeded:
             self._bound_exceeded(settlement)

@@ -5,7 +5,8 @@ Revises:
 Create Date: 2026-12-04
 
 Installs ``sql/schema.sql`` (tables and indexes), ``sql/key_rotations.sql`` (key
-rotations), ``sql/members.sql`` (member and user budgets), ``sql/governance.sql``
+rotations), ``sql/members.sql`` (member and user budgets), ``sql/request_log.sql`` (the
+request log's facts), ``sql/governance.sql``
 (admission and settlement) and ``sql/lease.sql`` (the lease ledger), as they are in this
 release. Every later change is a new revision on top of this one (CONTRIBUTING.md); a
 database created by a pre-release build (revision ``0009``) is converted to this revision by
@@ -24,8 +25,8 @@ branch_labels = None
 depends_on = None
 
 # Dependents first.
-_TABLES = ("team_members", "users", "key_rotations", "lease_grants", "lease_dataplanes",
-           "alert_events", "permit_segments", "permits",
+_TABLES = ("permit_facts", "team_members", "users", "key_rotations", "lease_grants",
+           "lease_dataplanes", "alert_events", "permit_segments", "permits",
            "authority_accounts", "counters", "policy_changes", "policy_generations",
            "policy_state", "bootstrap_declarations", "keys", "teams", "authority_namespace")
 

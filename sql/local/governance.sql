@@ -56,6 +56,14 @@ CREATE TABLE IF NOT EXISTS gov_settlements (
     bound_exceeded INTEGER NOT NULL DEFAULT 0,
     resolved_us INTEGER                      -- a later exact figure replaced the liability
 );
+-- The request log's facts beyond a permit (Postgres: sql/request_log.sql): route,
+-- deployment, client tool, HTTP status and the tokens per class the upstream reported.
+CREATE TABLE IF NOT EXISTS gov_permit_facts (
+    permit_id TEXT PRIMARY KEY,
+    route TEXT, deployment TEXT, client TEXT, http_status INTEGER,
+    input INTEGER, output INTEGER, cache_read INTEGER, cache_write_5m INTEGER,
+    cache_write_1h INTEGER, cache_write_unknown INTEGER
+);
 
 -- name: counter
 -- One counter, its columns in CounterState's field order (gateway/governance/_counters.py).
@@ -141,6 +149,13 @@ INSERT INTO gov_settlements (permit_id, kind, fingerprint, tokens_committed, usd
 VALUES (:permit_id, :kind, :fingerprint, :tokens_committed, :usd_committed, :detail,
         :settled_us, :tokens_liability, :usd_liability, :bound_exceeded)
 
+-- name: insert_permit_facts
+INSERT OR IGNORE INTO gov_permit_facts (permit_id, route, deployment, client, http_status,
+                                        input, output, cache_read, cache_write_5m,
+                                        cache_write_1h, cache_write_unknown)
+VALUES (:permit_id, :route, :deployment, :client, :http_status, :input, :output,
+        :cache_read, :cache_write_5m, :cache_write_1h, :cache_write_unknown)
+
 -- name: settled_permit
 -- A settled permit's request and outcome kind (resolving its liability).
 SELECT p.request, s.kind
@@ -166,8 +181,12 @@ SELECT id FROM gov_permits WHERE status = 'pending' ORDER BY created_us
 SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
        p.usd_bound, p.created_us, coalesce(s.kind, 'pending') AS status,
        s.tokens_committed, s.usd_committed, s.detail, s.tokens_liability,
-       s.usd_liability, s.bound_exceeded
+       s.usd_liability, s.bound_exceeded, f.route, f.deployment, f.client, f.http_status,
+       f.input AS input_tokens, f.output AS output_tokens, f.cache_read AS cache_read_tokens,
+       f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
+       f.cache_write_unknown AS cache_write_unknown_tokens
   FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
+       LEFT JOIN gov_permit_facts f ON f.permit_id = p.id
  WHERE p.id = :id
 
 -- name: permits
@@ -176,8 +195,12 @@ SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
 SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
        p.usd_bound, p.created_us, coalesce(s.kind, 'pending') AS status,
        s.tokens_committed, s.usd_committed, s.detail, s.tokens_liability,
-       s.usd_liability, s.bound_exceeded
+       s.usd_liability, s.bound_exceeded, f.route, f.deployment, f.client, f.http_status,
+       f.input AS input_tokens, f.output AS output_tokens, f.cache_read AS cache_read_tokens,
+       f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
+       f.cache_write_unknown AS cache_write_unknown_tokens
   FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
+       LEFT JOIN gov_permit_facts f ON f.permit_id = p.id
  WHERE (NOT :pending_only OR p.status = 'pending')
    AND (:created_before IS NULL OR p.created_us <= :created_before)
  ORDER BY p.created_us, p.id
@@ -190,12 +213,17 @@ SELECT * FROM (
     SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
            p.usd_bound, p.created_us, coalesce(s.kind, 'pending') AS status,
            s.tokens_committed, s.usd_committed, s.detail, s.tokens_liability,
-           s.usd_liability, s.bound_exceeded
+           s.usd_liability, s.bound_exceeded, f.route, f.deployment, f.client, f.http_status,
+           f.input AS input_tokens, f.output AS output_tokens, f.cache_read AS cache_read_tokens,
+           f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
+           f.cache_write_unknown AS cache_write_unknown_tokens
       FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
+           LEFT JOIN gov_permit_facts f ON f.permit_id = p.id
      WHERE (:team_id IS NULL OR p.team_id = :team_id)
        AND (:key_id IS NULL OR p.key_id = :key_id)
        AND (:user IS NULL OR p.user = :user)
        AND (:model IS NULL OR p.model = :model)
+       AND (:client IS NULL OR f.client = :client)
        AND (:since_us IS NULL OR p.created_us >= :since_us)
        AND (:until_us IS NULL OR p.created_us < :until_us)
        AND (:before_us IS NULL OR p.created_us < :before_us

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 TABLES = {"authority_namespace", "teams", "keys", "bootstrap_declarations", "policy_state",
           "policy_generations", "policy_changes", "counters", "authority_accounts",
           "permits", "permit_segments", "lease_dataplanes", "lease_grants", "alert_events",
-          "key_rotations", "users", "team_members"}
+          "key_rotations", "users", "team_members", "permit_facts"}
 
 
 def _tables(dsn: str) -> set[str]:

@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 
 import sql
 from gateway.governance import AdmissionRequest, Charge, OutcomeKind
-from gateway.governance._postgres import _settlement_json, _settlements_json
+from gateway.governance._postgres import _facts_json, _settlement_json, _settlements_json
 from tests.conftest import create_database, drop_database, dsn_for
 from tests.settling import Exact, exact, settlement
 
@@ -100,18 +100,20 @@ class _Calls:
         items = [(pid, settlement(r, what)) for pid, r in granted]
         if len(items) > 1:
             self.conn.execute(sql.queries["settle_batch"],
-                              {"items": _settlements_json(items)})
+                              {"items": _settlements_json(items),
+                               "facts": _facts_json(items)})
         else:
             [(pid, s)] = items
             self.conn.execute(sql.queries["settle_one"],
-                              {"permit_id": pid, "settlement": _settlement_json(s)})
+                              {"permit_id": pid, "settlement": _settlement_json(s),
+                               "facts": _facts_json(items)})
 
     def settle_admit(self, granted: Granted, size: int) -> Granted:
         """``settle_admit``: ``granted`` settled, then ``size`` requests admitted."""
         items = [(pid, settlement(r, _EXACT)) for pid, r in granted]
         reqs = self._requests(size)
         [row] = self.conn.execute(sql.queries["settle_admit"], {
-            "items": _settlements_json(items),
+            "items": _settlements_json(items), "facts": _facts_json(items),
             "requests": msgspec.json.encode(reqs).decode()}).fetchall()
         return [(d["permit_id"], r)
                 for d, r in zip(row["results"]["admitted"], reqs, strict=True)]
@@ -120,7 +122,8 @@ class _Calls:
         """``resolve``: each permit (settled uncertain) given its exact figures."""
         for pid, r in granted:
             self.conn.execute(sql.queries["resolve"], {
-                "permit_id": pid, "settlement": _settlement_json(settlement(r, _EXACT))})
+                "permit_id": pid, "settlement": _settlement_json(settlement(r, _EXACT)),
+                "facts": "[]"})
 
 
 def _each_query(calls: _Calls, size: int) -> Iterator[tuple[str, int, Callable[[], Any]]]:

@@ -1,0 +1,23 @@
+-- The request log's facts beyond a permit: the route a request came in by, the deployment
+-- that answered it, the client tool its User-Agent names (claude-code, codex,
+-- openai-python, …), the HTTP status the client got, and the tokens the upstream reported
+-- per class. Written by the settlement's own statement (a data-modifying CTE beside the
+-- settle call: no extra round trip), once per permit; a permit settled by the journal
+-- replayer, at shutdown or by an operator may have none (the log shows them unknown).
+-- Added after the last pre-release revision (0009): converting such a database creates
+-- this table (gateway.schema.convert_prerelease).
+CREATE TABLE permit_facts (
+    permit_id            uuid PRIMARY KEY,
+    route                text,
+    deployment           text,
+    client               text,
+    http_status          integer,
+    input                bigint,
+    output               bigint,
+    cache_read           bigint,
+    cache_write_5m       bigint,
+    cache_write_1h       bigint,
+    cache_write_unknown  bigint
+);
+-- A key's last use (the admin API's last_used_at): its newest permit.
+CREATE INDEX permits_key_created_idx ON permits (key_id, created_at);
