@@ -11,11 +11,12 @@ database driver or server).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -306,6 +307,25 @@ async def _adopt(governor: Governor, path: str) -> None:
                     "waiting for the store, replayed at the next start", path, left)
 
 
+def _start_retention(settings: Settings, store: GovernanceStore, stack: AsyncExitStack,
+                     worker: tuple[int, int] | None) -> None:
+    """With ``governance_store.retention_days``, prune the request log hourly
+    (gateway/governance/_retention.py); one worker of a ``mayu serve`` does it."""
+    days = settings.governance_store.retention_days
+    if days is None or (worker is not None and worker[0] != 0):
+        return
+    from gateway.governance._retention import Prunable, prune_forever
+
+    prunable: Prunable = store  # type: ignore[assignment]  # both stores prune
+    task = asyncio.get_running_loop().create_task(prune_forever(prunable, days))
+
+    async def stop() -> None:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+    stack.push_async_callback(stop)
+
+
 def create_app(settings: Settings, *, components: Components | None = None,
                worker: tuple[int, int] | None = None,
                adopt_journals: bool = False) -> Litestar:
@@ -351,6 +371,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
         orphans = orphan_journals(base, worker) if adopt_journals else []
         governor = await _start_governor(settings, comps.governance, metrics, audit, stack,
                                          alerts, orphans)
+        _start_retention(settings, comps.governance, stack, worker)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,

@@ -567,3 +567,26 @@ VALUES (%(team_id)s, %(user_name)s, %(tokens_per_day)s, %(usd_micros_per_day)s,
         %(usd_micros_per_month)s, %(revision)s, %(created_at)s, %(updated_at)s)
 ON CONFLICT DO NOTHING
 RETURNING *
+
+-- name: prune_permits
+-- Request-log retention (gateway/governance/_retention.py): settled permits admitted
+-- before %(before)s whose month window has ended (month < %(month)s), with their
+-- segments and facts, oldest first, at most %(limit)s per call. Pending permits are
+-- never pruned, nor any of an open month (the counters hold their windows' figures; the
+-- permits only explain them). One replica at a time (a transaction advisory lock: a
+-- replica that does not get it prunes nothing this time).
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock(4651238117002) AS got
+), doomed AS (
+    SELECT id FROM permits
+     WHERE (SELECT got FROM lock) AND status <> 'pending'
+       AND month < %(month)s AND created_at < %(before)s
+     ORDER BY created_at LIMIT %(limit)s
+), segments AS (
+    DELETE FROM permit_segments WHERE permit_id IN (SELECT id FROM doomed)
+), facts AS (
+    DELETE FROM permit_facts WHERE permit_id IN (SELECT id FROM doomed)
+), gone AS (
+    DELETE FROM permits WHERE id IN (SELECT id FROM doomed) RETURNING 1
+)
+SELECT count(*)::bigint AS pruned FROM gone

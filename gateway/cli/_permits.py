@@ -175,6 +175,25 @@ def _permits_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _permits_prune(args: argparse.Namespace) -> int:
+    from gateway.governance._retention import cutoff, prune
+
+    days = args.older_than_days or load_settings(args.config).governance_store.retention_days
+    if days is None:
+        raise ConfigError("--older-than-days: give it, or set "
+                          "governance_store.retention_days in the config")
+    before, month = cutoff(days)
+    gone = _run(args, lambda store: prune(store, days))
+    if args.json:
+        _print_json({"pruned": gone, "admitted_before": before.isoformat(),
+                     "months_before": month})
+    else:
+        print(f"pruned {gone} settled permits admitted before {before:%Y-%m-%d %H:%M} UTC "
+              f"of months before {month} (their segments and request-log facts with "
+              "them; pending permits and the current month are never pruned)")
+    return 0
+
+
 class _JournalLine(msgspec.Struct, frozen=True):
     """One unreadable line of a replica's journal, as ``permits list`` shows it."""
 
@@ -534,6 +553,13 @@ def _register_permits(subparsers: Any) -> None:
                               "even when not listed (default: this config's journal and "
                               "its workers', when present; the lines a restarted gateway "
                               "kept in FILE.rejected included)")
+    pruning = _add(sub, "prune", _permits_prune, "delete settled permits past the "
+                   "request log's retention (of ended months only), with their segments "
+                   "and facts")
+    pruning.add_argument("--older-than-days", type=_positive, metavar="N",
+                         help="admitted more than N days ago (default: "
+                              "governance_store.retention_days)")
+    pruning.add_argument("--json", action="store_true", help="print JSON")
     resolve = _add(sub, "resolve", _permits_resolve, "settle a permit: uncertain (bounds "
                    "become liability), cancelled (refund), or at an exact usage/cost",
                    _RESOLVE)

@@ -177,6 +177,11 @@ class GovernanceStoreSettings(_Base, frozen=True):
     """Local (and lease) profile: at most this many admissions and settlements pending
     at once share one SQLite transaction (each still decided on its own, in order). A
     lone one always runs at once. 1: every operation its own transaction."""
+    retention_days: Annotated[int, msgspec.Meta(ge=1, le=36500)] | None = None
+    """Request-log retention: settled permits (and their segments and facts) admitted
+    more than this many days ago are deleted hourly, once their month window has ended
+    (never a pending permit, never one of the current UTC month). None: kept forever.
+    ``mayu permits prune`` prunes on demand (gateway/governance/_retention.py)."""
 
 
 class DatabaseSettings(_Base, frozen=True):

@@ -376,6 +376,19 @@ class LocalGovernanceStore(SqliteBase):
                                  older_than_s=older_than_s, limit=limit)
         return await self._run(_list, write=False)
 
+    async def prune_permits(self, *, before: datetime, month: str, limit: int) -> int:
+        """Request-log retention: as :meth:`PostgresGovernanceStore.prune_permits`."""
+        before_us = (before - _EPOCH) // timedelta(microseconds=1)
+
+        def _prune(conn: sqlite3.Connection) -> int:
+            ids = [(r["id"],) for r in _SQL["prunable_permits"].execute(
+                conn, {"before_us": before_us, "month": month, "limit": limit})]
+            for name in ("prune_charges", "prune_settlement", "prune_facts",
+                         "prune_permit"):
+                _SQL[name].executemany(conn, ({"id": i} for (i,) in ids))
+            return len(ids)
+        return await self._run(_prune)
+
     async def request_log(self, f: LogFilter, *, limit: int | None) -> list[PermitInfo]:
         """Permits newest first, filtered (the request log)."""
         def _list(conn: sqlite3.Connection) -> list[PermitInfo]:

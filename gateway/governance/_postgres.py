@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -388,6 +389,16 @@ class PostgresGovernanceStore:
         async with connection(self._pool) as conn:
             rows = await fetch_all(conn, sql.queries["request_log"], params)
         return [PermitInfo(**r) for r in rows]
+
+    async def prune_permits(self, *, before: datetime, month: str, limit: int) -> int:
+        """Request-log retention: delete up to ``limit`` settled permits admitted before
+        ``before`` of a month before ``month`` (with their segments and facts); how many
+        went (0 when another replica is pruning)."""
+        async with connection(self._pool) as conn:
+            row = await fetch_one(conn, sql.queries["prune_permits"],
+                                  {"before": before, "month": month, "limit": limit})
+        assert row is not None
+        return int(row["pruned"])
 
     async def frozen(self) -> list[FrozenCounter]:
         """Frozen money windows and accounts, with the invalid permit that froze each."""

@@ -310,3 +310,22 @@ SELECT counter, reserved, committed, liability, frozen_by FROM gov_counters
  WHERE kind <> 'bucket' AND counter IN (
        SELECT g.counter FROM gov_charges g JOIN gov_permits p ON p.id = g.permit_id
         WHERE p.month = :month AND p.status <> 'pending')
+
+-- name: prunable_permits
+-- Request-log retention: settled permits admitted before :before_us whose month window
+-- has ended (month < :month), oldest first, at most :limit (see sql/queries.sql).
+SELECT id FROM gov_permits
+ WHERE status <> 'pending' AND month < :month AND created_us < :before_us
+ ORDER BY created_us LIMIT :limit
+
+-- name: prune_charges
+DELETE FROM gov_charges WHERE permit_id = :id
+
+-- name: prune_settlement
+DELETE FROM gov_settlements WHERE permit_id = :id
+
+-- name: prune_facts
+DELETE FROM gov_permit_facts WHERE permit_id = :id
+
+-- name: prune_permit
+DELETE FROM gov_permits WHERE id = :id
