@@ -590,3 +590,10 @@ WITH lock AS (
     DELETE FROM permits WHERE id IN (SELECT id FROM doomed) RETURNING 1
 )
 SELECT count(*)::bigint AS pruned FROM gone
+
+-- name: keys_last_used
+-- Each key's newest permit (the admin API's last_used_at): one index probe per key
+-- (permits_key_created_idx).
+SELECT k AS key_id,
+       (SELECT max(created_at) FROM permits WHERE key_id = k) AS last_used_at
+  FROM unnest(%(keys)s::text[]) AS k

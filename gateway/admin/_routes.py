@@ -14,6 +14,7 @@ Errors are in OpenAI's shape, like every non-Anthropic route. ``docs/admin-api.m
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -57,6 +58,7 @@ from gateway.ingress._prepare import presented_key, resolve_principal
 from gateway.keys import KeyRecord, Rotation, TeamLimits, hash_key
 
 AnyRequest = Request[Any, Any, Any]
+log = logging.getLogger("mayu.admin")
 PageSize = Annotated[int, QueryParameter(ge=1, le=500, description="page size (1-500)")]
 Cursor = Annotated[str | None, QueryParameter(
     pattern=r"^(?:[0-9a-f]{2}){1,200}$",
@@ -189,7 +191,20 @@ async def list_keys(request: AnyRequest, team: FromQuery[str | None] = None,
     chosen = [v for v in views if (user is None or v.user == user)
               and (status is None or v.status == status)]
     items, next_cursor = page(chosen, [v.key_id for v in chosen], after=after, limit=limit)
-    return KeyPage(data=items, next_cursor=next_cursor)
+    return KeyPage(data=await _with_last_use(request, items), next_cursor=next_cursor)
+
+
+async def _with_last_use(request: AnyRequest, views: list[KeyView]) -> list[KeyView]:
+    """The views with ``last_used_at`` from the request log (left out when the
+    governance store cannot answer: the key store's answer still stands)."""
+    gw = _gateway(request)
+    try:
+        used: dict[str, datetime] = await gw.governance.last_used(  # type: ignore[attr-defined]
+            [v.key_id for v in views])
+    except Exception:  # the governance store down: the keys are still worth listing
+        log.warning("last_used_at: the governance store did not answer", exc_info=True)
+        return views
+    return [msgspec.structs.replace(v, last_used_at=used.get(v.key_id)) for v in views]
 
 
 @post("/keys", summary="Create a key (its secret is in this answer only)", status_code=201,
@@ -215,7 +230,8 @@ async def get_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyVie
     found = await _store(_gateway(request).key_store.get_key(key_id))
     if found is None:
         raise NotFound(f"key {key_id!r} does not exist")
-    return _tagged(key_view(found))
+    [view] = await _with_last_use(request, [key_view(found)])
+    return _tagged(view)
 
 
 @patch("/keys/{key_id:str}", summary="Edit a key (name, user, models, limits, expiry)",

@@ -73,6 +73,9 @@ class KeyView(msgspec.Struct, frozen=True, kw_only=True):
     status: KeyStatus
     revision: int
     created_at: datetime | None
+    last_used_at: datetime | None = None
+    """When the key was last admitted (its newest request in the log; None: never, or
+    not since the log's retention pruned it)."""
 
 
 class KeyCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -376,6 +376,17 @@ class LocalGovernanceStore(SqliteBase):
                                  older_than_s=older_than_s, limit=limit)
         return await self._run(_list, write=False)
 
+    async def last_used(self, key_ids: list[str]) -> dict[str, datetime]:
+        """As :meth:`PostgresGovernanceStore.last_used`."""
+        def _read(conn: sqlite3.Connection) -> dict[str, datetime]:
+            found = {}
+            for key_id in key_ids:
+                row = _SQL["key_last_used"].execute(conn, {"key_id": key_id}).fetchone()
+                if row["last_us"] is not None:
+                    found[key_id] = _EPOCH + timedelta(microseconds=row["last_us"])
+            return found
+        return await self._run(_read, write=False)
+
     async def prune_permits(self, *, before: datetime, month: str, limit: int) -> int:
         """Request-log retention: as :meth:`PostgresGovernanceStore.prune_permits`."""
         before_us = (before - _EPOCH) // timedelta(microseconds=1)

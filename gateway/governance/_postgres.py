@@ -390,6 +390,13 @@ class PostgresGovernanceStore:
             rows = await fetch_all(conn, sql.queries["request_log"], params)
         return [PermitInfo(**r) for r in rows]
 
+    async def last_used(self, key_ids: list[str]) -> dict[str, datetime]:
+        """When each key was last admitted (its newest permit; absent: never, or every
+        permit of it pruned)."""
+        async with connection(self._pool) as conn:
+            rows = await fetch_all(conn, sql.queries["keys_last_used"], {"keys": key_ids})
+        return {r["key_id"]: r["last_used_at"] for r in rows if r["last_used_at"]}
+
     async def prune_permits(self, *, before: datetime, month: str, limit: int) -> int:
         """Request-log retention: delete up to ``limit`` settled permits admitted before
         ``before`` of a month before ``month`` (with their segments and facts); how many

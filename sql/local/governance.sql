@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS gov_permits (
 );
 CREATE INDEX IF NOT EXISTS gov_permits_day ON gov_permits(day);
 CREATE INDEX IF NOT EXISTS gov_permits_month ON gov_permits(month);
+CREATE INDEX IF NOT EXISTS gov_permits_key_created ON gov_permits(key_id, created_us);
 CREATE TABLE IF NOT EXISTS gov_charges (
     permit_id TEXT NOT NULL REFERENCES gov_permits(id),
     seq INTEGER NOT NULL,
@@ -329,3 +330,7 @@ DELETE FROM gov_permit_facts WHERE permit_id = :id
 
 -- name: prune_permit
 DELETE FROM gov_permits WHERE id = :id
+
+-- name: key_last_used
+-- A key's newest permit, µs since the epoch (the admin API's last_used_at).
+SELECT max(created_us) AS last_us FROM gov_permits WHERE key_id = :key_id

@@ -73,7 +73,8 @@ async def test_the_log_keeps_route_deployment_tool_status_and_classes(
     assert (await c.post("/admin/v1/teams", json={"name": "t"}, headers=admin)
             ).status_code == 201
     made = await c.post("/admin/v1/keys", json={"team": "t"}, headers=admin)
-    key = made.json()["secret"]
+    key, key_id = made.json()["secret"], made.json()["key"]["key_id"]
+    assert made.json()["key"]["last_used_at"] is None
     answers: dict[str, dict[str, Any]] = {}
     for tool, agent in AGENTS.items():
         headers = {"Authorization": f"Bearer {key}", "User-Agent": agent}
@@ -127,3 +128,9 @@ async def test_the_log_keeps_route_deployment_tool_status_and_classes(
         {t: str(r["input_tokens"]) for t, r in rows.items()}
     bad = await c.get("/admin/v1/requests", params={"tool": "Not A Tool!"}, headers=reader)
     assert bad.status_code == 400
+
+    # The key's last use is its newest request in the log.
+    newest = max(row["created_at"] for row in rows.values())
+    got = (await c.get(f"/admin/v1/keys/{key_id}", headers=reader)).json()
+    listed = (await c.get("/admin/v1/keys", headers=reader)).json()["data"]
+    assert got["last_used_at"] == newest == listed[0]["last_used_at"]
