@@ -1,5 +1,5 @@
-"""Usage: spend and tokens over time, stacked by model, user, key or team, for every
-team or one, and two teams or two users side by side.
+"""Usage: spend and tokens over time, stacked by model, client tool, user, key or team,
+for every team or one, and two teams or two users side by side.
 
 Every figure is ``GET /admin/v1/requests/summary`` (a key holder's own:
 ``/v1/me/requests/summary``) with the page's group, bucket and range: committed µUSD
@@ -25,12 +25,13 @@ from gateway.console._format import count, money
 from gateway.console._web import page, signed_in
 
 AnyRequest = Request[Any, Any, Any]
-ADMIN_GROUPS = ("model", "user", "key", "team")
-OWN_GROUPS = ("model", "user")
+ADMIN_GROUPS = ("model", "tool", "user", "key", "team")
+OWN_GROUPS = ("model", "tool", "user")
 BUCKETS = ("auto", "day", "hour")
 COMPARE = ("", "team", "user")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model"}
+_FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model",
+          "tool": "tool"}
 _DEFAULT_DAYS = 30
 _HOURLY_UP_TO = timedelta(days=7)
 

@@ -61,11 +61,12 @@ def _post(gateway: Proc, path: str, body: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def spent(gateway: Proc) -> dict[str, Any]:
-    """Team research, key of user bo: 2 openai SDK calls, 2 anthropic SDK calls and one
+    """Team research ($100 a day), key of user bo: 2 openai SDK calls, 2 anthropic SDK calls and one
     cut stream (uncertain); team ops, one openai call (for the comparison)."""
     out: dict[str, Any] = {}
     for team, user in (("research", "bo"), ("ops", "cy")):
-        _post(gateway, "/admin/v1/teams", {"name": team})
+        _post(gateway, "/admin/v1/teams", {"name": team,
+                                           "limits": {"usd_micros_per_day": 100_000_000}})
         out[team] = _post(gateway, "/admin/v1/keys", {"team": team, "user": user})["secret"]
     oa = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=out["research"], max_retries=0)
     an = anthropic.Anthropic(base_url=gateway.url, api_key=out["research"], max_retries=0)
@@ -99,7 +100,8 @@ def test_usage_draws_the_api_figures_to_the_micro_dollar(page: Any, gateway: Pro
                                                          shots: Path) -> None:
     """Usage for team research stacked by model: the drawn µUSD per model equal the
     summary API's, their total /v1/usage's team day; every segment's tooltip is its
-    exact µUSD; comparing research with ops draws two panels on one scale."""
+    exact µUSD; stacked by client tool, the openai and anthropic SDKs' spend apart as
+    the API sums it; comparing research with ops draws two panels on one scale."""
     sign_in(page, WRITE)
     page.goto("/console/usage")
     page.get_by_label("Team", exact=True).select_option("research")
@@ -124,6 +126,15 @@ def test_usage_draws_the_api_figures_to_the_micro_dollar(page: Any, gateway: Pro
     cells = page.locator('table.usage td[data-figure="usd_committed"]').all()
     assert sum(int(c.get_attribute("data-value")) for c in cells) == sum(by_model.values())
     page.screenshot(path=shots / "usage.png", full_page=True)
+
+    page.goto("/console/usage?team=research&group=tool")
+    by_tool = {r["tool"]: r["usd_committed"] for r in api(
+        gateway, "/admin/v1/requests/summary?group_by=tool&bucket=none&team=research",
+        READ)["data"]}
+    assert {"openai-python", "anthropic-python"} <= set(by_tool)
+    drawn = _drawn(page.locator('figure[data-chart="usd"]').first)
+    drawn.pop("liability", None)
+    assert drawn == {t: v for t, v in by_tool.items() if v}
 
     page.goto("/console/usage?compare=team&a=research&b=ops&group=user")
     panels = page.locator("section.panel")
@@ -150,7 +161,9 @@ def test_an_operator_opens_a_request_and_resolves_an_uncertain_permit(
     liability = page.locator('[data-figure="usd_liability"]').inner_text()
     assert liability.startswith(f"{permit['usd_liability']:,} µUSD")
     detail = api(gateway, f"/admin/v1/requests/{permit['permit_id']}", READ)
-    assert page.locator("tr[data-segment]").count() == len(detail["segments"])
+    assert page.locator("tr[data-segment]").count() == len(detail["segments"]) > 0
+    assert page.locator('[data-figure="tool"]').inner_text() == detail["request"]["tool"] \
+        == "openai-python"
     page.screenshot(path=shots / "request.png", full_page=True)
 
     page.goto("/console/operations")

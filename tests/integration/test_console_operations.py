@@ -133,6 +133,10 @@ async def test_an_uncertain_permit_is_resolved_at_an_exact_cost_from_the_console
     assert shown.status_code == 200
     assert 'data-figure="usd_committed">1,234 µUSD ($0.001234)' in shown.text
     assert shown.text.count("<tr data-segment=") == len(detail["segments"]) > 0
+    for c in ("input", "output"):  # tokens per class, as the request log recorded them
+        figure = detail["request"][f"{c}_tokens"]
+        shown_figure = f"{figure:,} tokens" if figure is not None else "—"
+        assert f'data-class="{c}">{shown_figure}<' in shown.text
     assert any(s["limit"] == 100_000_000 and s["dimension"] == "usd"
                for s in detail["segments"])  # the team's day window
 

@@ -131,7 +131,7 @@ async def test_a_key_holder_sees_its_own_usage_only(client: Client) -> None:
 
 @pytest.mark.parametrize("params,field", [
     ({"since": "yesterday"}, "since"), ({"until": "2026-13-45"}, "until"),
-    ({"group": "tool"}, "group"), ({"bucket": "week"}, "bucket"),
+    ({"group": "route"}, "group"), ({"bucket": "week"}, "bucket"),
     ({"since": "2026-12-05", "until": "2026-12-01"}, "since"),
     ({"compare": "team", "a": "platform"}, "b"), ({"team": "x" * 300}, "team")])
 async def test_bad_usage_input_is_a_message_next_to_its_field(

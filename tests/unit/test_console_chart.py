@@ -70,8 +70,8 @@ def test_the_default_range_is_30_days_by_day_and_a_week_by_the_hour() -> None:
     assert not errors and q.bucket == "hour"
     q, errors = parse({"since": "2026-11-29", "bucket": "day"}, admin=True, now=NOW)
     assert q.bucket == "day"
-    _, errors = parse({"since": "soon", "group": "tool", "compare": "team", "a": "x"},
+    _, errors = parse({"since": "soon", "group": "route", "compare": "team", "a": "x"},
                       admin=True, now=NOW)
     assert set(errors) == {"since", "group", "b"}
     _, errors = parse({"group": "key"}, admin=False, now=NOW)
-    assert set(errors) == {"group"}  # a key holder stacks by model or user only
+    assert set(errors) == {"group"}  # a key holder stacks by model, tool or user only
