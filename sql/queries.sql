@@ -379,6 +379,45 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
  ORDER BY created_at DESC, id DESC
  LIMIT %(limit)s
 
+-- name: request_summary
+-- The request log summed (GET /admin/v1/requests/summary): one row per asked group
+-- (a group not asked is NULL) and UTC period (NULL for bucket 'none'), counted as
+-- /v1/usage counts: a settled permit its committed and, apart, its liability; a
+-- pending or invalid one its bounds as reserved; a cancelled one is no request. The
+-- filters are request_log's.
+SELECT CASE WHEN %(by_team)s THEN team_id END AS team_id,
+       CASE WHEN %(by_user)s THEN user_name END AS "user",
+       CASE WHEN %(by_key)s THEN key_id END AS key_id,
+       CASE WHEN %(by_model)s THEN model END AS model,
+       CASE WHEN %(by_tool)s THEN f.client END AS tool,
+       CASE %(bucket)s::text
+            WHEN 'day' THEN to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+            WHEN 'hour' THEN to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24')
+       END AS period,
+       count(*) FILTER (WHERE status <> 'cancelled')::bigint AS requests,
+       coalesce(sum(tokens_committed) FILTER (WHERE status NOT IN ('pending', 'invalid')),
+                0)::bigint AS tokens_committed,
+       coalesce(sum(usd_committed) FILTER (WHERE status NOT IN ('pending', 'invalid')),
+                0)::bigint AS usd_committed,
+       coalesce(sum(tokens_liability) FILTER (WHERE status NOT IN ('pending', 'invalid')),
+                0)::bigint AS tokens_liability,
+       coalesce(sum(usd_liability) FILTER (WHERE status NOT IN ('pending', 'invalid')),
+                0)::bigint AS usd_liability,
+       coalesce(sum(token_bound) FILTER (WHERE status IN ('pending', 'invalid')),
+                0)::bigint AS tokens_reserved,
+       coalesce(sum(usd_bound) FILTER (WHERE status IN ('pending', 'invalid')),
+                0)::bigint AS usd_reserved
+  FROM permits LEFT JOIN permit_facts f ON f.permit_id = permits.id
+ WHERE (%(team_id)s::text IS NULL OR team_id = %(team_id)s)
+   AND (%(key_id)s::text IS NULL OR key_id = %(key_id)s)
+   AND (%(user)s::text IS NULL OR user_name = %(user)s)
+   AND (%(model)s::text IS NULL OR model = %(model)s)
+   AND (%(status)s::text IS NULL OR status = %(status)s)
+   AND (%(client)s::text IS NULL OR f.client = %(client)s)
+   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+ GROUP BY 1, 2, 3, 4, 5, 6
+
 -- name: frozen_counters
 -- Frozen money windows and policy accounts, each with the latest invalid permit that
 -- charged it (found from the invalid permits, then their segments by primary key).

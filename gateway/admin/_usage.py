@@ -5,14 +5,15 @@ sum, export and open one by one (``GET /admin/v1/requests``, ``/requests.csv``,
 Built on what admission and settlement already write, the permits (nothing more is
 written on the request path): who (key, team, user), which model, when, the bounds it
 reserved, and once settled its outcome, committed and liability, tokens and µUSD.
-Newest first, paged by an opaque cursor. The summary adds the same figures the way
-``/v1/usage`` and the counters do: a settled permit its committed and, apart, its
-liability; a pending or invalid one its bounds as reserved; a request cancelled before
-dispatch is not counted as a request. So for one team and day the summary equals
-``/v1/usage`` to the µUSD. With each permit the settlement also keeps (``permit_facts``,
-in its own statement) the route, the deployment that answered, the client tool its
-User-Agent names (``claude-code``, ``codex``, ``openai-python`` …) and the tokens per
-class the upstream reported; filter and group by the tool.
+Newest first, paged by an opaque cursor. The summary is added up by the store (one
+``GROUP BY``: ``request_summary`` in both stores) the way ``/v1/usage`` and the counters
+do: a settled permit its committed and, apart, its liability; a pending or invalid one
+its bounds as reserved; a request cancelled before dispatch is not counted as a request.
+So for one team and day the summary equals ``/v1/usage`` to the µUSD. With each permit
+the settlement also keeps (``permit_facts``, in its own statement) the route, the
+deployment that answered, the client tool its User-Agent names (``claude-code``,
+``codex``, ``openai-python`` …) and the tokens per class the upstream reported; filter
+and group by the tool.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -276,50 +277,26 @@ async def summarize_requests(request: AnyRequest, group_by: GroupBy = "team",
     f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
                       status=status, since=since, until=until, cursor=None, tool=tool)
     groups: list[Group] = list(dict.fromkeys(group_by.split(",")))  # type: ignore[arg-type]
-    totals: dict[tuple[Any, ...], dict[str, int]] = {}
-    for p in await _read(request, f, None):
-        key = (*(_group_value(p, g) for g in groups), _period(p.created_at, bucket))
-        t = totals.setdefault(key, dict.fromkeys(_SUMS, 0))
-        _add(t, p)
-    ordered = sorted(totals.items(), key=lambda kv: tuple(
-        "" if v is None else str(v) for v in (kv[0][-1], *kv[0][:-1])))
-    rows = [msgspec.convert({**dict(zip([_FIELD[g] for g in groups], key[:-1], strict=True)),
-                             "period": key[-1], **t}, SummaryRow)
-            for key, t in ordered]
+    gw: Gateway = request.app.state.gateway
+    await gw.governor.caught_up(timeout_s=1.0)
+    try:
+        summed = await gw.governance.request_summary(f, groups=tuple(groups), bucket=bucket)
+    except InferplaneError:
+        raise
+    except Exception as exc:
+        raise GovernanceUnavailable("governance store unavailable") from exc
+    fields = [_FIELD[g] for g in groups]
+    rows = sorted((SummaryRow(**{k: getattr(s, k) for k in (*fields, *_SUMS)},
+                              period=s.period) for s in summed),
+                  key=lambda r: tuple("" if v is None else str(v)
+                                      for v in (r.period, *(getattr(r, k) for k in fields))))
     return Summary(group_by=groups, bucket=bucket, data=rows)
 
 
 _FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model",
           "tool": "tool"}
-_SOURCE = {"team": "team_id", "user": "user", "key": "key_id", "model": "model",
-           "tool": "client"}
 _SUMS = ("requests", "tokens_committed", "usd_committed", "tokens_liability",
          "usd_liability", "tokens_reserved", "usd_reserved")
-
-
-def _group_value(p: PermitInfo, group: Group) -> str | None:
-    value: str | None = getattr(p, _SOURCE[group])
-    return value
-
-
-def _period(at: datetime, bucket: Bucket) -> str | None:
-    at = at.astimezone(UTC)
-    return (None if bucket == "none" else at.strftime("%Y-%m-%d") if bucket == "day"
-            else at.strftime("%Y-%m-%dT%H"))
-
-
-def _add(t: dict[str, int], p: PermitInfo) -> None:
-    """One permit into its group's sums, as /v1/usage counts it."""
-    if p.status in ("pending", "invalid"):
-        t["tokens_reserved"] += p.token_bound
-        t["usd_reserved"] += p.usd_bound
-    else:
-        t["tokens_committed"] += p.tokens_committed or 0
-        t["usd_committed"] += p.usd_committed or 0
-        t["tokens_liability"] += p.tokens_liability or 0
-        t["usd_liability"] += p.usd_liability or 0
-    if p.status != "cancelled":
-        t["requests"] += 1
 
 
 @get(["/admin/v1/requests/{permit_id:str}", "/v1/me/requests/{permit_id:str}"],

@@ -37,7 +37,7 @@ from gateway.governance._model import (
     UsageRow,
     is_slot,
 )
-from gateway.governance._ops import FrozenCounter, LogFilter, PermitInfo
+from gateway.governance._ops import FrozenCounter, LogFilter, PermitInfo, SummaryFigures
 from gateway.governance._plan import (
     bucket_admits,
     bucket_settle,
@@ -84,6 +84,7 @@ __all__ = [
     "Settlement",
     "LeaseFigures",
     "StoredFigures",
+    "SummaryFigures",
     "UsageRow",
     "bucket_admits",
     "boot_id",

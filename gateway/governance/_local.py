@@ -57,11 +57,13 @@ from gateway.governance._ops import (
     FrozenCounter,
     LogFilter,
     PermitInfo,
+    SummaryFigures,
     local_frozen,
     local_get_permit,
     local_permit_info,
     local_permits,
     local_request_log,
+    local_request_summary,
 )
 from gateway.governance._plan import (
     check_settlement,
@@ -405,6 +407,13 @@ class LocalGovernanceStore(SqliteBase):
         def _list(conn: sqlite3.Connection) -> list[PermitInfo]:
             return local_request_log(conn, self._now_us(), f, limit)
         return await self._run(_list, write=False)
+
+    async def request_summary(self, f: LogFilter, *, groups: tuple[str, ...],
+                              bucket: str) -> list[SummaryFigures]:
+        """The request log summed per group and UTC period, in one statement."""
+        def _sum(conn: sqlite3.Connection) -> list[SummaryFigures]:
+            return local_request_summary(conn, f, groups, bucket)
+        return await self._run(_sum, write=False)
 
     async def frozen(self) -> list[FrozenCounter]:
         """Counters frozen by invalid usage, with the permit that froze each."""

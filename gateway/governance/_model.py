@@ -28,7 +28,7 @@ import msgspec
 from gateway.pricing import Usage
 
 if TYPE_CHECKING:  # _ops builds on this module
-    from gateway.governance._ops import LogFilter, PermitInfo
+    from gateway.governance._ops import LogFilter, PermitInfo, SummaryFigures
 
 CounterKind = Literal["bucket", "window", "account"]
 Dimension = Literal["requests", "tokens", "usd"]
@@ -285,6 +285,12 @@ class GovernanceStore(Protocol):
     async def request_log(self, f: LogFilter, *, limit: int | None) -> list[PermitInfo]:
         """Permits newest first, as ``f`` selects them, at most ``limit`` (the request
         log of the admin API)."""
+
+    async def request_summary(self, f: LogFilter, *, groups: tuple[str, ...],
+                              bucket: str) -> list[SummaryFigures]:
+        """The permits ``f`` selects summed per asked group (``team``, ``user``, ``key``,
+        ``model``, ``tool``) and UTC period (``day``, ``hour``, ``none``) as
+        ``/v1/usage`` counts them, by the store (the admin API's summary)."""
 
     async def figures(self, charges: list[Charge]) -> dict[str, StoredFigures]:
         """What each of ``charges``' counters holds now, read in one step (no charge is

@@ -90,6 +90,32 @@ class FrozenCounter(msgspec.Struct, frozen=True, kw_only=True):
     liability: int = 0
 
 
+class SummaryFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """One group and period of the request log summed as ``/v1/usage`` counts it (a
+    group not asked for, and the period of bucket ``none``, are None)."""
+
+    team_id: str | None = None
+    user: str | None = None
+    key_id: str | None = None
+    model: str | None = None
+    tool: str | None = None
+    period: str | None = None
+    requests: int = 0
+    tokens_committed: int = 0
+    usd_committed: int = 0
+    tokens_liability: int = 0
+    usd_liability: int = 0
+    tokens_reserved: int = 0
+    usd_reserved: int = 0
+
+
+def summary_params(f: LogFilter, groups: tuple[str, ...], bucket: str) -> dict[str, object]:
+    """The grouping parameters both stores' ``request_summary`` take."""
+    return {f"by_{g}": g in groups for g in ("team", "user", "key", "model", "tool")} | {
+        "bucket": bucket, "team_id": f.team_id, "key_id": f.key_id, "user": f.user,
+        "model": f.model, "status": f.status, "client": f.client}
+
+
 def _at(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
@@ -144,6 +170,14 @@ def local_request_log(conn: sqlite3.Connection, now_us: int, f: LogFilter,
               "before_us": _us(f.before[0]) if f.before else None,
               "before_id": f.before[1] if f.before else None, "limit": limit}
     return [_permit_info(r, now_us) for r in _SQL["request_log"].execute(conn, params)]
+
+
+def local_request_summary(conn: sqlite3.Connection, f: LogFilter, groups: tuple[str, ...],
+                          bucket: str) -> list[SummaryFigures]:
+    """The request log summed per group and UTC period (the summary)."""
+    params = summary_params(f, groups, bucket) | {"since_us": _us(f.since),
+                                                  "until_us": _us(f.until)}
+    return [SummaryFigures(**dict(r)) for r in _SQL["request_summary"].execute(conn, params)]
 
 
 def local_permit_info(conn: sqlite3.Connection, permit_id: str,

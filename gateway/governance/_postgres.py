@@ -37,7 +37,13 @@ from gateway.governance._model import (
     UsageRow,
     born_figures,
 )
-from gateway.governance._ops import FrozenCounter, LogFilter, PermitInfo
+from gateway.governance._ops import (
+    FrozenCounter,
+    LogFilter,
+    PermitInfo,
+    SummaryFigures,
+    summary_params,
+)
 from gateway.governance._plan import (
     check_commit_values,
     refill,
@@ -406,6 +412,14 @@ class PostgresGovernanceStore:
                                   {"before": before, "month": month, "limit": limit})
         assert row is not None
         return int(row["pruned"])
+
+    async def request_summary(self, f: LogFilter, *, groups: tuple[str, ...],
+                              bucket: str) -> list[SummaryFigures]:
+        """The request log summed per group and UTC period, by the database."""
+        params = summary_params(f, groups, bucket) | {"since": f.since, "until": f.until}
+        async with connection(self._pool) as conn:
+            rows = await fetch_all(conn, sql.queries["request_summary"], params)
+        return [SummaryFigures(**r) for r in rows]
 
     async def frozen(self) -> list[FrozenCounter]:
         """Frozen money windows and accounts, with the invalid permit that froze each."""

@@ -233,6 +233,44 @@ SELECT * FROM (
  ORDER BY created_us DESC, id DESC
  LIMIT coalesce(:limit, -1)
 
+-- name: request_summary
+-- The request log summed (GET /admin/v1/requests/summary), as the Postgres
+-- request_summary: per asked group (NULL when not asked) and UTC period; settled:
+-- committed and liability apart; pending or invalid: the bounds as reserved; cancelled:
+-- no request. The filters are request_log's.
+SELECT CASE WHEN :by_team THEN team_id END AS team_id,
+       CASE WHEN :by_user THEN user END AS user,
+       CASE WHEN :by_key THEN key_id END AS key_id,
+       CASE WHEN :by_model THEN model END AS model,
+       CASE WHEN :by_tool THEN client END AS tool,
+       CASE :bucket
+            WHEN 'day' THEN strftime('%Y-%m-%d', created_us / 1000000, 'unixepoch')
+            WHEN 'hour' THEN strftime('%Y-%m-%dT%H', created_us / 1000000, 'unixepoch')
+       END AS period,
+       coalesce(sum(status <> 'cancelled'), 0) AS requests,
+       coalesce(sum(CASE WHEN NOT reserved THEN tokens_committed END), 0) AS tokens_committed,
+       coalesce(sum(CASE WHEN NOT reserved THEN usd_committed END), 0) AS usd_committed,
+       coalesce(sum(CASE WHEN NOT reserved THEN tokens_liability END), 0) AS tokens_liability,
+       coalesce(sum(CASE WHEN NOT reserved THEN usd_liability END), 0) AS usd_liability,
+       coalesce(sum(CASE WHEN reserved THEN token_bound END), 0) AS tokens_reserved,
+       coalesce(sum(CASE WHEN reserved THEN usd_bound END), 0) AS usd_reserved
+  FROM (
+    SELECT p.team_id, p.user, p.key_id, p.model, f.client, p.created_us, p.token_bound,
+           p.usd_bound, coalesce(s.kind, 'pending') AS status,
+           coalesce(s.kind, 'pending') IN ('pending', 'invalid') AS reserved,
+           s.tokens_committed, s.usd_committed, s.tokens_liability, s.usd_liability
+      FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
+           LEFT JOIN gov_permit_facts f ON f.permit_id = p.id
+     WHERE (:team_id IS NULL OR p.team_id = :team_id)
+       AND (:key_id IS NULL OR p.key_id = :key_id)
+       AND (:user IS NULL OR p.user = :user)
+       AND (:model IS NULL OR p.model = :model)
+       AND (:client IS NULL OR f.client = :client)
+       AND (:since_us IS NULL OR p.created_us >= :since_us)
+       AND (:until_us IS NULL OR p.created_us < :until_us)
+) WHERE (:status IS NULL OR status = :status)
+ GROUP BY 1, 2, 3, 4, 5, 6
+
 -- name: usage
 -- GET /v1/usage (gateway/governance/_usage.py): one row per scope (0 key, 1 team,
 -- 2 user), window (0: the day :day, 1: the month :month) and id, in that order. A
