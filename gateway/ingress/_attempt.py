@@ -135,9 +135,12 @@ class Call:
 
     def bounds(self) -> Bounds:
         usd_of = self.usd_bound_of or (lambda n: self.usd_bound)
+        n = self.doc.get("n") if self.endpoint == "chat" else None
         return Bounds(input_tokens=self.input_bound, output_tokens=self.output_bound,
                       usd_of=usd_of, input_basis=self.input_basis,
-                      input_note=self.input_note)
+                      input_note=self.input_note,
+                      choices=n if isinstance(n, int) and not isinstance(n, bool)
+                      and n > 1 else 1)
 
 
 def capped(doc: dict[str, Any], endpoint: Endpoint, cap: int | None

@@ -91,6 +91,9 @@ class Bounds:
     """What the input bound rests on (``gateway.ingress._refine``)."""
     input_note: str = ""
     """How a refined input bound was had."""
+    choices: int = 1
+    """A chat request's ``n``: its output limit is per choice, ``output_tokens`` the
+    total the request may generate."""
 
     def input_words(self) -> str:
         """The input bound in a refusal's words, with its basis."""
@@ -128,12 +131,15 @@ def _explain(refusal: Refusal, bounds: Bounds, now: datetime
     f = refusal.figures
     if f is None or refusal.code not in _QUOTA_CODES:
         return refusal.reason, None
+    n = bounds.choices
+    per_choice = f" per choice × n={n}" if n > 1 else ""
     parts = [refusal.reason + ".",
              f"That is this request's worst case: {bounds.input_words()} "
-             f"and max_tokens {bounds.output_tokens}."]
-    fits = largest_output(bounds, f)
+             f"and max_tokens {bounds.output_tokens // n}{per_choice}."]
+    fits = largest_output(bounds, f) // n  # the limit a client sets is per choice
     if fits >= 1:
-        parts.append(f"The same request with max_tokens <= {fits} would fit now.")
+        parts.append(f"The same request with max_tokens <= {fits}{per_choice} would fit "
+                     "now.")
     else:
         parts.append("No max_tokens fits now: the input alone does not fit what remains "
                      f"({remaining(f)} {'µUSD' if f.dimension == 'usd' else 'tokens'}).")

@@ -3,6 +3,7 @@ when), each refusal code's own machine-readable code, and no internals in a 5xx 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from datetime import UTC, datetime
 
@@ -195,3 +196,17 @@ def test_a_refusal_keeps_its_wording() -> None:
     """Refusals (not raised from another error) keep their full message for the client."""
     _, _, body = _answer(_refusals()["lease_expired"], anthropic=False)
     assert "expired" in str(body) and "3 renew intervals" in str(body)
+
+
+def test_a_refusal_of_n_choices_advises_a_per_choice_max_tokens() -> None:
+    """A chat request with n=4 choices and max_tokens 250 may generate 1,000 tokens: the
+    refusal names its limit per choice and advises a per-choice max_tokens that fits
+    (the one budget fit would write), never the total."""
+    figures = RefusalFigures(limit=5000, committed=2000, amount=5000, window="2026-12-01")
+    decision = refusal("budget_exhausted", "team:t:usd:day", figures=figures)
+    one = refusal_error(decision, BOUNDS, now=NOW).message
+    four = refusal_error(decision, dataclasses.replace(BOUNDS, choices=4), now=NOW).message
+    # 3,000 µUSD left fits 1000 + 4 × 500 output tokens: 500 in all, 125 per choice.
+    assert "max_tokens 1000." in one and "max_tokens <= 500 would fit now" in one
+    assert "max_tokens 250 per choice × n=4." in four
+    assert "max_tokens <= 125 per choice × n=4 would fit now" in four
