@@ -5,7 +5,8 @@ models, spread over the last 30 days, as admission and settlement write them: on
 ``INSERT … SELECT generate_series``), then times, through a real shared-profile app
 (Litestar's in-process client, read admin token), R repeats of:
 
-- a team's day summary (``/admin/v1/requests/summary?team=…&since=<day>&until=<day+1>``);
+- a team's day summary (``/admin/v1/requests/summary?team=…&since=<day>&until=<day+1>``),
+  and the same grouped by client tool;
 - a filtered page (``/admin/v1/requests?team=…&limit=100``, newest first);
 - a CSV export of about 100k rows (``/admin/v1/requests.csv?since=…`` chosen to match);
 
@@ -60,19 +61,34 @@ SELECT gen_random_uuid(), 'req_' || i, 'key_' || (i %% 200), 'team_' || (i %% 20
 """
 
 
+FACTS = """
+INSERT INTO permit_facts
+SELECT id, (ARRAY['/v1/messages', '/v1/responses', '/v1/chat/completions'])[1 + n % 3],
+       'up/' || model,
+       (ARRAY['claude-code', 'codex', 'openai-python', 'anthropic-python'])[1 + (n / 20) % 4],
+       200, tokens_committed / 4, 60, tokens_committed / 2, tokens_committed / 4, 0, 0
+  FROM (SELECT *, row_number() OVER () AS n FROM permits) AS p
+"""
+
+
 def fill(dsn: str, n: int, start: datetime) -> None:
-    """``n`` settled permits spread over the 30 days from ``start`` (also used by
-    tests/bench/console.py); prints the time and the table's bytes per row."""
+    """``n`` settled permits spread over the 30 days from ``start``, each with its
+    request-log facts (also used by tests/bench/console.py); prints the time and the
+    tables' bytes per permit."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         t = time.perf_counter()
         conn.execute(FILL, {"n": n, "start": start})  # type: ignore[arg-type]
+        conn.execute(FACTS)  # type: ignore[arg-type]  # no parameters: % is modulo
         conn.execute("ANALYZE permits")
+        conn.execute("ANALYZE permit_facts")
         fill_s = time.perf_counter() - t
         size = conn.execute("SELECT pg_total_relation_size('permits'), "
-                            "pg_relation_size('permits')").fetchone()
+                            "pg_relation_size('permits'), "
+                            "pg_total_relation_size('permit_facts')").fetchone()
     assert size is not None
     print(f"filled {n} permits in {fill_s:.1f} s; permits: {size[0] / n:.0f} bytes per "
-          f"row with its indexes ({size[1] / n:.0f} heap)")
+          f"row with its indexes ({size[1] / n:.0f} heap); their facts (permit_facts) "
+          f"{size[2] / n:.0f} more")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -115,6 +131,10 @@ async def run(dsn: str, n: int, repeats: int) -> None:
                 "team": "team_7", "since": day.isoformat(),
                 "until": (day + timedelta(days=1)).isoformat()}, repeats)
             rows = answer.json()["data"]
+            by_tool, answer = await _time(client, "/admin/v1/requests/summary", {
+                "team": "team_7", "group_by": "tool", "since": day.isoformat(),
+                "until": (day + timedelta(days=1)).isoformat()}, repeats)
+            tools = len(answer.json()["data"])
             page, _ = await _time(client, "/admin/v1/requests",
                                   {"team": "team_7", "limit": 100}, repeats)
             since = now - timedelta(days=30 * 100_000 / n)
@@ -123,6 +143,8 @@ async def run(dsn: str, n: int, repeats: int) -> None:
             exported = answer.text.count("\n") - 1
     print(f"team day summary ({rows[0]['requests'] if rows else 0} requests): "
           f"p50 {statistics.median(summary) * 1000:.0f} ms, p99 {_pct(summary, .99) * 1000:.0f} ms")
+    print(f"the same by client tool ({tools} tools): p50 "
+          f"{statistics.median(by_tool) * 1000:.0f} ms, p99 {_pct(by_tool, .99) * 1000:.0f} ms")
     print(f"filtered page (team, newest 100): p50 {statistics.median(page) * 1000:.0f} ms, "
           f"p99 {_pct(page, .99) * 1000:.0f} ms")
     print(f"CSV export ({exported} rows): p50 {statistics.median(export):.2f} s, "
