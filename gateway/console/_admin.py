@@ -20,7 +20,8 @@ from litestar.response import Redirect
 
 from gateway.console._client import Api, ApiRefused
 from gateway.console._format import bar, window_resets
-from gateway.console._forms import LABELS, TEAM_LIMITS, field_of, limits, text
+from gateway.console._forms import LABELS, MEMBER_LIMITS, TEAM_LIMITS, field_of, limits, text
+from gateway.console._spend import spend_by, spent
 from gateway.console._web import page, signed_in, writer
 
 AnyRequest = Request[Any, Any, Any]
@@ -112,18 +113,32 @@ async def team_page(request: AnyRequest, team: FromPath[str]) -> Response[Any]:
 
 async def _team(request: AnyRequest, session: Any, api: Api, team: str, *,
                 errors: dict[str, str] | None = None, values: Any = None,
-                status: int = 200) -> Response[Any]:
+                member_form: str | None = None, status: int = 200) -> Response[Any]:
+    """The team's page. ``member_form`` names the member form (a user, ``*`` for the
+    default, ``""`` for a new member) whose ``errors`` and ``values`` these are."""
     found = await api.get(f"/admin/v1/teams/{quote(team, safe='')}")
     if not found.ok:
         return page(request, "error.html", {"session": session, "message": found.message},
                     status=found.status)
-    keys = await api.every("/admin/v1/keys", team=found.body["id"])
+    team_id = found.body["id"]
+    keys = await api.every("/admin/v1/keys", team=team_id)
+    members = await api.every(f"/admin/v1/teams/{team_id}/members")
+    default = await api.get(f"/admin/v1/teams/{team_id}/default-member")
+    if not default.ok and default.status != 404:
+        raise ApiRefused(default)
+    spend = await spend_by(api, "user", team=team_id)
+    for_team = member_form is None
     return page(request, "team.html", {
         "session": session, "team": found.body, "keys": keys, "fields": TEAM_LIMITS,
-        "names": {found.body["id"]: found.body["name"]}, "rotation_id": secrets.token_hex(16),
-        "labels": LABELS, "errors": errors or {},
-        "values": values if values is not None else found.body["limits"],
-        "saved": request.query_params.get("saved") == "1"}, status=status)
+        "names": {team_id: found.body["name"]}, "rotation_id": secrets.token_hex(16),
+        "labels": LABELS, "errors": (errors or {}) if for_team else {},
+        "values": values if for_team and values is not None else found.body["limits"],
+        "members": [{**m, "spend": spent(spend, m["user"])} for m in members],
+        "default": default.body if default.ok else None, "member_fields": MEMBER_LIMITS,
+        "member_form": member_form, "member_errors": {} if for_team else (errors or {}),
+        "member_values": {} if for_team else (values or {}),
+        "spend_by_key": await spend_by(api, "key", team=team_id),
+        "saved": request.query_params.get("saved")}, status=status)
 
 
 @post("/teams/{team:str}/limits", status_code=303)

@@ -11,6 +11,7 @@ from typing import Any
 
 TEAM_LIMITS = ("usd_micros_per_day", "usd_micros_per_month", "tokens_per_day", "rpm",
                "tpm", "budget_fit_floor")
+MEMBER_LIMITS = ("tokens_per_day", "usd_micros_per_day", "usd_micros_per_month")
 KEY_LIMITS = ("usd_micros_per_day", "usd_micros_per_month", "rpm", "tpm")
 LABELS = {"usd_micros_per_day": "Money per UTC day (µUSD)",
           "usd_micros_per_month": "Money per UTC month (µUSD)",

@@ -1,4 +1,5 @@
-"""Keys: list (with the API's filters), create, rotate with grace, revoke.
+"""Keys: list (with the API's filters, each key's last use and its spend today and this
+month from the summary API grouped by key), create, rotate with grace, revoke.
 
 A new or rotated key's secret is in the one answer that created it (as in the API):
 rendered once on a page marked ``Cache-Control: no-store``, with a copy button and the
@@ -19,6 +20,7 @@ from litestar.response import Redirect
 
 from gateway.console._client import Answer, Api
 from gateway.console._forms import KEY_LIMITS, LABELS, field_of, limits, text
+from gateway.console._spend import spend_by
 from gateway.console._web import page, signed_in, writer
 
 AnyRequest = Request[Any, Any, Any]
@@ -49,7 +51,9 @@ async def _keys(request: AnyRequest, session: Any, api: Api, *,
         "statuses": _STATUSES, "fields": KEY_LIMITS, "labels": LABELS,
         "errors": errors or {}, "values": values or {},
         "rotation_id": secrets.token_hex(16), "flash": q.get("flash"),
-        "query": urlencode({k: v for k, v in chosen.items() if v})}, status=status)
+        "query": urlencode({k: v for k, v in chosen.items() if v}),
+        "spend": (await spend_by(api, "key", team=chosen["team"] or None)
+                  if listed.ok else {})}, status=status)
 
 
 @post("/keys", status_code=200)

@@ -21,7 +21,16 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 
-from gateway.console import _admin, _auth, _keys, _me, _operations, _requests, _usage
+from gateway.console import (
+    _admin,
+    _auth,
+    _keys,
+    _me,
+    _members,
+    _operations,
+    _requests,
+    _usage,
+)
 from gateway.console._client import ApiRefused
 from gateway.console._format import FILTERS
 from gateway.console._session import current
@@ -52,7 +61,8 @@ def _environment() -> Environment:
 
 
 TEMPLATES = TemplateConfig(instance=JinjaTemplateEngine.from_environment(_environment()))
-PAGES = Router(path="/", route_handlers=[*_auth.ROUTES, *_admin.ROUTES, *_keys.ROUTES,
+PAGES = Router(path="/", route_handlers=[*_auth.ROUTES, *_admin.ROUTES, *_members.ROUTES,
+                                         *_keys.ROUTES,
                                          *_requests.ROUTES, *_me.ROUTES,
                                          *_usage.ROUTES, *_operations.ROUTES],
                response_headers=HEADERS,

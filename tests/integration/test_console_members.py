@@ -1,0 +1,216 @@
+"""The team page's members (budget, source, keys, spend) and their forms, and the keys
+table's last use and spend, on both profiles (SQLite and a migrated Postgres).
+
+Every figure on the page is checked against the API answer it must equal; every form's
+stale revision (412), bad input and a read token's forged POST write nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.integration.test_console_pages import (
+    READ,
+    SECRET,
+    WRITE,
+    Client,
+    _csrf,
+    client,
+    sign_in,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["client"]  # the fixture, used by name
+R = {"Authorization": f"Bearer {READ}"}
+W = {"Authorization": f"Bearer {WRITE}"}
+
+
+def _row(html: str, attr: str, name: str) -> dict[str, str]:
+    """The ``data-*`` attributes of the table row ``data-<attr>="<name>"``."""
+    found = re.search(rf'<tr data-{attr}="{re.escape(name)}"(.*?)>', html, re.S)
+    assert found, html
+    return dict(re.findall(r'data-([a-z-]+)="([^"]*)"', found.group(1)))
+
+
+async def _team_with_spending_member(c: Client, csrf: str) -> str:
+    """Team platform, member ana (own $5/day budget) with one key that made 3 requests."""
+    r = await c.post("/console/teams", data={"csrf": csrf, "name": "platform"})
+    assert r.status_code == 303, r.text
+    r = await c.post("/console/teams/platform/members", data={
+        "csrf": csrf, "form": "", "user": "ana", "revision": "0",
+        "usd_micros_per_day": "5000000", "usd_micros_per_month": "90,000,000"})
+    assert r.status_code == 303, r.text
+    created = await c.post("/console/keys", data={"csrf": csrf, "team": "platform",
+                                                  "user": "ana"})
+    secret = SECRET.search(created.text)
+    assert secret
+    for _ in range(3):
+        r = await c.post("/v1/chat/completions", json={
+            "model": "mock-gpt", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {secret.group(1)}"})
+        assert r.status_code == 200, r.text
+    return secret.group(1)
+
+
+async def test_members_and_their_spend_equal_the_api(client: Client) -> None:
+    """A member added through the form shows the API's budget, source, key count and
+    today's/this month's committed and liability from the summary grouped by user."""
+    csrf = await sign_in(client, WRITE)
+    await _team_with_spending_member(client, csrf)
+    members = (await client.get("/admin/v1/teams/platform/members", headers=R)).json()
+    ana = next(m for m in members["data"] if m["user"] == "ana")
+    assert ana["source"] == "member" and ana["keys"] == 1
+    assert ana["limits"]["usd_micros_per_day"] == 5_000_000
+    assert ana["limits"]["usd_micros_per_month"] == 90_000_000
+    team_id = ana["team_id"]
+    today = datetime.now(UTC).date()
+    summary = (await client.get("/admin/v1/requests/summary", headers=R, params={
+        "team": team_id, "group_by": "user", "bucket": "none",
+        "since": f"{today.isoformat()}T00:00:00Z"})).json()["data"]
+    day = next(s for s in summary if s["user"] == "ana")
+    assert day["requests"] == 3 and day["usd_committed"] > 0
+    page = await client.get("/console/teams/platform")
+    row = _row(page.text, "member", "ana")
+    assert row["source"] == "member" and row["revision"] == str(ana["revision"])
+    assert int(row["day-committed"]) == day["usd_committed"]
+    assert int(row["day-liability"]) == day["usd_liability"]
+    month = (await client.get("/admin/v1/requests/summary", headers=R, params={
+        "team": team_id, "group_by": "user", "bucket": "none",
+        "since": f"{today.replace(day=1).isoformat()}T00:00:00Z"})).json()["data"]
+    assert int(row["month-committed"]) == next(
+        s for s in month if s["user"] == "ana")["usd_committed"]
+    assert "5,000,000 µUSD ($5.000000)" in page.text
+
+
+async def test_keys_show_last_use_and_spend_equal_to_the_api(client: Client) -> None:
+    """The keys table's last use is the API's last_used_at; its spend today equals the
+    summary grouped by key (on Keys and on the team's page)."""
+    csrf = await sign_in(client, WRITE)
+    await _team_with_spending_member(client, csrf)
+    key = (await client.get("/admin/v1/keys", headers=R)).json()["data"][0]
+    assert key["last_used_at"]
+    summary = (await client.get("/admin/v1/requests/summary", headers=R, params={
+        "group_by": "key", "bucket": "none",
+        "since": f"{datetime.now(UTC).date().isoformat()}T00:00:00Z"})).json()["data"]
+    spent = next(s for s in summary if s["key_id"] == key["key_id"])
+    for path in ("/console/keys", "/console/teams/platform"):
+        page = await client.get(path)
+        assert page.status_code == 200
+        cells = re.search(rf'<tr data-key="{key["key_id"]}".*?</tr>', page.text, re.S)
+        assert cells, page.text
+        assert f'data-last-used="{key["last_used_at"]}"' in cells.group(0)
+        assert f'data-day-committed="{spent["usd_committed"]}"' in cells.group(0)
+        assert f'data-month-liability="{spent["usd_liability"]}"' in cells.group(0)
+
+
+async def test_member_and_default_forms_write_through_the_api(client: Client) -> None:
+    """Set a member's budget, remove it (the default binds again), set and remove the
+    default: each form's result is what the API then answers."""
+    csrf = await sign_in(client, WRITE)
+    await _team_with_spending_member(client, csrf)
+    r = await client.post("/console/teams/platform/default-member", data={
+        "csrf": csrf, "revision": "0", "tokens_per_day": "1000"})
+    assert r.status_code == 303, r.text
+    default = (await client.get("/admin/v1/teams/platform/default-member", headers=R))
+    assert default.json()["limits"]["tokens_per_day"] == 1000
+    r = await client.post("/console/teams/platform/members", data={
+        "csrf": csrf, "form": "ana", "user": "ana", "revision": "1",
+        "usd_micros_per_day": "7000000"})
+    assert r.status_code == 303, r.text
+    ana = (await client.get("/admin/v1/teams/platform/members/ana", headers=R)).json()
+    assert ana["limits"] == {"tokens_per_day": None, "usd_micros_per_day": 7_000_000,
+                             "usd_micros_per_month": None} and ana["revision"] == 2
+    r = await client.post("/console/teams/platform/members/remove", data={
+        "csrf": csrf, "user": "ana", "revision": "2"})
+    assert r.status_code == 303, r.text
+    page = await client.get("/console/teams/platform")
+    assert _row(page.text, "member", "ana")["source"] == "default"
+    assert 'data-default-revision="1"' in page.text
+    r = await client.post("/console/teams/platform/default-member/remove", data={
+        "csrf": csrf, "revision": "1"})
+    assert r.status_code == 303, r.text
+    page = await client.get("/console/teams/platform")
+    assert _row(page.text, "member", "ana")["source"] == "none"
+    assert (await client.get("/admin/v1/teams/platform/default-member",
+                             headers=R)).status_code == 404
+
+
+async def test_a_stale_member_form_is_a_412_that_changes_nothing(client: Client) -> None:
+    """A member or default form drawn before someone else's edit is refused (412, the
+    current figures shown) and writes nothing; adding a member who exists is one too."""
+    csrf = await sign_in(client, WRITE)
+    await _team_with_spending_member(client, csrf)
+    drawn = await client.get("/console/teams/platform")
+    assert _row(drawn.text, "member", "ana")["revision"] == "1"
+    other = await client.put("/admin/v1/teams/platform/members/ana", headers={
+        **W, "If-Match": '"1"'}, json={"usd_micros_per_day": 3_000_000})
+    assert other.status_code == 200
+    for data in ({"form": "ana", "user": "ana", "revision": "1"},
+                 {"form": "", "user": "ana", "revision": "0"}):
+        r = await client.post("/console/teams/platform/members", data={
+            "csrf": csrf, "usd_micros_per_day": "9000000", **data})
+        assert r.status_code == 412 and "nothing was changed" in r.text, r.text
+        assert "3,000,000 µUSD" in r.text
+    r = await client.post("/console/teams/platform/members/remove", data={
+        "csrf": csrf, "user": "ana", "revision": "1"})
+    assert r.status_code == 412
+    r = await client.post("/console/teams/platform/default-member", data={
+        "csrf": csrf, "revision": "3", "tokens_per_day": "5"})
+    assert r.status_code == 412
+    ana = (await client.get("/admin/v1/teams/platform/members/ana", headers=R)).json()
+    assert ana["limits"]["usd_micros_per_day"] == 3_000_000 and ana["revision"] == 2
+    assert (await client.get("/admin/v1/teams/platform/default-member",
+                             headers=R)).status_code == 404
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"user": "bo", "usd_micros_per_day": "-5"}, "usd_micros_per_day"),
+    ({"user": "bo", "tokens_per_day": "1.5"}, "tokens_per_day"),
+    ({"user": "bo", "usd_micros_per_month": str(2**70)}, "usd_micros_per_month"),
+    ({"user": "", "usd_micros_per_day": "5"}, "user"),
+    ({"user": "*", "usd_micros_per_day": "5"}, "user"),
+])
+async def test_bad_member_input_is_a_message_next_to_its_field(
+        client: Client, data: dict[str, str], field: str) -> None:
+    """Negative, non-integer, too large, empty or ``*`` user: a 400 with the message
+    beside the field, never a 500, and no member created."""
+    csrf = await sign_in(client, WRITE)
+    await client.post("/console/teams", data={"csrf": csrf, "name": "platform"})
+    r = await client.post("/console/teams/platform/members", data={
+        "csrf": csrf, "form": "", "revision": "0", **data})
+    assert r.status_code == 400, r.text
+    assert f'data-error-for="{field}"' in r.text
+    members = (await client.get("/admin/v1/teams/platform/members", headers=R)).json()
+    assert members["data"] == []
+    r = await client.post("/console/teams/platform/default-member", data={
+        "csrf": csrf, "revision": "0", **{k: v for k, v in data.items() if k != "user"}})
+    assert r.status_code == (303 if field == "user" else 400), r.text
+
+
+async def test_a_read_token_sees_no_member_form_and_its_forged_post_is_refused(
+        client: Client) -> None:
+    """A read token's team page shows the members and no form that writes; its POSTs
+    (with its own valid CSRF token) are refused and change nothing."""
+    wcsrf = await sign_in(client, WRITE)
+    await _team_with_spending_member(client, wcsrf)
+    client.cookies.clear()
+    csrf = await sign_in(client, READ)
+    page = await client.get("/console/teams/platform")
+    assert page.status_code == 200 and 'data-member="ana"' in page.text
+    assert 'method="post"' not in page.text.replace(
+        'method="post" action="/console/logout"', "")
+    for path, data in (("members", {"user": "ana", "revision": "1"}),
+                       ("members", {"user": "eve", "revision": "0"}),
+                       ("members/remove", {"user": "ana", "revision": "1"}),
+                       ("default-member", {"revision": "0"})):
+        r = await client.post(f"/console/teams/platform/{path}", data={
+            "csrf": csrf, "usd_micros_per_day": "1", **data})
+        assert r.status_code == 403 and "read-only" in r.text
+    members = (await client.get("/admin/v1/teams/platform/members", headers=R)).json()
+    assert [(m["user"], m["revision"]) for m in members["data"]] == [("ana", 1)]
+    assert members["default"] is None
+    assert _csrf(page.text)  # the page still carries the session's token for sign-out
