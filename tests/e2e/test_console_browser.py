@@ -5,7 +5,8 @@ An operator with a write token creates a team and a key in the console, sees the
 once, uses it with the real ``openai`` SDK, finds the request on Requests and its spend
 on Overview (the exact µUSD of ``/v1/usage``), rotates and revokes the key; a read
 token finds no write control and its forged POST is refused; a cross-site form POST is
-refused; a key holder sees only their own budget and requests; sign-in works by
+refused; an admin adds a member on a team's page and sees the member's spend there equal
+to the summary API's; a key holder sees only their own budget and requests; sign-in works by
 keyboard alone. Every page is screenshotted into ``<pytest basetemp>/console-shots``
 (or ``$INFERPLANE_TEST_ARTIFACTS/console-shots``) and every test checks that no page
 loads anything from outside the gateway.
@@ -17,6 +18,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +219,57 @@ def test_an_operator_creates_uses_rotates_and_revokes_a_key(page: Any, gateway: 
         if written.is_file():
             data = written.read_bytes()
             assert secret.encode() not in data and rotated.encode() not in data, written
+
+
+def test_an_admin_creates_a_member_and_sees_its_spend_on_the_team_page(
+        page: Any, gateway: Proc, shots: Path) -> None:
+    """Write token: create a team and, on its page, a member with a $3/day budget; a key
+    for that user; one openai SDK request; the member's row shows the budget (own) and
+    today's committed/liability equal to the summary API's grouped by user."""
+    sign_in(page, WRITE)
+    page.goto("/console/teams")
+    form = page.locator("#create-team")
+    form.get_by_label("Name", exact=True).fill("research")
+    form.get_by_role("button", name="Create team").click()
+    page.wait_for_url(re.compile(r"/console/teams/team_"))
+    team_url = page.url
+    add = page.locator("#add-member")
+    add.get_by_label("User (the user of their keys)").fill("bo")
+    add.get_by_label("Money per UTC day (µUSD)").fill("3000000")
+    add.get_by_role("button", name="Add member").click()
+    page.get_by_text("Member budget saved.").wait_for()
+    member = api(gateway, "/admin/v1/teams/research/members/bo", READ)
+    assert member["source"] == "member" and member["revision"] == 1
+    assert member["limits"]["usd_micros_per_day"] == 3_000_000
+
+    page.goto("/console/keys")
+    form = page.locator("#create-key")
+    form.get_by_label("Team").select_option("research")
+    form.get_by_label("User (optional)").fill("bo")
+    form.get_by_role("button", name="Create key").click()
+    secret = page.locator("#secret").inner_text().strip()
+    assert chat(gateway, secret).choices[0].message.content
+
+    today = datetime.now(UTC).date().isoformat()
+    summary = httpx.get(f"{gateway.url}/admin/v1/requests/summary", params={
+        "team": member["team_id"], "group_by": "user", "bucket": "none",
+        "since": f"{today}T00:00:00Z"}, headers={"Authorization": f"Bearer {READ}"})
+    summary.raise_for_status()
+    spent = next(r for r in summary.json()["data"] if r["user"] == "bo")
+    assert spent["requests"] == 1 and spent["usd_committed"] > 0
+
+    page.goto(team_url)
+    row = page.locator('tr[data-member="bo"]')
+    assert row.get_attribute("data-source") == "member"
+    assert int(row.get_attribute("data-day-committed")) == spent["usd_committed"]
+    assert int(row.get_attribute("data-day-liability")) == spent["usd_liability"]
+    text = row.inner_text()
+    assert "source: own" in text and money(3_000_000) in text
+    assert money(spent["usd_committed"]) in text
+    key = page.locator("tr[data-key]").first
+    assert key.locator("[data-last-used]").get_attribute("data-last-used")
+    page.screenshot(path=shots / "team-members.png", full_page=True)
+    assert (shots / "team-members.png").stat().st_size > 0
 
 
 def test_a_read_token_finds_no_write_control_and_a_forged_post_is_refused(
