@@ -30,6 +30,7 @@ from gateway.console import (
     _operations,
     _requests,
     _usage,
+    _users,
 )
 from gateway.console._client import ApiRefused
 from gateway.console._format import FILTERS
@@ -62,7 +63,7 @@ def _environment() -> Environment:
 
 TEMPLATES = TemplateConfig(instance=JinjaTemplateEngine.from_environment(_environment()))
 PAGES = Router(path="/", route_handlers=[*_auth.ROUTES, *_admin.ROUTES, *_members.ROUTES,
-                                         *_keys.ROUTES,
+                                         *_users.ROUTES, *_keys.ROUTES,
                                          *_requests.ROUTES, *_me.ROUTES,
                                          *_usage.ROUTES, *_operations.ROUTES],
                response_headers=HEADERS,

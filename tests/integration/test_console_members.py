@@ -214,3 +214,47 @@ async def test_a_read_token_sees_no_member_form_and_its_forged_post_is_refused(
     assert [(m["user"], m["revision"]) for m in members["data"]] == [("ana", 1)]
     assert members["default"] is None
     assert _csrf(page.text)  # the page still carries the session's token for sign-out
+
+
+async def test_users_page_lists_and_edits_users_like_the_api(client: Client) -> None:
+    """Users: add a user with a budget across teams, edit it (If-Match), a stale form is
+    a 412 that writes nothing, bad input a message by its field; the page's figures are
+    the API's; a read token sees no form and its forged POST is refused."""
+    csrf = await sign_in(client, WRITE)
+    r = await client.post("/console/users", data={
+        "csrf": csrf, "form": "", "revision": "0", "user": "ana",
+        "email": "ana@example.com", "tokens_per_day": "5,000,000"})
+    assert r.status_code == 303, r.text
+    ana = (await client.get("/admin/v1/users/ana", headers=R)).json()
+    assert ana["email"] == "ana@example.com" and ana["revision"] == 1
+    assert ana["limits"]["tokens_per_day"] == 5_000_000
+    page = await client.get("/console/users")
+    assert 'data-user="ana" data-revision="1"' in page.text
+    assert "5,000,000 tokens/day" in page.text
+    r = await client.post("/console/users", data={
+        "csrf": csrf, "form": "ana", "revision": "1", "user": "ana",
+        "email": "ana@example.com", "usd_micros_per_day": "2000000"})
+    assert r.status_code == 303, r.text
+    r = await client.post("/console/users", data={
+        "csrf": csrf, "form": "ana", "revision": "1", "user": "ana",
+        "usd_micros_per_day": "9"})
+    assert r.status_code == 412 and "2,000,000 µUSD" in r.text, r.text
+    for data, field in (({"user": "bo", "usd_micros_per_day": "-1"}, "usd_micros_per_day"),
+                        ({"user": "*"}, "user"), ({"user": ""}, "user"),
+                        ({"user": "bo", "tokens_per_day": str(2**70)}, "tokens_per_day")):
+        r = await client.post("/console/users", data={
+            "csrf": csrf, "form": "", "revision": "0", **data})
+        assert r.status_code == 400 and f'data-error-for="{field}"' in r.text, r.text
+    users = (await client.get("/admin/v1/users", headers=R)).json()["data"]
+    assert [(u["name"], u["revision"], u["limits"]["usd_micros_per_day"])
+            for u in users] == [("ana", 2, 2_000_000)]
+    client.cookies.clear()
+    rcsrf = await sign_in(client, READ)
+    page = await client.get("/console/users")
+    assert 'data-user="ana"' in page.text
+    assert 'method="post"' not in page.text.replace(
+        'method="post" action="/console/logout"', "")
+    r = await client.post("/console/users", data={"csrf": rcsrf, "user": "eve",
+                                                  "revision": "0"})
+    assert r.status_code == 403 and "read-only" in r.text
+    assert len((await client.get("/admin/v1/users", headers=R)).json()["data"]) == 1
