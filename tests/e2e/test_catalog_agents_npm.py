@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import threading
 import warnings
@@ -38,6 +37,7 @@ from typing import Any
 import pytest
 
 from gateway.catalog import builtin_catalog
+from tests.e2e._npm import require_npm
 
 pytestmark = pytest.mark.e2e
 
@@ -144,18 +144,8 @@ def capture() -> Iterator[Capture]:
 @pytest.fixture(scope="module")
 def agents(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Both agents installed from the npm registry into a fresh prefix."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: cannot install @openai/codex and "
-                    "@anthropic-ai/claude-code to read their default models")
+    npm = require_npm("@openai/codex and @anthropic-ai/claude-code")
     prefix = tmp_path_factory.mktemp("agents")
-    try:
-        ping = subprocess.run([npm, "ping"], capture_output=True, text=True, timeout=30,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        pytest.skip("the npm registry did not answer `npm ping` within 30 s")
-    if ping.returncode != 0:
-        pytest.skip(f"the npm registry is unreachable (`npm ping`: {ping.stderr.strip()[-300:]})")
     install = subprocess.run(
         [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
          "--loglevel=error", *PACKAGES],

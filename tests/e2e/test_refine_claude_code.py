@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 from gateway.catalog import builtin_catalog
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
 from tests.bench.agent_budget import MODEL, config_file
+from tests.e2e._npm import require_npm
 from tests.e2e._procs import Proc, create_key, create_team, start_gateway, start_mock_upstream
 from tests.e2e.test_catalog_agents_npm import PACKAGES
 
@@ -39,16 +39,7 @@ CLAUDE_CODE = next(p for p in PACKAGES if p.startswith("@anthropic-ai/claude-cod
 @pytest.fixture(scope="module")
 def claude(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The argv that starts the installed Claude Code."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: cannot install Claude Code")
-    try:
-        ping = subprocess.run([npm, "ping"], capture_output=True, text=True, timeout=30,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        pytest.skip("the npm registry did not answer `npm ping` within 30 s")
-    if ping.returncode != 0:
-        pytest.skip(f"the npm registry is unreachable: {ping.stderr.strip()[-300:]}")
+    npm = require_npm("Claude Code")
     prefix = tmp_path_factory.mktemp("claude-code")
     install = subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit",
                               "--no-fund", "--loglevel=error", CLAUDE_CODE],
