@@ -31,7 +31,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from gateway.admin._access import AdminAccess
 from gateway.admin._routes import error_responses
 from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError, NotFound
-from gateway.governance import LogFilter, PermitInfo
+from gateway.governance import LogFilter, PermitInfo, SummaryFigures
 from gateway.ingress import Gateway
 from gateway.ingress._prepare import authenticate, presented_key
 from gateway.operations import OperatorStore
@@ -120,28 +120,11 @@ class RequestDetail(msgspec.Struct, frozen=True, kw_only=True):
     segments: list[SegmentView]
 
 
-class SummaryRow(msgspec.Struct, frozen=True, kw_only=True):
-    team_id: str | None = None
-    user: str | None = None
-    key_id: str | None = None
-    model: str | None = None
-    tool: str | None = None
-    period: str | None = None
-    """``2026-12-04`` (day), ``2026-12-04T13`` (hour, UTC), None (bucket none)."""
-    requests: int = 0
-    tokens_committed: int = 0
-    usd_committed: int = 0
-    tokens_liability: int = 0
-    usd_liability: int = 0
-    tokens_reserved: int = 0
-    usd_reserved: int = 0
-
-
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
     object: Literal["summary"] = "summary"
     group_by: list[Group]
     bucket: Bucket
-    data: list[SummaryRow]
+    data: list[SummaryFigures]
 
 
 _COLUMNS = RequestView.__struct_fields__
@@ -286,17 +269,13 @@ async def summarize_requests(request: AnyRequest, group_by: GroupBy = "team",
     except Exception as exc:
         raise GovernanceUnavailable("governance store unavailable") from exc
     fields = [_FIELD[g] for g in groups]
-    rows = sorted((SummaryRow(**{k: getattr(s, k) for k in (*fields, *_SUMS)},
-                              period=s.period) for s in summed),
-                  key=lambda r: tuple("" if v is None else str(v)
-                                      for v in (r.period, *(getattr(r, k) for k in fields))))
+    rows = sorted(summed, key=lambda r: tuple(
+        "" if v is None else str(v) for v in (r.period, *(getattr(r, k) for k in fields))))
     return Summary(group_by=groups, bucket=bucket, data=rows)
 
 
 _FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model",
           "tool": "tool"}
-_SUMS = ("requests", "tokens_committed", "usd_committed", "tokens_liability",
-         "usd_liability", "tokens_reserved", "usd_reserved")
 
 
 @get(["/admin/v1/requests/{permit_id:str}", "/v1/me/requests/{permit_id:str}"],

@@ -100,6 +100,7 @@ class SummaryFigures(msgspec.Struct, frozen=True, kw_only=True):
     model: str | None = None
     tool: str | None = None
     period: str | None = None
+    """``2026-12-04`` (day), ``2026-12-04T13`` (hour, UTC), None (bucket none)."""
     requests: int = 0
     tokens_committed: int = 0
     usd_committed: int = 0
