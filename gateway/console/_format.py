@@ -27,8 +27,12 @@ def money(micros: Any) -> str:
 
 
 def count(value: Any, unit: str) -> str:
+    """``1,234 tokens``; one of a plural unit is singular (``1 request``, ``1 token/min``)."""
     if value is None:
         return "—"
+    if int(value) == 1:
+        head, slash, tail = unit.partition("/")
+        unit = head.removesuffix("s") + slash + tail
     return f"{int(value):,} {unit}"
 
 

@@ -135,7 +135,8 @@ async def test_an_uncertain_permit_is_resolved_at_an_exact_cost_from_the_console
     assert shown.text.count("<tr data-segment=") == len(detail["segments"]) > 0
     for c in ("input", "output"):  # tokens per class, as the request log recorded them
         figure = detail["request"][f"{c}_tokens"]
-        shown_figure = f"{figure:,} tokens" if figure is not None else "—"
+        shown_figure = ("—" if figure is None
+                        else f"{figure:,} token{'' if figure == 1 else 's'}")
         assert f'data-class="{c}">{shown_figure}<' in shown.text
     assert any(s["limit"] == 100_000_000 and s["dimension"] == "usd"
                for s in detail["segments"])  # the team's day window

@@ -8,7 +8,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.console._format import bar, dollars, money, window_resets
+from gateway.console._format import bar, count, dollars, money, window_resets
 
 AMOUNT = st.integers(min_value=0, max_value=2**50)
 
@@ -37,3 +37,11 @@ def test_windows_reset_at_the_next_utc_midnight_and_first_of_month() -> None:
     assert window_resets(date(2026, 12, 31)) == ("2027-01-01T00:00:00Z",
                                                  "2027-01-01T00:00:00Z")
     assert window_resets(date(2026, 1, 31))[1] == "2026-02-01T00:00:00Z"
+
+
+def test_one_of_a_counted_unit_is_singular() -> None:
+    assert count(1, "requests") == "1 request"
+    assert count(1, "tokens/min") == "1 token/min"
+    assert count(0, "requests") == "0 requests"
+    assert count(12_345, "tokens") == "12,345 tokens"
+    assert count(None, "tokens") == "—"
