@@ -143,6 +143,37 @@ def test_secrets_come_from_existing_secrets() -> None:
     assert "value" not in env["INFERPLANE_DATABASE_URL"]
 
 
+def test_named_admin_tokens_come_from_existing_secrets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gateway.adminTokens``: each token by secretKeyRef, named with its access in the
+    config the gateway loads (the admin API's and the console's write and read tiers)."""
+    docs = render({"gateway": {"adminTokens": [
+        {"name": "terraform", "access": "write", "existingSecret": "admin-tokens",
+         "key": "tf"},
+        {"name": "portal", "access": "read", "existingSecret": "admin-tokens",
+         "key": "portal"}]}})
+    (container,) = gateway_pod(docs)["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["INFERPLANE_ADMIN_TOKEN_0"]["valueFrom"]["secretKeyRef"] == {
+        "name": "admin-tokens", "key": "tf"}
+    assert env["INFERPLANE_ADMIN_TOKEN_1"]["valueFrom"]["secretKeyRef"] == {
+        "name": "admin-tokens", "key": "portal"}
+    server = gateway_config(docs)["server"]
+    assert server["admin_tokens"] == [
+        {"name": "terraform", "access": "write", "token_ref": "env:INFERPLANE_ADMIN_TOKEN_0"},
+        {"name": "portal", "access": "read", "token_ref": "env:INFERPLANE_ADMIN_TOKEN_1"}]
+    path = tmp_path / "mayu.yaml"
+    path.write_text(yaml.safe_dump(gateway_config(docs)))
+    monkeypatch.setenv("INFERPLANE_ADMIN_TOKEN_0", "t" * 32)
+    monkeypatch.setenv("INFERPLANE_ADMIN_TOKEN_1", "p" * 32)
+    tokens = load_settings(path).server.admin_tokens
+    assert [(t.name, t.access) for t in tokens] == [("terraform", "write"), ("portal", "read")]
+    assert "admin_tokens" not in gateway_config(render({}))["server"]
+    with pytest.raises(helm.HelmError):
+        render({"gateway": {"adminTokens": [{"name": "x", "access": "admin",
+                                             "existingSecret": "s", "key": "k"}]}})
+
+
 def test_migration_job_is_a_hook_on_the_same_image() -> None:
     """A pre-install/pre-upgrade hook Job runs `mayu migrate` with the gateways' image
     and the database URL from the Secret."""

@@ -76,6 +76,13 @@ securityContext:
 {{- if $v.gateway.metricsToken.existingSecret -}}
 {{- $_ := set $server "metrics_token_ref" "env:INFERPLANE_METRICS_TOKEN" -}}
 {{- end -}}
+{{- if $v.gateway.adminTokens -}}
+{{- $tokens := list -}}
+{{- range $i, $t := $v.gateway.adminTokens -}}
+{{- $tokens = append $tokens (dict "name" $t.name "access" $t.access "token_ref" (printf "env:INFERPLANE_ADMIN_TOKEN_%d" $i)) -}}
+{{- end -}}
+{{- $_ := set $server "admin_tokens" $tokens -}}
+{{- end -}}
 {{- $_ := set $config "server" $server -}}
 {{- $_ := set $config "data_dir" "/var/lib/mayu" -}}
 {{- $_ := set $config "demo" false -}}
@@ -108,6 +115,10 @@ securityContext:
     - name: INFERPLANE_ADMIN_TOKEN
       valueFrom: {secretKeyRef: {name: {{ .existingSecret }}, key: {{ .key }}}}
     {{- end }}{{ end }}
+    {{- range $i, $t := .Values.gateway.adminTokens }}
+    - name: INFERPLANE_ADMIN_TOKEN_{{ $i }}
+      valueFrom: {secretKeyRef: {name: {{ $t.existingSecret }}, key: {{ $t.key }}}}
+    {{- end }}
     {{- with .Values.gateway.metricsToken }}{{ if .existingSecret }}
     - name: INFERPLANE_METRICS_TOKEN
       valueFrom: {secretKeyRef: {name: {{ .existingSecret }}, key: {{ .key }}}}
