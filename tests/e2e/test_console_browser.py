@@ -6,10 +6,13 @@ once, uses it with the real ``openai`` SDK, finds the request on Requests and it
 on Overview (the exact µUSD of ``/v1/usage``), rotates and revokes the key; a read
 token finds no write control and its forged POST is refused; a cross-site form POST is
 refused; an admin adds a member on a team's page and sees the member's spend there equal
-to the summary API's; a key holder sees only their own budget and requests; sign-in works by
-keyboard alone. Every page is screenshotted into ``<pytest basetemp>/console-shots``
-(or ``$INFERPLANE_TEST_ARTIFACTS/console-shots``) and every test checks that no page
-loads anything from outside the gateway.
+to the summary API's; on Users an admin adds and edits a user (each row exactly
+``/admin/v1/users/{user}``), a stale edit is a 412 that writes nothing even after a round
+of bad input, and the user's key is refused once the user budget is spent; a key holder
+sees only their own budget and requests; sign-in works by keyboard alone. Every page is
+screenshotted into ``<pytest basetemp>/console-shots`` (or
+``$INFERPLANE_TEST_ARTIFACTS/console-shots``) and every test checks that no page loads
+anything from outside the gateway.
 """
 
 from __future__ import annotations
@@ -363,3 +366,144 @@ def test_sign_in_and_navigation_work_by_keyboard_alone(page: Any, gateway: Proc)
             break
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"/console/keys$"))
+
+
+def shown_limit(value: int | None, field: str) -> str:
+    """A limit as the console writes it (the test's own spelling, not the console's)."""
+    if value is None:
+        return "no cap"
+    return money(value) if field.startswith("usd") else f"{value:,} tokens/day"
+
+
+def assert_row_is_the_api(page: Any, gateway: Proc, name: str) -> dict[str, Any]:
+    """The user's row on Users shows exactly ``GET /admin/v1/users/{name}``: revision,
+    display name, email and every limit; returns that answer."""
+    user: dict[str, Any] = api(gateway, f"/admin/v1/users/{name}", READ)
+    row = page.locator(f'tr[data-user="{name}"]')
+    assert row.get_attribute("data-revision") == str(user["revision"])
+    who, budget, revision = (row.locator("td").nth(i).inner_text() for i in range(3))
+    assert who.splitlines() == [x for x in (name, user["display_name"], user["email"]) if x]
+    assert budget.splitlines() == [f"{f}: {shown_limit(v, f)}"
+                                   for f, v in user["limits"].items()]
+    assert revision == str(user["revision"])
+    return user
+
+
+def error_next_to(form: Any, label: str) -> str:
+    """The message the field labelled ``label`` points at (``aria-describedby``), which
+    must be drawn right under it."""
+    field = form.get_by_label(label, exact=True)
+    assert field.get_attribute("aria-invalid") == "true"
+    message = form.locator(f'#{field.get_attribute("aria-describedby")}')
+    at, under = field.bounding_box(), message.bounding_box()
+    assert abs(under["x"] - at["x"]) < 2 and 0 <= under["y"] - (at["y"] + at["height"]) < 8
+    return str(message.inner_text())
+
+
+def test_an_admin_adds_and_edits_a_user_and_a_stale_edit_writes_nothing(
+        page: Any, gateway: Proc, shots: Path) -> None:
+    """Write token on Users: add a user ($4/day, an email), the row is exactly
+    /admin/v1/users/{user}; edit it; an edit drawn before an API change is the 412 with
+    the current figures and writes nothing; a negative or non-number limit is a message
+    next to its field (400, not 500) and writes nothing; a key of the user is refused
+    once the user budget is spent; a read token sees the page and no form."""
+    sign_in(page, WRITE)
+    page.get_by_role("link", name="Users").click()
+    page.wait_for_url(re.compile(r"/console/users$"))
+    add = page.locator("#add-user")
+    add.get_by_label("User (the user of their keys)").fill("cy")
+    add.get_by_label("Email (optional)").fill("cy@example.com")
+    add.get_by_label("Money per UTC day (µUSD)").fill("4,000,000")
+    add.get_by_role("button", name="Add user").click()
+    page.get_by_text("User cy saved.").wait_for()
+    user = assert_row_is_the_api(page, gateway, "cy")
+    assert (user["revision"], user["email"], user["display_name"]) == (
+        1, "cy@example.com", None)
+    assert user["limits"] == {"tokens_per_day": None, "usd_micros_per_day": 4_000_000,
+                              "usd_micros_per_month": None}
+    page.screenshot(path=shots / "users.png", full_page=True)
+
+    row = page.locator('tr[data-user="cy"]')
+    row.get_by_text("Edit", exact=True).click()
+    row.get_by_label("Display name (optional)").fill("Cy Young")
+    row.get_by_label("Money per UTC month (µUSD)").fill("50000000")
+    row.get_by_role("button", name="Save cy").click()
+    page.get_by_text("User cy saved.").wait_for()
+    user = assert_row_is_the_api(page, gateway, "cy")
+    assert (user["revision"], user["display_name"]) == (2, "Cy Young")
+    assert user["limits"]["usd_micros_per_month"] == 50_000_000
+
+    row.get_by_text("Edit", exact=True).click()  # drawn at revision 2
+    meanwhile = httpx.put(f"{gateway.url}/admin/v1/users/cy", json={
+        "email": "cy@example.com", "limits": {"usd_micros_per_day": 5_000_000}},
+        headers={"Authorization": f"Bearer {WRITE}", "If-Match": '"2"'})
+    assert meanwhile.status_code == 200, meanwhile.text
+    row.get_by_label("Money per UTC day (µUSD)").fill("9000000")
+    row.get_by_label("Money per UTC month (µUSD)").fill("1.5")
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        row.get_by_role("button", name="Save cy").click()
+    assert posted.value.status == 400  # a message, and the form stays the one drawn at 2
+    row = page.locator('tr[data-user="cy"]')
+    assert "whole number" in error_next_to(row, "Money per UTC month (µUSD)")
+    row.get_by_label("Money per UTC month (µUSD)").fill("60000000")
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        row.get_by_role("button", name="Save cy").click()
+    assert posted.value.status == 412
+    assert "nothing was changed" in row.get_by_role("alert").inner_text()
+    user = assert_row_is_the_api(page, gateway, "cy")
+    assert user["revision"] == 3 and user["display_name"] is None
+    assert user["limits"] == {"tokens_per_day": None, "usd_micros_per_day": 5_000_000,
+                              "usd_micros_per_month": None}
+    # The form the 412 opened is drawn from the current figures, ready to retry.
+    assert row.get_by_label("Money per UTC day (µUSD)").input_value() == "5000000"
+    assert row.get_by_label("Display name (optional)").input_value() == ""
+    assert row.locator('input[name="revision"]').input_value() == "3"
+    page.screenshot(path=shots / "users-412.png", full_page=True)
+
+    before = api(gateway, "/admin/v1/users", READ)["data"]
+    add = page.locator("#add-user")
+    add.get_by_label("User (the user of their keys)").fill("dee")
+    add.get_by_label("Money per UTC day (µUSD)").fill("-5")
+    add.get_by_label("Tokens per UTC day (tokens)").fill("lots")
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        add.get_by_role("button", name="Add user").click()
+    assert posted.value.status == 400
+    add = page.locator("#add-user")
+    assert "whole number" in error_next_to(add, "Money per UTC day (µUSD)")
+    assert "whole number" in error_next_to(add, "Tokens per UTC day (tokens)")
+    assert add.get_by_label("Money per UTC day (µUSD)").input_value() == "-5"  # kept
+    page.screenshot(path=shots / "users-bad-input.png", full_page=True)
+    assert api(gateway, "/admin/v1/users", READ)["data"] == before
+
+    w = {"Authorization": f"Bearer {WRITE}"}
+    httpx.post(f"{gateway.url}/admin/v1/teams", headers=w, json={
+        "name": "cy-team"}).raise_for_status()
+    secret = httpx.post(f"{gateway.url}/admin/v1/keys", headers=w,
+                        json={"team": "cy-team", "user": "cy"}).json()["secret"]
+    chat(gateway, secret)
+    spent = next(x for x in api(gateway, "/v1/me", secret)["limits"]
+                 if x["counter"].startswith("user:cy:usd:day:"))["committed"]
+    assert spent > 0
+    page.goto("/console/users")  # the user budget cut to what the user has spent
+    row = page.locator('tr[data-user="cy"]')
+    row.get_by_text("Edit", exact=True).click()
+    row.get_by_label("Money per UTC day (µUSD)").fill(str(spent))
+    row.get_by_role("button", name="Save cy").click()
+    page.get_by_text("User cy saved.").wait_for()
+    assert assert_row_is_the_api(page, gateway, "cy")["limits"]["usd_micros_per_day"] == spent
+    with pytest.raises(openai.APIStatusError) as refused:
+        chat(gateway, secret)
+    assert refused.value.status_code == 402, refused.value
+    assert "user:cy:usd:day" in str(refused.value)  # the user budget is what refused
+
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(page, READ)
+    page.goto("/console/users")
+    assert_row_is_the_api(page, gateway, "cy")
+    assert page.locator('form[action="/console/users"]').count() == 0
+    for name in ("Add user", "Save cy"):
+        assert page.get_by_role("button", name=name).count() == 0
+    assert page.get_by_text("Edit", exact=True).count() == 0
+    page.screenshot(path=shots / "users-read-only.png", full_page=True)
+    for shot in ("users", "users-412", "users-bad-input", "users-read-only"):
+        assert (shots / f"{shot}.png").stat().st_size > 0, shot
