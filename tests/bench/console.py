@@ -11,6 +11,10 @@ calls to the admin API, as in production):
 - Requests filtered (``/console/requests?team=t7``, the newest 50);
 - Usage, 30 days by the hour (``/console/usage?since=<30 days ago>&bucket=hour``, every
   team, stacked by model: 720 periods);
+- a team's page (``/console/teams/t7``: its limits, its 5 members — the users of its
+  permits, two with a budget of their own, three bound by the team's default member
+  budget — with today's and this month's spend, and its 10 keys, real ones created
+  through the API with the filled permits moved onto their ids, with theirs);
 
 and prints p50/p99 of each, and the bytes a first visit ships: the page's HTML and the
 assets it loads (stylesheet, htmx, the console's script), as they are and on the wire
@@ -71,6 +75,38 @@ async def _teams(client: Any, dsn: str) -> None:
         print(f"permits moved onto the 20 teams' ids in {time.perf_counter() - t:.1f} s")
 
 
+async def _members(client: Any, dsn: str, team: str = "t7") -> None:
+    """The team's keys and members through the API: one key per key id its permits
+    carry (``key_<k>``, each used by one user, ``user_<k mod 50>``), those permits moved
+    onto the new keys' ids; a budget of their own for two of its users, a default member
+    budget for the rest."""
+    w = {"Authorization": f"Bearer {WRITE}"}
+    k0 = int(team.removeprefix("t"))
+    ids = []
+    for k in range(k0, 200, 20):  # the filled permit i has key i % 200 and team i % 20
+        r = await client.post("/admin/v1/keys", headers=w, json={
+            "team": team, "name": f"key_{k}", "user": f"user_{k % 50}"})
+        assert r.status_code == 201, r.text
+        ids.append((f"key_{k}", r.json()["key"]["key_id"]))
+    users = sorted({f"user_{k % 50}" for k in range(k0, 200, 20)})
+    for user, day in zip(users[:2], (40_000_000, 60_000_000), strict=True):
+        r = await client.put(f"/admin/v1/teams/{team}/members/{user}", json={
+            "usd_micros_per_day": day, "usd_micros_per_month": 30 * day},
+            headers={**w, "If-Match": '"0"'})
+        assert r.status_code == 201, r.text
+    r = await client.put(f"/admin/v1/teams/{team}/default-member", headers={
+        **w, "If-Match": '"0"'}, json={"usd_micros_per_day": 20_000_000})
+    assert r.status_code == 201, r.text
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE permits p SET key_id = m.id FROM (SELECT * FROM unnest("
+                     "%(old)s::text[], %(new)s::text[]) AS u(old, id)) m "
+                     "WHERE p.key_id = m.old",
+                     {"old": [o for o, _ in ids], "new": [i for _, i in ids]})
+        conn.execute("VACUUM ANALYZE permits")
+    print(f"team {team}: {len(ids)} keys, {len(users)} members "
+          f"({len(users[:2])} with their own budget, the rest the default)")
+
+
 async def _sign_in(client: Any) -> None:
     form = await client.get("/console/login")
     token = re.search(r'name="login_csrf" value="([^"]+)"', form.text)
@@ -80,7 +116,7 @@ async def _sign_in(client: Any) -> None:
     assert r.status_code == 303, r.text
 
 
-async def _measure(client: Any, name: str, path: str, repeats: int) -> None:
+async def _measure(client: Any, name: str, path: str, repeats: int) -> str:
     spent: list[float] = []
     html = ""
     for _ in range(repeats):
@@ -100,6 +136,7 @@ async def _measure(client: Any, name: str, path: str, repeats: int) -> None:
           f"p99 {_pct(spent, .99) * 1000:.0f} ms; {size:,} bytes HTML + {assets:,} "
           f"bytes assets = {size + assets:,} bytes ({size + wire:,} on the wire: the "
           f"assets gzipped, the page not)")
+    return html
 
 
 async def run(dsn: str, n: int, repeats: int) -> None:
@@ -122,6 +159,7 @@ async def run(dsn: str, n: int, repeats: int) -> None:
         async with AsyncTestClient(app=create_app(settings), timeout=300) as client:
             client.follow_redirects = False
             await _teams(client, dsn)
+            await _members(client, dsn)
             await _sign_in(client)
             since = (now - timedelta(days=30)).strftime("%Y-%m-%dT%H:00:00Z")
             await _measure(client, "Overview", "/console/overview", repeats)
@@ -129,6 +167,9 @@ async def run(dsn: str, n: int, repeats: int) -> None:
                            "/console/requests?team=t7", repeats)
             await _measure(client, "Usage (30 days by the hour, every team, by model)",
                            f"/console/usage?since={since}&bucket=hour", repeats)
+            team = await _measure(client, "Team t7 (5 members, the default, 10 keys)",
+                                  "/console/teams/t7", repeats)
+            assert team.count("<tr data-member=") == 5 and team.count("<tr data-key=") == 10
 
 
 def main() -> None:
