@@ -9,6 +9,8 @@ own store in the lease profile. A member or user edit moves the revision of the 
 concerns, so an admission planned with the old budget is re-planned, never charged
 against it. Same tokens, revisions (``ETag``/``If-Match``; ``If-Match: "0"`` creates
 only), audit lines and errors as the team and key routes (:mod:`gateway.admin._routes`).
+``mayu members`` and ``mayu users`` (:mod:`gateway.cli._members`) call the same store
+functions, and :func:`team_members` for the listing.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from gateway.admin._routes import _gateway as admin_gateway
 from gateway.admin._routes import _store as admin_store
 from gateway.admin._views import Name, decode_cursor, page
 from gateway.errors import BadRequest, NotFound
-from gateway.keys import DEFAULT_MEMBER, Member, MemberLimits, User
+from gateway.keys import DEFAULT_MEMBER, KeyStore, Member, MemberLimits, User
 
 AnyRequest = Request[Any, Any, Any]
 Text = Annotated[str, msgspec.Meta(max_length=320, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")]
@@ -124,16 +126,17 @@ def _tagged(view: Any, revision: int, status: int = 200) -> Response[Any]:
     return Response(view, status_code=status, headers={"ETag": f'"{revision}"'})
 
 
-async def _members(request: AnyRequest, team: str) -> tuple[str, list[MemberView],
-                                                            Member | None]:
-    """Every user of a team — with a member budget, or holding one of its keys — and
-    the team's default member budget."""
-    store = admin_gateway(request).key_store
-    found = await admin_store(store.get_team(team))
+async def team_members(store: KeyStore, team: str) -> tuple[str, list[MemberView],
+                                                             Member | None]:
+    """Every user of a team — with a member budget, or holding one of its keys — with
+    the budget that binds them, and the team's default member budget: the team's id, the
+    users by name, the default. The one place this is worked out: the routes below and
+    ``mayu members list`` call it."""
+    found = await store.get_team(team)
     if found is None:
         raise NotFound(f"team {team!r} does not exist")
-    rows: list[Member] = await admin_store(store.list_members(found.id))
-    keys = await admin_store(store.list_keys(team=found.id, include_revoked=True))
+    rows = await store.list_members(found.id)
+    keys = await store.list_keys(team=found.id, include_revoked=True)
     own = {m.user: m for m in rows if m.user != DEFAULT_MEMBER}
     default = next((m for m in rows if m.user == DEFAULT_MEMBER), None)
     counts: dict[str, int] = {}
@@ -154,7 +157,8 @@ async def list_members(request: AnyRequest, team: FromPath[str], cursor: Cursor 
     """Every user with a member budget in the team or holding one of its keys, with the
     budget that binds them (``source``), and the team's default member budget."""
     admin_caller(request, "read")
-    _, views, default = await _members(request, team)
+    _, views, default = await admin_store(team_members(
+        admin_gateway(request).key_store, team))
     items, next_cursor = page(views, [v.user for v in views], after=decode_cursor(cursor),
                               limit=limit)
     return MemberPage(data=items, default=None if default is None else default.limits,
@@ -167,7 +171,7 @@ async def get_member(request: AnyRequest, team: FromPath[str],
                      user: FromPath[str]) -> Response[MemberView]:
     """A user unknown to the team (no budget, no key) is a 404."""
     admin_caller(request, "read")
-    _, views, _ = await _members(request, team)
+    _, views, _ = await admin_store(team_members(admin_gateway(request).key_store, team))
     view = next((v for v in views if v.user == user), None)
     if view is None:
         raise NotFound(f"user {user!r} is not a member of team {team!r}")
