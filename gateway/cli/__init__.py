@@ -23,8 +23,8 @@ from typing import NoReturn
 from gateway.errors import InferplaneError
 
 # Sub-command modules, in the order --help lists them.
-_COMMANDS = ("_serve", "_migrate", "_config", "_models", "_keys", "_import", "_policy", "_permits",
-             "_mock")
+_COMMANDS = ("_serve", "_migrate", "_config", "_models", "_keys", "_members", "_import",
+             "_policy", "_permits", "_mock")
 
 
 EXIT_PIPE = 141
@@ -40,8 +40,8 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="mayu", description="inferplane gateway (data plane): serve, manage keys and "
-        "teams, check config and policies.")
+        prog="mayu", description="inferplane gateway (data plane): serve, manage keys, "
+        "teams, members and users, check config and policies.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
         try:
