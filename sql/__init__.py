@@ -50,7 +50,7 @@ BASELINE = ("schema", "key_rotations", "members", "request_log", "governance", "
 BASELINE_SHA256 = {
     "key_rotations": "d534957dd6f998de6b6b463cc10af3ddfb50abbf0a39962b69cac95d8528ce48",
     "members": "de4076260a628b2fd4853f57d219b9482dfaed315a6461dd990b38e47fffc2ea",
-    "request_log": "de677152d6dc8d0e56a7e58315fa05649aa98242e4d9c948de15f91446c91743",
+    "request_log": "0ef055c272667a021f6a1ae31ee6d00972d9db96a02900ff0fad3f0b635d6769",
     "schema": "a58b9f6ea42434ad6e44ec4b82932a8b7efb6d3ca8becc2ad339acb270f29ed5",
     "governance": "4b19adb2ef14f7f878ac6316b21ea335d8507e873877fe1a8987c342ea211761",
     "lease": "f558d8842c0564b978af6e24c1849423cafdd76ae8e44fbe244ab41f454b03cc",

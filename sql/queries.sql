@@ -356,7 +356,11 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
 
 -- name: request_log
 -- The request log (GET /admin/v1/requests): permits newest first, as list_permits, each
--- filter applied unless NULL; (before_at, before_id) is the page position.
+-- filter applied unless NULL; (before_at, before_id) is the page position, ordered by
+-- the uuid as permits_created_idx is. The time bounds and the position's time are
+-- ranges (an absent one open), not "IS NULL OR": the plan Postgres caches for a prepared
+-- statement, whatever its parameters, then still reads permits_created_idx backwards
+-- from there instead of sorting every permit for a page (tests/bench/requestlog.py).
 SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
        token_bound, usd_bound, status, created_at,
        floor(extract(epoch FROM clock_timestamp() - created_at))::bigint AS age_s,
@@ -372,11 +376,12 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
    AND (%(model)s::text IS NULL OR model = %(model)s)
    AND (%(status)s::text IS NULL OR status = %(status)s)
    AND (%(client)s::text IS NULL OR f.client = %(client)s)
-   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
-   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+   AND created_at >= coalesce(%(since)s::timestamptz, '-infinity')
+   AND created_at < coalesce(%(until)s::timestamptz, 'infinity')
+   AND created_at <= coalesce(%(before_at)s::timestamptz, 'infinity')
    AND (%(before_at)s::timestamptz IS NULL
-        OR (created_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
- ORDER BY created_at DESC, id DESC
+        OR (created_at, permits.id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ ORDER BY created_at DESC, permits.id DESC
  LIMIT %(limit)s
 
 -- name: request_summary
@@ -414,8 +419,8 @@ SELECT CASE WHEN %(by_team)s THEN team_id END AS team_id,
    AND (%(model)s::text IS NULL OR model = %(model)s)
    AND (%(status)s::text IS NULL OR status = %(status)s)
    AND (%(client)s::text IS NULL OR f.client = %(client)s)
-   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
-   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+   AND created_at >= coalesce(%(since)s::timestamptz, '-infinity')
+   AND created_at < coalesce(%(until)s::timestamptz, 'infinity')
  GROUP BY 1, 2, 3, 4, 5, 6
 
 -- name: frozen_counters

@@ -21,3 +21,9 @@ CREATE TABLE permit_facts (
 );
 -- A key's last use (the admin API's last_used_at): its newest permit.
 CREATE INDEX permits_key_created_idx ON permits (key_id, created_at);
+-- The request log without a key named, newest first: every team's page, a team's, a
+-- time range's, a model's, a client tool's, an outcome's, the next page from its cursor
+-- (read backwards from the page's position, not a sort of every permit); a time range's
+-- summary; retention's oldest first. Admission time only grows, so an insert lands at
+-- its right edge.
+CREATE INDEX permits_created_idx ON permits (created_at, id);
