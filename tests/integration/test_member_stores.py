@@ -1,15 +1,18 @@
 """Member and user budgets in every governance store: local SQLite, a lease plane's
 store, Postgres and Postgres with merged (coalesced) admissions — the same all-or-none
-admission as the key's and team's windows, the same refusal wording, and an edit that
-re-plans admissions resolved before it."""
+admission as the key's and team's windows, the same refusal wording, an edit that
+re-plans admissions resolved before it, and day and month windows across UTC midnight
+and a new month (the clock moved as the ingress would: requests planned at given times)."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 from gateway.governance import CounterKey, Permit, Refusal, utc_windows
-from gateway.keys import MemberLimits, TeamLimits
-from tests.integration._pg_helpers import NOW, principal
+from gateway.keys import MemberLimits, Principal, TeamLimits
+from gateway.policy import PolicySnapshot
+from tests.integration._pg_helpers import NOW, principal, request
 from tests.integration.test_inflight import Stores, admit, stores  # noqa: F401 (a fixture)
 from tests.settling import exact, settlement
 
@@ -69,3 +72,87 @@ async def test_an_edit_re_plans_admissions_resolved_before_it(stores: Stores) ->
     await s.keys.put_user("ana", limits=MemberLimits(tokens_per_day=50))
     stale_user = await admit(s, fresh, snap, "stale-user")
     assert isinstance(stale_user, Refusal) and stale_user.code == "snapshot_mismatch"
+
+
+LAST_SECOND = datetime(2026, 11, 29, 23, 59, 59, tzinfo=UTC)
+MIDNIGHT = datetime(2026, 11, 30, tzinfo=UTC)
+"""The next UTC day, in the same month."""
+NEXT_MONTH = datetime(2026, 12, 1, tzinfo=UTC)
+BUDGET = MemberLimits(usd_micros_per_day=3_000, usd_micros_per_month=5_000)
+
+
+async def _spend(s: Stores, p: Principal, snap: PolicySnapshot, rid: str,
+                 at: datetime) -> Permit | Refusal:
+    """A request of 1,000 µUSD worst case admitted at ``at`` (the windows it charges are
+    ``at``'s, as the ingress plans them from its clock) and, if admitted, settled at
+    exactly 1,000."""
+    [decided] = await s.gov.admit([request(p, usd=1_000, tokens=100, rid=rid,
+                                           snapshot=snap, now=at)])
+    if isinstance(decided, Permit):
+        await s.gov.settle(decided.id, settlement(decided.request, exact(10, 1_000)))
+    assert isinstance(decided, Permit | Refusal)
+    return decided
+
+
+def _refused_by(decided: Permit | Refusal, counter: str, limit: int, committed: int) -> None:
+    assert isinstance(decided, Refusal), decided
+    assert (decided.status, decided.code, decided.counter) == (402, "budget_exhausted",
+                                                                counter)
+    assert decided.reason == (f"{counter}: limit {limit} µUSD would be exceeded: committed "
+                              f"{committed} + liability 0 + reserved 0 + this request's "
+                              "worst case 1000")
+
+
+async def _across_midnight(s: Stores, first: Principal, then: Principal,
+                           budget: CounterKey) -> None:
+    """``BUDGET`` on ``budget`` (a member's or a user's): 3 requests on the last second
+    of a day, the 4th refused by the day; 2 from midnight on ``then``, the 3rd refused by
+    the month though the day has room; 1 December admits again on fresh windows."""
+    snap = await s.snapshot()
+
+    def window(kind: str, at: datetime) -> str:
+        day, month = utc_windows(at)
+        return budget.windowed("usd", "day" if kind == "day" else "month",
+                               day if kind == "day" else month).text
+
+    for i in range(3):
+        assert isinstance(await _spend(s, first, snap, f"d1-{i}", LAST_SECOND), Permit)
+    _refused_by(await _spend(s, first, snap, "d1-3", LAST_SECOND),
+                window("day", LAST_SECOND), 3_000, 3_000)
+    for i in range(2):
+        assert isinstance(await _spend(s, then, snap, f"d2-{i}", MIDNIGHT), Permit)
+    _refused_by(await _spend(s, then, snap, "d2-2", MIDNIGHT),
+                window("month", MIDNIGHT), 5_000, 5_000)
+    assert await s.held(window("day", LAST_SECOND)) == (3_000, 0, 0)
+    assert await s.held(window("day", MIDNIGHT)) == (2_000, 0, 0)
+    assert await s.held(window("month", MIDNIGHT)) == (5_000, 0, 0)
+
+    assert isinstance(await _spend(s, then, snap, "m2", NEXT_MONTH), Permit)
+    assert await s.held(window("day", NEXT_MONTH)) == (1_000, 0, 0)
+    assert await s.held(window("month", NEXT_MONTH)) == (1_000, 0, 0)
+    assert await s.held(window("month", MIDNIGHT)) == (5_000, 0, 0)
+
+
+async def test_a_members_month_counts_earlier_days_while_its_day_resets_at_midnight(
+        stores: Stores) -> None:  # noqa: F811
+    """ana's member budget, 3,000 µUSD a day and 5,000 a month: her day window refuses the
+    fourth 1,000 on the 29th and starts afresh at UTC midnight, her month window counts
+    the 29th's 3,000 and refuses the third of the 30th, naming the counter and its
+    figures; a new month resets both."""
+    s = stores
+    await principal(s.keys, team="t1", limits=TeamLimits(usd_micros_per_day=TEAM_DAY))
+    await s.keys.put_member("t1", "ana", limits=BUDGET)
+    ana = await principal(s.keys, team="t1", user="ana")
+    assert ana.member_limits == BUDGET
+    await _across_midnight(s, ana, ana, CounterKey.member(ana.team.id, "ana"))
+
+
+async def test_a_users_month_counts_earlier_days_in_any_team(stores: Stores) -> None:  # noqa: F811
+    """ana's user budget, 3,000 µUSD a day and 5,000 a month across teams: spent in team a
+    on the 29th, it still counts on the 30th in team b, whose day admits her until the
+    month is full; a new month resets both."""
+    s = stores
+    await s.keys.put_user("ana", limits=BUDGET)
+    in_a = await principal(s.keys, team="a", user="ana")
+    in_b = await principal(s.keys, team="b", user="ana")
+    await _across_midnight(s, in_a, in_b, CounterKey.user("ana"))
