@@ -219,10 +219,13 @@ async def fetch_one(conn: psycopg.AsyncConnection[Any], query: str,
 
 
 async def fetch_all(conn: psycopg.AsyncConnection[Any], query: str,
-                    params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every row of ``query`` as dicts, whatever the connection's own row factory."""
+                    params: Mapping[str, Any] | None = None, *,
+                    prepare: bool | None = None) -> list[dict[str, Any]]:
+    """Every row of ``query`` as dicts, whatever the connection's own row factory.
+    ``prepare=False``: planned for its parameters at every call, never a cached generic
+    plan (a read whose best plan depends on which optional filters are set)."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
+        await cur.execute(query, params, prepare=prepare)
         return await cur.fetchall()
 
 

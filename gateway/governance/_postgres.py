@@ -393,7 +393,10 @@ class PostgresGovernanceStore:
                   "before_at": f.before[0] if f.before else None,
                   "before_id": f.before[1] if f.before else None, "limit": limit}
         async with connection(self._pool) as conn:
-            rows = await fetch_all(conn, sql.queries["request_log"], params)
+            # Unprepared: a cached generic plan, blind to which filters are set, reads
+            # the whole time index for a filter that matches nothing recent (0.3-0.6 s
+            # at 1M permits against ~2 ms planned for the filters given).
+            rows = await fetch_all(conn, sql.queries["request_log"], params, prepare=False)
         return [PermitInfo(**r) for r in rows]
 
     async def last_used(self, key_ids: list[str]) -> dict[str, datetime]:
@@ -418,7 +421,9 @@ class PostgresGovernanceStore:
         """The request log summed per group and UTC period, by the database."""
         params = summary_params(f, groups, bucket) | {"since": f.since, "until": f.until}
         async with connection(self._pool) as conn:
-            rows = await fetch_all(conn, sql.queries["request_summary"], params)
+            # Unprepared, as request_log: a generic plan sums a month 4x slower.
+            rows = await fetch_all(conn, sql.queries["request_summary"], params,
+                                   prepare=False)
         return [SummaryFigures(**r) for r in rows]
 
     async def frozen(self) -> list[FrozenCounter]:
