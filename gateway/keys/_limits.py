@@ -63,5 +63,5 @@ def check_member(user: str, limits: Any, *, default_allowed: bool) -> None:
 def member_what(user: str, team: str) -> str:
     """How an answer names a member budget (``*``: the team's default)."""
     if user == "*":
-        return f"team {team!r}'s default member budget"
+        return f"the default member budget of team {team!r}"
     return f"member {user!r} of team {team!r}"
