@@ -2,12 +2,16 @@
 table's last use and spend, on both profiles (SQLite and a migrated Postgres).
 
 Every figure on the page is checked against the API answer it must equal; every form's
-stale revision (412), bad input and a read token's forged POST write nothing.
+stale revision (412), bad input and a read token's forged POST write nothing. A form
+redrawn after bad input (the team's limits, a member's, the default) still carries the
+revision it was drawn from, so fixed and sent again after a change made meanwhile it is
+a 412, not an overwrite.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -258,3 +262,84 @@ async def test_users_page_lists_and_edits_users_like_the_api(client: Client) -> 
                                                   "revision": "0"})
     assert r.status_code == 403 and "read-only" in r.text
     assert len((await client.get("/admin/v1/users", headers=R)).json()["data"]) == 1
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """One form of the team's page, and the API record it edits."""
+
+    marks: str  # a string only this form's HTML holds
+    action: str  # where it posts, under /console/teams/platform
+    sent: dict[str, str]  # what it sends besides the CSRF token and the revision
+    bad: tuple[str, str]  # a field and a value the console refuses (400)
+    good: dict[str, str]  # a valid edit
+    api: str  # the record under /admin/v1/teams/platform (PUT there too; limits: /limits)
+    change: dict[str, int]  # the change made through the API meanwhile
+    shown: str  # how the page shows that change
+
+
+_STALE = {
+    "team limits": _Drawn(
+        'id="limits"', "limits", {}, ("rpm", "lots"), {"rpm": "99"},
+        "", {"rpm": 7}, 'name="rpm" type="text" value="7"'),
+    "member budget": _Drawn(
+        'name="form" value="ana"', "members", {"form": "ana", "user": "ana"},
+        ("usd_micros_per_day", "-5"), {"usd_micros_per_day": "9000000"},
+        "/members/ana", {"usd_micros_per_day": 3_000_000}, "3,000,000 µUSD ($3.000000)"),
+    "default member budget": _Drawn(
+        'id="default-form"', "default-member", {}, ("tokens_per_day", "1.5"),
+        {"tokens_per_day": "5"}, "/default-member", {"tokens_per_day": 7}, "7 tokens/day"),
+}
+
+
+def _form(html: str, marks: str) -> str:
+    """The one ``<form>…</form>`` of the page that holds ``marks``."""
+    forms = [f.group(0) for f in re.finditer(r"<form\b.*?</form>", html, re.S)
+             if marks in f.group(0)]
+    assert len(forms) == 1, html
+    return forms[0]
+
+
+def _shown(html: str, drawn: _Drawn) -> str:
+    """The part of the page that shows the record: the limits form, the member's row,
+    the default's paragraph."""
+    if drawn.action == "limits":
+        return _form(html, drawn.marks)
+    found = re.search(r'<tr data-member="ana".*?</tr>' if drawn.action == "members"
+                      else r"<p data-default-revision.*?</p>", html, re.S)
+    assert found, html
+    return found.group(0)
+
+
+@pytest.mark.parametrize("which", list(_STALE))
+async def test_a_form_redrawn_after_bad_input_keeps_its_revision(
+        client: Client, which: str) -> None:
+    """A form drawn at revision N, changed through the API meanwhile (N+1): bad input is
+    a 400 by the field with N still in the form; fixed and sent again, it is a 412 with
+    the current figures, and nothing is written."""
+    drawn = _STALE[which]
+    csrf = await sign_in(client, WRITE)
+    await client.post("/console/teams", data={"csrf": csrf, "name": "platform"})
+    for path, data in (("members", {"form": "", "user": "ana", "revision": "0",
+                                    "usd_micros_per_day": "5000000"}),
+                       ("default-member", {"revision": "0", "tokens_per_day": "1000"})):
+        r = await client.post(f"/console/teams/platform/{path}", data={"csrf": csrf, **data})
+        assert r.status_code == 303, r.text
+    form = _form((await client.get("/console/teams/platform")).text, drawn.marks)
+    n = _csrf(form, "revision")
+    record = f"/admin/v1/teams/platform{drawn.api}"
+    other = await client.put(record + ("/limits" if drawn.action == "limits" else ""),
+                             headers={**W, "If-Match": f'"{n}"'}, json=drawn.change)
+    assert other.status_code == 200 and other.json()["revision"] == int(n) + 1, other.text
+    field, value = drawn.bad
+    r = await client.post(f"/console/teams/platform/{drawn.action}", data={
+        "csrf": csrf, "revision": _csrf(form, "revision"), **drawn.sent, field: value})
+    assert r.status_code == 400, r.text
+    form = _form(r.text, drawn.marks)
+    assert f'data-error-for="{field}"' in form and f'value="{value}"' in form
+    assert _csrf(form, "revision") == n
+    r = await client.post(f"/console/teams/platform/{drawn.action}", data={
+        "csrf": csrf, "revision": _csrf(form, "revision"), **drawn.sent, **drawn.good})
+    assert r.status_code == 412 and "nothing was changed" in r.text, r.text
+    assert drawn.shown in _shown(r.text, drawn)
+    assert (await client.get(record, headers=R)).json() == other.json()
