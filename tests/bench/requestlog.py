@@ -21,6 +21,9 @@ token), R repeats of each case (``--only`` picks some, by name):
   pending-page     the pending ones (``?status=pending&limit=50``: none here)
   all-summary      every team's day summary (``/admin/v1/requests/summary?since=<day>
                    &until=<day+1>``, grouped by team)
+  team-month       a team's last 30 days by model (``…/summary?team=…&group_by=model
+                   &bucket=none&since=<30 days ago>``)
+  team-hourly      the same by the hour (``&bucket=hour``: the console's Usage page)
   csv              a CSV export of about 100k rows (``/admin/v1/requests.csv?since=…``
                    chosen to match; R/5 repeats)
 
@@ -154,6 +157,13 @@ def cases(now: datetime, n: int) -> Iterator[Case]:
                {"status": "pending", "limit": 50})
     yield Case("all-summary", "every team's day summary", "/admin/v1/requests/summary",
                one_day)
+    yield Case("team-month", "a team's month, by model", "/admin/v1/requests/summary",
+               {"team": "team_7", "group_by": "model", "bucket": "none",
+                "since": (now - timedelta(days=30)).isoformat()})
+    yield Case("team-hourly", "a team's 30 days by the hour and model (the console's Usage)",
+               "/admin/v1/requests/summary",
+               {"team": "team_7", "group_by": "model", "bucket": "hour",
+                "since": (now - timedelta(days=30)).isoformat()})
     yield Case("csv", "CSV export", "/admin/v1/requests.csv",
                {"since": (now - timedelta(days=30 * 100_000 / n)).isoformat()})
 
