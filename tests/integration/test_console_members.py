@@ -342,4 +342,10 @@ async def test_a_form_redrawn_after_bad_input_keeps_its_revision(
         "csrf": csrf, "revision": _csrf(form, "revision"), **drawn.sent, **drawn.good})
     assert r.status_code == 412 and "nothing was changed" in r.text, r.text
     assert drawn.shown in _shown(r.text, drawn)
+    # The form is drawn again with the current figures and revision: sent as shown, it
+    # keeps the change it was refused for (never a blank budget at the new revision).
+    form = _form(r.text, drawn.marks)
+    assert _csrf(form, "revision") == str(int(n) + 1)
+    for name, figure in drawn.change.items():
+        assert re.search(rf'name="{name}"[^>]* value="{figure}"', form), form
     assert (await client.get(record, headers=R)).json() == other.json()
