@@ -56,7 +56,7 @@ async def settle_as_operator(store: OperatorStore, permit_id: str, settlement: S
     """Settle (or, with an exact figure, resolve) one permit through the store's own
     path: exactly once, replays harmless, a different outcome refused."""
     try:
-        return await (store.resolve(permit_id, settlement) if exact
+        return await (_resolve(store, permit_id, settlement) if exact
                       else store.settle(permit_id, settlement))
     except SettlementConflict:
         stored = await store.permit_info(permit_id)
@@ -64,6 +64,24 @@ async def settle_as_operator(store: OperatorStore, permit_id: str, settlement: S
             f"permit {permit_id} was already settled as {_stored(stored)}; resolving it "
             f"as {settlement.kind} is refused (a permit is settled exactly once; only an "
             "uncertain or tokens-known one takes a later exact figure)") from None
+
+
+async def _resolve(store: OperatorStore, permit_id: str,
+                   settlement: Settlement) -> SettleResult:
+    """An exact figure, exactly once. The store's settle path answers a permit already
+    settled with this very settlement (the same fingerprint: kind, totals, every
+    counter's part) as a replay, and settles a pending one; only a permit settled another
+    way goes on to the store's resolve, which replaces an uncertain or tokens-known
+    permit's liability. Asked once more after a conflict there, so that the same figure
+    sent twice at once is one resolution and one replay, not a 409."""
+    try:
+        return await store.settle(permit_id, settlement)
+    except SettlementConflict:
+        pass
+    try:
+        return await store.resolve(permit_id, settlement)
+    except SettlementConflict:
+        return await store.settle(permit_id, settlement)
 
 
 async def resolve_permit(store: OperatorStore, permit_id: str, kind: OutcomeKind,

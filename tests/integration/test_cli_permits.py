@@ -202,6 +202,32 @@ async def test_an_exact_figure_settles_a_pending_permit_and_resolves_a_liability
     assert again.returncode == 2 and "only an uncertain or tokens-known" in again.stderr
 
 
+async def test_an_exact_figure_sent_twice_is_a_replay_and_another_a_conflict(backend):
+    """The same exact figure again (a pending permit settled by it, an uncertain one
+    resolved by it) is a replay that changes nothing; a different figure is refused."""
+    b = backend
+    pending = await admit(b, "twice-pending", usd=4_000, tokens=1_000)
+    lost = await admit(b, "twice-lost", usd=4_000, tokens=1_000)
+    b.ok("permits", "resolve", lost.id, "--as", "uncertain")
+    window = usd_day(pending)
+    for permit in (pending, lost):
+        first = b.ok("permits", "resolve", permit.id, "--cost-micro-usd", "77",
+                     "--tokens", "9")
+        assert first.strip() == (f"resolved permit {permit.id} as complete: committed 9 "
+                                 "tokens, $0.000077")
+        figures = (await b.counter(window), await b.liability(window))
+        again = b.ok("permits", "resolve", permit.id, "--cost-micro-usd", "77",
+                     "--tokens", "9", "--reason", "said twice")
+        assert again.strip() == (f"permit {permit.id} was already resolved as complete: "
+                                 "committed 9 tokens, $0.000077; nothing changed")
+        assert (await b.counter(window), await b.liability(window)) == figures
+        other = b.mayu("permits", "resolve", permit.id, "--cost-micro-usd", "78",
+                       "--tokens", "9")
+        assert other.returncode == 2 and "already settled as complete" in other.stderr
+    assert await b.counter(window) == (0, 154, False)
+    assert await b.liability(window) == 0
+
+
 async def test_bulk_resolution_uses_the_crashed_replicas_journal(backend):
     """--journal: a permit its replica never dispatched is cancelled (refunded), one it
     saw finish is settled as observed; one missing from the journal stays uncertain."""
