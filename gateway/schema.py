@@ -262,15 +262,17 @@ def structure(conn: psycopg.Connection[Any], schema: str = "public"
     return out
 
 
-def files_structure(conn: psycopg.Connection[Any]) -> dict[str, set[tuple[Any, ...]]]:
-    """The structure the schema files (``sql.BASELINE``) build, made in a scratch schema
-    inside the caller's transaction and dropped again."""
+def files_structure(conn: psycopg.Connection[Any], *, baseline: bool = False
+                    ) -> dict[str, set[tuple[Any, ...]]]:
+    """The structure the schema files build: the present ``sql/`` files, or with
+    ``baseline`` the frozen 0.1.0 texts (``migrations/baseline/``). Made in a scratch
+    schema inside the caller's transaction and dropped again."""
     import sql
 
     conn.execute("CREATE SCHEMA inferplane_baseline_check")
     conn.execute("SET LOCAL search_path = inferplane_baseline_check, public")
     for name in sql.BASELINE:
-        conn.execute(sql.script(name))
+        conn.execute(sql.baseline_script(name) if baseline else sql.script(name))
     found = structure(conn, "inferplane_baseline_check")
     conn.execute("SET LOCAL search_path = public")
     conn.execute("DROP SCHEMA inferplane_baseline_check CASCADE")
@@ -294,7 +296,8 @@ def convert_prerelease(dsn: str) -> Step | None:
     one transaction: the tables added since (:data:`ADDED_SINCE_PRERELEASE`) are created,
     then its tables must be exactly the baseline's (else :class:`ConfigError` listing the
     differences, nothing changed); every ``inferplane_*`` function is dropped
-    and ``sql/governance.sql`` and ``sql/lease.sql`` installed; no row is touched. None
+    and the baseline's ``governance.sql`` and ``lease.sql`` installed; no row is touched
+    (alembic then takes the database from the baseline to head). None
     when the database is not pre-release; a pre-release revision other than ``0009`` is
     refused with what to do."""
     import sql
@@ -309,9 +312,9 @@ def convert_prerelease(dsn: str) -> Step | None:
         if heads != (_CONVERTIBLE,):
             raise ConfigError(f"database: schema at pre-release revision "
                               f"{', '.join(heads)}: {_PRERELEASE_HINT}")
-        want = files_structure(conn)
+        want = files_structure(conn, baseline=True)
         for name in ADDED_SINCE_PRERELEASE:
-            conn.execute(sql.script(name))
+            conn.execute(sql.baseline_script(name))
         problems = _differences(structure(conn), want)
         if problems:
             raise ConfigError(
@@ -321,8 +324,8 @@ def convert_prerelease(dsn: str) -> Step | None:
                 + ". Restore the listed objects as revision 0009 defined them (or "
                 "migrate a copy with inferplane commit cdf51f7), then run `mayu migrate`")
         conn.execute(sql.script("drop_functions"))
-        conn.execute(sql.script("governance"))
-        conn.execute(sql.script("lease"))
+        conn.execute(sql.baseline_script("governance"))
+        conn.execute(sql.baseline_script("lease"))
         conn.execute("UPDATE alembic_version SET version_num = %s", (BASELINE_REVISION,))
     return Step(revision=BASELINE_REVISION, down_revision=_CONVERTIBLE,
                 doc="pre-release database converted to the 0.1.0 baseline (functions "

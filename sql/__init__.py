@@ -55,23 +55,20 @@ BASELINE_SHA256 = {
     "governance": "4b19adb2ef14f7f878ac6316b21ea335d8507e873877fe1a8987c342ea211761",
     "lease": "f558d8842c0564b978af6e24c1849423cafdd76ae8e44fbe244ab41f454b03cc",
 }
-"""The 0.1.0 baseline revision's files as released. The baseline installs these texts
-and nothing else: once a file changes (a new ``_vN+1`` made by a migration), the
-baseline must install a frozen copy of the released text (CONTRIBUTING.md)."""
+"""The sha256 of each file of the 0.1.0 baseline as released
+(``migrations/baseline/<name>.sql``, frozen: CONTRIBUTING.md)."""
 
 
 def baseline_script(name: str) -> LiteralString:
-    """The released text of baseline file ``name``: ``migrations/baseline/<name>.sql``
-    when a frozen copy exists (made at the first change after 0.1.0), else
-    ``sql/<name>.sql``; refused if it is not the text :data:`BASELINE_SHA256` records."""
+    """The released 0.1.0 text of baseline file ``name`` (``migrations/baseline/<name>.sql``),
+    refused if it is not the text :data:`BASELINE_SHA256` records."""
     frozen = resources.files("migrations").joinpath("baseline", f"{name}.sql")
-    text = (cast(LiteralString, frozen.read_text(encoding="utf-8"))  # type: ignore[redundant-cast]
-            if frozen.is_file() else script(name))
+    text = cast(LiteralString, frozen.read_text(encoding="utf-8"))  # type: ignore[redundant-cast]
     if hashlib.sha256(text.encode()).hexdigest() != BASELINE_SHA256[name]:
         raise RuntimeError(
-            f"sql/{name}.sql is not the text the 0.1.0 baseline released: copy the released "
-            f"file (git show v0.1.0:sql/{name}.sql) to migrations/baseline/{name}.sql and "
-            "make the change a new migration (CONTRIBUTING.md)")
+            f"migrations/baseline/{name}.sql is not the text 0.1.0 released: a released "
+            "baseline is never edited; restore it (git show v0.1.0:migrations/baseline/"
+            f"{name}.sql) and make the change a new migration (CONTRIBUTING.md)")
     return text
 
 

@@ -4,11 +4,10 @@ Revision ID: v010_baseline
 Revises:
 Create Date: 2026-12-04
 
-Installs ``sql/schema.sql`` (tables and indexes), ``sql/key_rotations.sql`` (key
-rotations), ``sql/members.sql`` (member and user budgets), ``sql/request_log.sql`` (the
-request log's facts), ``sql/governance.sql``
-(admission and settlement) and ``sql/lease.sql`` (the lease ledger), as they are in this
-release. Every later change is a new revision on top of this one (CONTRIBUTING.md); a
+Installs the six files 0.1.0 released, frozen in ``migrations/baseline/`` (``schema``,
+``key_rotations``, ``members``, ``request_log``, ``governance``, ``lease``; pinned by
+``sql.BASELINE_SHA256``), never the present ``sql/`` files.
+Every later change is a new revision on top of this one (CONTRIBUTING.md); a
 database created by a pre-release build (revision ``0009``) is converted to this revision by
 ``mayu migrate`` (:func:`gateway.schema.convert_prerelease`), not by alembic.
 """

@@ -1,0 +1,266 @@
+-- inferplane's Postgres schema: every table and index of the shared and lease profiles.
+--
+-- Installed by the baseline revision (migrations/versions/0001_baseline.py) together with
+-- sql/governance.sql and sql/lease.sql. This file holds the present: after a release a
+-- table change is a new migration AND an edit here, and
+-- tests/integration/test_schema_structure.py checks the two agree (CONTRIBUTING.md).
+--
+-- Money and tokens are BIGINT (integer µUSD / tokens). A bucket balance is BIGINT in
+-- units of 1/60_000_000 token (gateway.governance.BUCKET_SCALE).
+--
+-- The three figures (DESIGN §5) appear on every counter, account and permit: committed
+-- (what the upstream reported), liability (the unobserved remainder of an uncertain
+-- outcome's bound: it binds hard limits in its window like a reservation but is never
+-- spend, and ends with its window) and reserved (in flight).
+
+-- The persistent authority namespace: created once, never changed. A gateway verifies
+-- that policy generations and leases come from THIS database, not merely equal policies.
+CREATE TABLE authority_namespace (
+    singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    namespace  uuid NOT NULL DEFAULT gen_random_uuid(),
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+INSERT INTO authority_namespace DEFAULT VALUES;
+
+CREATE TABLE teams (
+    id                   text PRIMARY KEY,
+    name                 text NOT NULL UNIQUE,
+    rpm                  bigint CHECK (rpm > 0),
+    tpm                  bigint CHECK (tpm > 0),
+    tokens_per_day       bigint CHECK (tokens_per_day >= 0),
+    usd_micros_per_day   bigint CHECK (usd_micros_per_day >= 0),
+    usd_micros_per_month bigint CHECK (usd_micros_per_month >= 0),
+    region               text,
+    guardrails           text[] NOT NULL DEFAULT '{}',
+    revision             bigint NOT NULL DEFAULT 1,
+    created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- Budget fit (opt-in): the smallest output allowance a request may be lowered to so
+    -- its worst case fits the team's remaining money or token quota. NULL: refuse.
+    budget_fit_floor     bigint CHECK (budget_fit_floor >= 0)
+);
+
+CREATE TABLE keys (
+    id                   text PRIMARY KEY,
+    team_id              text NOT NULL REFERENCES teams (id),
+    key_hash             text NOT NULL UNIQUE,
+    display_prefix       text NOT NULL,
+    name                 text NOT NULL DEFAULT '',
+    user_name            text,
+    -- NULL = every model; an empty array = none.
+    allowed_models       text[],
+    rpm                  bigint CHECK (rpm > 0),
+    tpm                  bigint CHECK (tpm > 0),
+    usd_micros_per_day   bigint CHECK (usd_micros_per_day >= 0),
+    usd_micros_per_month bigint CHECK (usd_micros_per_month >= 0),
+    expires_at           timestamptz,
+    -- A tombstone: revoked keys are never deleted, so an import or audit still sees them.
+    revoked_at           timestamptz,
+    revision             bigint NOT NULL DEFAULT 1,
+    created_at           timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX keys_team_idx ON keys (team_id);
+
+-- Replica bootstrap declarations: the immutable fingerprint of what a replica's config
+-- first declared. A repeat is a no-op; a conflicting declaration refuses startup.
+CREATE TABLE bootstrap_declarations (
+    kind        text NOT NULL,
+    name        text NOT NULL,
+    fingerprint text NOT NULL,
+    declared_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (kind, name)
+);
+
+-- The current policy generation (one row). Admission locks it FOR SHARE, publishing
+-- FOR UPDATE, so a publish serialises against admissions without admissions
+-- serialising on each other.
+CREATE TABLE policy_state (
+    singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    generation  bigint NOT NULL DEFAULT 0,
+    fingerprint text NOT NULL DEFAULT ''
+);
+INSERT INTO policy_state DEFAULT VALUES;
+
+CREATE TABLE policy_generations (
+    generation  bigint PRIMARY KEY,
+    fingerprint text NOT NULL,
+    -- The whole document set of this generation: {name: document}.
+    documents   jsonb NOT NULL,
+    author      text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE policy_changes (
+    id         bigserial PRIMARY KEY,
+    generation bigint NOT NULL REFERENCES policy_generations (generation),
+    name       text NOT NULL,
+    action     text NOT NULL CHECK (action IN ('put', 'delete')),
+    author     text NOT NULL,
+    at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+    before     jsonb,
+    after      jsonb
+);
+CREATE INDEX policy_changes_generation_idx ON policy_changes (generation);
+
+-- Buckets (rpm/tpm) and calendar windows (tokens/µUSD) keyed by the stable counter key
+-- the Python planner builds (gateway.governance.plan_charges).
+CREATE TABLE counters (
+    key        text PRIMARY KEY,
+    kind       text NOT NULL CHECK (kind IN ('bucket', 'window')),
+    dimension  text NOT NULL CHECK (dimension IN ('requests', 'tokens', 'usd')),
+    "limit"    bigint,
+    -- Buckets only: balance in BUCKET_SCALE units (may be negative: debt after a
+    -- true-up) and the database time (µs since epoch) it was last refilled to.
+    balance    bigint,
+    updated_us bigint,
+    "window"   text,
+    reserved   bigint NOT NULL DEFAULT 0,
+    committed  bigint NOT NULL DEFAULT 0,
+    frozen     boolean NOT NULL DEFAULT false,
+    liability  bigint NOT NULL DEFAULT 0
+);
+-- The cluster-wide gauges (gateway/cluster_metrics.py) read the current windows' money
+-- budgets and the frozen counters at every scrape: indexed so a scrape does not scan
+-- every window the database ever held.
+CREATE INDEX counters_usd_window_idx ON counters ("window")
+    WHERE kind = 'window' AND dimension = 'usd';
+CREATE INDEX counters_frozen_idx ON counters (key) WHERE frozen;
+
+-- Policy monetary budgets (ADR-045's authority accounts). leased_outstanding is what
+-- lease grants (ADR-034) hold; shared admission competes with it for the same limit.
+CREATE TABLE authority_accounts (
+    key                text PRIMARY KEY,
+    rule_uid           text,
+    scope              text,
+    window_period      text,
+    "limit"            bigint,
+    hard               boolean NOT NULL DEFAULT true,
+    reserved           bigint NOT NULL DEFAULT 0,
+    committed          bigint NOT NULL DEFAULT 0,
+    leased_outstanding bigint NOT NULL DEFAULT 0,
+    frozen             boolean NOT NULL DEFAULT false,
+    liability          bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX authority_accounts_window_idx ON authority_accounts (window_period);
+CREATE INDEX authority_accounts_frozen_idx ON authority_accounts (key) WHERE frozen;
+
+CREATE TABLE permits (
+    id                  uuid PRIMARY KEY,
+    request_id          text NOT NULL,
+    key_id              text NOT NULL,
+    team_id             text NOT NULL,
+    user_name           text,
+    model               text NOT NULL,
+    token_bound         bigint NOT NULL,
+    usd_bound           bigint NOT NULL,
+    generation          bigint NOT NULL,
+    day                 text NOT NULL,
+    month               text NOT NULL,
+    status              text NOT NULL DEFAULT 'pending' CHECK (status IN
+                        ('pending', 'complete', 'tokens_known', 'uncertain', 'invalid',
+                         'cancelled')),
+    settle_fingerprint  text,
+    detail              text,
+    tokens_committed    bigint,
+    usd_committed       bigint,
+    -- Database time (µs) at which the buckets were charged: settlement reduces a credit
+    -- by the refill the reservation's lifetime could have added.
+    admitted_us         bigint NOT NULL,
+    created_at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    settled_at          timestamptz,
+    tokens_liability    bigint,
+    usd_liability       bigint,
+    -- Valid usage above the admitted bound was committed in full (DESIGN §5).
+    bound_exceeded      boolean NOT NULL DEFAULT false,
+    -- When an operator or a provider figure resolved the permit's liability.
+    resolved_at         timestamptz
+);
+CREATE INDEX permits_team_month_idx ON permits (team_id, month);
+CREATE INDEX permits_key_month_idx ON permits (key_id, month);
+CREATE INDEX permits_pending_idx ON permits (created_at) WHERE status = 'pending';
+
+-- Every counter a permit charged, with the window and limit it captured, so settlement
+-- never re-reads current policy (ADR-046: deletion and midnight cannot move a charge).
+CREATE TABLE permit_segments (
+    permit_id  uuid NOT NULL REFERENCES permits (id),
+    counter    text NOT NULL,
+    kind       text NOT NULL CHECK (kind IN ('bucket', 'window', 'account')),
+    dimension  text NOT NULL,
+    amount     bigint NOT NULL,
+    "limit"    bigint,
+    "window"   text,
+    rule_uid   text,
+    hard       boolean NOT NULL DEFAULT true,
+    committed  bigint,
+    liability  bigint,
+    PRIMARY KEY (permit_id, counter)
+);
+
+-- Budget alerts (ADR-050): one row per money budget (window or account), window and
+-- threshold (80, 90, 100 percent of its limit, by committed + liability) the first time a
+-- settlement brings it there. The primary key deduplicates across replicas: the replica
+-- whose INSERT … ON CONFLICT DO NOTHING returns the row delivers the event (webhook,
+-- metric, audit line) and records the delivery here.
+CREATE TABLE alert_events (
+    counter       text NOT NULL,
+    "window"      text NOT NULL,
+    threshold     smallint NOT NULL CHECK (threshold IN (80, 90, 100)),
+    "limit"       bigint NOT NULL,
+    -- The budget's figures when the threshold was first seen (µUSD).
+    committed     bigint NOT NULL,
+    liability     bigint NOT NULL,
+    reserved      bigint NOT NULL,
+    replica       text NOT NULL,
+    first_seen_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    delivered_at  timestamptz,
+    attempts      integer NOT NULL DEFAULT 0,
+    last_error    text,
+    PRIMARY KEY (counter, "window", threshold)
+);
+
+-- The lease ledger (ADR-034, made durable; DESIGN §6). Each lease-managed account (one
+-- budget rule, one scope, one UTC window) keeps one lease_grants row per data plane, and
+-- the account row carries the sums in leased_outstanding, so shared admission and lease
+-- grants compete for one budget and a control-plane restart loses nothing. The functions
+-- are in sql/lease.sql.
+CREATE TABLE lease_dataplanes (
+    id                 text PRIMARY KEY,
+    -- The data-plane token the plane belongs to: another configured token may not sync
+    -- for it.
+    token_name         text NOT NULL,
+    build              text NOT NULL DEFAULT '',
+    api_versions       text[] NOT NULL DEFAULT '{}',
+    -- The plane's counter-store identity, its process, and that process's heartbeat
+    -- number: a heartbeat older than one already applied (same frame and boot, lower
+    -- seq) changes nothing.
+    frame              text NOT NULL,
+    boot               text NOT NULL,
+    seq                bigint NOT NULL,
+    applied_generation bigint,
+    rejections         jsonb NOT NULL DEFAULT '[]',
+    heartbeat_ms       bigint,
+    -- The first heartbeat of the current frame: a later new frame (after an adoption)
+    -- is refused until the control plane's frame-change interval has passed since.
+    first_heartbeat    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_heartbeat     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    heartbeats         bigint NOT NULL DEFAULT 0
+);
+
+CREATE TABLE lease_grants (
+    account          text NOT NULL REFERENCES authority_accounts (key),
+    dataplane        text NOT NULL REFERENCES lease_dataplanes (id),
+    rule_uid         text,
+    frame            text NOT NULL,
+    committed        bigint NOT NULL DEFAULT 0 CHECK (committed >= 0),
+    liability        bigint NOT NULL DEFAULT 0 CHECK (liability >= 0),
+    reserved         bigint NOT NULL DEFAULT 0 CHECK (reserved >= 0),
+    allowance        bigint NOT NULL DEFAULT 0 CHECK (allowance >= 0),
+    prior_committed  bigint NOT NULL DEFAULT 0,
+    prior_unobserved bigint NOT NULL DEFAULT 0,
+    adoptions        bigint NOT NULL DEFAULT 0,
+    renew_ms         bigint NOT NULL,
+    expires_at       timestamptz,
+    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (account, dataplane)
+);
+CREATE INDEX lease_grants_dataplane_idx ON lease_grants (dataplane);
