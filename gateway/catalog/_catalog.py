@@ -21,6 +21,10 @@ from gateway.pricing import CLASSES, ModelPrice
 
 Provider = Literal["openai", "anthropic"]
 Lifecycle = Literal["active", "legacy", "deprecated"]
+Tokenizer = Literal["o200k_base", "cl100k_base", "anthropic_count_tokens"]
+"""How a model's input is counted exactly: an OpenAI encoding the gateway counts with
+locally (``gateway.ingress._tokenize``), or the provider's own ``count_tokens``
+endpoint (``gateway.providers.TokenCounter``)."""
 
 
 class CatalogModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -33,6 +37,8 @@ class CatalogModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_input_tokens: int
     """The context window."""
     max_output_tokens: int
+    tokenizer: Tokenizer
+    """How its input is counted exactly (:data:`Tokenizer`)."""
     source: str
     """The provider documentation page the figures were checked against."""
     snapshots: tuple[str, ...] = ()
@@ -87,6 +93,9 @@ def check_catalog(catalog: Catalog) -> Catalog:
                     or not 0 <= value <= MAX_AMOUNT:
                 raise CatalogError(f"{where}.price.{cls}: must be an integer µUSD/Mtok in "
                                    f"0..{MAX_AMOUNT}, got {value!r}")
+        if (m.tokenizer == "anthropic_count_tokens") != (m.provider == "anthropic"):
+            raise CatalogError(f"{where}.tokenizer: {m.tokenizer} is not a {m.provider} "
+                               "tokenizer")
         for field in ("max_input_tokens", "max_output_tokens"):
             if getattr(m, field) <= 0:
                 raise CatalogError(f"{where}.{field}: must be positive")

@@ -14,8 +14,10 @@ the three figures and every counter's part:
   settlement frees it (an invalid one too: the stores release slots while freezing).
 
 So for every permit committed ≤ truth ≤ committed + liability, with equality when the
-wire reported the usage. Valid usage above the bound is committed in full and flagged
-``bound_exceeded``; invalid usage commits nothing (the store freezes the accounts).
+wire reported the usage, and the settlement's per-class usage (what the audit line and
+the request log show) adds up to its committed tokens. Valid usage above the bound is
+committed in full and flagged ``bound_exceeded``; invalid usage commits nothing (the
+store freezes the accounts).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from gateway.governance._model import (
 from gateway.pricing import ModelPrice, Usage, cost_range_micro_usd
 
 
-def _observed(outcome: Outcome) -> Usage:
+def _observed(outcome: Outcome) -> Usage | None:
     """The usage an incomplete outcome proves: reported classes, and at least one output
-    token per content delta already relayed."""
+    token per content delta already relayed (None: nothing at all was observed)."""
+    if outcome.usage is None and outcome.output_floor <= 0:
+        return None
     usage = outcome.usage or Usage()
     if outcome.output_floor > usage.output:
         usage = Usage(input=usage.input, output=outcome.output_floor,
@@ -52,10 +56,13 @@ def settlement_for(request: AdmissionRequest, outcome: Outcome,
     if kind is OutcomeKind.CANCELLED:
         return split_settlement(request, Settlement(kind=kind, detail=outcome.detail))
     if kind is OutcomeKind.UNCERTAIN:
-        usage = _observed(outcome)
+        # The classes recorded are the ones committed (the output floor included), so
+        # the audit line and the request log add up to the committed tokens.
+        observed = _observed(outcome)
+        usage = observed or Usage()
         tokens, (low, _) = usage.total_tokens(), _range(usage, price)
         return split_settlement(request, Settlement(
-            kind=kind, detail=outcome.detail, usage=outcome.usage,
+            kind=kind, detail=outcome.detail, usage=observed,
             tokens_committed=tokens, usd_committed=low,
             tokens_liability=max(0, request.token_bound - tokens),
             usd_liability=max(0, request.usd_bound - low)))

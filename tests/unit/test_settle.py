@@ -149,3 +149,21 @@ def test_tpm_is_charged_the_estimate_and_trued_up_to_the_actual_total():
     assert s.commits["team:t1:tpm"] == 27_900  # > the estimate: 900 tokens of debt
     cut = settlement_for(req, Outcome(kind=OutcomeKind.UNCERTAIN), PRICE)
     assert cut.commits["team:t1:tpm"] == estimate
+
+
+usages = st.builds(Usage, input=counts, output=counts, cache_read=counts,
+                   cache_write_5m=counts, cache_write_1h=counts, cache_write_unknown=counts)
+
+
+@given(kind=st.sampled_from(list(OutcomeKind)), usage=st.none() | usages,
+       floor=st.integers(min_value=0, max_value=6000))
+def test_the_recorded_classes_add_up_to_the_committed_tokens(kind, usage, floor):
+    """Whatever the outcome (a cut stream's output floor included), the per-class usage a
+    settlement records — the audit line's and the request log's — sums to its committed
+    tokens (issue 33: 4,221 shown of 4,229 committed)."""
+    s = settlement_for(REQ, Outcome(kind=kind, usage=usage, output_floor=floor), PRICE)
+    shown = 0 if s.usage is None else s.usage.total_tokens()
+    assert shown == s.tokens_committed
+    for c in REQ.charges:
+        if c.dimension == "tokens" and c.kind != "bucket" and kind is not OutcomeKind.INVALID:
+            assert s.commits[c.counter] == shown

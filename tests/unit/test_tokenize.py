@@ -3,6 +3,7 @@ are OpenAI's, the ceiling is never below and the floor never above what a model 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.catalog import builtin_catalog
 from gateway.config import Deployment, ModelSettings
 from gateway.ingress import _tokenize
 from gateway.ingress._bounds import external_input, input_bound, input_classes
 from gateway.ingress._prepare import output_bound
-from gateway.ingress._tokenize import encoding, encoding_name, input_ceiling, input_floor
+from gateway.ingress._tokenize import (
+    encoding,
+    encoding_name,
+    input_ceiling,
+    input_floor,
+    proven_input,
+)
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
 from tests.openai_render import SYSTEM, render_tokens
 
@@ -49,15 +57,60 @@ def test_the_system_message_fits_the_tests_overhead() -> None:
     (_model("gpt-5-local", "gpt-5"), None),  # named like one, but not in the catalog
     (_model("gpt-5", "gpt-4-0613"), None),  # deployments of different encodings
     (_model("gpt-5", "mock-gpt"), None),  # an upstream model the table does not know
-    (_model("gpt-6.2-sol"), None),  # a family OpenAI's table does not name yet
+    (_model("gpt-6.2-sol"), "o200k_base"),  # OpenAI's table does not name it: the catalog does
     (_model("claude-sonnet-4-6"), None),
     (_model("m"), None),
 ])
 def test_the_encoding_is_openais_own_table_for_every_name(
         model: ModelSettings, expected: str | None) -> None:
-    """A model is counted only when it is an OpenAI model of the catalog and OpenAI's table
-    names one encoding for it and every upstream model it is sent as."""
+    """A model is counted only when it is an OpenAI model of the catalog and the catalog
+    (else OpenAI's table) names one encoding for it and every upstream model it is sent as."""
     assert encoding_name(model) == expected
+
+
+def test_every_catalog_model_names_a_tokenizer_the_gateway_has() -> None:
+    """Each catalog entry names a tokenizer this module has (a local one loads), and
+    agrees with OpenAI's own table wherever that names the model."""
+    from tiktoken.model import encoding_name_for_model
+
+    for entry in builtin_catalog().models:
+        assert _tokenize.TOKENIZERS.get(entry.tokenizer) is not None, entry.id
+        if _tokenize.TOKENIZERS[entry.tokenizer] == "local":
+            assert encoding(entry.tokenizer) is not None, entry.id
+            assert encoding_name(_model(entry.id)) == entry.tokenizer
+        for name in entry.names:
+            # a model the table does not name yet (KeyError): the catalog's word stands
+            with contextlib.suppress(KeyError):
+                assert encoding_name_for_model(name) == entry.tokenizer, name
+
+
+CODEX_TURN = {"model": "gpt-6.2-sol", "stream": True,
+              "instructions": "You are Codex, a coding agent. " * 40,
+              "input": [{"type": "message", "role": "user", "content": [
+                  {"type": "input_text", "text": "Explain what gateway/ingress does. " * 20}]}],
+              "tools": [{"type": "function", "name": "shell", "parameters": {
+                  "type": "object", "properties": {"command": {"type": "string"}}}}]}
+
+
+def test_an_interrupted_codex_turn_on_its_default_model_commits_its_input() -> None:
+    """Issue 33: a cut Responses stream to gpt-6.2-sol (Codex's default) proves its
+    input text, counted exactly (it committed no input: 80 of 34,818 µUSD)."""
+    proven = proven_input("responses", CODEX_TURN, _model("gpt-6.2-sol"))
+    assert proven is not None and proven.cache_read > 500
+    ceiling = input_ceiling(CODEX_TURN, _model("gpt-6.2-sol"))
+    assert ceiling is not None and proven.cache_read <= ceiling
+
+
+def test_a_model_without_a_tokenizer_is_said_once_in_the_log(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An unknown model says in the log that its input is not counted, once per model."""
+    _tokenize._told.discard("unknown-model-x")
+    with caplog.at_level("INFO", logger="mayu.ingress"):
+        for _ in range(3):
+            assert input_ceiling(CODEX_TURN, _model("unknown-model-x")) is None
+            assert input_floor(CODEX_TURN, _model("unknown-model-x")) == 0
+    said = [r.getMessage() for r in caplog.records if "unknown-model-x" in r.getMessage()]
+    assert len(said) == 1 and "not counted exactly" in said[0], said
 
 
 def test_a_shipped_file_that_is_not_openais_is_refused(
