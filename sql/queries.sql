@@ -641,3 +641,31 @@ SELECT count(*)::bigint AS pruned FROM gone
 SELECT k AS key_id,
        (SELECT max(created_at) FROM permits WHERE key_id = k) AS last_used_at
   FROM unnest(%(keys)s::text[]) AS k
+
+-- name: insert_console_session
+-- A console sign-in (gateway/keys/_sessions.py): the session by the SHA-256 of its id,
+-- its credential by its SHA-256 only; database time, so every replica agrees on expiry.
+INSERT INTO console_sessions (id_sha256, subject, access, credential_sha256, expires_at)
+VALUES (%(id_sha256)s, %(subject)s, %(access)s, %(credential_sha256)s,
+        now() + make_interval(secs => %(max_age_s)s))
+
+-- name: purge_console_sessions
+DELETE FROM console_sessions WHERE expires_at < now() - make_interval(secs => %(after_s)s)
+
+-- name: console_session
+-- A session that is not ended, not expired and was used within the last :idle_s
+-- seconds; its last use becomes now (one statement: a sign-out on another replica
+-- commits before or after it, never half).
+UPDATE console_sessions SET last_seen_at = now()
+ WHERE id_sha256 = %(id_sha256)s AND ended_at IS NULL AND expires_at > now()
+   AND last_seen_at > now() - make_interval(secs => %(idle_s)s)
+RETURNING subject, access, credential_sha256, created_at, expires_at
+
+-- name: end_console_session
+UPDATE console_sessions SET ended_at = now()
+ WHERE id_sha256 = %(id_sha256)s AND ended_at IS NULL
+
+-- name: end_console_sessions
+-- Every live session of one credential (a revoked key, a token gone from the config).
+UPDATE console_sessions SET ended_at = now()
+ WHERE credential_sha256 = %(credential_sha256)s AND ended_at IS NULL

@@ -9,12 +9,14 @@ every time, so neither the answer nor its timing tells which token came close.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from dataclasses import dataclass
 from typing import Literal
 
 from gateway.config import ServerSettings, resolve_secret
 from gateway.errors import AccessDenied, ConfigError, Unauthenticated
+from gateway.ingress import ActingFor
 
 Access = Literal["read", "write"]
 
@@ -57,18 +59,22 @@ class AdminAccess:
     def configured(self) -> bool:
         return bool(self._tokens)
 
-    def caller(self, presented: str | None) -> AdminCaller | None:
-        """The token's holder, or None when ``presented`` is no configured token."""
+    def caller(self, presented: str | ActingFor | None) -> AdminCaller | None:
+        """The token's holder, or None when ``presented`` is no configured token (an
+        in-process :class:`ActingFor` names one by its SHA-256)."""
         if not presented:
             return None
-        given = presented.encode()
+        digest = isinstance(presented, ActingFor)
+        given = (presented.credential_sha256 if isinstance(presented, ActingFor)
+                 else presented.encode())
         found: AdminCaller | None = None
         for name, secret, access in self._tokens:  # no early exit: constant time
-            if hmac.compare_digest(given, secret):
+            if hmac.compare_digest(given, hashlib.sha256(secret).digest() if digest
+                                   else secret):
                 found = AdminCaller(name, access)
         return found
 
-    def require(self, presented: str | None, access: Access) -> AdminCaller:
+    def require(self, presented: str | ActingFor | None, access: Access) -> AdminCaller:
         """The caller, if its token allows ``access``: else 401 (no such token) or 403
         (a read token asked to write)."""
         caller = self.caller(presented)

@@ -36,7 +36,7 @@ from gateway.ceilings import MAX_AMOUNT, MAX_TOKENS_PER_CLASS
 from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError
 from gateway.governance import FrozenCounter, LogFilter, OutcomeKind, SettleResult
 from gateway.ingress import Gateway
-from gateway.ingress._prepare import presented_key
+from gateway.ingress._prepare import presented
 from gateway.operations import (
     OperatorStore,
     permit_of,
@@ -185,7 +185,7 @@ def _gateway(request: AnyRequest) -> Gateway:
 
 def _caller(request: AnyRequest, access: Access) -> AdminCaller:
     admin: AdminAccess = request.app.state.admin
-    return admin.require(presented_key(request.headers), access)
+    return admin.require(presented(request), access)
 
 
 def _store(request: AnyRequest) -> OperatorStore:

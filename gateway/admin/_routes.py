@@ -54,7 +54,7 @@ from gateway.errors import (
     Unauthenticated,
 )
 from gateway.ingress import Gateway
-from gateway.ingress._prepare import presented_key, resolve_principal
+from gateway.ingress._prepare import presented, presented_key, resolve_principal
 from gateway.keys import KeyRecord, Rotation, TeamLimits, hash_key
 
 AnyRequest = Request[Any, Any, Any]
@@ -86,7 +86,7 @@ def _gateway(request: AnyRequest) -> Gateway:
 
 def _caller(request: AnyRequest, access: Access) -> AdminCaller:
     admin: AdminAccess = request.app.state.admin
-    return admin.require(presented_key(request.headers), access)
+    return admin.require(presented(request), access)
 
 
 def if_match(request: AnyRequest) -> int | None:

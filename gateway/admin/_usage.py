@@ -33,7 +33,7 @@ from gateway.admin._routes import error_responses
 from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError, NotFound
 from gateway.governance import LogFilter, PermitInfo, SummaryFigures
 from gateway.ingress import Gateway
-from gateway.ingress._prepare import authenticate, presented_key
+from gateway.ingress._prepare import authenticate, presented
 from gateway.operations import OperatorStore
 
 AnyRequest = Request[Any, Any, Any]
@@ -181,7 +181,7 @@ async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
         team, key_id = None, principal.key_id
         team_id = principal.team_id
     else:
-        admin.require(presented_key(request.headers), "read")
+        admin.require(presented(request), "read")
         team_id = None
         if team is not None:
             found = await gw.key_store.get_team(team)

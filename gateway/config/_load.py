@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, TypeVar
@@ -122,6 +123,7 @@ def _check(settings: Settings) -> None:
         if settings.database is None:
             raise ConfigError("database: required when key_store/governance_store are postgres")
     _check_alerts(settings)
+    _check_proxies(settings)
     db = settings.database
     if db is not None and db.pool_min_size > db.pool_max_size:
         raise ConfigError(f"database.pool_min_size: {db.pool_min_size} is above "
@@ -137,6 +139,15 @@ def _check_alerts(settings: Settings) -> None:
     if alerts.secret_ref is None:
         raise ConfigError("server.alerts.secret_ref: required with webhook_url (the "
                           "receiver verifies each event's x-inferplane-signature with it)")
+
+
+def _check_proxies(settings: Settings) -> None:
+    for i, proxy in enumerate(settings.server.trusted_proxies):
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise ConfigError(f"server.trusted_proxies[{i}]: {proxy!r} is not an IP address "
+                              "or network (10.0.0.5, 10.0.0.0/8, fd00::/8)") from None
 
 
 def _check_price(where: str, m: ModelSettings) -> None:

@@ -76,6 +76,27 @@ class AdminToken(_Base, frozen=True):
     creates, edits, rotates and revokes."""
 
 
+class ConsoleSettings(_Base, frozen=True):
+    """The console's sign-in (docs/console.md, "Sign-in and sessions"): how long a
+    session lasts, when its cookie is ``Secure``, how many failed sign-ins an address
+    may make."""
+
+    session_idle_s: Seconds = 1800.0
+    """A session unused this long is signed out (every console request uses it)."""
+    session_max_s: Seconds = 43_200.0
+    """A session ends this long after its sign-in, however busy it is."""
+    secure_cookie: Literal["auto", "always"] = "auto"
+    """``auto``: the console's cookies are ``Secure`` when the visitor's request was
+    https (to the gateway, or to a proxy of ``server.trusted_proxies`` that says so in
+    ``X-Forwarded-Proto``); ``always``: ``Secure`` whatever the scheme (a browser then
+    keeps them only over https, or from ``localhost``)."""
+    sign_in_failures: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10
+    """Failed sign-ins one client address may make within ``sign_in_window_s`` (per
+    gateway process); past it every sign-in from that address is a 429 with
+    ``Retry-After`` until its oldest failure leaves the window."""
+    sign_in_window_s: Seconds = 300.0
+
+
 class ServerSettings(_Base, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 4000
@@ -159,6 +180,13 @@ class ServerSettings(_Base, frozen=True):
     across them as it does in one), ``/metrics`` summed over them, a worker that dies
     restarted, and what a worker left open resolved from its journal
     (docs/deploy.md, "Worker processes")."""
+    trusted_proxies: list[str] = []
+    """Addresses or networks (``10.0.0.5``, ``10.0.0.0/8``, ``::1``) of the proxies in
+    front of the gateway: only a connection from one of them has its
+    ``X-Forwarded-For`` (the client's address) and ``X-Forwarded-Proto`` (http or
+    https) believed. None by default: the headers of any other peer are ignored."""
+    console: ConsoleSettings = ConsoleSettings()
+    """The console's sessions and sign-in (see ConsoleSettings)."""
 
 
 class KeyStoreSettings(_Base, frozen=True):

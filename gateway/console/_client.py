@@ -3,17 +3,22 @@
 Every figure on a console page comes from the same route a script would call
 (``/admin/v1/...``, ``/v1/me``), in-process through httpx's ASGI transport against the
 running app, so the console can never disagree with the API: the same handlers, the
-same access checks (a read token's write is the API's 403), the same errors. The
-credential travels as ``Authorization: Bearer`` and never in a URL.
+same access checks (a read token's write is the API's 403), the same errors. A signed-in
+visitor's calls act for their session's credential by its digest (``ActingFor`` in the
+ASGI scope, which no client can set; the console keeps no credential); only the
+sign-in's own check carries the credential, as ``Authorization: Bearer``, never in a URL.
 """
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from litestar import Litestar
+
+from gateway.ingress import ACTING_FOR, ActingFor
 
 _BASE = "http://console.inferplane.internal"
 
@@ -45,17 +50,25 @@ class Answer:
 
 
 class Api:
-    """The API as one credential's holder sees it."""
+    """The API as one credential's holder sees it: a session's (``acting``), or the one
+    presented at sign-in (``credential``)."""
 
-    def __init__(self, app: Litestar, credential: str) -> None:
+    def __init__(self, app: Litestar, *, acting: ActingFor | None = None,
+                 credential: str | None = None) -> None:
         self._app = app
+        self._acting = acting
         self._credential = credential
+
+    async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        scope = {**scope, ACTING_FOR: self._acting} if self._acting is not None else scope
+        await self._app(scope, receive, send)  # type: ignore[arg-type]
 
     async def call(self, method: str, path: str, *, params: dict[str, str] | None = None,
                    json: Any = None, headers: dict[str, str] | None = None) -> Answer:
-        sent = {"Authorization": f"Bearer {self._credential}", **(headers or {})}
-        # Litestar's __call__ is typed with its own scope types, httpx's with plain dicts.
-        transport = httpx.ASGITransport(app=self._app)  # type: ignore[arg-type]
+        sent = dict(headers or {})
+        if self._credential is not None:
+            sent["Authorization"] = f"Bearer {self._credential}"
+        transport = httpx.ASGITransport(app=self._asgi)
         async with httpx.AsyncClient(transport=transport, base_url=_BASE) as client:
             r = await client.request(method, path, params=params, json=json, headers=sent)
         try:

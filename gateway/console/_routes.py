@@ -35,7 +35,7 @@ from gateway.console import (
 from gateway.console._client import ApiRefused
 from gateway.console._format import FILTERS
 from gateway.console._session import current
-from gateway.console._web import Detour, detour, page
+from gateway.console._web import Detour, detour, load_session, page
 
 AnyRequest = Request[Any, Any, Any]
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -66,7 +66,7 @@ PAGES = Router(path="/", route_handlers=[*_auth.ROUTES, *_admin.ROUTES, *_member
                                          *_users.ROUTES, *_keys.ROUTES,
                                          *_requests.ROUTES, *_me.ROUTES,
                                          *_usage.ROUTES, *_operations.ROUTES],
-               response_headers=HEADERS,
+               response_headers=HEADERS, before_request=load_session,
                exception_handlers={Detour: detour, ApiRefused: _refused})
 # The assets hold no secret and no visitor input, so they may be compressed (htmx: 50 kB
 # → 16 kB); the pages are not: they carry CSRF tokens beside reflected filters (BREACH).

@@ -1,47 +1,71 @@
-"""Console sign-in: who holds the session, and the CSRF token of each form.
+"""Console sessions: who holds one, its cookie, and the CSRF token of each form.
 
-A session is the presented credential — an admin token (``read`` or ``write``) or a
-virtual key — in a cookie that scripts cannot read (HttpOnly), that no other site's
-page sends (SameSite=Strict), Secure when the console is served over https, scoped to
-``/console``. Nothing is kept on the server, so any worker or replica answers a session.
-Beside the credential the cookie holds a random nonce made at sign-in; every form
-carries ``HMAC-SHA256(credential, nonce)`` and a write whose form lacks it is refused:
-a page of another origin knows neither. The sign-in form itself is guarded the same
-way by a random value in a cookie of its own (double submit).
+Signing in makes a server-side session (:mod:`gateway.keys._sessions`): a random id
+(``secrets.token_urlsafe(32)``, 256 bits) goes into the cookie ``inferplane_console``,
+and the key store keeps only its SHA-256 beside the subject (``admin:<token name>`` or
+``key:<key id>``), the tier and the SHA-256 of the credential it was made with. The
+credential itself never leaves the sign-in request: not in the cookie, not on a page,
+not on the server. Because the rows are in the key store, any worker or replica of the
+shared profile answers a session made on another, and a sign-out on one ends it on all.
 
-Another sign-in method (OIDC) plugs in by producing a :class:`Session` with another
-``kind``; the pages only ask ``can_write`` and ``is_admin``.
+Every console request reads its session once (:func:`open_session`): the row must be
+live (not ended, before its absolute expiry, used within the idle expiry; reading it
+moves its last use) and the credential behind it must still stand — an admin token
+still configured with the same name and tier, a key not revoked, expired or rotated out
+— else every session of that credential is ended and the visitor is signed out. The
+console's calls to the API then act for that credential by its digest
+(:class:`gateway.ingress._prepare.ActingFor`), checked by the API as a presented one.
+
+The cookie is HttpOnly (scripts cannot read it), SameSite=Strict (no other site's page
+sends it), scoped to ``/console``, kept by the browser no longer than the session's
+absolute expiry, and Secure when the visitor's request was https
+(``server.console.secure_cookie``, ``server.trusted_proxies``). Every form carries
+``HMAC-SHA256(session id, "console-csrf")``: a page of another origin knows neither.
+The sign-in form itself is guarded by a random value in a cookie of its own (double
+submit).
+
+Another sign-in method (OIDC) plugs in by making a session with another subject; the
+pages only ask ``can_write`` and ``is_admin``.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, cast
 
 from litestar import Request, Response
 from litestar.datastructures import Cookie
 
 from gateway.admin import AdminAccess
+from gateway.config import ConsoleSettings
+from gateway.ingress import ActingFor, Gateway
+from gateway.keys import ConsoleSession, ConsoleSessionStore, SessionAccess
 
 SESSION_COOKIE = "inferplane_console"
 LOGIN_COOKIE = "inferplane_console_login"
 PATH = "/console"
-Kind = Literal["write", "read", "key"]
+_STATE = "console_session"
+Kind = SessionAccess
 AnyRequest = Request[Any, Any, Any]
 
 
 @dataclass(frozen=True)
 class Session:
-    """The signed-in holder: their credential, what it is, and the session's nonce."""
+    """The signed-in holder: who (``subject``), their tier, the forms' CSRF token, and
+    what the console's API calls act for."""
 
-    credential: str
+    subject: str
     kind: Kind
-    nonce: str
-    name: str
+    csrf: str
+    acting: ActingFor
+
+    @property
+    def name(self) -> str:
+        """The admin token's name, or the key's id."""
+        return self.subject.partition(":")[2]
 
     @property
     def is_admin(self) -> bool:
@@ -51,14 +75,24 @@ class Session:
     def can_write(self) -> bool:
         return self.kind == "write"
 
-    @property
-    def csrf(self) -> str:
-        return csrf_token(self.credential, self.nonce)
+
+def settings_of(request: AnyRequest) -> ConsoleSettings:
+    gw: Gateway = request.app.state.gateway
+    return gw.settings.server.console
 
 
-def csrf_token(credential: str, nonce: str) -> str:
-    return hmac.new(credential.encode(), f"console-csrf:{nonce}".encode(),
-                    hashlib.sha256).hexdigest()
+def _store(request: AnyRequest) -> ConsoleSessionStore:
+    gw: Gateway = request.app.state.gateway
+    # Both key stores (SQLite and Postgres) answer the console-session calls.
+    return cast(ConsoleSessionStore, gw.key_store)
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode()).digest()
+
+
+def csrf_token(session_id: str) -> str:
+    return hmac.new(session_id.encode(), b"console-csrf", hashlib.sha256).hexdigest()
 
 
 def kind_of(request: AnyRequest, credential: str) -> tuple[Kind, str]:
@@ -70,20 +104,69 @@ def kind_of(request: AnyRequest, credential: str) -> tuple[Kind, str]:
     return caller.access, caller.name
 
 
+async def _stands(request: AnyRequest, row: ConsoleSession) -> bool:
+    """Whether the credential a session was made with still opens it: an admin token
+    configured now with the session's name and tier, or a key that still resolves."""
+    acting = ActingFor(row.credential_sha256)
+    if row.access != "key":
+        admin: AdminAccess = request.app.state.admin
+        caller = admin.caller(acting)
+        return (caller is not None and caller.access == row.access
+                and row.subject == f"admin:{caller.name}")
+    gw: Gateway = request.app.state.gateway
+    principal = await gw.key_store.resolve(row.credential_sha256.hex())
+    return principal is not None and row.subject == f"key:{principal.key_id}"
+
+
+async def open_session(request: AnyRequest) -> Session | None:
+    """This request's live session (kept for :func:`current`), or None: no cookie, an
+    unknown, ended or expired one, or one whose credential no longer stands (every
+    session of that credential is ended then)."""
+    request.state[_STATE] = None
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if not session_id or len(session_id) > 128:
+        return None
+    store = _store(request)
+    row = await store.console_session(_digest(session_id),
+                                      idle_s=settings_of(request).session_idle_s)
+    if row is None:
+        return None
+    if not await _stands(request, row):
+        await store.end_console_sessions(row.credential_sha256)
+        return None
+    session = Session(subject=row.subject, kind=row.access, csrf=csrf_token(session_id),
+                      acting=ActingFor(row.credential_sha256))
+    request.state[_STATE] = session
+    return session
+
+
 def current(request: AnyRequest) -> Session | None:
-    """The session of this request's cookie, or None (no cookie, or a malformed one)."""
-    raw = request.cookies.get(SESSION_COOKIE)
-    if not raw or "." not in raw:
-        return None
-    nonce, packed = raw.split(".", 1)
-    try:
-        credential = base64.urlsafe_b64decode(packed + "=" * (-len(packed) % 4)).decode()
-    except ValueError:
-        return None
-    if not credential or len(nonce) != 32:
-        return None
-    kind, name = kind_of(request, credential)
-    return Session(credential=credential, kind=kind, nonce=nonce, name=name)
+    """The session :func:`open_session` found for this request (None before it ran)."""
+    found: Session | None = request.state.get(_STATE)
+    return found
+
+
+def presented_cookie(request: AnyRequest) -> bool:
+    return bool(request.cookies.get(SESSION_COOKIE))
+
+
+async def start_session(request: AnyRequest, *, credential: str, subject: str,
+                        kind: Kind) -> Cookie:
+    """A new session for the holder of ``credential`` (kept by its digest only): the
+    cookie that carries its id."""
+    settings = settings_of(request)
+    session_id = secrets.token_urlsafe(32)
+    await _store(request).create_console_session(
+        id_sha256=_digest(session_id), subject=subject, access=kind,
+        credential_sha256=_digest(credential), max_age_s=settings.session_max_s)
+    return _cookie(request, SESSION_COOKIE, session_id, max_age=int(settings.session_max_s))
+
+
+async def end_session(request: AnyRequest) -> None:
+    """End the session of this request's cookie (sign-out), live or not."""
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if session_id and len(session_id) <= 128:
+        await _store(request).end_console_session(_digest(session_id))
 
 
 def csrf_ok(session: Session, presented: str | None) -> bool:
@@ -91,16 +174,10 @@ def csrf_ok(session: Session, presented: str | None) -> bool:
 
 
 def _cookie(request: AnyRequest, key: str, value: str, *, max_age: int | None) -> Cookie:
+    secure = (settings_of(request).secure_cookie == "always"
+              or request.url.scheme == "https")
     return Cookie(key=key, value=value, path=PATH, httponly=True, samesite="strict",
-                  secure=request.url.scheme == "https", max_age=max_age)
-
-
-def session_cookie(request: AnyRequest, credential: str) -> Cookie:
-    """A new session for ``credential`` (a new nonce: a new CSRF token)."""
-    # Unpadded: "=" would make the cookie a quoted string.
-    packed = base64.urlsafe_b64encode(credential.encode()).decode().rstrip("=")
-    return _cookie(request, SESSION_COOKIE, f"{secrets.token_hex(16)}.{packed}",
-                   max_age=None)
+                  secure=secure, max_age=max_age)
 
 
 def login_nonce() -> str:

@@ -1,13 +1,16 @@
 """What every console page shares: the session guard, the CSRF check, rendering.
 
-A page handler asks :func:`signed_in` for the session (an anonymous visitor is sent to
-the sign-in page; a key holder asking for an admin page to their own page) and a write
-handler asks :func:`writer`, which also checks the form's CSRF token and the tier. The
-API refuses a read token's write on its own (403); the console never offers one.
+Before any console handler runs, :func:`load_session` reads the request's session from
+the key store (gateway/console/_session.py). A page handler asks :func:`signed_in` for
+it (an anonymous or signed-out visitor is sent to the sign-in page, their stale cookie
+deleted; a key holder asking for an admin page to their own page) and a write handler
+asks :func:`writer`, which also checks the form's CSRF token and the tier. The API
+refuses a read token's write on its own (403); the console never offers one.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +19,17 @@ from litestar.datastructures import FormMultiDict
 from litestar.response import Redirect, Template
 
 from gateway.console._client import Api
-from gateway.console._session import Session, csrf_ok, current
+from gateway.console._session import (
+    Session,
+    cleared,
+    csrf_ok,
+    current,
+    open_session,
+    presented_cookie,
+)
+from gateway.errors import InferplaneError
+
+log = logging.getLogger("mayu.console")
 
 AnyRequest = Request[Any, Any, Any]
 
@@ -34,13 +47,25 @@ def detour(_: AnyRequest, exc: Exception) -> Response[Any]:
     return exc.response
 
 
+async def load_session(request: AnyRequest) -> None:
+    """Every console request's first step: its session, read once (a key store that
+    cannot answer is a 503 page, never a 500)."""
+    try:
+        await open_session(request)
+    except InferplaneError as exc:
+        log.warning("console: the session could not be read: %s", exc)
+        raise Detour(refusal(request, "The key store is unavailable: try again in a "
+                             "moment.", status=503)) from exc
+
+
 def signed_in(request: AnyRequest, *, admin: bool) -> tuple[Session, Api]:
     session = current(request)
     if session is None:
-        raise Detour(Redirect("/console/login", status_code=303))
+        away = Redirect("/console/login", status_code=303)
+        raise Detour(cleared(request, away) if presented_cookie(request) else away)
     if admin and not session.is_admin:
         raise Detour(Redirect("/console/me", status_code=303))
-    return session, Api(request.app, session.credential)
+    return session, Api(request.app, acting=session.acting)
 
 
 async def writer(request: AnyRequest) -> tuple[Session, Api, FormMultiDict]:
@@ -53,7 +78,7 @@ async def writer(request: AnyRequest) -> tuple[Session, Api, FormMultiDict]:
                              "Reload the page and try again."))
     if not session.can_write:
         raise Detour(refusal(request, "Your admin token is read-only: nothing was changed."))
-    return session, Api(request.app, session.credential), form
+    return session, Api(request.app, acting=session.acting), form
 
 
 def refusal(request: AnyRequest, message: str, status: int = 403) -> Response[Any]:

@@ -3,11 +3,14 @@
 from gateway.ingress._asgi import GatewayApp
 from gateway.ingress._attempt import Attempt, Call, outcome_for
 from gateway.ingress._context import Gateway
+from gateway.ingress._prepare import ACTING_FOR, ActingFor
 from gateway.ingress._dispatch import InvalidUpstreamUsage, dispatch
 from gateway.ingress._routes import ROUTES, error_handler
 
 __all__ = [
+    "ACTING_FOR",
     "ROUTES",
+    "ActingFor",
     "Attempt",
     "Call",
     "Gateway",

@@ -48,6 +48,29 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
     return headers.get("x-api-key") or None
 
 
+ACTING_FOR = "inferplane.acting_for"
+"""The ASGI scope key of an in-process call made for a console session (:class:`ActingFor`)."""
+
+
+@dataclass(frozen=True)
+class ActingFor:
+    """The credential an in-process call is made for, by its SHA-256 only.
+
+    The console keeps no credential, only a session naming one by its digest; its calls
+    to the API carry this in their ASGI scope (``scope[ACTING_FOR]``), which only code
+    in this process builds (a client sets headers, never scope keys). The API checks it
+    as it checks a presented credential: an admin token still configured, a key still
+    valid."""
+
+    credential_sha256: bytes
+
+
+def presented(request: Request[Any, Any, Any]) -> str | ActingFor | None:
+    """Who a request presents: the in-process :class:`ActingFor`, else its key or token."""
+    acting = request.scope.get(ACTING_FOR)
+    return acting if isinstance(acting, ActingFor) else presented_key(request.headers)
+
+
 def presented_key_hash(headers: Mapping[str, str]) -> str:
     """SHA-256 of the presented key; 401 when none is presented."""
     key = presented_key(headers)
@@ -57,6 +80,9 @@ def presented_key_hash(headers: Mapping[str, str]) -> str:
 
 
 async def authenticate(gw: Gateway, request: Request[Any, Any, Any]) -> Principal:
+    who = presented(request)
+    if isinstance(who, ActingFor):
+        return await resolve_principal(gw, who.credential_sha256.hex())
     return await resolve_principal(gw, presented_key_hash(request.headers))
 
 

@@ -20,9 +20,13 @@ from gateway.keys._model import (
 )
 from gateway.keys._open import open_key_store
 from gateway.keys._postgres import PostgresKeyStore
+from gateway.keys._sessions import ConsoleSession, ConsoleSessionStore, SessionAccess
 from gateway.keys._sqlite import SqliteKeyStore
 
 __all__ = [
+    "ConsoleSession",
+    "ConsoleSessionStore",
+    "SessionAccess",
     "DEFAULT_MEMBER",
     "KEY_PREFIX",
     "Member",

@@ -52,6 +52,7 @@ from gateway.keys._model import (
     replayed_secret,
     rotation_secret,
 )
+from gateway.keys._sessions import PURGE_AFTER_S, ConsoleSession, SessionAccess
 
 _NO_TEAM_LIMITS = TeamLimits()
 _NO_KEY_LIMITS = KeyLimits()
@@ -398,6 +399,38 @@ class PostgresKeyStore:
                            **{n: getattr(limits, n) for n in TEAM_LIMITS})
                 created.append(name)
         return created
+
+    # -- console sessions (gateway/keys/_sessions.py) --------------------------------
+
+    async def create_console_session(self, *, id_sha256: bytes, subject: str,
+                                     access: SessionAccess, credential_sha256: bytes,
+                                     max_age_s: float) -> None:
+        async with connection(self._pool, "key store") as conn:
+            await conn.execute(sql.queries["purge_console_sessions"],
+                               {"after_s": PURGE_AFTER_S})
+            await conn.execute(sql.queries["insert_console_session"], {
+                "id_sha256": id_sha256, "subject": subject, "access": access,
+                "credential_sha256": credential_sha256, "max_age_s": max_age_s})
+
+    async def console_session(self, id_sha256: bytes, *,
+                              idle_s: float) -> ConsoleSession | None:
+        async with connection(self._pool, "key store") as conn:
+            row = await _one(conn, "console_session", id_sha256=id_sha256, idle_s=idle_s)
+        if row is None:
+            return None
+        return ConsoleSession(subject=row["subject"], access=row["access"],
+                              credential_sha256=bytes(row["credential_sha256"]),
+                              created_at=row["created_at"], expires_at=row["expires_at"])
+
+    async def end_console_session(self, id_sha256: bytes) -> None:
+        async with connection(self._pool, "key store") as conn:
+            await conn.execute(sql.queries["end_console_session"], {"id_sha256": id_sha256})
+
+    async def end_console_sessions(self, credential_sha256: bytes) -> int:
+        async with connection(self._pool, "key store") as conn:
+            done = await conn.execute(sql.queries["end_console_sessions"],
+                                      {"credential_sha256": credential_sha256})
+        return done.rowcount
 
     async def close(self) -> None:
         """The pool belongs to the app lifespan, which closes it."""

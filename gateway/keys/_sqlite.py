@@ -45,6 +45,7 @@ from gateway.keys._model import (
     replayed_secret,
     rotation_secret,
 )
+from gateway.keys._sessions import PURGE_AFTER_S, ConsoleSession, SessionAccess
 from gateway.localdb import SqliteBase, Statements
 
 # Frozen structs, so one shared default instance is safe.
@@ -389,3 +390,48 @@ class SqliteKeyStore(SqliteBase):
             _SQL["bump_user_teams"].execute(conn, {"name": name})
             return _user(_SQL["user"].execute(conn, {"name": name}).fetchone())
         return await self._run(_put)
+
+    # -- console sessions (gateway/keys/_sessions.py) --------------------------------
+
+    def _instant(self, delta_s: float = 0.0) -> str:
+        """The clock (+ ``delta_s``) as fixed-width ISO text (ordered like the time)."""
+        at = self._clock().astimezone(UTC) + timedelta(seconds=delta_s)
+        return at.isoformat(timespec="microseconds")
+
+    async def create_console_session(self, *, id_sha256: bytes, subject: str,
+                                     access: SessionAccess, credential_sha256: bytes,
+                                     max_age_s: float) -> None:
+        def _create(conn: sqlite3.Connection) -> None:
+            _SQL["purge_console_sessions"].execute(conn, {
+                "before": self._instant(-PURGE_AFTER_S)})
+            _SQL["insert_console_session"].execute(conn, {
+                "id_sha256": id_sha256, "subject": subject, "access": access,
+                "credential_sha256": credential_sha256, "now": self._instant(),
+                "expires_at": self._instant(max_age_s)})
+        await self._run(_create)
+
+    async def console_session(self, id_sha256: bytes, *,
+                              idle_s: float) -> ConsoleSession | None:
+        def _touch(conn: sqlite3.Connection) -> ConsoleSession | None:
+            row = _SQL["console_session"].execute(conn, {
+                "id_sha256": id_sha256, "now": self._instant(),
+                "idle_since": self._instant(-idle_s)}).fetchone()
+            if row is None:
+                return None
+            return ConsoleSession(subject=row["subject"], access=row["access"],
+                                  credential_sha256=bytes(row["credential_sha256"]),
+                                  created_at=datetime.fromisoformat(row["created_at"]),
+                                  expires_at=datetime.fromisoformat(row["expires_at"]))
+        return await self._run(_touch)
+
+    async def end_console_session(self, id_sha256: bytes) -> None:
+        def _end(conn: sqlite3.Connection) -> None:
+            _SQL["end_console_session"].execute(conn, {"id_sha256": id_sha256,
+                                                       "now": self._instant()})
+        await self._run(_end)
+
+    async def end_console_sessions(self, credential_sha256: bytes) -> int:
+        def _end(conn: sqlite3.Connection) -> int:
+            return _SQL["end_console_sessions"].execute(conn, {
+                "credential_sha256": credential_sha256, "now": self._instant()}).rowcount
+        return await self._run(_end)

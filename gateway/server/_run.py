@@ -88,6 +88,9 @@ def uvicorn_config(app: Any, server: ServerSettings, *, log_level: str) -> uvico
         limit_concurrency=server.max_connections,
         # uvicorn annotates int, but only hands it to asyncio.wait_for (any float).
         timeout_graceful_shutdown=server.shutdown_grace_s,  # type: ignore[arg-type]
+        # X-Forwarded-For/-Proto only from server.trusted_proxies (uvicorn's default
+        # believes any peer on 127.0.0.1, and FORWARDED_ALLOW_IPS from the environment).
+        proxy_headers=True, forwarded_allow_ips=list(server.trusted_proxies),
     )
 
 

@@ -67,6 +67,22 @@ CREATE TABLE IF NOT EXISTS team_members (
     PRIMARY KEY (team_id, user_name)
 );
 CREATE INDEX IF NOT EXISTS keys_user ON keys(user) WHERE user IS NOT NULL;
+-- Console sessions (the Postgres table's twin, console_sessions; gateway/keys/_sessions.py):
+-- a session by the SHA-256 of its id, the credential it was made with by its SHA-256 only.
+-- Times are ISO-8601 UTC text of one width (microseconds always), so their order is the
+-- time order.
+CREATE TABLE IF NOT EXISTS console_sessions (
+    id_sha256 BLOB PRIMARY KEY,
+    subject TEXT NOT NULL,                   -- 'admin:<token name>' or 'key:<key id>'
+    access TEXT NOT NULL CHECK (access IN ('write', 'read', 'key')),
+    credential_sha256 BLOB NOT NULL,
+    created_at TEXT NOT NULL,
+    last_seen_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    ended_at TEXT
+);
+CREATE INDEX IF NOT EXISTS console_sessions_credential ON console_sessions(credential_sha256);
+CREATE INDEX IF NOT EXISTS console_sessions_subject ON console_sessions(subject);
 
 -- name: find_team
 -- A team by id or by name (the id wins when one team's name is another's id).
@@ -195,3 +211,26 @@ ON CONFLICT (name) DO UPDATE
        usd_micros_per_day = excluded.usd_micros_per_day,
        usd_micros_per_month = excluded.usd_micros_per_month,
        revision = users.revision + 1, updated_at = excluded.updated_at
+
+-- name: insert_console_session
+INSERT INTO console_sessions (id_sha256, subject, access, credential_sha256, created_at,
+                              last_seen_at, expires_at)
+VALUES (:id_sha256, :subject, :access, :credential_sha256, :now, :now, :expires_at)
+
+-- name: purge_console_sessions
+DELETE FROM console_sessions WHERE expires_at < :before
+
+-- name: console_session
+-- A session that is not ended, not expired and was used since :idle_since; its last use
+-- becomes :now.
+UPDATE console_sessions SET last_seen_at = :now
+ WHERE id_sha256 = :id_sha256 AND ended_at IS NULL AND expires_at > :now
+   AND last_seen_at > :idle_since
+RETURNING subject, access, credential_sha256, created_at, expires_at
+
+-- name: end_console_session
+UPDATE console_sessions SET ended_at = :now WHERE id_sha256 = :id_sha256 AND ended_at IS NULL
+
+-- name: end_console_sessions
+UPDATE console_sessions SET ended_at = :now
+ WHERE credential_sha256 = :credential_sha256 AND ended_at IS NULL
