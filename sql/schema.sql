@@ -264,3 +264,20 @@ CREATE TABLE lease_grants (
     PRIMARY KEY (account, dataplane)
 );
 CREATE INDEX lease_grants_dataplane_idx ON lease_grants (dataplane);
+
+-- A signed-in console visitor's session (gateway/console). The cookie carries a random
+-- id; only its sha256 and the sha256 of the credential signed in with are kept, so a
+-- read of this table reveals neither. Shared by every replica: a sign-out or a revoked
+-- credential ends the session everywhere.
+CREATE TABLE console_sessions (
+    id_sha256         bytea PRIMARY KEY,   -- sha256 of the random session id the cookie carries
+    subject           text NOT NULL,       -- 'admin:<token name>' or 'key:<key id>'
+    access            text NOT NULL CHECK (access IN ('write', 'read', 'key')),
+    credential_sha256 bytea NOT NULL,      -- sha256 of the credential signed in with
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    last_seen_at      timestamptz NOT NULL DEFAULT now(),
+    expires_at        timestamptz NOT NULL, -- absolute expiry
+    ended_at          timestamptz           -- set by sign-out or revocation
+);
+CREATE INDEX console_sessions_credential_idx ON console_sessions (credential_sha256);
+CREATE INDEX console_sessions_subject_idx ON console_sessions (subject);

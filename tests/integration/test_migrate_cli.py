@@ -146,3 +146,27 @@ def test_permits_command_refuses_a_database_behind(tmp_path: Path,
     current = run("gateway", "permits", "list", "--config", str(config), cwd=tmp_path,
                   IPT_PERMITS_DSN=pg_empty_dsn)
     assert current.returncode == 0, current.stderr
+
+
+def test_a_0_1_0_database_is_refused_then_migrated_to_head(tmp_path: Path,
+                                                           pg_empty_dsn: str) -> None:
+    """A database at the 0.1.0 baseline: mayu serve refuses it in one line naming the
+    revision and mayu migrate; mayu migrate applies every later revision up to head."""
+    from tests.conftest import migrate
+
+    migrate(pg_empty_dsn, "v010_baseline")
+    config = tmp_path / "mayu.yaml"
+    config.write_text(yaml.safe_dump({
+        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
+        "database": {"dsn_ref": "env:IPT_RELEASE_DSN"}}))
+    serve = run("gateway", "serve", "--config", str(config), "--port", "0", cwd=tmp_path,
+                IPT_RELEASE_DSN=pg_empty_dsn)
+    assert serve.returncode == 2, serve.stderr
+    lines = [line for line in serve.stderr.splitlines() if "error" in line.lower()]
+    assert len(lines) == 1, serve.stderr
+    assert "at revision v010_baseline" in lines[0] and "mayu migrate" in lines[0]
+    migrated = run("gateway", "migrate", "--config", str(config), cwd=tmp_path,
+                   IPT_RELEASE_DSN=pg_empty_dsn)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "v010_baseline -> v011_console_sessions" in migrated.stdout
+    assert _heads(pg_empty_dsn) == list(code_heads())
