@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.errors import GovernanceUnavailable, InferplaneError
+from gateway.errors import GovernanceUnavailable, InferplaneError, SettlementConflict
 from gateway.governance._journal import Journal, JournalEntry, recovered_outcome
 from gateway.governance._model import (
     AdmissionRequest,
@@ -229,9 +229,20 @@ class Governor:
             self._report(permit, settlement, None, f"{type(exc).__name__}: {exc}",
                          not queue_on_failure)
             return None
+        except SettlementConflict as exc:
+            self._timed(started)
+            # Settled another way first (an operator resolved a crashed run's permit, as
+            # docs/settlement.md says): the store's settlement stands, this one is dropped.
+            log.log(logging.INFO if not queue_on_failure else logging.WARNING,
+                    "settlement of permit %s (%s) dropped: the store already holds "
+                    "another (%s)", permit.id, settlement.kind, exc)
+            self._done(permit.id)
+            self._report(permit, settlement, None, f"{type(exc).__name__}: {exc}",
+                         not queue_on_failure)
+            return None
         except Exception as exc:
             self._timed(started)
-            # A conflict or a bug: replaying it would fail the same way forever.
+            # A bug: replaying it would fail the same way forever.
             log.error("settlement of permit %s refused: %s: %s", permit.id,
                       type(exc).__name__, exc)
             self._done(permit.id)
