@@ -40,7 +40,7 @@ from gateway.governance import (
     SettleResult,
     utc_windows,
 )
-from gateway.ingress import ROUTES, Gateway, GatewayApp, error_handler
+from gateway.ingress import ROUTES, Gateway, GatewayApp, error_handler, refuse_nul_bytes
 from gateway.keys import KeyStore
 from gateway.metrics import POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
@@ -399,5 +399,6 @@ def create_app(settings: Settings, *, components: Components | None = None,
     return GatewayApp(route_handlers=[*ROUTES, *ADMIN_ROUTES, *CONSOLE_ROUTES],
                       template_config=CONSOLE_TEMPLATES, lifespan=[lifespan],
                       exception_handlers={Exception: error_handler},
+                      before_request=refuse_nul_bytes,
                       request_max_body_size=None, openapi_config=OPENAPI,
                       logging_config=None)

@@ -5,6 +5,7 @@ from gateway.ingress._attempt import Attempt, Call, outcome_for
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import ACTING_FOR, ActingFor
 from gateway.ingress._dispatch import InvalidUpstreamUsage, dispatch
+from gateway.ingress._door import refuse_nul_bytes
 from gateway.ingress._routes import ROUTES, error_handler
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "outcome_for",
     "dispatch",
     "error_handler",
+    "refuse_nul_bytes",
 ]
