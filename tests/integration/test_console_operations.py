@@ -94,8 +94,9 @@ async def test_an_uncertain_permit_is_resolved_at_an_exact_cost_from_the_console
     """A cut stream leaves the permit uncertain with its bound as liability: listed by
     the API and the page; settled from the page at an exact µUSD figure, its liability
     is gone (the API, the page and the request's drill-down agree) and the audit names
-    the write token; the same form again, or cancelling it, is a 409 naming the stored
-    settlement, shown on the page."""
+    the write token; the same form again is a replay (nothing changed, no second audit
+    line); another figure, or cancelling it, is a 409 naming the stored settlement, shown
+    on the page."""
     csrf = await sign_in(ops, WRITE)
     secret = await _team_key(ops, csrf, usd_micros_per_day="100000000")
     await _call(ops, secret, CUT, stream=True)
@@ -121,6 +122,12 @@ async def test_an_uncertain_permit_is_resolved_at_an_exact_cost_from_the_console
          "reason": "provider invoice"}]
     again = await ops.post(f"/console/operations/permits/{permit}/resolve",
                            data={"csrf": csrf, "usd_micros": "1234", "tokens": "20",
+                                 "reason": "provider invoice"})
+    assert again.status_code == 303, again.text
+    assert "already%20resolved%20so" in again.headers["location"]
+    assert len([x for x in _audit(ops) if x.get("action") == "permit.resolve"]) == 1
+    again = await ops.post(f"/console/operations/permits/{permit}/resolve",
+                           data={"csrf": csrf, "usd_micros": "1235", "tokens": "20",
                                  "reason": "provider invoice"})
     assert again.status_code == 409
     assert f'data-refused="{permit}"' in again.text
