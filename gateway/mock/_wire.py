@@ -44,6 +44,9 @@ class MockReply:
     """Delay before the answer starts, headers included (slow-start)."""
     cut_after: int | None = None
     """Break the stream after this many events (cut-stream)."""
+    preamble: int = 0
+    """Lifecycle events before the first content that the other protocols do not send
+    (a cut-stream breaks that many events later)."""
 
 
 class MockStreamCut(ConnectionError):
@@ -57,10 +60,13 @@ def _sse(data: Any, event: str | None = None) -> bytes:
 
 
 def _chunks(words: list[str], parts: int) -> list[str]:
+    """``words`` in about ``parts`` deltas that join to exactly the non-streamed text
+    (``" ".join(words)``), as an SDK's accumulated answer must."""
     if not words:
         return []
     size = -(-len(words) // max(1, parts))
-    return [" ".join(words[i:i + size]) + " " for i in range(0, len(words), size)]
+    return [(" " if i else "") + " ".join(words[i:i + size])
+            for i in range(0, len(words), size)]
 
 
 def _error(protocol: str) -> MockReply:
@@ -99,7 +105,7 @@ def plan_reply(endpoint: Endpoint, body: dict[str, Any]) -> MockReply:
     if "slow-start" in flags:
         reply.start_delay_s = m.SLOW_START_S
     if "cut-stream" in flags and reply.events:
-        reply.cut_after = m.CUT_AFTER_EVENTS
+        reply.cut_after = m.CUT_AFTER_EVENTS + reply.preamble
     return reply
 
 
@@ -147,10 +153,18 @@ def _chat(body: dict[str, Any], model: str, flags: frozenset[str], n: int,
     return MockReply(200, events=events, usage_at=len(events) - 2), usage, c.as_dict()
 
 
+def _message_item(n: int, text: str, status: str) -> dict[str, Any]:
+    content = [] if status == "in_progress" else [_output_text(text)]
+    return {"type": "message", "id": f"msg_mock_{n}", "status": status,
+            "role": "assistant", "content": content}
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
 def _response_doc(n: int, model: str, text: str, status: str, usage: Any) -> dict[str, Any]:
-    output = [] if status == "in_progress" else [{
-        "type": "message", "id": f"msg_mock_{n}", "status": "completed", "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}]}]
+    output = [] if status == "in_progress" else [_message_item(n, text, "completed")]
     return {"id": f"resp_mock_{n}", "object": "response", "created_at": int(time.time()),
             "status": status, "model": model, "output": output, "usage": usage,
             "error": None, "incomplete_details": None, "instructions": None,
@@ -158,28 +172,48 @@ def _response_doc(n: int, model: str, text: str, status: str, usage: Any) -> dic
             "tools": [], "temperature": 1.0, "top_p": 1.0}
 
 
+RESPONSES_PREAMBLE = 3
+"""Events of a Responses stream between ``response.created`` and its first text delta
+(``in_progress``, ``output_item.added``, ``content_part.added``); ``cut-stream`` breaks
+that many events later than in the other protocols, so it still cuts after one delta."""
+
+
 def _responses(body: dict[str, Any], model: str, flags: frozenset[str], n: int,
                stream: bool) -> tuple[MockReply, Any, Any]:
+    """A Responses answer; streamed, the event sequence OpenAI sends (and the openai
+    SDK's ``responses.stream`` accumulator requires): created, in_progress, the message
+    item and its text part opened, the text deltas, then each closed with its full text,
+    and ``response.completed`` carrying the usage."""
     c = m.openai_classes(body)
     usage = None if "missing-usage" in flags else m.responses_usage(
         c, negative="negative-usage" in flags)
     words = m.output_words(c.output)
-    final = _response_doc(n, model, " ".join(words), "completed", usage)
+    text = " ".join(words)
+    final = _response_doc(n, model, text, "completed", usage)
     if not stream:
         return MockReply(200, msgspec.json.encode(final)), usage, c.as_dict()
     seq = itertools.count()
-    events = [_sse({"type": "response.created", "sequence_number": next(seq),
-                    "response": _response_doc(n, model, "", "in_progress", None)},
-                   "response.created")]
+    item = {"item_id": f"msg_mock_{n}", "output_index": 0, "content_index": 0}
+
+    def event(kind: str, **fields: Any) -> bytes:
+        return _sse({"type": kind, "sequence_number": next(seq), **fields}, kind)
+
+    opening = _response_doc(n, model, "", "in_progress", None)
+    events = [event("response.created", response=opening),
+              event("response.in_progress", response=opening),
+              event("response.output_item.added", output_index=0,
+                    item=_message_item(n, "", "in_progress")),
+              event("response.content_part.added", **item, part=_output_text(""))]
     parts = m.SLOW_STREAM_CHUNKS if "slow-stream" in flags else 4
-    for text in _chunks(words, parts):
-        events.append(_sse({"type": "response.output_text.delta", "sequence_number": next(seq),
-                            "item_id": f"msg_mock_{n}", "output_index": 0,
-                            "content_index": 0, "delta": text, "logprobs": []},
-                           "response.output_text.delta"))
-    events.append(_sse({"type": "response.completed", "sequence_number": next(seq),
-                        "response": final}, "response.completed"))
-    return MockReply(200, events=events, usage_at=len(events) - 1), usage, c.as_dict()
+    events += [event("response.output_text.delta", **item, delta=delta, logprobs=[])
+               for delta in _chunks(words, parts)]
+    events += [event("response.output_text.done", **item, text=text, logprobs=[]),
+               event("response.content_part.done", **item, part=_output_text(text)),
+               event("response.output_item.done", output_index=0,
+                     item=_message_item(n, text, "completed")),
+               event("response.completed", response=final)]
+    return (MockReply(200, events=events, usage_at=len(events) - 1,
+                      preamble=RESPONSES_PREAMBLE), usage, c.as_dict())
 
 
 def _vector(text: str, dims: int = 8) -> list[float]:
