@@ -41,8 +41,9 @@ PRERELEASE_REVISIONS = tuple(f"{n:04d}" for n in range(1, 10))
 """Revisions of the pre-release chain (removed at 0.1.0); ``0009`` was its head."""
 _CONVERTIBLE = "0009"
 ADDED_SINCE_PRERELEASE = ("key_rotations", "members", "request_log")
-"""Baseline files whose tables revision 0009 did not have: the conversion creates them
-(in its transaction, before comparing the tables with the baseline's)."""
+"""Files of the 0.1.0 baseline (``migrations/baseline/``) whose tables revision 0009 did
+not have: the conversion creates them (in its transaction, before comparing the tables
+with the baseline's)."""
 PREVIOUS_FUNCTIONS: tuple[str, ...] = ()
 """Functions a migration keeps installed for one release after their ``_vN+1`` replaced
 them in ``sql/`` (rolling upgrades; CONTRIBUTING.md). The structure test ignores them."""
@@ -242,18 +243,23 @@ _STRUCTURE_SQL: dict[str, str] = {
                        WHERE c.connamespace = %(schema)s::regnamespace
                          AND t.relname <> 'alembic_version'""",
     "functions": """SELECT p.proname, pg_get_function_identity_arguments(p.oid),
-                           md5(p.prosrc), coalesce(array_to_string(p.proconfig, ','), '')
-                      FROM pg_proc p
+                           pg_get_function_result(p.oid), p.prokind::text,
+                           p.provolatile::text, l.lanname, md5(p.prosrc),
+                           coalesce(array_to_string(p.proconfig, ','), '')
+                      FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
                      WHERE p.pronamespace = %(schema)s::regnamespace
                        AND starts_with(p.proname, 'inferplane_')""",
+    "views": """SELECT viewname, definition FROM pg_views
+                 WHERE schemaname = %(schema)s""",
 }
 
 
 def structure(conn: psycopg.Connection[Any], schema: str = "public"
               ) -> dict[str, set[tuple[Any, ...]]]:
     """The structure of inferplane's objects in ``schema``: columns (in order, with type,
-    nullability and default), indexes, constraints and functions (arguments, body hash,
-    settings). Two databases with equal structures run the same SQL the same way."""
+    nullability and default), indexes, constraints, functions (arguments, result, kind,
+    volatility, language, body hash, settings) and views (definition). Two databases
+    with equal structures run the same SQL the same way."""
     out: dict[str, set[tuple[Any, ...]]] = {}
     for part, query in _STRUCTURE_SQL.items():
         rows = conn.execute(query, {"schema": schema}).fetchall()
@@ -271,7 +277,7 @@ def files_structure(conn: psycopg.Connection[Any], *, baseline: bool = False
 
     conn.execute("CREATE SCHEMA inferplane_baseline_check")
     conn.execute("SET LOCAL search_path = inferplane_baseline_check, public")
-    for name in sql.BASELINE:
+    for name in sql.BASELINE if baseline else sql.SCHEMA:
         conn.execute(sql.baseline_script(name) if baseline else sql.script(name))
     found = structure(conn, "inferplane_baseline_check")
     conn.execute("SET LOCAL search_path = public")

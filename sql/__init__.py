@@ -1,13 +1,12 @@
 """The SQL that does the governance work, as reviewed ``.sql`` files (procrastinate style).
 
-Postgres:
-- ``schema.sql`` (every table and index), ``key_rotations.sql`` (the table a key
-  rotation writes), ``members.sql`` (member and user budgets), ``request_log.sql``
-  (what the request log keeps beyond a permit), ``governance.sql``
-  (admission and settlement functions) and ``lease.sql`` (the lease ledger's
-  functions): the present, installed in this order (:data:`BASELINE`) by the baseline
-  revision and by the pre-release conversion; ``drop_functions.sql`` drops every
-  ``inferplane_*`` function.
+Postgres, the present (one current definition of everything):
+- ``schema.sql`` (every table and index), ``governance.sql`` (admission and settlement
+  functions) and ``lease.sql`` (the lease ledger's functions), installed in this order
+  (:data:`SCHEMA`); ``drop_functions.sql`` drops every ``inferplane_*`` function.
+  Migrations build the same schema: the 0.1.0 baseline installs its frozen files
+  (``migrations/baseline/``, :data:`BASELINE`, :func:`baseline_script`) and each later
+  revision changes it (CONTRIBUTING.md); a test compares the two.
 - ``queries.sql``: named queries, each introduced by a ``-- name: <name>`` line and
   exposed through :data:`queries` (``%(param)s`` placeholders only); ``lease_queries.sql``
   likewise through :data:`lease_queries` (the control plane's lease ledger calls) and
@@ -44,8 +43,11 @@ def script(name: str) -> LiteralString:
     return cast(LiteralString, text)  # type: ignore[redundant-cast]
 
 
+SCHEMA = ("schema", "governance", "lease")
+"""The files that build the present Postgres schema, in order."""
+
 BASELINE = ("schema", "key_rotations", "members", "request_log", "governance", "lease")
-"""The files that build the whole Postgres schema, in order."""
+"""The 0.1.0 baseline's files (``migrations/baseline/``), in the order it installs them."""
 
 BASELINE_SHA256 = {
     "key_rotations": "d534957dd6f998de6b6b463cc10af3ddfb50abbf0a39962b69cac95d8528ce48",
@@ -118,6 +120,6 @@ local_governance = _Queries("local/governance")
 local_lease = _Queries("local/lease")
 local_alerts = _Queries("local/alerts")
 
-__all__ = ["BASELINE", "BASELINE_SHA256", "alert_queries", "baseline_script",
+__all__ = ["BASELINE", "BASELINE_SHA256", "SCHEMA", "alert_queries", "baseline_script",
            "lease_queries", "local_alerts", "local_governance", "local_keys", "local_lease",
            "queries", "run_script", "script"]

@@ -104,6 +104,13 @@ UPDATE keys SET key_hash = %(key_hash)s, display_prefix = %(display_prefix)s,
  WHERE id = %(id)s
 RETURNING *
 
+-- name: end_replaced_secrets
+-- A new rotation ends the grace every earlier rotation left running (the caller holds
+-- the key FOR UPDATE), so a key has at most two working secrets: its current one and
+-- the one this rotation replaces, for its own grace.
+UPDATE key_rotations SET old_valid_until = clock_timestamp()
+ WHERE key_id = %(key_id)s AND old_valid_until > clock_timestamp()
+
 -- name: insert_key_rotation
 INSERT INTO key_rotations (key_id, revision, old_key_hash, old_valid_until, new_key_hash,
                            idempotency_hash, salt)
@@ -127,7 +134,7 @@ SELECT inferplane_admit_v1(%(requests)s::jsonb) AS results
 
 -- name: settle_one
 WITH facts AS (
-    -- The request log's facts (sql/request_log.sql), in the settlement's own statement.
+    -- The request log's facts (permit_facts, sql/schema.sql), in the settlement's own statement.
     INSERT INTO permit_facts
     SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
         permit_id uuid, route text, deployment text, client text, http_status integer,
@@ -141,7 +148,7 @@ SELECT inferplane_settle_one_v1(%(permit_id)s::uuid, %(settlement)s::jsonb) AS r
 -- A coalesced batch of settlements in one transaction: a JSON array of settle_one's
 -- settlement, each with its "permit_id"; one answer per element.
 WITH facts AS (
-    -- The request log's facts (sql/request_log.sql), in the settlement's own statement.
+    -- The request log's facts (permit_facts, sql/schema.sql), in the settlement's own statement.
     INSERT INTO permit_facts
     SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
         permit_id uuid, route text, deployment text, client text, http_status integer,
@@ -154,7 +161,7 @@ SELECT inferplane_settle_v1(%(items)s::jsonb) AS results
 -- name: settle_admit
 -- Settlements then admissions waiting at once, in one transaction (merge_batches).
 WITH facts AS (
-    -- The request log's facts (sql/request_log.sql), in the settlement's own statement.
+    -- The request log's facts (permit_facts, sql/schema.sql), in the settlement's own statement.
     INSERT INTO permit_facts
     SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
         permit_id uuid, route text, deployment text, client text, http_status integer,
@@ -166,7 +173,7 @@ SELECT inferplane_settle_admit_v1(%(items)s::jsonb, %(requests)s::jsonb) AS resu
 
 -- name: resolve
 WITH facts AS (
-    -- The request log's facts (sql/request_log.sql), in the settlement's own statement.
+    -- The request log's facts (permit_facts, sql/schema.sql), in the settlement's own statement.
     INSERT INTO permit_facts
     SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
         permit_id uuid, route text, deployment text, client text, http_status integer,

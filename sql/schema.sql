@@ -1,9 +1,10 @@
 -- inferplane's Postgres schema: every table and index of the shared and lease profiles.
 --
--- Installed by the baseline revision (migrations/versions/0001_baseline.py) together with
--- sql/governance.sql and sql/lease.sql. This file holds the present: after a release a
--- table change is a new migration AND an edit here, and
--- tests/integration/test_schema_structure.py checks the two agree (CONTRIBUTING.md).
+-- The present, with sql/governance.sql and sql/lease.sql (the functions), installed in
+-- that order (sql.SCHEMA). A database gets here by migrations: the 0.1.0 baseline
+-- (migrations/baseline/) plus every revision after it; a table change is a new revision
+-- AND an edit here, and tests/integration/test_schema_structure.py checks that the two
+-- build the same schema (CONTRIBUTING.md).
 --
 -- Money and tokens are BIGINT (integer µUSD / tokens). A bucket balance is BIGINT in
 -- units of 1/60_000_000 token (gateway.governance.BUCKET_SCALE).
@@ -60,6 +61,61 @@ CREATE TABLE keys (
     created_at           timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX keys_team_idx ON keys (team_id);
+CREATE INDEX keys_user_idx ON keys (user_name) WHERE user_name IS NOT NULL;
+
+-- Key rotations: a new secret for the same key (its id, limits, owner and spend stay),
+-- made by POST /admin/v1/keys/{key_id}/rotate or `mayu keys rotate`. The secret a
+-- rotation replaced keeps authenticating its key until old_valid_until (the grace), so
+-- tools still holding it keep working while they are moved to the new one; a revoked key
+-- authenticates with none. A rotation retried with the same Idempotency-Key finds its row
+-- and answers the same new secret: derived as HMAC-SHA256(salt, Idempotency-Key), so the
+-- database alone (salt and the key's SHA-256) cannot give it back.
+CREATE TABLE key_rotations (
+    key_id           text NOT NULL REFERENCES keys (id),
+    revision         bigint NOT NULL,              -- the key's revision the rotation made
+    old_key_hash     text NOT NULL UNIQUE,
+    old_valid_until  timestamptz NOT NULL,
+    new_key_hash     text NOT NULL,
+    idempotency_hash text,                          -- SHA-256 of the Idempotency-Key
+    salt             text,                          -- hex, with an Idempotency-Key only
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (key_id, revision)
+);
+CREATE UNIQUE INDEX key_rotations_idempotency_idx
+    ON key_rotations (key_id, idempotency_hash) WHERE idempotency_hash IS NOT NULL;
+
+-- Member and user budgets: what one person may spend within a team (team_members) and
+-- across every team (users), on top of the team's and the key's own limits. A key's
+-- user_name names its user. Admission charges a member's windows
+-- (member:<team id>:<user>:…) and a user's (user:<user>:…) in the same all-or-none step
+-- as every other counter (gateway.governance.plan_charges). Every edit of a member
+-- moves its team's revision, and every edit of a user the revision of each team the user
+-- holds a key in, so an admission planned with the old budget is re-planned
+-- (snapshot_mismatch) rather than charged against it.
+CREATE TABLE users (
+    name                 text PRIMARY KEY,
+    email                text,
+    display_name         text,
+    tokens_per_day       bigint CHECK (tokens_per_day >= 0),
+    usd_micros_per_day   bigint CHECK (usd_micros_per_day >= 0),
+    usd_micros_per_month bigint CHECK (usd_micros_per_month >= 0),
+    revision             bigint NOT NULL DEFAULT 1,
+    created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at           timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE team_members (
+    team_id              text NOT NULL REFERENCES teams (id),
+    -- '*': the team's default member budget, for each user of the team without a row.
+    user_name            text NOT NULL,
+    tokens_per_day       bigint CHECK (tokens_per_day >= 0),
+    usd_micros_per_day   bigint CHECK (usd_micros_per_day >= 0),
+    usd_micros_per_month bigint CHECK (usd_micros_per_month >= 0),
+    revision             bigint NOT NULL DEFAULT 1,
+    created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (team_id, user_name)
+);
 
 -- Replica bootstrap declarations: the immutable fingerprint of what a replica's config
 -- first declared. A repeat is a no-op; a conflicting declaration refuses startup.
@@ -178,6 +234,34 @@ CREATE TABLE permits (
 CREATE INDEX permits_team_month_idx ON permits (team_id, month);
 CREATE INDEX permits_key_month_idx ON permits (key_id, month);
 CREATE INDEX permits_pending_idx ON permits (created_at) WHERE status = 'pending';
+-- A key's last use (the admin API's last_used_at): its newest permit.
+CREATE INDEX permits_key_created_idx ON permits (key_id, created_at);
+-- The request log without a key named, newest first: every team's page, a team's, a
+-- time range's, a model's, a client tool's, an outcome's, the next page from its cursor
+-- (read backwards from the page's position, not a sort of every permit); a time range's
+-- summary; retention's oldest first. Admission time only grows, so an insert lands at
+-- its right edge.
+CREATE INDEX permits_created_idx ON permits (created_at, id);
+
+-- The request log's facts beyond a permit: the route a request came in by, the deployment
+-- that answered it, the client tool its User-Agent names (claude-code, codex,
+-- openai-python, …), the HTTP status the client got, and the tokens the upstream reported
+-- per class. Written by the settlement's own statement (a data-modifying CTE beside the
+-- settle call: no extra round trip), once per permit; a permit settled by the journal
+-- replayer, at shutdown or by an operator may have none (the log shows them unknown).
+CREATE TABLE permit_facts (
+    permit_id            uuid PRIMARY KEY,
+    route                text,
+    deployment           text,
+    client               text,
+    http_status          integer,
+    input                bigint,
+    output               bigint,
+    cache_read           bigint,
+    cache_write_5m       bigint,
+    cache_write_1h       bigint,
+    cache_write_unknown  bigint
+);
 
 -- Every counter a permit charged, with the window and limit it captured, so settlement
 -- never re-reads current policy (ADR-046: deletion and midnight cannot move a charge).

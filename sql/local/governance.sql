@@ -35,7 +35,7 @@ CREATE INDEX IF NOT EXISTS gov_permits_day ON gov_permits(day);
 CREATE INDEX IF NOT EXISTS gov_permits_month ON gov_permits(month);
 CREATE INDEX IF NOT EXISTS gov_permits_key_created ON gov_permits(key_id, created_us);
 -- The request log newest first without a key named, and a time range's summary (as
--- permits_created_idx in Postgres: sql/request_log.sql).
+-- permits_created_idx in Postgres: sql/schema.sql).
 CREATE INDEX IF NOT EXISTS gov_permits_created ON gov_permits(created_us, id);
 CREATE TABLE IF NOT EXISTS gov_charges (
     permit_id TEXT NOT NULL REFERENCES gov_permits(id),
@@ -60,7 +60,7 @@ CREATE TABLE IF NOT EXISTS gov_settlements (
     bound_exceeded INTEGER NOT NULL DEFAULT 0,
     resolved_us INTEGER                      -- a later exact figure replaced the liability
 );
--- The request log's facts beyond a permit (Postgres: sql/request_log.sql): route,
+-- The request log's facts beyond a permit (Postgres: permit_facts, sql/schema.sql): route,
 -- deployment, client tool, HTTP status and the tokens per class the upstream reported.
 CREATE TABLE IF NOT EXISTS gov_permit_facts (
     permit_id TEXT PRIMARY KEY,

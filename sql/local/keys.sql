@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS keys (
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS keys_team ON keys(team_id);
--- Key rotations (the Postgres table's twin, sql/key_rotations.sql): the secret a rotation
+-- Key rotations (the Postgres table's twin, sql/schema.sql): the secret a rotation
 -- replaced works until old_valid_until; a retry with the same Idempotency-Key re-derives
 -- the new secret from salt.
 CREATE TABLE IF NOT EXISTS key_rotations (
@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS key_rotations (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS key_rotations_idempotency
     ON key_rotations(key_id, idempotency_hash) WHERE idempotency_hash IS NOT NULL;
--- Member and user budgets (the Postgres tables' twins, sql/members.sql): a user's budget
+-- Member and user budgets (the Postgres tables' twins, sql/schema.sql): a user's budget
 -- within a team (user '*': the team's default member budget) and across every team.
 CREATE TABLE IF NOT EXISTS users (
     name TEXT PRIMARY KEY,
@@ -152,6 +152,13 @@ SELECT * FROM key_rotations WHERE key_id = :key_id AND idempotency_hash = :idemp
 UPDATE keys SET key_hash = :key_hash, display_prefix = :display_prefix,
        revision = revision + 1
  WHERE id = :id
+
+-- name: end_replaced_secrets
+-- A new rotation ends the grace every earlier rotation left running, so a key has at
+-- most two working secrets: its current one and the one this rotation replaces.
+-- (ISO-8601 UTC text from one formatter: its order is the time order.)
+UPDATE key_rotations SET old_valid_until = :now
+ WHERE key_id = :key_id AND old_valid_until > :now
 
 -- name: insert_key_rotation
 INSERT INTO key_rotations (key_id, revision, old_key_hash, old_valid_until, new_key_hash,

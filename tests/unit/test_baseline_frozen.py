@@ -38,7 +38,7 @@ def test_the_frozen_baseline_is_the_released_text() -> None:
 def test_the_baseline_installs_the_frozen_files_in_order() -> None:
     """The baseline revision installs the six frozen files, in the released order, under
     the released pins."""
-    assert sql.BASELINE == tuple(RELEASED_0_1_0)
+    assert tuple(RELEASED_0_1_0) == sql.BASELINE
     assert sql.BASELINE_SHA256 == RELEASED_0_1_0
     for name in sql.BASELINE:
         assert sql.baseline_script(name).encode() == _frozen()[name]

@@ -32,9 +32,9 @@ def test_unknown_query_is_a_key_error() -> None:
 
 
 def test_schema_files_are_package_data_and_every_call_is_defined() -> None:
-    """The baseline's files ship with the package, and every function a named query calls
+    """The schema files ship with the package, and every function a named query calls
     is defined in them exactly once (one current definition per call)."""
-    text = "\n".join(sql.script(name) for name in sql.BASELINE)
+    text = "\n".join(sql.script(name) for name in sql.SCHEMA)
     assert "CREATE TABLE permits" in text
     defined = re.findall(r"^CREATE FUNCTION (inferplane_\w+)", text, re.MULTILINE)
     assert len(defined) == len(set(defined))
@@ -47,13 +47,7 @@ def test_schema_files_are_package_data_and_every_call_is_defined() -> None:
 def test_sql_decides_no_http_status() -> None:
     """Refusals leave the database as codes and figures; statuses come from the refusal
     table (gateway/governance/_refusal.py), never from SQL."""
-    for name in sql.BASELINE:
+    for name in sql.SCHEMA:
         text = sql.script(name)
         assert not re.search(r"'status',\s*\d{3}|THEN\s*(402|429|503)\b", text), name
 
-
-def test_the_baseline_installs_the_released_files() -> None:
-    """The baseline revision's files are the 0.1.0 texts (a change to one needs a new
-    migration and a frozen copy for the baseline: CONTRIBUTING.md)."""
-    for name in sql.BASELINE:
-        assert sql.baseline_script(name) == sql.script(name)
