@@ -92,10 +92,11 @@ async def build_components(settings: Settings, stack: AsyncExitStack) -> Compone
     if settings.shared:
         return await _shared_components(settings, stack)
     from gateway.governance import LocalGovernanceStore
-    from gateway.keys import SqliteKeyStore
+    from gateway.keys import SqliteKeyStore, rotation_secrets
 
     os.makedirs(os.path.expanduser(settings.data_dir), exist_ok=True)
-    keys = SqliteKeyStore(_local_path(settings, settings.key_store.path))
+    keys = SqliteKeyStore(_local_path(settings, settings.key_store.path),
+                          rotation_secrets=rotation_secrets(settings))
     await keys.open()
     stack.push_async_callback(keys.close)
     if settings.control_plane is not None:
@@ -160,7 +161,7 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
         PostgresGovernanceStore,
         PostgresPolicySource,
     )
-    from gateway.keys import PostgresKeyStore
+    from gateway.keys import PostgresKeyStore, rotation_secrets
     from gateway.schema import check_schema
 
     assert settings.database is not None  # load_settings refuses shared mode without it
@@ -183,7 +184,9 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
     # Runs before pool.close (the stack unwinds last in, first out): the connections
     # the store keeps between its calls go back to the pool first.
     stack.push_async_callback(governance.close)
-    return Components(key_store=PostgresKeyStore(pool), governance=governance,
+    return Components(key_store=PostgresKeyStore(pool,
+                                                 rotation_secrets=rotation_secrets(settings)),
+                      governance=governance,
                       policy=policy, pool=pool)
 
 

@@ -53,6 +53,9 @@ def secret_refs(settings: Settings) -> list[tuple[str, str]]:
             ("server.alerts.secret_ref", s.alerts.secret_ref)]
     refs += [(f"server.admin_tokens[{i}].token_ref", t.token_ref)
              for i, t in enumerate(s.admin_tokens)]
+    refs.append(("server.rotation_secret_ref", s.rotation_secret_ref))
+    refs += [(f"server.rotation_secret_previous_refs[{i}]", r)
+             for i, r in enumerate(s.rotation_secret_previous_refs)]
     if settings.shared and settings.database is not None:
         refs.append(("database.dsn_ref", settings.database.dsn_ref))
     refs += [(f"providers[{i}].api_key_ref", p.api_key_ref)

@@ -123,6 +123,15 @@ class ServerSettings(_Base, frozen=True):
     ``read`` admin token named ``admin``, the admin API)."""
     admin_tokens: list[AdminToken] = []
     """The admin API's tokens (docs/admin-api.md)."""
+    rotation_secret_ref: str | None = None
+    """Reference to the secret (at least 32 characters, the same on every replica) a key
+    rotation's new secret is derived with when it carries an Idempotency-Key, so a retry
+    answers the same secret while a copy of the database cannot recompute it. Without
+    it: the local profile draws its own into ``<db>.rotation-key``; the shared profile
+    refuses Idempotency-Key rotations (docs/admin-api.md, "Rotating a key")."""
+    rotation_secret_previous_refs: list[str] = []
+    """Earlier rotation secrets, still used to answer a retry of a rotation made with one
+    of them (after the operator changes ``rotation_secret_ref``); never for new ones."""
     drain_on_disconnect_s: SecondsOrZero = 0.0
     """After a client disconnects mid-stream: 0 aborts the upstream request at once (what
     the provider sees from a direct client); N > 0 keeps reading (and discarding) the

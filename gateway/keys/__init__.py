@@ -18,7 +18,7 @@ from gateway.keys._model import (
     hash_key,
     new_key,
 )
-from gateway.keys._open import open_key_store
+from gateway.keys._open import open_key_store, rotation_secrets
 from gateway.keys._postgres import PostgresKeyStore
 from gateway.keys._sessions import ConsoleSession, ConsoleSessionStore, SessionAccess
 from gateway.keys._sqlite import SqliteKeyStore
@@ -47,4 +47,5 @@ __all__ = [
     "ensure_teams",
     "new_key",
     "open_key_store",
+    "rotation_secrets",
 ]

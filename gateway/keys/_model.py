@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import secrets
 from datetime import datetime
 from typing import Annotated, Literal, Protocol
@@ -19,6 +18,7 @@ import msgspec
 
 from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
 from gateway.errors import BadRequest
+from gateway.keys._derive import RotationSecrets, no_rotation_secret
 
 KEY_PREFIX = "sk-inf-"
 
@@ -200,19 +200,32 @@ class Rotation(msgspec.Struct, frozen=True, kw_only=True):
     """A retry of an earlier rotation of this key with the same Idempotency-Key."""
 
 
-def rotation_secret(idempotency_key: str | None) -> tuple[str, str, str, str | None]:
+def rotation_secret(idempotency_key: str | None, derivation: RotationSecrets | None,
+                    ) -> tuple[str, str, str, str | None]:
     """A rotation's new secret as ``new_key`` gives it, plus its salt: random without an
-    Idempotency-Key; with one, HMAC-SHA256(salt, Idempotency-Key), so a retry carrying
-    the same Idempotency-Key re-derives it (:func:`replayed_secret`) while the stored
-    salt and hash alone cannot."""
+    Idempotency-Key; with one, derived from a random salt and the Idempotency-Key with the
+    rotation secret (gateway/keys/_derive.py), so a retry carrying the same
+    Idempotency-Key re-derives it (:func:`replayed_secret`) while the stored salt and
+    hash alone cannot."""
     if idempotency_key is None:
         return (*new_key(), None)
+    if derivation is None:
+        raise no_rotation_secret()
     salt = secrets.token_hex(32)
-    return (*_key_triple(replayed_secret(salt, idempotency_key)), salt)
+    return (*_key_triple(_as_key(derivation.derive(salt, idempotency_key))), salt)
 
 
-def replayed_secret(salt: str, idempotency_key: str) -> str:
-    digest = hmac.new(bytes.fromhex(salt), idempotency_key.encode(), hashlib.sha256).digest()
+def replayed_secret(derivation: RotationSecrets | None, *, salt: str,
+                    idempotency_key: str, new_key_hash: str) -> str:
+    """The secret an earlier rotation with this Idempotency-Key answered (checked against
+    its stored SHA-256)."""
+    if derivation is None:
+        raise no_rotation_secret()
+    return _as_key(derivation.replay(
+        salt, idempotency_key, matches=lambda d: hash_key(_as_key(d)) == new_key_hash))
+
+
+def _as_key(digest: bytes) -> str:
     return KEY_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 

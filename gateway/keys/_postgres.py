@@ -25,6 +25,7 @@ import sql
 from gateway.config import BootstrapTeam
 from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import AlreadyExists, BadRequest, ConfigError, KeyRevoked, NotFound
+from gateway.keys._derive import RotationSecrets
 from gateway.keys._limits import (
     KEY_LIMITS,
     MEMBER_LIMITS,
@@ -123,8 +124,11 @@ async def _one(conn: AsyncConnection[Any], query: str, **params: Any) -> dict[st
 class PostgresKeyStore:
     """:class:`gateway.keys.KeyStore` on the shared Postgres database."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, rotation_secrets: RotationSecrets | None = None) -> None:
+        """``rotation_secrets``: what an Idempotency-Key rotation's secret is derived
+        with (``server.rotation_secret_ref``); without it such a rotation is refused."""
         self._pool = pool
+        self._rotation = rotation_secrets
 
     async def resolve(self, key_hash: str) -> Principal | None:
         # One statement reads key and team from one MVCC snapshot (what a read-only
@@ -269,16 +273,21 @@ class PostgresKeyStore:
                 done = await _one(conn, "key_rotation_by_idempotency", key_id=key_id,
                                   idempotency_hash=idem)
                 if done is not None:
-                    return Rotation(secret=replayed_secret(done["salt"], idempotency_key),
-                                    key=key_from_row(row), replayed=True,
+                    secret = replayed_secret(self._rotation, salt=done["salt"],
+                                             idempotency_key=idempotency_key,
+                                             new_key_hash=done["new_key_hash"])
+                    return Rotation(secret=secret, key=key_from_row(row), replayed=True,
                                     previous_valid_until=done["old_valid_until"])
             check_revision(f"key {key_id!r}", row["revision"], expected_revision)
             if row["revoked_at"] is not None:
                 raise KeyRevoked(f"key {key_id!r} is revoked; create a new key")
-            secret, key_hash, prefix, salt = rotation_secret(idempotency_key)
+            secret, key_hash, prefix, salt = rotation_secret(idempotency_key, self._rotation)
             updated = await _one(conn, "rotate_key", id=key_id, key_hash=key_hash,
                                  display_prefix=prefix)
             assert updated is not None
+            # At most two secrets work at once: the new one, and the one just replaced
+            # for its grace; whatever earlier rotations left in their grace ends now.
+            await conn.execute(sql.queries["end_replaced_secrets"], {"key_id": key_id})
             rotation = await _one(conn, "insert_key_rotation", key_id=key_id,
                                   revision=updated["revision"], old_key_hash=row["key_hash"],
                                   grace_s=grace_s, new_key_hash=key_hash,

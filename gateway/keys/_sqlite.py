@@ -10,6 +10,7 @@ loop when the file is free); its tables and statements are ``sql/local/keys.sql`
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 
 import sql
 from gateway.errors import AlreadyExists, BadRequest, KeyRevoked, NotFound
+from gateway.keys._derive import RotationSecrets, local_rotation_secrets
 from gateway.keys._limits import (
     KEY_LIMITS,
     MEMBER_LIMITS,
@@ -46,7 +48,7 @@ from gateway.keys._model import (
     rotation_secret,
 )
 from gateway.keys._sessions import PURGE_AFTER_S, ConsoleSession, SessionAccess
-from gateway.localdb import SqliteBase, Statements
+from gateway.localdb import MEMORY, SqliteBase, Statements
 
 # Frozen structs, so one shared default instance is safe.
 _NO_TEAM_LIMITS = TeamLimits()
@@ -135,9 +137,20 @@ class SqliteKeyStore(SqliteBase):
     schema = sql.local_keys["schema"]
 
     def __init__(self, path: str, *,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 rotation_secrets: RotationSecrets | None = None) -> None:
+        """``rotation_secrets``: what an Idempotency-Key rotation's secret is derived
+        with (``server.rotation_secret_ref``); without it, the store's own secret in a
+        file beside the database (gateway/keys/_derive.py)."""
         super().__init__(path)
         self._clock = clock
+        self._rotation = rotation_secrets
+
+    def _rotation_secrets(self) -> RotationSecrets:
+        if self._rotation is None:
+            self._rotation = (RotationSecrets(secrets.token_bytes(32)) if self.path == MEMORY
+                              else local_rotation_secrets(self.path))
+        return self._rotation
 
     async def resolve(self, key_hash: str) -> Principal | None:
         def _resolve(conn: sqlite3.Connection) -> Principal | None:
@@ -283,15 +296,21 @@ class SqliteKeyStore(SqliteBase):
                 done = _SQL["key_rotation_by_idempotency"].execute(conn, {
                     "key_id": key_id, "idempotency_hash": idem}).fetchone()
                 if done is not None:
-                    return Rotation(secret=replayed_secret(done["salt"], idempotency_key),
-                                    key=_key(row), replayed=True,
+                    secret = replayed_secret(self._rotation_secrets(), salt=done["salt"],
+                                             idempotency_key=idempotency_key,
+                                             new_key_hash=done["new_key_hash"])
+                    return Rotation(secret=secret, key=_key(row), replayed=True,
                                     previous_valid_until=datetime.fromisoformat(
                                         done["old_valid_until"]))
             check_revision(f"key {key_id!r}", row["revision"], expected_revision)
             if row["revoked_at"] is not None:
                 raise KeyRevoked(f"key {key_id!r} is revoked; create a new key")
-            secret, key_hash, prefix, salt = rotation_secret(idempotency_key)
+            secret, key_hash, prefix, salt = rotation_secret(
+                idempotency_key, None if idempotency_key is None else self._rotation_secrets())
             now = self._clock()
+            # At most two secrets work at once: the new one, and the one just replaced
+            # for its grace; whatever earlier rotations left in their grace ends now.
+            _SQL["end_replaced_secrets"].execute(conn, {"key_id": key_id, "now": _ts(now)})
             until = now + timedelta(seconds=grace_s)
             _SQL["rotate_key"].execute(conn, {"id": key_id, "key_hash": key_hash,
                                               "display_prefix": prefix})

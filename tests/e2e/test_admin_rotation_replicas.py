@@ -32,7 +32,8 @@ def _config(work: Path, replica: int) -> Path:
     path = work / f"gw{replica}.yaml"
     path.write_text(yaml.safe_dump({
         "data_dir": str(work / f"gw{replica}"), "demo": False,
-        "server": {"replica_id": f"gw{replica}", "admin_tokens": [
+        "server": {"replica_id": f"gw{replica}",
+                   "rotation_secret_ref": "env:IPT_ROTATION_SECRET", "admin_tokens": [
             {"name": "terraform", "token_ref": "env:IPT_ADMIN_WRITE", "access": "write"}]},
         "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
         "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 1,
@@ -47,7 +48,8 @@ def _chat(gw: Proc, secret: str) -> int:
 
 def test_one_rotation_across_replicas_and_the_old_secret_ends_everywhere(
         tmp_path: Path, pg_dsn: str) -> None:
-    env = {"INFERPLANE_DATABASE_URL": pg_dsn, "IPT_ADMIN_WRITE": WRITE}
+    env = {"INFERPLANE_DATABASE_URL": pg_dsn, "IPT_ADMIN_WRITE": WRITE,
+           "IPT_ROTATION_SECRET": "rotation-e2e-derivation-secret-0123456789"}
     admin = {"Authorization": f"Bearer {WRITE}"}
     gateways: list[Proc] = []
     try:
