@@ -1,9 +1,11 @@
-"""The baseline revision builds, removes and rebuilds the whole shared schema, and
-`mayu migrate` converts a pre-release database keeping every figure."""
+"""The baseline revision builds, removes and rebuilds the whole shared schema; `mayu
+migrate` brings a 0.1.0 database to head and converts a pre-release one, keeping every
+figure."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from gateway.schema import database_heads
 from tests.conftest import create_database, drop_database, dsn_for, migrate
 from tests.integration._pg_helpers import load_prerelease
+from tests.settling import exact, settlement
 
 pytestmark = pytest.mark.integration
 
@@ -53,11 +56,15 @@ def test_head_seeds_singletons(pg_dsn: str) -> None:
         assert conn.execute("SELECT generation FROM policy_state").fetchone() == (0,)
 
 
-def _rows(dsn: str) -> dict[str, list[tuple[object, ...]]]:
+_FIGURE_TABLES = ("teams", "keys", "counters", "authority_accounts", "permits",
+                  "permit_segments", "policy_state", "authority_namespace")
+
+
+def _rows(dsn: str, tables: tuple[str, ...] = _FIGURE_TABLES
+          ) -> dict[str, list[tuple[object, ...]]]:
     with psycopg.connect(dsn) as conn:
         return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
-                for t in ("teams", "keys", "counters", "authority_accounts", "permits",
-                          "permit_segments", "policy_state", "authority_namespace")}
+                for t in tables}
 
 
 def test_a_prerelease_database_is_converted_keeping_every_figure(pg_empty_dsn: str) -> None:
@@ -148,3 +155,88 @@ def test_an_older_prerelease_revision_is_refused_with_what_to_do(pg_empty_dsn: s
         upgrade(pg_empty_dsn)
     problem = schema_problem(("0005",))
     assert problem is not None and "cdf51f7" in problem
+
+
+AT_0_1_0 = Path(__file__).parent / "data" / "at_0_1_0.sql.gz"
+"""A database written by 0.1.0 itself (``data/make_at_0_1_0.py`` run at tag v0.1.0):
+team t1's day window, alice's member window and a policy account each hold committed
+1,234, liability 3,500 (two uncertain settlements) and reserved 3,000 (one pending
+permit); ``pg_dump --inserts``, gzipped."""
+_WINDOWS = ("member:{team}:alice:usd:day:2026-11-29", "team:{team}:usd:day:2026-11-29")
+_ACCOUNT = "account:r1:team=t1:month:2026-11"
+
+
+def _figures(dsn: str) -> list[tuple[object, ...]]:
+    """committed, liability and reserved of t1's day window, alice's and the account."""
+    with psycopg.connect(dsn) as conn:
+        [team] = conn.execute("SELECT id FROM teams WHERE name = 't1'").fetchone() or ()
+        windows = [w.format(team=team) for w in _WINDOWS]
+        rows = conn.execute(
+            "SELECT key, committed, liability, reserved FROM counters WHERE key = ANY(%s) "
+            "UNION ALL SELECT key, committed, liability, reserved FROM authority_accounts "
+            "WHERE key = %s ORDER BY 1", (windows, _ACCOUNT)).fetchall()
+    assert [r[0] for r in rows] == [_ACCOUNT, *windows]
+    return [r[1:] for r in rows]
+
+
+def test_a_0_1_0_database_upgrades_to_head_keeping_every_figure(pg_dsn: str,
+                                                                 pg_empty_dsn: str) -> None:
+    """mayu migrate takes a database 0.1.0 wrote to head: every row and /v1/usage figure
+    is unchanged, the schema is a fresh head's, the pending permit then settles exactly
+    through head's functions and an uncertain permit's liability is still resolvable."""
+    import asyncio
+    import gzip
+
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+
+    from gateway.governance import PostgresGovernanceStore, UsageRow
+    from gateway.schema import code_heads, structure, upgrade
+
+    with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
+        conn.execute(gzip.decompress(AT_0_1_0.read_bytes()).decode())
+    with psycopg.connect(pg_empty_dsn) as conn:  # the dump emptied its search_path
+        assert database_heads(conn) == ("v010_baseline",)
+    tables = (*_FIGURE_TABLES, "permit_facts", "team_members", "users", "key_rotations")
+    before = _rows(pg_empty_dsn, tables)
+    assert _figures(pg_empty_dsn) == [(1_234, 3_500, 3_000)] * 3
+
+    async def usage() -> list[UsageRow]:
+        async with AsyncConnectionPool(pg_empty_dsn, kwargs={
+                "autocommit": True, "row_factory": dict_row}) as pool:
+            rows = await PostgresGovernanceStore(pool).usage(day="2026-11-29",
+                                                             month="2026-11")
+        return sorted(rows, key=repr)
+    usage_before = asyncio.run(usage())
+    assert any((r.usd_committed, r.usd_liability, r.usd_reserved) == (1_234, 3_500, 3_000)
+               for r in usage_before)
+
+    steps: list[object] = []
+    assert upgrade(pg_empty_dsn, on_step=steps.append) == code_heads()
+    assert "v011_console_sessions" in " ".join(map(str, steps))
+    assert _rows(pg_empty_dsn, tables) == before
+    assert asyncio.run(usage()) == usage_before
+    with psycopg.connect(pg_empty_dsn) as upgraded, psycopg.connect(pg_dsn) as fresh:
+        assert structure(upgraded) == structure(fresh)
+
+    async def settle_and_resolve() -> None:
+        async with AsyncConnectionPool(pg_empty_dsn, kwargs={
+                "autocommit": True, "row_factory": dict_row}) as pool:
+            store = PostgresGovernanceStore(pool)
+            [pending] = await store.pending_permits()
+            permit = await store.get_permit(pending)
+            assert permit is not None and permit.request.request_id == "open"
+            done = await store.settle(permit.id, settlement(permit.request,
+                                                            exact(50, 2_500)))
+            assert (done.usd_committed, done.usd_liability) == (2_500, 0)
+            with psycopg.connect(pg_empty_dsn) as conn:
+                [cut] = conn.execute("SELECT id FROM permits WHERE request_id = 'cut2'"
+                                     ).fetchone() or ()
+            cut2 = await store.get_permit(str(cut))
+            assert cut2 is not None and cut2.request.usd_bound == 1_500
+            resolved = await store.resolve(cut2.id, settlement(cut2.request,
+                                                                exact(40, 1_000)))
+            assert (resolved.usd_committed, resolved.usd_liability) == (1_000, 0)
+    asyncio.run(settle_and_resolve())
+    # 1,234 + 2,500 + 1,000 committed; 3,500 - 1,500 liability; nothing in flight.
+    assert _figures(pg_empty_dsn) == [(4_734, 2_000, 0)] * 3
