@@ -52,6 +52,7 @@ from gateway.governance import CounterKey, utc_windows
 from gateway.lease import (
     DEFAULT_HEARTBEAT_MS,
     EXPIRY_RENEWALS,
+    WINDOW_GRACE_S,
     AccountReport,
     DataPlaneView,
     Ignored,
@@ -59,7 +60,6 @@ from gateway.lease import (
     SyncRequest,
     SyncResponse,
 )
-from gateway.lease._wire import WINDOW_GRACE_S
 from gateway.policy import CompiledRule, compile_documents, current, tightest_renew_ms
 
 log = logging.getLogger("inferplaned.leases")

@@ -317,7 +317,7 @@ def _start_retention(settings: Settings, store: GovernanceStore, stack: AsyncExi
     days = settings.governance_store.retention_days
     if days is None or (worker is not None and worker[0] != 0):
         return
-    from gateway.governance._retention import Prunable, prune_forever
+    from gateway.governance import Prunable, prune_forever
 
     prunable: Prunable = store  # type: ignore[assignment]  # both stores prune
     task = asyncio.get_running_loop().create_task(prune_forever(prunable, days))

@@ -9,8 +9,7 @@ from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
-from gateway.keys import KeyChanges, KeyLimits, KeyRecord, Team, TeamLimits
-from gateway.keys._model import MAX_GRACE_S
+from gateway.keys import MAX_GRACE_S, KeyChanges, KeyLimits, KeyRecord, Team, TeamLimits
 
 _EDGE = r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 _INNER = r"[^\x00-\x1f\x7f-\x9f]"

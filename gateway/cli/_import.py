@@ -19,8 +19,8 @@ import msgspec
 from gateway.config import load_settings
 from gateway.db import open_pool_now
 from gateway.errors import ConfigError
-from gateway.governance._import import CutoverReport, import_cutover, read_spend
-from gateway.keys._import import read_people, read_sqlite
+from gateway.governance import CutoverReport, import_cutover, read_spend
+from gateway.keys import read_people, read_sqlite
 
 
 def _print(report: CutoverReport) -> None:

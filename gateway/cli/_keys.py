@@ -27,8 +27,15 @@ from gateway.cli import _args
 from gateway.cli._args import MICROS
 from gateway.config import load_settings
 from gateway.errors import BadRequest, NotFound
-from gateway.keys import KeyLimits, KeyRecord, KeyStore, Team, TeamLimits, open_key_store
-from gateway.keys._model import MAX_GRACE_S
+from gateway.keys import (
+    MAX_GRACE_S,
+    KeyLimits,
+    KeyRecord,
+    KeyStore,
+    Team,
+    TeamLimits,
+    open_key_store,
+)
 
 T = TypeVar("T")
 MAX_COUNT = 2**31 - 1

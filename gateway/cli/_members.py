@@ -2,9 +2,9 @@
 users (a user's budget across teams).
 
 The same service functions as the admin API's routes (:mod:`gateway.admin._members`): the
-key store's ``put_member``, ``delete_member``, ``put_user``, ``get_user`` and
-``list_users``, and :func:`gateway.admin._members.team_members` for the listing, so the
-CLI shows the figures ``GET /admin/v1/teams/{team}/members`` answers. Store, flags and
+key store's ``put_member``, ``delete_member``, ``put_user``, ``get_user``, ``list_users``
+and ``team_members`` for the listing, so the CLI shows the figures
+``GET /admin/v1/teams/{team}/members`` answers. Store, flags and
 errors as ``mayu teams`` and ``mayu keys`` (:mod:`gateway.cli._keys`, whose argument
 types and output helpers these are): ``--config FILE`` or the local profile's SQLite
 under ``.mayu``; money as exact dollars or integer µUSD, checked against the store's
@@ -35,7 +35,16 @@ from gateway.cli._keys import (
     format_usd,
 )
 from gateway.errors import NotFound
-from gateway.keys import DEFAULT_MEMBER, KeyStore, Member, MemberLimits, TeamLimits, User
+from gateway.keys import (
+    DEFAULT_MEMBER,
+    KeyStore,
+    Label,
+    Member,
+    MemberLimits,
+    TeamLimits,
+    TeamMembers,
+    User,
+)
 
 _FIGURES = (
     "The budget binds {whom}: --tokens-per-day counts the tokens (prompt and completion) "
@@ -67,13 +76,11 @@ def _user(text: str) -> str:
 
 def _label(text: str) -> str:
     """An email or display name, under the rule the admin API's ``PUT /users/{user}``
-    body applies (imported here, not at start-up, as in :func:`_members_list`)."""
-    from gateway.admin._members import Text
-
+    body applies (:data:`gateway.keys.Label`)."""
     value = _args.text(text)
-    _, meta = get_args(Text)
+    _, meta = get_args(Label)
     try:
-        return msgspec.convert(value, Text)
+        return msgspec.convert(value, Label)
     except msgspec.ValidationError:
         if len(value) > meta.max_length:
             raise argparse.ArgumentTypeError(
@@ -107,13 +114,12 @@ def _figures(limits: MemberLimits) -> tuple[str, str, str]:
 # -- members --------------------------------------------------------------------------
 
 def _members_list(args: argparse.Namespace) -> int:
-    # Imported here, not at start-up: the admin package loads the app (litestar, ingress).
-    from gateway.admin._members import MemberPage, team_members
-
-    _, views, default = _run(args, lambda s: team_members(s, args.team))
-    if args.json:
-        _print_json(MemberPage(data=views,
-                               default=None if default is None else default.limits))
+    found: TeamMembers = _run(args, lambda s: s.team_members(args.team))
+    views, default = found.members, found.default
+    if args.json:  # the admin API's page: GET /admin/v1/teams/{team}/members
+        _print_json({"object": "list", "data": views,
+                     "default": None if default is None else default.limits,
+                     "next_cursor": None})
         return 0
     if default is None:
         print(f"team {args.team}: no default member budget (a user without a budget of "

@@ -34,19 +34,17 @@ from gateway.governance import (
     OutcomeKind,
     Permit,
     PermitInfo,
+    RejectedLine,
     Settlement,
     SettleResult,
     boot_id,
-    recovered_outcome,
-    settlement_for,
-)
-from gateway.governance._journal import (
-    RejectedLine,
     quarantine_files,
     read_quarantine,
+    recovered_outcome,
     scan_journal,
+    settlement_for,
 )
-from gateway.keys._open import sqlite_path
+from gateway.keys import sqlite_path
 from gateway.operations import (
     permit_of,
     price_of,
@@ -176,7 +174,7 @@ def _permits_list(args: argparse.Namespace) -> int:
 
 
 def _permits_prune(args: argparse.Namespace) -> int:
-    from gateway.governance._retention import cutoff, prune
+    from gateway.governance import cutoff, prune
 
     days = args.older_than_days or load_settings(args.config).governance_store.retention_days
     if days is None:

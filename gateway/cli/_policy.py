@@ -15,10 +15,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from gateway.policy._compile import compile_documents
-from gateway.policy._compiled import CompiledRule
-from gateway.policy._files import check_files
-from gateway.policy._merge import effective_limits
+from gateway.policy import CompiledRule, check_files, compile_documents, effective_limits
 
 
 def _summary(rules: Sequence[CompiledRule]) -> str:

@@ -10,13 +10,23 @@ from its journal what the store could not take.
 
 from gateway.governance._counterkey import CounterKey
 from gateway.governance._counters import CounterState
-from gateway.governance._governor import Governor, Refused
+from gateway.governance._governor import (
+    MAX_SNAPSHOT_RETRIES,
+    Governor,
+    Refused,
+    is_snapshot_mismatch,
+)
+from gateway.governance._import import CutoverReport, import_cutover, read_spend
 from gateway.governance._journal import (
     Journal,
     JournalEntry,
+    RejectedLine,
     boot_id,
+    quarantine_files,
     read_journal,
+    read_quarantine,
     recovered_outcome,
+    scan_journal,
 )
 from gateway.governance._local import LocalGovernanceStore
 from gateway.governance._model import (
@@ -42,6 +52,7 @@ from gateway.governance._plan import (
     bucket_admits,
     bucket_settle,
     build_request,
+    check_settlement,
     plan_charges,
     refill,
     retry_after_seconds,
@@ -51,13 +62,28 @@ from gateway.governance._plan import (
 )
 from gateway.governance._postgres import PostgresGovernanceStore
 from gateway.governance._refusal import LeaseFacts, refusal
+from gateway.governance._retention import Prunable, cutoff, prune, prune_forever
 from gateway.governance._settle import settlement_for, split_settlement
 
 # Re-exported for the app factory, which picks every shared-mode component here.
-from gateway.policy._pgstore import PostgresPolicySource
+from gateway.policy import PostgresPolicySource
 
 __all__ = [
     "BUCKET_SCALE",
+    "MAX_SNAPSHOT_RETRIES",
+    "CutoverReport",
+    "Prunable",
+    "RejectedLine",
+    "check_settlement",
+    "cutoff",
+    "import_cutover",
+    "is_snapshot_mismatch",
+    "prune",
+    "prune_forever",
+    "quarantine_files",
+    "read_quarantine",
+    "read_spend",
+    "scan_journal",
     "AdmissionRequest",
     "Charge",
     "CounterKey",

@@ -57,8 +57,7 @@ from gateway.db import Pool, connection, fetch_all
 from gateway.errors import InferplaneError, NotFound
 from gateway.governance._counterkey import CounterKey
 from gateway.governance._model import AdmissionRequest, Charge
-from gateway.keys import KeyRecord, Team
-from gateway.keys._import import ImportReport, People, copy_records
+from gateway.keys import ImportReport, KeyRecord, People, Team, copy_records
 
 _CHUNK = 2_000
 """Permits per statement: bounded parameters, and a progress line per chunk."""

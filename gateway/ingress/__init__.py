@@ -3,7 +3,7 @@
 from gateway.ingress._asgi import GatewayApp
 from gateway.ingress._attempt import Attempt, Call, outcome_for
 from gateway.ingress._context import Gateway
-from gateway.ingress._prepare import ACTING_FOR, ActingFor
+from gateway.ingress._prepare import ACTING_FOR, ActingFor, authenticate, presented
 from gateway.ingress._dispatch import InvalidUpstreamUsage, dispatch
 from gateway.ingress._door import refuse_nul_bytes
 from gateway.ingress._routes import ROUTES, error_handler
@@ -17,7 +17,9 @@ __all__ = [
     "Gateway",
     "GatewayApp",
     "InvalidUpstreamUsage",
+    "authenticate",
     "outcome_for",
+    "presented",
     "dispatch",
     "error_handler",
     "refuse_nul_bytes",

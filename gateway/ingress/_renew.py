@@ -18,8 +18,7 @@ import asyncio
 import logging
 
 from gateway.errors import Forbidden, InferplaneError
-from gateway.governance import CounterKey, Refusal
-from gateway.governance._governor import MAX_SNAPSHOT_RETRIES, is_snapshot_mismatch
+from gateway.governance import MAX_SNAPSHOT_RETRIES, CounterKey, Refusal, is_snapshot_mismatch
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import resolve_principal
 from gateway.keys import Principal

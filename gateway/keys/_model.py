@@ -12,13 +12,16 @@ import base64
 import hashlib
 import secrets
 from datetime import datetime
-from typing import Annotated, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Literal, Protocol
 
 import msgspec
 
 from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
 from gateway.errors import BadRequest
 from gateway.keys._derive import RotationSecrets, no_rotation_secret
+
+if TYPE_CHECKING:  # built on this module's types
+    from gateway.keys._members import TeamMembers
 
 KEY_PREFIX = "sk-inf-"
 
@@ -280,6 +283,11 @@ class KeyStore(Protocol):
 
     async def list_members(self, team: str) -> list[Member]:
         """A team's member budgets (its default, ``*``, among them)."""
+
+    async def team_members(self, team: str) -> TeamMembers:
+        """Every user of the team (a member budget, or one of its keys, revoked ones too)
+        with the budget that binds them, and its default member budget
+        (:func:`gateway.keys._members.team_members_of`); NotFound for no such team."""
 
     async def get_member(self, team: str, user: str) -> Member | None: ...
 

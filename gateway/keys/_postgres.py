@@ -36,6 +36,7 @@ from gateway.keys._limits import (
     check_revision,
     member_what,
 )
+from gateway.keys._members import TeamMembers, team_members_of
 from gateway.keys._model import (
     KeyChanges,
     KeyLimits,
@@ -311,6 +312,19 @@ class PostgresKeyStore:
             team_id = await self._team_id(conn, team)
             rows = await fetch_all(conn, sql.queries["list_members"], {"team_id": team_id})
         return [member_from_row(r) for r in rows]
+
+    async def team_members(self, team: str) -> TeamMembers:
+        """The team, its member rows and its keys, read on one pooled connection."""
+        async with connection(self._pool, "key store") as conn:
+            row = await _one(conn, "find_team", name_or_id=team)
+            if row is None:
+                raise NotFound(f"team {team!r} does not exist")
+            found = team_from_row(row)
+            members = await fetch_all(conn, sql.queries["list_members"], {"team_id": found.id})
+            keys = await fetch_all(conn, sql.queries["list_keys"],
+                                   {"team_id": found.id, "include_revoked": True})
+        return team_members_of(found, [member_from_row(r) for r in members],
+                               [key_from_row(r) for r in keys])
 
     async def get_member(self, team: str, user: str) -> Member | None:
         async with connection(self._pool, "key store") as conn:

@@ -30,6 +30,7 @@ from gateway.keys._limits import (
     check_revision,
     member_what,
 )
+from gateway.keys._members import TeamMembers, team_members_of
 from gateway.keys._model import (
     KeyChanges,
     KeyLimits,
@@ -343,6 +344,18 @@ class SqliteKeyStore(SqliteBase):
             team_id = _team_id(conn, team)
             return [_member(r) for r in _SQL["members"].execute(conn, {"team_id": team_id})]
         return await self._run(_list, write=False)
+
+    async def team_members(self, team: str) -> TeamMembers:
+        def _read(conn: sqlite3.Connection) -> TeamMembers:
+            row = _find_team(conn, team)
+            if row is None:
+                raise NotFound(f"team {team!r} does not exist")
+            found = _team(row)
+            members = [_member(r) for r in _SQL["members"].execute(conn, {"team_id": found.id})]
+            keys = [_key(r) for r in _SQL["keys"].execute(conn, {
+                "team_id": found.id, "include_revoked": True})]
+            return team_members_of(found, members, keys)
+        return await self._run(_read, write=False)
 
     async def get_member(self, team: str, user: str) -> Member | None:
         def _get(conn: sqlite3.Connection) -> Member | None:

@@ -11,12 +11,13 @@ from gateway.mock._model import (
     openai_classes,
 )
 from gateway.mock._server import create_mock_app
-from gateway.mock._wire import MockReply, plan_count, plan_reply, play
+from gateway.mock._wire import MockReply, MockStreamCut, plan_count, plan_reply, play
 
 __all__ = [
     "FLAGS",
     "Classes",
     "MockReply",
+    "MockStreamCut",
     "anthropic_classes",
     "anthropic_count",
     "create_mock_app",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.usage import estimate_tokens, prompt_text
-from gateway.usage._estimate import _strings
+from gateway.usage import text_strings as _strings
 
 DEFAULT_OUTPUT = 64
 """Output tokens when a request sets no limit (below any sane model ceiling)."""

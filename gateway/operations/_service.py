@@ -18,10 +18,10 @@ from gateway.governance import (
     PermitInfo,
     Settlement,
     SettleResult,
+    check_settlement,
     settlement_for,
     split_settlement,
 )
-from gateway.governance._plan import check_settlement
 from gateway.pricing import InvalidUsage, ModelPrice, Usage
 
 

@@ -6,7 +6,7 @@ error rather than a surprise in production.
 
 from gateway.policy._compile import canonical_json, compile_documents, decode_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
-from gateway.policy._files import FilePolicySource
+from gateway.policy._files import FilePolicySource, check_files
 from gateway.policy._merge import EffectiveLimits, effective_limits, tightest_renew_ms
 from gateway.policy._pgstore import (
     CurrentPolicy,
@@ -48,6 +48,7 @@ __all__ = [
     "compile_documents",
     "decode_documents",
     "effective_limits",
+    "check_files",
     "fingerprint",
     "tightest_renew_ms",
     "validate_document",

@@ -15,8 +15,7 @@ from typing import Any
 import msgspec
 
 from gateway.config import ProviderSettings
-from gateway.mock import plan_count, plan_reply, play
-from gateway.mock._wire import MockStreamCut
+from gateway.mock import MockStreamCut, plan_count, plan_reply, play
 from gateway.providers._base import DispatchFailed, Protocol_, UpstreamResponse
 from gateway.providers._count import parse_count
 from gateway.usage import Endpoint

@@ -3,7 +3,7 @@
 (The ``/v1/usage`` report lives in the ingress; this package only reads responses.)
 """
 
-from gateway.usage._estimate import estimate_tokens, prompt_text
+from gateway.usage._estimate import estimate_tokens, prompt_text, text_strings
 from gateway.usage._map import from_anthropic, from_openai, from_responses
 from gateway.usage._stream import Endpoint, StreamMeter, extract_json, stream_error_event
 
@@ -17,4 +17,5 @@ __all__ = [
     "from_responses",
     "prompt_text",
     "stream_error_event",
+    "text_strings",
 ]

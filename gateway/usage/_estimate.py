@@ -17,19 +17,20 @@ _TEXT_FIELDS = ("messages", "input", "system", "prompt", "instructions", "tools"
 _LABELS = frozenset({"role", "type", "cache_control", "id", "tool_use_id"})
 
 
-def _strings(value: Any) -> list[str]:
+def text_strings(value: Any) -> list[str]:
+    """Every string in a JSON value but the values of label fields (role, type, ids)."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        return [s for k, v in value.items() if k not in _LABELS for s in _strings(v)]
+        return [s for k, v in value.items() if k not in _LABELS for s in text_strings(v)]
     if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
+        return [s for v in value for s in text_strings(v)]
     return []
 
 
 def prompt_text(body: dict[str, Any]) -> str:
     """All prompt text of a request body, concatenated."""
-    return "".join(s for field in _TEXT_FIELDS for s in _strings(body.get(field)))
+    return "".join(s for field in _TEXT_FIELDS for s in text_strings(body.get(field)))
 
 
 def estimate_tokens(text: str) -> int:
