@@ -12,7 +12,9 @@ request may still reserve) and ``resets_at``. A rate bucket reports its balance 
 it is full again.
 
 In the lease profile the figures are this plane's own: a policy budget's global spend
-lives in inferplaned.
+lives in inferplaned. A leased account's ``remaining`` is what the plane's next admission
+allows (:func:`leased_remaining`: the lease's headroom, or what the budget had left at the
+last heartbeat), never the global limit less this plane's own spend.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gateway.governance import (
     BUCKET_SCALE,
     Charge,
     CounterKey,
+    LeaseFigures,
     StoredFigures,
     is_slot,
     plan_charges,
@@ -64,14 +67,24 @@ def _bucket(charge: Charge, held: StoredFigures) -> dict[str, Any]:
             "resets_at": _iso(_at(held.now_us + full_in_us))}
 
 
+def leased_remaining(lease: LeaseFigures, used: int) -> int:
+    """What a lease-profile plane's next admission allows on a leased account: the
+    lease's headroom (admission clamps the limit to the allowance), or, for a larger
+    charge, what the budget had left for anyone at the last heartbeat (the plane then
+    asks for it and decides once more; a charge above both is a 402)."""
+    return max(0, lease.allowance - used, lease.remaining)
+
+
 def _window(charge: Charge, held: StoredFigures) -> dict[str, Any]:
     limit = charge.limit
     period = charge.window or ""
     used = held.committed + held.liability + held.reserved + held.leased
+    remaining = None if limit is None else max(0, limit - used)
+    if remaining is not None and held.lease is not None:
+        remaining = min(remaining, leased_remaining(held.lease, used))
     entry = {"window": "day" if len(period) == 10 else "month", "period": period,
              "limit": limit, "committed": held.committed, "liability": held.liability,
-             "reserved": held.reserved, "leased": held.leased,
-             "remaining": None if limit is None else max(0, limit - used),
+             "reserved": held.reserved, "leased": held.leased, "remaining": remaining,
              "debt": None, "resets_at": _iso(window_reset(period))}
     if held.lease is not None:  # a lease-profile plane: its lease and the global budget
         entry["lease"] = msgspec.to_builtins(held.lease)
