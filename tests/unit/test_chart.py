@@ -310,3 +310,35 @@ def test_rendered_inferplaned_config_loads(tmp_path: Path) -> None:
         path = tmp_path / f"{name}.yaml"
         path.write_text(cp["data"]["inferplaned.yaml"])
         assert load_config(path).shutdown_grace_s == 30
+
+
+def _pods(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Every pod spec the chart renders: workloads' templates, Jobs' and bare Pods."""
+    pods = []
+    for d in docs:
+        if d["kind"] in ("StatefulSet", "DaemonSet", "Deployment", "Job"):
+            pods.append((f"{d['kind']}/{d['metadata']['name']}",
+                         d["spec"]["template"]["spec"]))
+        elif d["kind"] == "Pod":
+            pods.append((f"Pod/{d['metadata']['name']}", d["spec"]))
+    return pods
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_every_pod_has_a_memory_request_and_limit(name: str) -> None:
+    """In every profile every container of every pod (gateway, inferplaned, migration
+    Job, helm test pod) has a memory request and a memory limit; a resources block
+    without them is refused by the schema."""
+    pods = _pods(render(PROFILES[name]))
+    assert "Pod" in {p.split("/")[0] for p, _ in pods}  # the helm test pod too
+    for pod, spec in pods:
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            res = c.get("resources") or {}
+            assert res.get("requests", {}).get("memory"), (pod, c["name"], res)
+            assert res.get("limits", {}).get("memory"), (pod, c["name"], res)
+    for section in ("gateway", "controlplane", "migrations", "tests"):
+        with pytest.raises(helm.HelmError):
+            helm.Chart.load(CHART).validate_schema({section: {"resources": None}})
+        with pytest.raises(helm.HelmError):
+            helm.Chart.load(CHART).validate_schema(
+                {section: {"resources": {"limits": {"memory": None}}}})
