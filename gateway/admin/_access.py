@@ -1,10 +1,17 @@
-"""Who may use the admin API: named tokens, by reference, in two tiers.
+"""Who may use the admin API: named tokens, by reference, in two tiers, and key holders.
 
 ``server.admin_tokens`` lists them (``name``, ``token_ref``, ``access``: ``read`` or
 ``write``); the older ``server.admin_token_ref`` counts as a ``read`` token named
 ``admin``. Every reference is resolved at startup (a bad one fails naming its key). A
 presented token is compared with every configured one in constant time, all of them
 every time, so neither the answer nor its timing tells which token came close.
+
+The tiers are Litestar guards, declared on each route's decorator and checked before
+its parameters and body are read: :func:`read_access` (a read or write token),
+:func:`write_access` (a write token), :func:`key_holder` (a valid virtual key, for the
+routes of the key itself) and :func:`own_or_read` (a key on ``/v1/me/…``, a read token
+on ``/admin/v1/…``). A guard leaves who passed in the request's state, where a handler
+takes it as its ``caller`` or ``holder`` parameter (:data:`DEPENDENCIES`).
 """
 
 from __future__ import annotations
@@ -12,11 +19,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
+
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.di import NamedDependency, Provide
+from litestar.handlers import BaseRouteHandler
 
 from gateway.config import ServerSettings, resolve_secret
 from gateway.errors import AccessDenied, ConfigError, Unauthenticated
-from gateway.ingress import ActingFor
+from gateway.ingress import ActingFor, Gateway, authenticate, presented
+from gateway.keys import Principal
 
 Access = Literal["read", "write"]
 
@@ -84,3 +97,63 @@ class AdminAccess:
         if access == "write" and caller.access != "write":
             raise AccessDenied(f"admin token {caller.name!r} is read-only")
         return caller
+
+
+# -- the tiers, as guards ------------------------------------------------------------
+
+Connection = ASGIConnection[Any, Any, Any, Any]
+
+
+def _request(connection: Connection) -> Request[Any, Any, Any]:
+    # An HTTP route's guards are handed its Request (an ASGIConnection).
+    return cast("Request[Any, Any, Any]", connection)
+
+
+def _admin(connection: Connection, access: Access) -> None:
+    admin: AdminAccess = connection.app.state.admin
+    connection.state.admin_caller = admin.require(presented(_request(connection)), access)
+
+
+def read_access(connection: Connection, _: BaseRouteHandler) -> None:
+    """A read or a write admin token (else 401)."""
+    _admin(connection, "read")
+
+
+def write_access(connection: Connection, _: BaseRouteHandler) -> None:
+    """A write admin token (401 without an admin token, 403 for a read one)."""
+    _admin(connection, "write")
+
+
+async def key_holder(connection: Connection, _: BaseRouteHandler) -> None:
+    """A valid virtual key (401 for none, an unknown, revoked or expired one; 503 when
+    the key store cannot answer)."""
+    gw: Gateway = connection.app.state.gateway
+    connection.state.key_holder = await authenticate(gw, _request(connection))
+
+
+async def own_or_read(connection: Connection, handler: BaseRouteHandler) -> None:
+    """On ``/v1/me/…`` the key's own (:func:`key_holder`), elsewhere :func:`read_access`."""
+    if connection.url.path.startswith("/v1/me"):
+        await key_holder(connection, handler)
+    else:
+        read_access(connection, handler)
+
+
+def _caller(request: Request[Any, Any, Any]) -> AdminCaller:
+    caller: AdminCaller = request.state.admin_caller
+    return caller
+
+
+def _holder(request: Request[Any, Any, Any]) -> Principal | None:
+    holder: Principal | None = request.state.get("key_holder")
+    return holder
+
+
+DEPENDENCIES = {"caller": Provide(_caller, sync_to_thread=False),
+                "holder": Provide(_holder, sync_to_thread=False)}
+"""``caller``: the admin token a guard let in; ``holder``: the key (None: an admin
+token's request on a route both may use)."""
+Caller = NamedDependency[AdminCaller]
+"""A handler's ``caller: Caller`` parameter: the admin token its guard let in."""
+Holder = NamedDependency[Principal]
+"""A handler's ``holder: Holder`` parameter: the key its guard let in."""

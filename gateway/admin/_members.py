@@ -10,19 +10,20 @@ concerns, so an admission planned with the old budget is re-planned, never charg
 against it. Same tokens, revisions (``ETag``/``If-Match``; ``If-Match: "0"`` creates
 only), audit lines and errors as the team and key routes (:mod:`gateway.admin._routes`).
 ``mayu members`` and ``mayu users`` (:mod:`gateway.cli._members`) call the same store
-functions, and :func:`team_members` for the listing.
+functions, ``team_members`` among them for the listing.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 from litestar import Request, Response, Router, delete, get, put
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
 
+from gateway.admin._access import Caller, read_access, write_access
 from gateway.admin._routes import (
     READS,
     WRITES,
@@ -32,15 +33,12 @@ from gateway.admin._routes import (
     if_match,
 )
 from gateway.admin._routes import _audit as audit_write
-from gateway.admin._routes import _caller as admin_caller
 from gateway.admin._routes import _gateway as admin_gateway
-from gateway.admin._routes import _store as admin_store
 from gateway.admin._views import Name, decode_cursor, page
 from gateway.errors import BadRequest, NotFound
-from gateway.keys import DEFAULT_MEMBER, KeyStore, Member, MemberLimits, User
+from gateway.keys import DEFAULT_MEMBER, Label, Member, MemberLimits, TeamMember, User
 
 AnyRequest = Request[Any, Any, Any]
-Text = Annotated[str, msgspec.Meta(max_length=320, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")]
 
 
 class MemberView(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,8 +86,8 @@ class UserView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class UserPut(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    email: Text | None = None
-    display_name: Text | None = None
+    email: Label | None = None
+    display_name: Label | None = None
     limits: MemberLimits = MemberLimits()
 
 
@@ -111,71 +109,48 @@ def _default_view(member: Member) -> DefaultMemberView:
                              updated_at=member.updated_at)
 
 
-def _member_view(team_id: str, user: str, own: Member | None, default: Member | None,
-                 keys: int) -> MemberView:
-    if own is not None:
-        return MemberView(team_id=team_id, user=user, limits=own.limits, source="member",
-                          revision=own.revision, keys=keys, created_at=own.created_at,
-                          updated_at=own.updated_at)
-    return MemberView(team_id=team_id, user=user,
-                      limits=default.limits if default else MemberLimits(),
-                      source="default" if default else "none", revision=0, keys=keys)
+def _member_view(member: TeamMember) -> MemberView:
+    return MemberView(**msgspec.structs.asdict(member))
+
+
+def _own_view(member: Member) -> MemberView:
+    """A member's own budget as the listing shows it (its keys not counted)."""
+    return MemberView(team_id=member.team_id, user=member.user, limits=member.limits,
+                      source="member", revision=member.revision, keys=0,
+                      created_at=member.created_at, updated_at=member.updated_at)
 
 
 def _tagged(view: Any, revision: int, status: int = 200) -> Response[Any]:
     return Response(view, status_code=status, headers={"ETag": f'"{revision}"'})
 
 
-async def team_members(store: KeyStore, team: str) -> tuple[str, list[MemberView],
-                                                             Member | None]:
-    """Every user of a team — with a member budget, or holding one of its keys — with
-    the budget that binds them, and the team's default member budget: the team's id, the
-    users by name, the default. The one place this is worked out: the routes below and
-    ``mayu members list`` call it."""
-    found = await store.get_team(team)
-    if found is None:
-        raise NotFound(f"team {team!r} does not exist")
-    rows = await store.list_members(found.id)
-    keys = await store.list_keys(team=found.id, include_revoked=True)
-    own = {m.user: m for m in rows if m.user != DEFAULT_MEMBER}
-    default = next((m for m in rows if m.user == DEFAULT_MEMBER), None)
-    counts: dict[str, int] = {}
-    for key in keys:
-        if key.user is not None:
-            counts[key.user] = counts.get(key.user, 0) + 1
-    users = sorted(own.keys() | counts.keys())
-    return found.id, [_member_view(found.id, u, own.get(u), default, counts.get(u, 0))
-                      for u in users], default
-
-
 # -- members ----------------------------------------------------------------------------
 
 @get("/teams/{team:str}/members", summary="List a team's members and their budgets",
-     responses=error_responses(404))
+     responses=error_responses(404), guards=[read_access])
 async def list_members(request: AnyRequest, team: FromPath[str], cursor: Cursor = None,
                        limit: PageSize = 100) -> MemberPage:
     """Every user with a member budget in the team or holding one of its keys, with the
     budget that binds them (``source``), and the team's default member budget."""
-    admin_caller(request, "read")
-    _, views, default = await admin_store(team_members(
-        admin_gateway(request).key_store, team))
+    found = await admin_gateway(request).key_store.team_members(team)
+    views = [_member_view(m) for m in found.members]
     items, next_cursor = page(views, [v.user for v in views], after=decode_cursor(cursor),
                               limit=limit)
+    default = found.default
     return MemberPage(data=items, default=None if default is None else default.limits,
                       next_cursor=next_cursor)
 
 
 @get("/teams/{team:str}/members/{user:str}", summary="Get a member's budget",
-     responses=error_responses(404))
+     responses=error_responses(404), guards=[read_access])
 async def get_member(request: AnyRequest, team: FromPath[str],
                      user: FromPath[str]) -> Response[MemberView]:
     """A user unknown to the team (no budget, no key) is a 404."""
-    admin_caller(request, "read")
-    _, views, _ = await admin_store(team_members(admin_gateway(request).key_store, team))
-    view = next((v for v in views if v.user == user), None)
-    if view is None:
+    found = await admin_gateway(request).key_store.team_members(team)
+    member = next((m for m in found.members if m.user == user), None)
+    if member is None:
         raise NotFound(f"user {user!r} is not a member of team {team!r}")
-    return _tagged(view, view.revision)
+    return _tagged(_member_view(member), member.revision)
 
 
 def _created(body: type) -> dict[int, ResponseSpec]:
@@ -185,39 +160,37 @@ def _created(body: type) -> dict[int, ResponseSpec]:
 
 
 @put("/teams/{team:str}/members/{user:str}", summary="Set a member's budget",
-     responses=_created(MemberView))
+     responses=_created(MemberView), guards=[write_access])
 async def put_member(request: AnyRequest, team: FromPath[str], user: FromPath[Name],
-                     data: JSONBody[MemberLimits]) -> Response[MemberView]:
+                     data: JSONBody[MemberLimits], caller: Caller) -> Response[MemberView]:
     """Creates or replaces the user's budget within the team (every limit: a limit left
     out is no cap). Binds at the next admission of every replica."""
-    caller = admin_caller(request, "write")
     gw = admin_gateway(request)
     expected = if_match(request)
     if user == DEFAULT_MEMBER:
         _refuse_default()
-    member: Member = await admin_store(gw.key_store.put_member(
-        team, user, limits=data, expected_revision=expected))
+    member: Member = await gw.key_store.put_member(
+        team, user, limits=data, expected_revision=expected)
     audit_write(gw, caller, "member.put", team_id=member.team_id, user=user,
                 revision=member.revision, if_match=expected, limits=data)
-    view = _member_view(member.team_id, user, member, None, 0)
+    view = _own_view(member)
     return _tagged(view, view.revision, 201 if member.revision == 1 else 200)
 
 
 @delete("/teams/{team:str}/members/{user:str}", summary="Remove a member's own budget",
-        status_code=200, responses=WRITES)
+        status_code=200, responses=WRITES, guards=[write_access])
 async def delete_member(request: AnyRequest, team: FromPath[str],
-                        user: FromPath[str]) -> MemberView:
+                        user: FromPath[str], caller: Caller) -> MemberView:
     """The team's default member budget binds the user again (if there is one)."""
-    caller = admin_caller(request, "write")
     gw = admin_gateway(request)
     expected = if_match(request)
     if user == DEFAULT_MEMBER:
         _refuse_default()
-    member: Member = await admin_store(gw.key_store.delete_member(
-        team, user, expected_revision=expected))
+    member: Member = await gw.key_store.delete_member(
+        team, user, expected_revision=expected)
     audit_write(gw, caller, "member.delete", team_id=member.team_id, user=user,
                 revision=member.revision, if_match=expected)
-    return _member_view(member.team_id, user, member, None, 0)
+    return _own_view(member)
 
 
 def _refuse_default() -> None:
@@ -226,29 +199,28 @@ def _refuse_default() -> None:
 
 
 @get("/teams/{team:str}/default-member", summary="Get a team's default member budget",
-     responses=error_responses(404))
+     responses=error_responses(404), guards=[read_access])
 async def get_default_member(request: AnyRequest,
                              team: FromPath[str]) -> Response[DefaultMemberView]:
     """The budget of each user of the team without a member budget of its own."""
-    admin_caller(request, "read")
-    found = await admin_store(admin_gateway(request).key_store.get_member(
-        team, DEFAULT_MEMBER))
+    found = await admin_gateway(request).key_store.get_member(
+        team, DEFAULT_MEMBER)
     if found is None:
         raise NotFound(f"team {team!r} has no default member budget")
     return _tagged(_default_view(found), found.revision)
 
 
 @put("/teams/{team:str}/default-member", summary="Set a team's default member budget",
-     responses=_created(DefaultMemberView))
+     responses=_created(DefaultMemberView), guards=[write_access])
 async def put_default_member(request: AnyRequest, team: FromPath[str],
-                             data: JSONBody[MemberLimits]) -> Response[DefaultMemberView]:
+                             data: JSONBody[MemberLimits],
+                             caller: Caller) -> Response[DefaultMemberView]:
     """Each user of the team without a budget of its own gets this budget, separately
     (two users with the default each have all of it)."""
-    caller = admin_caller(request, "write")
     gw = admin_gateway(request)
     expected = if_match(request)
-    member: Member = await admin_store(gw.key_store.put_member(
-        team, DEFAULT_MEMBER, limits=data, expected_revision=expected))
+    member: Member = await gw.key_store.put_member(
+        team, DEFAULT_MEMBER, limits=data, expected_revision=expected)
     audit_write(gw, caller, "member.default.put", team_id=member.team_id,
                 revision=member.revision, if_match=expected, limits=data)
     return _tagged(_default_view(member), member.revision,
@@ -256,14 +228,13 @@ async def put_default_member(request: AnyRequest, team: FromPath[str],
 
 
 @delete("/teams/{team:str}/default-member", summary="Remove a team's default member budget",
-        status_code=200, responses=WRITES)
+        status_code=200, responses=WRITES, guards=[write_access])
 async def delete_default_member(request: AnyRequest,
-                                team: FromPath[str]) -> DefaultMemberView:
-    caller = admin_caller(request, "write")
+                                team: FromPath[str], caller: Caller) -> DefaultMemberView:
     gw = admin_gateway(request)
     expected = if_match(request)
-    member: Member = await admin_store(gw.key_store.delete_member(
-        team, DEFAULT_MEMBER, expected_revision=expected))
+    member: Member = await gw.key_store.delete_member(
+        team, DEFAULT_MEMBER, expected_revision=expected)
     audit_write(gw, caller, "member.default.delete", team_id=member.team_id,
                 revision=member.revision, if_match=expected)
     return _default_view(member)
@@ -271,39 +242,38 @@ async def delete_default_member(request: AnyRequest,
 
 # -- users ------------------------------------------------------------------------------
 
-@get("/users", summary="List users and their budgets across teams", responses=READS)
+@get("/users", summary="List users and their budgets across teams", responses=READS,
+     guards=[read_access])
 async def list_users(request: AnyRequest, cursor: Cursor = None,
                      limit: PageSize = 100) -> UserPage:
-    admin_caller(request, "read")
-    users: list[User] = await admin_store(admin_gateway(request).key_store.list_users())
+    users: list[User] = await admin_gateway(request).key_store.list_users()
     items, next_cursor = page([_user_view(u) for u in users], [u.name for u in users],
                               after=decode_cursor(cursor), limit=limit)
     return UserPage(data=items, next_cursor=next_cursor)
 
 
-@get("/users/{user:str}", summary="Get a user", responses=error_responses(404))
+@get("/users/{user:str}", summary="Get a user", responses=error_responses(404),
+     guards=[read_access])
 async def get_user(request: AnyRequest, user: FromPath[str]) -> Response[UserView]:
-    admin_caller(request, "read")
-    found = await admin_store(admin_gateway(request).key_store.get_user(user))
+    found = await admin_gateway(request).key_store.get_user(user)
     if found is None:
         raise NotFound(f"user {user!r} does not exist")
     return _tagged(_user_view(found), found.revision)
 
 
 @put("/users/{user:str}", summary="Create or replace a user and its budget across teams",
-     responses=_created(UserView))
+     responses=_created(UserView), guards=[write_access])
 async def put_user(request: AnyRequest, user: FromPath[Name],
-                   data: JSONBody[UserPut]) -> Response[UserView]:
+                   data: JSONBody[UserPut], caller: Caller) -> Response[UserView]:
     """Every field is replaced (a limit left out is no cap). The budget binds the user's
     keys in every team at their next admission."""
-    caller = admin_caller(request, "write")
     gw = admin_gateway(request)
     expected = if_match(request)
     if user == DEFAULT_MEMBER:
         _refuse_default()
-    found: User = await admin_store(gw.key_store.put_user(
+    found: User = await gw.key_store.put_user(
         user, limits=data.limits, email=data.email, display_name=data.display_name,
-        expected_revision=expected))
+        expected_revision=expected)
     audit_write(gw, caller, "user.put", user=user, revision=found.revision,
                 if_match=expected, limits=data.limits)
     return _tagged(_user_view(found), found.revision, 201 if found.revision == 1 else 200)

@@ -4,7 +4,9 @@ Every profile serves it from the key store it already uses (the shared profile's
 Postgres: any replica; a lease plane: its own SQLite keys). The routes call the key
 store's own operations, the ones ``mayu keys``/``mayu teams`` call, so the CLI and the
 API cannot disagree. Reads need a ``read`` or ``write`` admin token, writes a ``write``
-one (:mod:`gateway.admin._access`); every write is one audit line naming the token.
+one (the guards of :mod:`gateway.admin._access`, on each route's decorator); every write
+is one audit line naming the token. A store that fails is the 503 of
+:mod:`gateway.admin._errors`, a stale ``If-Match`` its 412.
 
 Revisions: every team and key carries ``revision`` (also its ``ETag``); a write with
 ``If-Match`` is compared inside the store's write transaction, and a stale one is a 412
@@ -25,7 +27,14 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
-from gateway.admin._access import Access, AdminAccess, AdminCaller
+from gateway.admin._access import (
+    AdminCaller,
+    Caller,
+    Holder,
+    key_holder,
+    read_access,
+    write_access,
+)
 from gateway.admin._views import (
     ErrorBody,
     KeyCreate,
@@ -44,17 +53,8 @@ from gateway.admin._views import (
     page,
     team_view,
 )
-from gateway.errors import (
-    BadRequest,
-    GovernanceUnavailable,
-    InferplaneError,
-    NotFound,
-    PreconditionFailed,
-    RevisionConflict,
-    Unauthenticated,
-)
-from gateway.ingress import Gateway
-from gateway.ingress._prepare import presented, presented_key, resolve_principal
+from gateway.errors import BadRequest, NotFound
+from gateway.ingress import ActingFor, Gateway, presented
 from gateway.keys import KeyRecord, Rotation, TeamLimits, hash_key
 
 AnyRequest = Request[Any, Any, Any]
@@ -84,11 +84,6 @@ def _gateway(request: AnyRequest) -> Gateway:
     return gw
 
 
-def _caller(request: AnyRequest, access: Access) -> AdminCaller:
-    admin: AdminAccess = request.app.state.admin
-    return admin.require(presented(request), access)
-
-
 def if_match(request: AnyRequest) -> int | None:
     """The revision ``If-Match`` names (``"3"``, ``3`` or ``W/"3"``), None without one
     (or ``*``); anything else is a 400."""
@@ -111,63 +106,47 @@ def _audit(gw: Gateway, caller: AdminCaller, action: str, **fields: Any) -> None
     gw.audit.write({"event": "admin", "action": action, "token": caller.name, **fields})
 
 
-async def _store(call: Any) -> Any:
-    """A key store operation: our own refusals as they are (400/404/409), a stale
-    If-Match as 412, anything else (the store unreachable) as 503."""
-    try:
-        return await call
-    except RevisionConflict as exc:
-        raise PreconditionFailed(exc.message, param="If-Match") from None
-    except InferplaneError:
-        raise
-    except Exception as exc:
-        raise GovernanceUnavailable("key store unavailable") from exc
-
-
 # -- teams ------------------------------------------------------------------------------
 
 @get("/teams", summary="List teams",
-      responses=READS)
+      responses=READS, guards=[read_access])
 async def list_teams(request: AnyRequest, cursor: Cursor = None,
                      limit: PageSize = 100) -> TeamPage:
-    _caller(request, "read")
     after = decode_cursor(cursor)
-    teams = await _store(_gateway(request).key_store.list_teams())
+    teams = await _gateway(request).key_store.list_teams()
     items, next_cursor = page([team_view(t) for t in teams], [t.id for t in teams],
                               after=after, limit=limit)
     return TeamPage(data=items, next_cursor=next_cursor)
 
 
 @post("/teams", summary="Create a team", status_code=201,
-      responses=WRITES)
-async def create_team(request: AnyRequest, data: JSONBody[TeamCreate]) -> Response[TeamView]:
-    caller = _caller(request, "write")
+      responses=WRITES, guards=[write_access])
+async def create_team(request: AnyRequest, data: JSONBody[TeamCreate],
+                     caller: Caller) -> Response[TeamView]:
     gw = _gateway(request)
-    team = await _store(gw.key_store.create_team(name=data.name, limits=data.limits))
+    team = await gw.key_store.create_team(name=data.name, limits=data.limits)
     _audit(gw, caller, "team.create", team_id=team.id, team=team.name,
            revision=team.revision, limits=data.limits)
     return _tagged(team_view(team), 201)
 
 
 @get("/teams/{team:str}", summary="Get a team (by name or id)",
-      responses=error_responses(404))
+      responses=error_responses(404), guards=[read_access])
 async def get_team(request: AnyRequest, team: FromPath[str]) -> Response[TeamView]:
-    _caller(request, "read")
-    found = await _store(_gateway(request).key_store.get_team(team))
+    found = await _gateway(request).key_store.get_team(team)
     if found is None:
         raise NotFound(f"team {team!r} does not exist")
     return _tagged(team_view(found))
 
 
 @put("/teams/{team:str}/limits", summary="Replace a team's limits",
-      responses=WRITES)
+      responses=WRITES, guards=[write_access])
 async def put_team_limits(request: AnyRequest, team: FromPath[str],
-                          data: JSONBody[TeamLimits]) -> Response[TeamView]:
-    caller = _caller(request, "write")
+                          data: JSONBody[TeamLimits], caller: Caller) -> Response[TeamView]:
     gw = _gateway(request)
     expected = if_match(request)
-    updated = await _store(gw.key_store.update_team(
-        team, limits=data, expected_revision=expected))
+    updated = await gw.key_store.update_team(
+        team, limits=data, expected_revision=expected)
     _audit(gw, caller, "team.limits", team_id=updated.id, team=updated.name,
            revision=updated.revision, if_match=expected, limits=data)
     return _tagged(team_view(updated))
@@ -176,16 +155,15 @@ async def put_team_limits(request: AnyRequest, team: FromPath[str],
 # -- keys -------------------------------------------------------------------------------
 
 @get("/keys", summary="List keys (never their secrets)",
-      responses=error_responses(404))
+      responses=error_responses(404), guards=[read_access])
 async def list_keys(request: AnyRequest, team: FromQuery[str | None] = None,
                     user: FromQuery[str | None] = None,
                     status: FromQuery[KeyStatus | None] = None,
                     cursor: Cursor = None,
                     limit: PageSize = 100) -> KeyPage:
-    _caller(request, "read")
     after = decode_cursor(cursor)
-    keys: list[KeyRecord] = await _store(
-        _gateway(request).key_store.list_keys(team=team, include_revoked=True))
+    keys: list[KeyRecord] = await _gateway(request).key_store.list_keys(
+        team=team, include_revoked=True)
     now = datetime.now(UTC)
     views = [key_view(k, now) for k in keys]
     chosen = [v for v in views if (user is None or v.user == user)
@@ -208,14 +186,14 @@ async def _with_last_use(request: AnyRequest, views: list[KeyView]) -> list[KeyV
 
 
 @post("/keys", summary="Create a key (its secret is in this answer only)", status_code=201,
-      responses=WRITES)
-async def create_key(request: AnyRequest, data: JSONBody[KeyCreate]) -> Response[KeyCreated]:
-    caller = _caller(request, "write")
+      responses=WRITES, guards=[write_access])
+async def create_key(request: AnyRequest, data: JSONBody[KeyCreate],
+                         caller: Caller) -> Response[KeyCreated]:
     gw = _gateway(request)
     models = None if data.allowed_models is None else tuple(data.allowed_models)
-    secret, record = await _store(gw.key_store.create_key(
+    secret, record = await gw.key_store.create_key(
         team=data.team, name=data.name, user=data.user, allowed_models=models,
-        limits=data.limits, expires_at=data.expires_at))
+        limits=data.limits, expires_at=data.expires_at)
     view = key_view(record)
     _audit(gw, caller, "key.create", key_id=record.id, team_id=record.team_id,
            user=record.user, revision=record.revision, limits=data.limits)
@@ -224,10 +202,9 @@ async def create_key(request: AnyRequest, data: JSONBody[KeyCreate]) -> Response
 
 
 @get("/keys/{key_id:str}", summary="Get a key",
-      responses=error_responses(404))
+      responses=error_responses(404), guards=[read_access])
 async def get_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyView]:
-    _caller(request, "read")
-    found = await _store(_gateway(request).key_store.get_key(key_id))
+    found = await _gateway(request).key_store.get_key(key_id)
     if found is None:
         raise NotFound(f"key {key_id!r} does not exist")
     [view] = await _with_last_use(request, [key_view(found)])
@@ -235,16 +212,15 @@ async def get_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyVie
 
 
 @patch("/keys/{key_id:str}", summary="Edit a key (name, user, models, limits, expiry)",
-       responses=WRITES)
+       responses=WRITES, guards=[write_access])
 async def patch_key(request: AnyRequest, key_id: FromPath[str],
-                    data: JSONBody[KeyPatch]) -> Response[KeyView]:
+                    data: JSONBody[KeyPatch], caller: Caller) -> Response[KeyView]:
     """Only the fields given change; the key's id, team and secret never do. The next
     admission of every replica sees the new revision."""
-    caller = _caller(request, "write")
     gw = _gateway(request)
     expected = if_match(request)
-    record: KeyRecord = await _store(gw.key_store.update_key(
-        key_id, data.changes(), expected_revision=expected))
+    record: KeyRecord = await gw.key_store.update_key(
+        key_id, data.changes(), expected_revision=expected)
     _audit(gw, caller, "key.update", key_id=key_id, team_id=record.team_id,
            revision=record.revision, if_match=expected,
            changed=sorted(f for f in KeyPatch.__struct_fields__
@@ -253,13 +229,13 @@ async def patch_key(request: AnyRequest, key_id: FromPath[str],
 
 
 @post("/keys/{key_id:str}/revoke", summary="Revoke a key (it stays listed)",
-      status_code=200, responses=WRITES)
-async def revoke_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyView]:
-    caller = _caller(request, "write")
+      status_code=200, responses=WRITES, guards=[write_access])
+async def revoke_key(request: AnyRequest, key_id: FromPath[str],
+                    caller: Caller) -> Response[KeyView]:
     gw = _gateway(request)
     expected = if_match(request)
-    record: KeyRecord = await _store(gw.key_store.revoke_key(
-        key_id, expected_revision=expected))
+    record: KeyRecord = await gw.key_store.revoke_key(
+        key_id, expected_revision=expected)
     gw.principals.pop(record.key_hash, None)
     _audit(gw, caller, "key.revoke", key_id=record.id, team_id=record.team_id,
            revision=record.revision, if_match=expected)
@@ -272,21 +248,20 @@ IdempotencyKey = Annotated[str | None, HeaderParameter(
 
 
 @post("/keys/{key_id:str}/rotate", summary="Rotate a key: a new secret, the same key",
-      status_code=200, responses=WRITES)
-async def rotate_key(request: AnyRequest, key_id: FromPath[str],
+      status_code=200, responses=WRITES, guards=[write_access])
+async def rotate_key(request: AnyRequest, key_id: FromPath[str], caller: Caller,
                      idempotency_key: IdempotencyKey = None,
                      data: JSONBody[KeyRotate | None] = None) -> Response[KeyRotated]:
     """The key keeps its id, limits, owner and spend; its revision goes up by one. The
     replaced secret authenticates it until ``previous_valid_until``. With an
     ``Idempotency-Key``, a retry (even a concurrent one, on any replica) answers the
     same new secret and rotates nothing more."""
-    caller = _caller(request, "write")
     gw = _gateway(request)
     expected = if_match(request)
     grace = (data or KeyRotate()).grace_seconds
-    done: Rotation = await _store(gw.key_store.rotate_key(
+    done: Rotation = await gw.key_store.rotate_key(
         key_id, grace_s=grace, idempotency_key=idempotency_key,
-        expected_revision=expected))
+        expected_revision=expected)
     if not done.replayed:
         _audit(gw, caller, "key.rotate", key_id=key_id, team_id=done.key.team_id,
                revision=done.key.revision, if_match=expected, grace_seconds=grace,
@@ -300,17 +275,14 @@ async def rotate_key(request: AnyRequest, key_id: FromPath[str],
 # -- the key itself ---------------------------------------------------------------------
 
 @post("/v1/me/revoke", summary="Revoke the presented key (whoever holds it)",
-      status_code=200, responses=error_responses())
-async def revoke_me(request: AnyRequest) -> KeyView:
+      status_code=200, responses=error_responses(), guards=[key_holder])
+async def revoke_me(request: AnyRequest, holder: Holder) -> KeyView:
     """A leaked key can be killed by whoever has it: the key revokes itself."""
     gw = _gateway(request)
-    plaintext = presented_key(request.headers)
-    key_hash = hash_key(plaintext or "")
-    principal = await resolve_principal(gw, key_hash) if plaintext else None
-    if principal is None:
-        raise Unauthenticated()
-    record: KeyRecord = await _store(gw.key_store.revoke_key(principal.key_id))
-    gw.principals.pop(key_hash, None)
+    record: KeyRecord = await gw.key_store.revoke_key(holder.key_id)
+    who = presented(request)  # its cached principal goes with it
+    gw.principals.pop(who.credential_sha256.hex() if isinstance(who, ActingFor)
+                      else hash_key(who or ""), None)
     gw.audit.write({"event": "admin", "action": "key.revoke_self", "key_id": record.id,
                     "team_id": record.team_id, "revision": record.revision})
     return key_view(record)

@@ -27,13 +27,13 @@ from litestar import Request, get
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Stream
 
-from gateway.admin._access import AdminAccess
+from gateway.admin._access import own_or_read
 from gateway.admin._csv import MAX_EXPORT_ROWS, csv_export
 from gateway.admin._routes import error_responses
-from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError, NotFound
+from gateway.errors import BadRequest, NotFound
 from gateway.governance import LogFilter, PermitInfo, SummaryFigures
 from gateway.ingress import Gateway
-from gateway.ingress._prepare import authenticate, presented
+from gateway.keys import Principal
 from gateway.operations import OperatorStore
 
 AnyRequest = Request[Any, Any, Any]
@@ -173,15 +173,14 @@ async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
                   user: str | None, model: str | None, status: Status | None,
                   since: datetime | None, until: datetime | None,
                   cursor: str | None, tool: str | None = None) -> LogFilter:
-    """The filter, for an admin token (any team, key) or a key (itself only)."""
+    """The filter, for an admin token (any team, key) or a key (itself only: the
+    ``holder`` :func:`~gateway.admin._access.own_or_read` let in)."""
     gw: Gateway = request.app.state.gateway
-    admin: AdminAccess = request.app.state.admin
-    if request.url.path.startswith("/v1/me"):
-        principal = await authenticate(gw, request)
+    principal: Principal | None = request.state.get("key_holder")
+    if principal is not None:
         team, key_id = None, principal.key_id
         team_id = principal.team_id
     else:
-        admin.require(presented(request), "read")
         team_id = None
         if team is not None:
             found = await gw.key_store.get_team(team)
@@ -194,12 +193,7 @@ async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
 async def _read(request: AnyRequest, f: LogFilter, limit: int | None) -> list[PermitInfo]:
     gw: Gateway = request.app.state.gateway
     await gw.governor.caught_up(timeout_s=1.0)
-    try:
-        rows = await gw.governance.request_log(f, limit=limit)
-    except InferplaneError:
-        raise
-    except Exception as exc:
-        raise GovernanceUnavailable("governance store unavailable") from exc
+    rows: list[PermitInfo] = await gw.governance.request_log(f, limit=limit)
     return rows
 
 
@@ -207,7 +201,7 @@ _ERRORS = error_responses()
 
 
 @get(["/admin/v1/requests", "/v1/me/requests"], summary="The request log, newest first",
-     responses=_ERRORS)
+     responses=_ERRORS, guards=[own_or_read])
 async def list_requests(request: AnyRequest, team: Text = None, key_id: Text = None,
                         user: Text = None, model: Text = None,
                         status: FromQuery[Status | None] = None, since: Moment = None,
@@ -224,7 +218,8 @@ async def list_requests(request: AnyRequest, team: Text = None, key_id: Text = N
 
 
 @get(["/admin/v1/requests.csv", "/v1/me/requests.csv"], media_type="text/csv",
-     summary="The request log as CSV (every row the filter matches)", responses=_ERRORS)
+     summary="The request log as CSV (every row the filter matches)", responses=_ERRORS,
+     guards=[own_or_read])
 async def export_requests(request: AnyRequest, team: Text = None, key_id: Text = None,
                           user: Text = None, model: Text = None,
                           status: FromQuery[Status | None] = None, since: Moment = None,
@@ -255,7 +250,7 @@ def _cells(row: dict[str, Any]) -> Iterable[Any]:
 
 @get(["/admin/v1/requests/summary", "/v1/me/requests/summary"],
      summary="The request log summed by team, user, key, model, tool and day or hour",
-     responses=_ERRORS)
+     responses=_ERRORS, guards=[own_or_read])
 async def summarize_requests(request: AnyRequest, group_by: GroupBy = "team",
                              bucket: FromQuery[Bucket] = "day", team: Text = None,
                              key_id: Text = None, user: Text = None, model: Text = None,
@@ -268,12 +263,7 @@ async def summarize_requests(request: AnyRequest, group_by: GroupBy = "team",
     groups: list[Group] = list(dict.fromkeys(group_by.split(",")))  # type: ignore[arg-type]
     gw: Gateway = request.app.state.gateway
     await gw.governor.caught_up(timeout_s=1.0)
-    try:
-        summed = await gw.governance.request_summary(f, groups=tuple(groups), bucket=bucket)
-    except InferplaneError:
-        raise
-    except Exception as exc:
-        raise GovernanceUnavailable("governance store unavailable") from exc
+    summed = await gw.governance.request_summary(f, groups=tuple(groups), bucket=bucket)
     fields = [_FIELD[g] for g in groups]
     rows = sorted(summed, key=lambda r: tuple(
         "" if v is None else str(v) for v in (r.period, *(getattr(r, k) for k in fields))))
@@ -286,7 +276,7 @@ _FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model",
 
 @get(["/admin/v1/requests/{permit_id:str}", "/v1/me/requests/{permit_id:str}"],
      summary="One request of the log: its figures, outcome and the counters it charged",
-     responses=error_responses(404))
+     responses=error_responses(404), guards=[own_or_read])
 async def get_request(request: AnyRequest, permit_id: FromPath[str]) -> RequestDetail:
     """Admins any permit; a key (``/v1/me/requests/{id}``) only its own (another's is
     a 404, as an unknown one)."""
@@ -295,13 +285,8 @@ async def get_request(request: AnyRequest, permit_id: FromPath[str]) -> RequestD
     gw: Gateway = request.app.state.gateway
     await gw.governor.caught_up(timeout_s=1.0)
     store: OperatorStore = gw.governance  # type: ignore[assignment]  # both stores
-    try:
-        info = await store.permit_info(permit_id)
-        permit = await store.get_permit(permit_id) if info is not None else None
-    except InferplaneError:
-        raise
-    except Exception as exc:
-        raise GovernanceUnavailable("governance store unavailable") from exc
+    info = await store.permit_info(permit_id)
+    permit = await store.get_permit(permit_id) if info is not None else None
     if info is None or permit is None or (f.key_id is not None and info.key_id != f.key_id):
         raise NotFound(f"request {permit_id!r}: no such permit in the request log")
     req = permit.request

@@ -1,5 +1,5 @@
 """The top-level modules and subpackages of ``gateway`` and ``controlplane`` import each
-other without a circle.
+other without a circle, and only through each other's public faces.
 
 The graph is read from the source with :mod:`ast`, without importing anything: one node
 per top-level module or subpackage (``gateway.metrics``, ``gateway.alerts``,
@@ -10,6 +10,11 @@ class bodies, but not inside functions (they run later) nor under
 ``if TYPE_CHECKING:`` (they never run). ``import a.b``, ``from a import b`` (``a.b``
 when that is a module, else ``a``) and relative imports (``from . import x``,
 ``from ..y import z``) are all resolved. Imports within one node are not edges.
+
+A package's underscore modules (``gateway.keys._sqlite``) and underscore names are its
+own: any other package imports what the package's ``__init__`` exports (``__all__``).
+That rule holds for every import statement, also those in functions or under
+``if TYPE_CHECKING:``.
 """
 
 from __future__ import annotations
@@ -105,6 +110,42 @@ def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> Gra
     return graph
 
 
+def _private_part(target: str, name: str | None) -> str | None:
+    """The owner package of the private module (or name) ``target`` (``name``) imports,
+    or None when both are public. A dunder (``__version__``) is public."""
+    parts = target.split(".")
+    for i, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    if name is not None and name.startswith("_") and not name.startswith("__"):
+        return target
+    return None
+
+
+def private_imports(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    """Every import of another package's underscore module or name, as
+    ``importer:line -> target`` (anywhere in a module: functions too)."""
+    modules = _modules(root, packages)
+    found: list[tuple[str, int, str]] = []
+    for module, (path, is_package) in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for alias, target in zip(node.names, _targets(node, module, is_package, modules),
+                                     strict=True):
+                if target.split(".")[0] not in packages:
+                    continue
+                name = (None if isinstance(node, ast.Import) or target.endswith(
+                    "." + alias.name) else alias.name)
+                owner = _private_part(target, name)
+                if owner is None or module == owner or module.startswith(owner + "."):
+                    continue
+                shown = target if _private_part(target, None) else f"{target}.{name}"
+                found.append((module, node.lineno, shown))
+    return [f"{m}:{line} -> {shown}" for m, line, shown in sorted(found)]
+
+
 def find_cycle(graph: Graph) -> list[str] | None:
     """One circle of ``graph`` as its nodes (the first repeated at the end), or None."""
     done: set[str] = set()
@@ -144,6 +185,12 @@ def test_gateway_and_controlplane_import_without_a_circle() -> None:
     assert cycle is None, _describe(graph, cycle)
 
 
+def test_no_package_imports_another_packages_private_module() -> None:
+    """The admin API, the console, the CLI and every other package reach another package
+    only through its ``__init__`` (0 imports of another's ``_x`` module or ``_name``)."""
+    assert private_imports() == []
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         path = root / name
@@ -175,3 +222,28 @@ def test_a_circle_through_relative_and_submodule_imports_is_found(tmp_path: Path
     assert find_cycle(import_graph(tmp_path, ("pkg",))) == [
         "pkg.alerts", "pkg.metrics", "pkg.cluster_metrics", "pkg.alerts"]
     assert "pkg.alerts._alerts:2" in _describe(graph, find_cycle(graph) or [])
+
+
+def test_an_import_of_another_packages_private_module_is_found(tmp_path: Path) -> None:
+    """``from pkg.keys._sqlite import X`` in ``pkg.admin`` (at module level, in a function,
+    relative, or a private name through the public face) is found; the package's own
+    imports of its private modules and a dunder are not."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "__version__ = '1'\n",
+        "pkg/keys/__init__.py": "from ._sqlite import Store\nfrom pkg.keys._model import M\n",
+        "pkg/keys/_sqlite.py": "Store = 1\n",
+        "pkg/keys/_model.py": "M = 1\n_hidden = 2\n",
+        "pkg/admin/__init__.py": "from pkg import __version__\nfrom pkg.keys import Store\n",
+        "pkg/admin/_routes.py": ("from pkg.keys._sqlite import Store\n"
+                                 "def later():\n    from ..keys import _model\n"
+                                 "from pkg.keys._model import _hidden\n"
+                                 "import pkg.keys._model\n"
+                                 "from pkg.keys import _secret\n"),
+    })
+    assert private_imports(tmp_path, ("pkg",)) == [
+        "pkg.admin._routes:1 -> pkg.keys._sqlite",
+        "pkg.admin._routes:3 -> pkg.keys._model",
+        "pkg.admin._routes:4 -> pkg.keys._model",
+        "pkg.admin._routes:5 -> pkg.keys._model",
+        "pkg.admin._routes:6 -> pkg.keys._secret",
+    ]

@@ -1,0 +1,48 @@
+"""What the admin API's and console's tests share: the admin tokens, the ``Authorization``
+header, and a gateway's settings on either profile (the ``admin`` fixture in
+``conftest.py`` is a client of them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from msgspec.structs import replace
+
+from gateway.config import (
+    AdminToken,
+    DatabaseSettings,
+    GovernanceStoreSettings,
+    KeyStoreSettings,
+    Settings,
+    load_settings,
+)
+
+WRITE, READ = "w" * 8 + "-admin-write-token", "r" * 8 + "-admin-read-token"
+ADMIN_TOKENS = {"terraform": ("write", WRITE), "portal": ("read", READ)}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def gateway_settings(request: pytest.FixtureRequest, tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch, *, profile: str,
+                     tokens: dict[str, tuple[str, str]] | None = None) -> Settings:
+    """A gateway's settings on ``profile`` (``local`` or ``shared``) with ``tokens``
+    (name -> (access, secret); default :data:`ADMIN_TOKENS`)."""
+    admin_tokens = []
+    for i, (name, (access, secret)) in enumerate((tokens or ADMIN_TOKENS).items()):
+        monkeypatch.setenv(f"IPT_ADMIN_TOKEN_{i}", secret)
+        admin_tokens.append(AdminToken(name=name, token_ref=f"env:IPT_ADMIN_TOKEN_{i}",
+                                       access=access))  # type: ignore[arg-type]
+    base = load_settings(None)  # the built-in mock models
+    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"),
+                     admin_tokens=admin_tokens)
+    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
+    if profile == "shared":
+        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
+                           governance_store=GovernanceStoreSettings(type="postgres"),
+                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    return settings
