@@ -94,7 +94,8 @@ async def build_components(settings: Settings, stack: AsyncExitStack) -> Compone
     from gateway.governance import LocalGovernanceStore
     from gateway.keys import SqliteKeyStore, rotation_secrets
 
-    os.makedirs(os.path.expanduser(settings.data_dir), exist_ok=True)
+    # The data dir is its owner's only (0700), as the files in it (0600).
+    os.makedirs(os.path.expanduser(settings.data_dir), mode=0o700, exist_ok=True)
     keys = SqliteKeyStore(_local_path(settings, settings.key_store.path),
                           rotation_secrets=rotation_secrets(settings))
     await keys.open()

@@ -82,7 +82,8 @@ class AuditLog:
     # -- lifecycle -----------------------------------------------------------------------
 
     def open(self) -> None:
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        # A folder it creates is its owner's only (0700), as the file in it (0600).
+        Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._reopen()
         self._end_torn_line()
 

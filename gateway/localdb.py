@@ -75,7 +75,7 @@ def connect(path: str) -> sqlite3.Connection:
     the file is narrowed in between, so all three are private from their start."""
     file = None if path == MEMORY else Path(path).expanduser()
     if file is not None:
-        file.parent.mkdir(parents=True, exist_ok=True)
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner only, as its files
     conn = sqlite3.connect(path if file is None else str(file), isolation_level=None,
                            check_same_thread=False, timeout=30.0)
     if file is not None:

@@ -21,6 +21,7 @@ MICROS = 1_000_000
 _DIGITS = re.compile(r"[0-9]{1,30}")
 _DOLLARS = re.compile(r"[0-9]{1,30}(\.[0-9]{0,30})?|\.[0-9]{1,30}")
 _SHOWN = 40
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 def shown(text: str) -> str:
@@ -69,4 +70,13 @@ def text(value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise argparse.ArgumentTypeError("not valid UTF-8 text") from None
+    return value
+
+
+def label(value: str) -> str:
+    """An id that names files (a replica id): letters, digits, ``.``, ``_``, ``-``, at
+    most 63 characters, not starting with a dot or dash."""
+    if not _LABEL.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"not an id: {shown(value)} (letters, digits, "
+                                         "'.', '_', '-'; at most 63)")
     return value

@@ -10,7 +10,9 @@ the local profile the first run creates a demo team and key (``demo: true``) and
 the key once, with a curl line ready to paste. The server itself
 (:func:`gateway.server.serve`) applies the HTTP limits and drains on SIGTERM within
 ``server.shutdown_grace_s``; with ``server.workers`` > 1 this process supervises that
-many of them on one port (:mod:`gateway.server._workers`).
+many of them on one port (:mod:`gateway.server._workers`). A busy port is refused before
+any of this, as one line (:func:`gateway.server.check_port`). ``--data-dir`` and
+``--replica-id`` override the config's, so two gateways on one host share one config.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 
 import msgspec
 
-from gateway.cli._args import shown, whole
+from gateway.cli._args import label, shown, text, whole
 from gateway.config import Settings, load_settings
 from gateway.errors import ConfigError, GovernanceUnavailable
 from gateway.policy import PolicyInvalid
@@ -36,6 +38,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "free port)")
     p.add_argument("--workers", type=_workers, help="gateway processes on this port "
                    "(overrides server.workers; 1-64; local and shared profiles)")
+    p.add_argument("--data-dir", type=text, metavar="DIR",
+                   help="folder of this gateway's files: local stores, journal, audit "
+                   "(overrides data_dir; default .mayu in the current folder)")
+    p.add_argument("--replica-id", type=label, metavar="ID",
+                   help="this process's replica id, naming its journal and audit file "
+                   "(overrides server.replica_id; default the host name). Shared profile: "
+                   "two gateways on one host and one config each take their own "
+                   "--replica-id (local profile: their own --data-dir)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_serve)
@@ -60,6 +70,10 @@ def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
         server = msgspec.structs.replace(server, host=args.host)
     if args.port is not None:
         server = msgspec.structs.replace(server, port=args.port)
+    if args.replica_id is not None:
+        server = msgspec.structs.replace(server, replica_id=args.replica_id)
+    if args.data_dir is not None:
+        settings = msgspec.structs.replace(settings, data_dir=args.data_dir)
     if args.workers is not None:
         if args.workers > 1 and settings.control_plane is not None:
             raise ConfigError("--workers: the lease profile runs one process per node "
@@ -97,7 +111,8 @@ async def _prepare(settings: Settings) -> str | None:
 def _announce_demo(key: str, settings: Settings) -> None:
     base = f"http://{settings.server.host}:{settings.server.port}"
     model = settings.models[0].name if settings.models else "mock-gpt"
-    print(f"mayu: created team 'demo' and its key (shown once, store it now):\n\n"
+    print(f"mayu: created team 'demo' and its key (shown once, store it now; "
+          f"`mayu keys create --team demo` makes another):\n\n"
           f"    {key}\n\n"
           f"try it:\n"
           f"    curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {key}' "
@@ -108,9 +123,10 @@ def _announce_demo(key: str, settings: Settings) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
-    from gateway.server import serve
+    from gateway.server import check_port, serve
 
     settings = _with_overrides(load_settings(args.config), args)
+    check_port(settings.server.host, settings.server.port)  # busy: one line, nothing made
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -482,7 +482,8 @@ class Journal:
 
     def open(self) -> dict[str, JournalEntry]:
         """Lock and read the file; returns the permits a previous run left open."""
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        # A folder it creates is its owner's only (0700), as the files in it (0600).
+        Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

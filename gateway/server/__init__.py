@@ -2,7 +2,8 @@
 
 from gateway.server._protocol import GuardedHttpToolsProtocol, guarded_protocol
 from gateway.server._run import GatewayServer, serve, uvicorn_config
+from gateway.server._startup import check_port
 from gateway.server._workers import run_workers
 
-__all__ = ["GatewayServer", "GuardedHttpToolsProtocol", "guarded_protocol", "run_workers",
-           "serve", "uvicorn_config"]
+__all__ = ["GatewayServer", "GuardedHttpToolsProtocol", "check_port", "guarded_protocol",
+           "run_workers", "serve", "uvicorn_config"]

@@ -28,6 +28,7 @@ import uvicorn
 
 from gateway.config import ServerSettings
 from gateway.server._protocol import guarded_protocol
+from gateway.server._startup import one_line_startup_failure
 
 log = logging.getLogger("mayu.server")
 
@@ -104,7 +105,8 @@ def serve(app: Any, server: ServerSettings, *, log_level: str,
     ``/readyz`` fails at once); ``on_drain`` runs right after it is set. ``sockets``:
     listen on these (a worker of :func:`gateway.server.run_workers`) instead of binding
     ``server.host:port``; ``on_started`` runs once the app is ready and listening.
-    False if the server never started (a failed lifespan startup).
+    False if the server never started (a failed lifespan startup; one refused for a
+    known reason logs its one line and no traceback).
     """
     app.state.draining = False
 
@@ -113,7 +115,7 @@ def serve(app: Any, server: ServerSettings, *, log_level: str,
         if on_drain is not None:
             on_drain()
 
-    runner = GatewayServer(uvicorn_config(app, server, log_level=log_level), on_drain=drain,
-                           on_started=on_started)
+    config = uvicorn_config(one_line_startup_failure(app), server, log_level=log_level)
+    runner = GatewayServer(config, on_drain=drain, on_started=on_started)
     runner.run(sockets=sockets)
     return bool(runner.started)
