@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from gateway.ceilings import MAX_AMOUNT, MAX_TOKENS_PER_CLASS
+from gateway.ceilings import MAX_AMOUNT
 from gateway.cli._keys import _positive, _table, format_usd
 from gateway.config import Settings, load_settings
 from gateway.errors import BadRequest, ConfigError, NotFound, SettlementConflict
@@ -44,8 +44,10 @@ from gateway.governance import (
     scan_journal,
     settlement_for,
 )
+from gateway.jsondepth import MAX_JSON_DEPTH, json_too_deep
 from gateway.keys import sqlite_path
 from gateway.operations import (
+    USAGE_KEYS,
     permit_of,
     price_of,
     resolve_permit,
@@ -53,8 +55,9 @@ from gateway.operations import (
     settlement_at_cost,
     settlement_at_usage,
     unfreeze,
+    usage_of,
 )
-from gateway.pricing import InvalidUsage, ModelPrice, Usage
+from gateway.pricing import ModelPrice, Usage
 from gateway.replicas import journal_path, orphan_journals
 
 T = TypeVar("T")
@@ -277,34 +280,26 @@ def _price_of(settings: Settings, model: str) -> ModelPrice:
     return price
 
 
-_USAGE_KEYS = tuple(f.name for f in msgspec.structs.fields(Usage))
 _USAGE_EXAMPLE = ('\'{"input": 1200, "output": 300, "cache_read": 0, "cache_write_5m": 0, '
                   '"cache_write_1h": 0}\'')
 
 
 def parse_usage(text: str) -> Usage:
-    """``--usage`` JSON as a :class:`Usage`, or :class:`BadRequest` naming the bad key:
-    an unknown key (a typo would otherwise count as 0 tokens), a value that is not an
-    integer in 0..``MAX_TOKENS_PER_CLASS``, or no key at all."""
-    allowed = ", ".join(_USAGE_KEYS)
+    """``--usage`` JSON as a :class:`Usage`, or :class:`BadRequest` naming the bad key
+    (:func:`gateway.operations.usage_of`, the admin API's check); JSON nested deeper
+    than the gateway takes a body (:data:`~gateway.jsondepth.MAX_JSON_DEPTH`) is refused
+    before it is decoded."""
+    if json_too_deep(text.encode()):
+        raise BadRequest(f"--usage: nests deeper than {MAX_JSON_DEPTH} levels; e.g. "
+                         f"{_USAGE_EXAMPLE}")
     try:
         raw = msgspec.json.decode(text.encode())
     except msgspec.DecodeError as exc:
         raise BadRequest(f"--usage: not valid JSON ({exc}); e.g. {_USAGE_EXAMPLE}") from None
-    if not isinstance(raw, dict) or not raw:
-        raise BadRequest(f"--usage: must be a JSON object with at least one of {allowed}; "
-                         f"e.g. {_USAGE_EXAMPLE}")
-    for key, value in raw.items():
-        if key not in _USAGE_KEYS:
-            raise BadRequest(f"--usage: unknown key {key!r} (allowed: {allowed})")
-        if (not isinstance(value, int) or isinstance(value, bool)
-                or not 0 <= value <= MAX_TOKENS_PER_CLASS):
-            raise BadRequest(f"--usage: {key} must be an integer in "
-                             f"0..{MAX_TOKENS_PER_CLASS} (tokens), got {value!r}")
-    try:
-        return msgspec.convert(raw, Usage).validate()
-    except (msgspec.ValidationError, InvalidUsage) as exc:  # the checks above cover it
-        raise BadRequest(f"--usage: {exc} (allowed: {allowed})") from None
+    if not isinstance(raw, dict):
+        raise BadRequest(f"--usage: must be a JSON object with at least one of "
+                         f"{', '.join(USAGE_KEYS)}; e.g. {_USAGE_EXAMPLE}")
+    return usage_of(raw, label="--usage")
 
 
 def parse_figure(flag: str, text: str | None, unit: str) -> int | None:

@@ -7,6 +7,7 @@ a resolution through either is the same settlement with the same refusals.
 """
 
 from gateway.operations._service import (
+    USAGE_KEYS,
     OperatorStore,
     permit_of,
     price_of,
@@ -15,9 +16,11 @@ from gateway.operations._service import (
     settlement_at_cost,
     settlement_at_usage,
     unfreeze,
+    usage_of,
 )
 
 __all__ = [
+    "USAGE_KEYS",
     "OperatorStore",
     "permit_of",
     "price_of",
@@ -26,4 +29,5 @@ __all__ = [
     "settlement_at_cost",
     "settlement_at_usage",
     "unfreeze",
+    "usage_of",
 ]

@@ -5,9 +5,11 @@ store's ceilings before anything is written."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
-from gateway.ceilings import MAX_AMOUNT
+import msgspec
+
+from gateway.ceilings import MAX_AMOUNT, MAX_TOKENS_PER_CLASS
 from gateway.config import ModelSettings
 from gateway.errors import BadRequest, NotFound, SettlementConflict, UnknownPermit
 from gateway.governance import (
@@ -99,6 +101,34 @@ def price_of(models: list[ModelSettings], model: str) -> ModelPrice | None:
         if m.name == model:
             return m.price
     return None
+
+
+USAGE_KEYS = tuple(f.name for f in msgspec.structs.fields(Usage))
+
+
+def usage_of(given: dict[str, Any], *, label: str) -> Usage:
+    """The exact usage an operator gives (``--usage`` JSON, the API's ``usage``), or a
+    :class:`BadRequest` naming ``label``: at least one token class (an empty usage is
+    not a $0 settlement), no unknown key (a typo would count as 0 tokens), each an
+    integer in 0..``MAX_TOKENS_PER_CLASS``."""
+    allowed = ", ".join(USAGE_KEYS)
+    param = label.lstrip("-")
+    if not given:
+        raise BadRequest(f"{label}: give at least one of {allowed} (an empty usage is "
+                         "not a settlement)", param=param)
+    for key, value in given.items():
+        if key not in USAGE_KEYS:
+            raise BadRequest(f"{label}: unknown key {key!r} (allowed: {allowed})",
+                             param=param)
+        if (not isinstance(value, int) or isinstance(value, bool)
+                or not 0 <= value <= MAX_TOKENS_PER_CLASS):
+            raise BadRequest(f"{label}: {key} must be an integer in "
+                             f"0..{MAX_TOKENS_PER_CLASS} (tokens), got {value!r}",
+                             param=param)
+    try:
+        return msgspec.convert(given, Usage).validate()
+    except (msgspec.ValidationError, InvalidUsage) as exc:  # the checks above cover it
+        raise BadRequest(f"{label}: {exc} (allowed: {allowed})", param=param) from None
 
 
 def settlement_at_usage(permit: Permit, usage: Usage, price: ModelPrice, *, reason: str,
