@@ -122,10 +122,14 @@ async def _team(request: AnyRequest, session: Any, api: Api, team: str, *,
                     status=found.status)
     team_id = found.body["id"]
     keys = await api.every("/admin/v1/keys", team=team_id)
-    members = await api.every(f"/admin/v1/teams/{team_id}/members")
-    default = await api.get(f"/admin/v1/teams/{team_id}/default-member")
-    if not default.ok and default.status != 404:
-        raise ApiRefused(default)
+    members, listed = await api.every_with_first(f"/admin/v1/teams/{team_id}/members")
+    # The list says whether there is a default member budget; only then is it read
+    # (its revision guards the form), so a team without one costs no 404.
+    default = None
+    if listed.get("default") is not None:
+        default = await api.get(f"/admin/v1/teams/{team_id}/default-member")
+        if not default.ok and default.status != 404:  # 404: removed in between
+            raise ApiRefused(default)
     spend = await spend_by(api, "user", team=team_id)
     for_team = member_form is None
     return page(request, "team.html", {
@@ -134,7 +138,8 @@ async def _team(request: AnyRequest, session: Any, api: Api, team: str, *,
         "labels": LABELS, "errors": (errors or {}) if for_team else {},
         "values": values if for_team and values is not None else found.body["limits"],
         "members": [{**m, "spend": spent(spend, m["user"])} for m in members],
-        "default": default.body if default.ok else None, "member_fields": MEMBER_LIMITS,
+        "default": default.body if default is not None and default.ok else None,
+        "member_fields": MEMBER_LIMITS,
         "member_form": member_form, "member_errors": {} if for_team else (errors or {}),
         "member_values": {} if for_team else (values or {}),
         "spend_by_key": await spend_by(api, "key", team=team_id),

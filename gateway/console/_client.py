@@ -7,10 +7,15 @@ same access checks (a read token's write is the API's 403), the same errors. A s
 visitor's calls act for their session's credential by its digest (``ActingFor`` in the
 ASGI scope, which no client can set; the console keeps no credential); only the
 sign-in's own check carries the credential, as ``Authorization: Bearer``, never in a URL.
+
+httpx logs every request it sends at INFO; these never leave the process (a page makes
+four to seven), so its log lines for them are dropped (:class:`_InProcessCalls`) while
+its lines for the providers' calls stay as they are.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +25,19 @@ from litestar import Litestar
 
 from gateway.ingress import ACTING_FOR, ActingFor
 
-_BASE = "http://console.inferplane.internal"
+_HOST = "console.inferplane.internal"
+_BASE = f"http://{_HOST}"
+
+
+class _InProcessCalls(logging.Filter):
+    """Drops httpx's per-request log line for a call to the console's own base URL."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not any(isinstance(a, httpx.URL) and a.host == _HOST for a in args)
+
+
+logging.getLogger("httpx").addFilter(_InProcessCalls())
 
 
 @dataclass(frozen=True)
@@ -87,17 +104,27 @@ class Api:
         return answer.status, body
 
     async def every(self, path: str, **params: str | None) -> list[dict[str, Any]]:
-        """Every item of a paged list (``data`` + ``next_cursor``); [] if refused."""
+        """Every item of a paged list (``data`` + ``next_cursor``); :class:`ApiRefused`
+        if refused."""
+        items, _ = await self.every_with_first(path, **params)
+        return items
+
+    async def every_with_first(self, path: str, **params: str | None
+                               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Every item of a paged list, and the first page's answer (for the fields a
+        list carries beside its items, e.g. a team's default member budget)."""
         items: list[dict[str, Any]] = []
+        first: dict[str, Any] | None = None
         cursor: str | None = None
         while True:
             answer = await self.get(path, cursor=cursor, limit="500", **params)
             if not answer.ok:
                 raise ApiRefused(answer)
+            first = answer.body if first is None else first
             items.extend(answer.body["data"])
             cursor = answer.body.get("next_cursor")
             if not cursor:
-                return items
+                return items, first
 
 
 class ApiRefused(Exception):
