@@ -11,7 +11,8 @@ Routes: ``PUT/GET/DELETE /v1alpha1/policies/{name}``, ``GET /v1alpha1/policies``
 ``GET /v1alpha1/generation``, ``GET /v1alpha1/changes?since=N``, the lease profile's
 ``POST /v1alpha1/sync`` (data plane tokens, each for its own plane ids) and
 ``GET /v1alpha1/dataplanes`` (:mod:`controlplane.leases`), ``GET /metrics``
-(:mod:`controlplane.metrics`, reader and writer tokens), ``/healthz``, ``/readyz``.
+(:mod:`controlplane.metrics`, reader and writer tokens), ``/healthz``, ``/readyz``, and
+the OpenAPI document of them all, ``GET /v1alpha1/openapi.json`` (:mod:`controlplane.openapi`).
 Every error — ours, Litestar's own refusals (404, 405, 413) and an unhandled bug (500,
 logged) — is JSON ``{"error": {"message", "problems": [{"path", "message"}]}}``
 (docs/inferplaned.md, "Errors").
@@ -35,6 +36,7 @@ from litestar.params import FromPath, FromQuery
 from controlplane import leases
 from controlplane.auth import Identity, TokenAuth
 from controlplane.metrics import ControlPlaneMetrics
+from controlplane.openapi import OPENAPI
 from controlplane.settings import ControlPlaneConfig, resolve_tokens
 from gateway.db import open_pool, wrap_exceptions
 from gateway.errors import BadRequest, InferplaneError, NotFound, PayloadTooLarge
@@ -298,7 +300,7 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
                             HTTPException: _on_http_error, Exception: _on_unhandled},
         # The handler enforces max_body_bytes with a clear message; this is the backstop.
         request_max_body_size=max(config.max_body_bytes, config.max_sync_bytes) + 1,
-        openapi_config=None,
+        openapi_config=OPENAPI,
     )
     app.state.config = config
     app.state.auth = auth

@@ -69,6 +69,34 @@ def served(request: pytest.FixtureRequest,
             drop_database(server_dsn, database)
 
 
+def _new_key(proc: Proc) -> str:
+    r = httpx.post(f"{proc.url}/admin/v1/keys", json={"team": "t"}, headers=bearer(WRITE))
+    assert r.status_code == 201, r.text
+    secret: str = r.json()["secret"]
+    return secret
+
+
+@pytest.fixture(scope="module")
+def holder(served: Proc) -> str:
+    """A key of team ``t``: the key holder's routes (/v1/me…, /v1/usage) are driven with
+    it, as the admin routes are with an admin token."""
+    return _new_key(served)
+
+
+@pytest.fixture(scope="module")
+def revoked(served: Proc) -> str:
+    """The key ``/v1/me/revoke`` is driven with (it revokes itself at its first valid
+    call; the other key holder's routes keep theirs)."""
+    return _new_key(served)
+
+
+def _token(case: Case, admin: str, key: str, revoked: str) -> dict[str, str]:
+    """The key on the key holder's routes, the admin token elsewhere."""
+    if case.path == "/v1/me/revoke":
+        return bearer(revoked)
+    return bearer(key if case.path.startswith("/v1/") else admin)
+
+
 def _each_operation(proc: Proc, check: Callable[[Case], object]) -> int:
     """Run ``check`` on 20 generated cases of every operation the schema lists (one
     Hypothesis run per operation, so a failure names its route); returns how many
@@ -90,15 +118,18 @@ def _each_operation(proc: Proc, check: Callable[[Case], object]) -> int:
     return ran
 
 
-def test_every_route_answers_as_its_schema_documents(served: Proc) -> None:
+def test_every_route_answers_as_its_schema_documents(served: Proc, holder: str,
+                                                     revoked: str) -> None:
     """No 5xx, every status documented for its route, every body (errors included)
-    matching the documented schema, invalid input refused, with the write token.
+    matching the documented schema, invalid input refused, with the write token (and the
+    key on the key holder's routes).
 
     Not checked: that every schema-valid input is accepted. JSON Schema calls 51.0 an
     integer and any string a date-time unless a validator enforces ``format``; the API
     (msgspec) refuses both with a 400, which is the answer we want."""
     assert _each_operation(served, lambda case: case.call_and_validate(
-        headers=bearer(WRITE), excluded_checks=[positive_data_acceptance])) == 35
+        headers=_token(case, WRITE, holder, revoked),
+        excluded_checks=[positive_data_acceptance])) == 37
 
 
 def test_a_read_token_writes_nothing(served: Proc) -> None:
@@ -110,13 +141,23 @@ def test_a_read_token_writes_nothing(served: Proc) -> None:
         if case.method.upper() != "GET" and not case.path.startswith("/v1/me"):
             assert response.status_code in (400, 403), (case.method, case.path,
                                                         response.text)
-    assert _each_operation(served, check) == 35
+    assert _each_operation(served, check) == 37
 
 
 def test_the_schema_lists_every_admin_route(served: Proc) -> None:
-    """The document is served without a token (it holds no data) and names each route."""
-    doc = httpx.get(f"{served.url}/admin/v1/openapi.json").json()
+    """The document is served without a token (it holds no data) as JSON, declares its
+    bearer scheme for every operation, and names each route, the key holder's too."""
+    r = httpx.get(f"{served.url}/admin/v1/openapi.json")
+    assert r.headers["content-type"].startswith("application/json")
+    doc = r.json()
     assert doc["info"]["title"] == "inferplane admin API"
+    assert doc["components"]["securitySchemes"] == {"bearer": {
+        "type": "http", "scheme": "bearer", "description": doc["components"][
+            "securitySchemes"]["bearer"]["description"]}}
+    assert doc["security"] == [{"bearer": []}]
+    for item in doc["paths"].values():
+        for operation in item.values():
+            assert operation.get("security", doc["security"]) == [{"bearer": []}]
     assert set(doc["paths"]) == {
         "/admin/v1/teams", "/admin/v1/teams/{team}", "/admin/v1/teams/{team}/limits",
         "/admin/v1/keys", "/admin/v1/keys/{key_id}", "/admin/v1/keys/{key_id}/revoke",
@@ -127,18 +168,21 @@ def test_the_schema_lists_every_admin_route(served: Proc) -> None:
         "/admin/v1/permits/{permit_id}/resolve", "/admin/v1/frozen",
         "/admin/v1/frozen/unfreeze", "/admin/v1/status", "/admin/v1/alerts",
         "/admin/v1/teams/{team}/members", "/admin/v1/teams/{team}/members/{user}",
-        "/admin/v1/teams/{team}/default-member", "/admin/v1/users", "/admin/v1/users/{user}"}
+        "/admin/v1/teams/{team}/default-member", "/admin/v1/users", "/admin/v1/users/{user}",
+        "/v1/me", "/v1/usage"}
 
 
 def test_the_audit_names_only_the_write_token(served: Proc) -> None:
     """Run after the generated cases (file order): every admin write in the audit file
-    names the write token, ``terraform``; the read token, ``portal``, wrote nothing."""
+    names the write token, ``terraform``; the read token, ``portal``, wrote nothing (a
+    key's revocation of itself names no admin token)."""
     data_dir = served.log_path.parent  # the config's data_dir
     # Split on "\n" only: a generated user name may hold U+2028 or U+0085, which the
     # audit line carries raw (valid JSON) and str.splitlines() would split on.
     lines = [json.loads(x) for f in sorted(data_dir.glob("audit-*.jsonl"))
              for x in f.read_text().split("\n") if x.strip()]
-    tokens = {x.get("token") for x in lines if x.get("event") == "admin"}
+    tokens = {x.get("token") for x in lines if x.get("event") == "admin"
+              and x.get("action") != "key.revoke_self"}  # a key holder's, no admin token
     assert tokens == {"terraform"}, tokens
 
 
@@ -147,17 +191,16 @@ NUL_CASES = ["/admin/v1/requests/summary?team=a%00b", "/admin/v1/requests?model=
              "/admin/v1/keys?team=a%00b", "/admin/v1/requests/a%00b",
              "/admin/v1/teams/t/members/a%00b", "/admin/v1/users/a%00b",
              "/v1/me/requests?model=a%00b", "/v1/me/requests/summary?team=a%00b",
-             "/v1/me/requests/a%00b", "/admin/v1/permits?cursor=a%00b"]
+             "/v1/me/requests/a%00b", "/admin/v1/permits?cursor=a%00b",
+             "/v1/usage?day=a%00b"]
 
 
-def test_a_nul_byte_in_a_filter_or_a_path_is_a_400(served: Proc) -> None:
+def test_a_nul_byte_in_a_filter_or_a_path_is_a_400(served: Proc, holder: str) -> None:
     """A NUL byte (``%00``) in a query parameter or a path parameter is a 400 in
     OpenAI's shape naming it, on every profile (Postgres text cannot hold one: it was a
     500 or a 503 on the shared profile), and nothing is logged as a store failure."""
-    key = httpx.post(f"{served.url}/admin/v1/keys", json={"team": "t"},
-                     headers=bearer(WRITE)).json()["secret"]
     for path in NUL_CASES:
-        token = key if path.startswith("/v1/me") else READ
+        token = holder if path.startswith("/v1/me") else READ
         r = httpx.get(f"{served.url}{path}", headers=bearer(token))
         assert r.status_code == 400, (path, r.status_code, r.text)
         error = r.json()["error"]

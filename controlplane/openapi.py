@@ -1,0 +1,108 @@
+"""inferplaned's OpenAPI document, served as ``application/json`` at
+``/v1alpha1/openapi.json`` without a token (it holds no data; docs/inferplaned.md, "API").
+
+Litestar generates the paths and parameters from the handlers; what the handlers read by
+hand is written in here: the request bodies (a GovernancePolicy document as JSON or YAML;
+the heartbeat's :class:`gateway.lease.SyncRequest`, with its answer
+:class:`gateway.lease.SyncResponse`) and the one error shape every route answers with
+(``{"error": {"message", "problems"}}``, docs/inferplaned.md "Errors"). Every route but
+the health probes takes a bearer token: a writer, reader or data plane token, by route.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request
+from litestar.enums import MediaType
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import OpenAPIRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+
+from gateway.lease import SyncRequest, SyncResponse
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    """``<document>:<key path>`` of a refused document's problem."""
+    message: str
+
+
+class ErrorDetail(msgspec.Struct, frozen=True, kw_only=True):
+    message: str
+    problems: list[Problem]
+    """Every problem of a refused document (422); empty otherwise."""
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    """Every error inferplaned answers, on every route."""
+
+    error: ErrorDetail
+
+
+_REF = "#/components/schemas/{name}"
+_OPEN = {"/healthz", "/readyz"}
+"""The health probes: no token."""
+_DOCUMENT = {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+             "description": "one GovernancePolicy document (docs/policy.md); "
+                            "metadata.name must equal {name}"}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(name=name)}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": _ref("ErrorBody")}}}
+
+
+def completed(document: dict[str, Any]) -> dict[str, Any]:
+    """The generated document with the bodies the handlers read by hand, the error shape
+    on every operation (4XX, 5XX) and no token asked by the health probes."""
+    _, own = msgspec.json.schema_components((ErrorBody, SyncRequest, SyncResponse),
+                                            ref_template=_REF)
+    document.setdefault("components", {}).setdefault("schemas", {}).update(own)
+    paths: dict[str, dict[str, Any]] = document.get("paths", {})
+    for path, item in paths.items():
+        for operation in item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            operation["responses"].update({"4XX": _error("refused (docs/inferplaned.md)"),
+                                           "5XX": _error("the database is unavailable")})
+            if path in _OPEN:
+                operation["security"] = [{}]
+    put = paths["/v1alpha1/policies/{name}"]["put"]
+    put["requestBody"] = {"required": True, "content": {
+        "application/json": {"schema": _DOCUMENT}, "application/yaml": {"schema": _DOCUMENT}}}
+    sync = paths["/v1alpha1/sync"]["post"]
+    sync["requestBody"] = {"required": True, "content": {
+        "application/json": {"schema": _ref("SyncRequest")}}}
+    sync["responses"]["200"] = {"description": "the heartbeat's answer", "content": {
+        "application/json": {"schema": _ref("SyncResponse")}}}
+    return document
+
+
+class _Json(OpenAPIRenderPlugin):
+    """Only the document itself, as JSON."""
+
+    def __init__(self) -> None:
+        super().__init__(path="/openapi.json", media_type=MediaType.JSON)
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
+        return self.render_json(request, completed(openapi_schema))
+
+
+OPENAPI = OpenAPIConfig(
+    title="inferplaned API", version="v1alpha1",
+    description="Policies published as numbered generations, and the lease profile's "
+                "heartbeat (docs/inferplaned.md). Errors: {\"error\": {message, problems}}.",
+    path="/v1alpha1", render_plugins=[_Json()], use_handler_docstrings=True,
+    security=[{"bearer": []}],
+    components=Components(security_schemes={"bearer": SecurityScheme(
+        type="http", scheme="bearer",
+        description="a writer or reader token (auth.writer_tokens_ref, "
+                    "auth.reader_tokens_ref), or a data plane token on /v1alpha1/sync")}))
+
+__all__ = ["OPENAPI", "completed"]
