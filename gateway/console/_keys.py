@@ -19,7 +19,15 @@ from litestar.params import FromPath
 from litestar.response import Redirect
 
 from gateway.console._client import Answer, Api
-from gateway.console._forms import KEY_LIMITS, LABELS, field_of, limits, text
+from gateway.console._forms import (
+    KEY_LIMITS,
+    LABELS,
+    NotAWholeNumber,
+    field_of,
+    limits,
+    text,
+    whole_number,
+)
 from gateway.console._spend import spend_by
 from gateway.console._web import page, signed_in, writer
 
@@ -82,11 +90,12 @@ async def create_key(request: AnyRequest) -> Response[Any]:
 @post("/keys/{key_id:str}/rotate", status_code=200)
 async def rotate_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Any]:
     session, api, form = await writer(request)
-    grace = text(form, "grace_seconds") or "86400"
-    if not (grace.isdigit() and grace.isascii()):
+    try:
+        grace = whole_number(text(form, "grace_seconds") or "86400")
+    except NotAWholeNumber:
         return Redirect(f"/console/keys?flash=bad_grace:{key_id}", status_code=303)
     answer = await api.call("POST", f"/admin/v1/keys/{quote(key_id, safe='')}/rotate",
-                            json={"grace_seconds": int(grace)},
+                            json={"grace_seconds": grace},
                             headers={"Idempotency-Key": text(form, "rotation_id")
                                      or secrets.token_hex(16)})
     if not answer.ok:

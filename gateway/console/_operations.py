@@ -19,7 +19,7 @@ from litestar.params import FromPath
 from litestar.response import Redirect
 
 from gateway.console._client import Api, ApiRefused
-from gateway.console._forms import text
+from gateway.console._forms import NotAWholeNumber, text, whole_number
 from gateway.console._web import page, signed_in, writer
 
 AnyRequest = Request[Any, Any, Any]
@@ -57,15 +57,15 @@ async def resolve(request: AnyRequest, permit_id: FromPath[str]) -> Response[Any
     ``tokens`` optional): the API's resolve, its refusal shown beside the permit."""
     session, api, form = await writer(request)
     body: dict[str, Any] = {"reason": text(form, "reason") or "console"}
-    usd, tokens = text(form, "usd_micros").replace(",", ""), text(form, "tokens")
+    usd, tokens = text(form, "usd_micros"), text(form, "tokens")
     error, status = None, 400
     if usd:
-        if not (usd.isdigit() and (not tokens or tokens.isdigit())):
-            error = "µUSD and tokens are whole numbers (0 or more)"
-        else:
-            body["usd_micros"] = int(usd)
+        try:
+            body["usd_micros"] = whole_number(usd)
             if tokens:
-                body["tokens"] = int(tokens)
+                body["tokens"] = whole_number(tokens)
+        except NotAWholeNumber as exc:
+            error = f"µUSD and tokens: each {exc}"
     else:
         body["as"] = text(form, "as") or "uncertain"
     if error is None:

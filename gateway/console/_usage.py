@@ -34,6 +34,8 @@ _FIELD = {"team": "team_id", "user": "user", "key": "key_id", "model": "model",
           "tool": "tool"}
 _DEFAULT_DAYS = 30
 _HOURLY_UP_TO = timedelta(days=7)
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ def _moment(name: str, raw: str, errors: dict[str, str]) -> datetime | None:
         return None
     if at.tzinfo is None:
         errors[name] = "an RFC 3339 time needs an offset (…Z or +00:00)"
+        return None
+    if not _EARLIEST <= at < _LATEST:  # far ones would overflow the range arithmetic
+        errors[name] = f"a time from {_EARLIEST:%Y-%m-%d} to before {_LATEST:%Y-%m-%d}"
         return None
     return at.astimezone(UTC)
 

@@ -1,0 +1,82 @@
+"""What the console's integration tests share: a gateway's settings with a write and a
+read admin token (local SQLite or shared Postgres), and signing in through the form."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+from msgspec.structs import replace
+
+from gateway.config import (
+    AdminToken,
+    DatabaseSettings,
+    GovernanceStoreSettings,
+    KeyStoreSettings,
+    Settings,
+    load_settings,
+)
+
+WRITE, READ = "w" * 8 + "-console-write-token", "r" * 8 + "-console-read-token"
+SECRET = re.compile(r'id="secret"[^>]*>(sk-inf-[^<]+)<')
+Client = AsyncTestClient[Any]
+
+
+def console_settings(request: pytest.FixtureRequest, profile: str, tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch, *,
+                     console: Any = None,
+                     trusted_proxies: list[str] | None = None,
+                     tokens: tuple[str, ...] = ("ops", "finance")) -> Settings:
+    """A gateway of ``profile`` (``local``: one SQLite file in ``tmp_path``; ``shared``:
+    the test's Postgres database) with the admin tokens ``tokens`` (``ops`` writes,
+    ``finance`` reads). Two apps made from it share one store, as two replicas do."""
+    monkeypatch.setenv("IPT_CONSOLE_WRITE", WRITE)
+    monkeypatch.setenv("IPT_CONSOLE_READ", READ)
+    base = load_settings(None)
+    every = {"ops": AdminToken(name="ops", token_ref="env:IPT_CONSOLE_WRITE", access="write"),
+             "finance": AdminToken(name="finance", token_ref="env:IPT_CONSOLE_READ")}
+    changes: dict[str, Any] = {}
+    if console is not None:
+        changes["console"] = console
+    if trusted_proxies is not None:
+        changes["trusted_proxies"] = trusted_proxies
+    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"),
+                     admin_tokens=[every[t] for t in tokens], **changes)
+    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
+    if profile == "shared":
+        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
+                           governance_store=GovernanceStoreSettings(type="postgres"),
+                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    return settings
+
+
+def form_value(html: str, name: str = "csrf") -> str:
+    found = re.search(rf'name="{name}" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
+
+
+async def sign_in(c: Client, credential: str) -> str:
+    """Sign in through the form; the CSRF token of the session's pages."""
+    form = await c.get("/console/login")
+    r = await c.post("/console/login", data={"credential": credential,
+                                             "login_csrf": form_value(form.text,
+                                                                      "login_csrf")})
+    assert r.status_code == 303, r.text
+    home = await c.get("/console/")
+    page = await c.get(home.headers["location"])
+    assert page.status_code == 200, page.text
+    return form_value(page.text)
+
+
+async def new_key(c: Client, csrf: str, team: str = "platform") -> str:
+    """A team (if need be) and a key of it, made through the console: the secret."""
+    await c.post("/console/teams", data={"csrf": csrf, "name": team})
+    created = await c.post("/console/keys", data={"csrf": csrf, "team": team})
+    secret = SECRET.search(created.text)
+    assert secret, created.text
+    return secret.group(1)
