@@ -108,11 +108,12 @@ async def _prepare(settings: Settings) -> str | None:
         await store.close()
 
 
-def _announce_demo(key: str, settings: Settings) -> None:
+def _announce_demo(key: str, settings: Settings, config: str | None) -> None:
     base = f"http://{settings.server.host}:{settings.server.port}"
     model = settings.models[0].name if settings.models else "mock-gpt"
+    again = "mayu keys create --team demo" + (f" --config {config}" if config else "")
     print(f"mayu: created team 'demo' and its key (shown once, store it now; "
-          f"`mayu keys create --team demo` makes another):\n\n"
+          f"`{again}` makes another):\n\n"
           f"    {key}\n\n"
           f"try it:\n"
           f"    curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {key}' "
@@ -136,7 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"mayu: error: policies: {path}: {message}", file=sys.stderr)
         return 2
     if key:
-        _announce_demo(key, settings)
+        _announce_demo(key, settings, args.config)
     if settings.server.workers > 1:
         from gateway.server import run_workers
 
