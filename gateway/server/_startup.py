@@ -39,7 +39,7 @@ def check_port(host: str, port: int) -> None:
         try:
             sock.bind(address)
         except OSError as exc:
-            why = exc.strerror
+            why = exc.strerror or str(exc)
             if exc.errno == errno.EADDRINUSE:
                 why += " (the port is busy: stop what listens there, or choose --port)"
             raise ConfigError(f"server.port: cannot listen on {host}:{port}: {why}") from exc
