@@ -34,28 +34,17 @@ from gateway.admin._routes import (
 )
 from gateway.admin._routes import _audit as audit_write
 from gateway.admin._routes import _gateway as admin_gateway
-from gateway.admin._views import Name, decode_cursor, page
-from gateway.errors import BadRequest, NotFound
+from gateway.admin._views import Name, decode_cursor, found, page
+from gateway.errors import BadRequest
 from gateway.keys import DEFAULT_MEMBER, Label, Member, MemberLimits, TeamMember, User
 
 AnyRequest = Request[Any, Any, Any]
 
 
-class MemberView(msgspec.Struct, frozen=True, kw_only=True):
-    team_id: str
-    user: str
-    """The user's name (the ``user`` of their keys)."""
-    limits: MemberLimits
-    """What binds the user in this team: its own budget, else the team's default."""
-    source: Literal["member", "default", "none"]
-    """``member``: its own budget; ``default``: the team's default member budget (no row
-    of its own); ``none``: neither exists, so no member budget binds."""
-    revision: int
-    """Of its own budget (0: none yet); compare with If-Match on a write."""
-    keys: int
-    """How many of the team's keys (revoked ones too) name this user."""
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
+class MemberView(TeamMember, frozen=True, kw_only=True):
+    # The key store's TeamMember under the API's own schema name (no docstring: none
+    # was ever part of the schema).
+    pass
 
 
 class MemberPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,11 +121,11 @@ async def list_members(request: AnyRequest, team: FromPath[str], cursor: Cursor 
                        limit: PageSize = 100) -> MemberPage:
     """Every user with a member budget in the team or holding one of its keys, with the
     budget that binds them (``source``), and the team's default member budget."""
-    found = await admin_gateway(request).key_store.team_members(team)
-    views = [_member_view(m) for m in found.members]
+    team_members = await admin_gateway(request).key_store.team_members(team)
+    views = [_member_view(m) for m in team_members.members]
     items, next_cursor = page(views, [v.user for v in views], after=decode_cursor(cursor),
                               limit=limit)
-    default = found.default
+    default = team_members.default
     return MemberPage(data=items, default=None if default is None else default.limits,
                       next_cursor=next_cursor)
 
@@ -146,10 +135,9 @@ async def list_members(request: AnyRequest, team: FromPath[str], cursor: Cursor 
 async def get_member(request: AnyRequest, team: FromPath[str],
                      user: FromPath[str]) -> Response[MemberView]:
     """A user unknown to the team (no budget, no key) is a 404."""
-    found = await admin_gateway(request).key_store.team_members(team)
-    member = next((m for m in found.members if m.user == user), None)
-    if member is None:
-        raise NotFound(f"user {user!r} is not a member of team {team!r}")
+    members = (await admin_gateway(request).key_store.team_members(team)).members
+    member = found(next((m for m in members if m.user == user), None),
+                   f"user {user!r} is not a member of team {team!r}")
     return _tagged(_member_view(member), member.revision)
 
 
@@ -203,11 +191,9 @@ def _refuse_default() -> None:
 async def get_default_member(request: AnyRequest,
                              team: FromPath[str]) -> Response[DefaultMemberView]:
     """The budget of each user of the team without a member budget of its own."""
-    found = await admin_gateway(request).key_store.get_member(
-        team, DEFAULT_MEMBER)
-    if found is None:
-        raise NotFound(f"team {team!r} has no default member budget")
-    return _tagged(_default_view(found), found.revision)
+    default = found(await admin_gateway(request).key_store.get_member(team, DEFAULT_MEMBER),
+                    f"team {team!r} has no default member budget")
+    return _tagged(_default_view(default), default.revision)
 
 
 @put("/teams/{team:str}/default-member", summary="Set a team's default member budget",
@@ -255,10 +241,9 @@ async def list_users(request: AnyRequest, cursor: Cursor = None,
 @get("/users/{user:str}", summary="Get a user", responses=error_responses(404),
      guards=[read_access])
 async def get_user(request: AnyRequest, user: FromPath[str]) -> Response[UserView]:
-    found = await admin_gateway(request).key_store.get_user(user)
-    if found is None:
-        raise NotFound(f"user {user!r} does not exist")
-    return _tagged(_user_view(found), found.revision)
+    got = found(await admin_gateway(request).key_store.get_user(user),
+                f"user {user!r} does not exist")
+    return _tagged(_user_view(got), got.revision)
 
 
 @put("/users/{user:str}", summary="Create or replace a user and its budget across teams",

@@ -14,7 +14,9 @@ gateway stands.
   the lease profile this plane's heartbeat and leases;
 - ``GET /admin/v1/alerts?since=``: the budget alerts fired since then.
 
-Reads need a read token; the two writes a write token, each one audit line naming it.
+Reads need a read token; the two writes a write token (the guards of
+:mod:`gateway.admin._access`), each one audit line naming it. A store that fails is the
+503 of :mod:`gateway.admin._errors`.
 """
 
 from __future__ import annotations
@@ -28,15 +30,14 @@ from litestar import Request, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from gateway import __version__
-from gateway.admin._access import Access, AdminAccess, AdminCaller
+from gateway.admin._access import Caller, read_access, write_access
 from gateway.admin._routes import error_responses
 from gateway.admin._usage import Cursor, RequestPage, cursor_of, position, view
 from gateway.alerts import AlertEvent
 from gateway.ceilings import MAX_AMOUNT, MAX_TOKENS_PER_CLASS
-from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError
+from gateway.errors import BadRequest
 from gateway.governance import FrozenCounter, LogFilter, OutcomeKind, SettleResult
 from gateway.ingress import Gateway
-from gateway.ingress._prepare import presented
 from gateway.operations import (
     OperatorStore,
     permit_of,
@@ -184,25 +185,10 @@ def _gateway(request: AnyRequest) -> Gateway:
     return gw
 
 
-def _caller(request: AnyRequest, access: Access) -> AdminCaller:
-    admin: AdminAccess = request.app.state.admin
-    return admin.require(presented(request), access)
-
-
 def _store(request: AnyRequest) -> OperatorStore:
     # Both governance stores (and the lease plane's) implement the operator protocol.
     store: OperatorStore = _gateway(request).governance  # type: ignore[assignment]
     return store
-
-
-async def _guarded(call: Any) -> Any:
-    """A store operation: our own refusals as they are, anything else as 503."""
-    try:
-        return await call
-    except InferplaneError:
-        raise
-    except Exception as exc:
-        raise GovernanceUnavailable("governance store unavailable") from exc
 
 
 _READS = error_responses()
@@ -210,17 +196,16 @@ _WRITES = error_responses(403, 404, 409)
 
 
 @get("/admin/v1/permits", summary="Permits awaiting an operator (pending, uncertain)",
-     responses=_READS)
+     responses=_READS, guards=[read_access])
 async def list_permits(request: AnyRequest, status: FromQuery[Awaiting] = "pending",
                        cursor: Cursor = None, limit: PageSize = 100) -> RequestPage:
     """Newest first. A pending permit keeps binding every limit it charged until it is
     settled; an uncertain (or tokens-known) one is listed while it holds a liability,
     until an exact figure replaces it (so a page may hold fewer than ``limit``; follow
     ``next_cursor``)."""
-    _caller(request, "read")
     await _gateway(request).governor.caught_up(timeout_s=1.0)  # this replica's own first
     f = LogFilter(status=status, before=position(cursor))
-    rows = await _guarded(_gateway(request).governance.request_log(f, limit=limit + 1))
+    rows = await _gateway(request).governance.request_log(f, limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     # A settled permit whose liability an exact figure replaced awaits nothing more.
@@ -231,13 +216,13 @@ async def list_permits(request: AnyRequest, status: FromQuery[Awaiting] = "pendi
 
 
 @post("/admin/v1/permits/{permit_id:str}/resolve", status_code=200,
-      summary="Resolve a permit (as mayu permits resolve)", responses=_WRITES)
+      summary="Resolve a permit (as mayu permits resolve)", responses=_WRITES,
+      guards=[write_access])
 async def resolve(request: AnyRequest, permit_id: FromPath[str],
-                  data: JSONBody[PermitResolve]) -> Resolved:
+                  data: JSONBody[PermitResolve], caller: Caller) -> Resolved:
     """Exactly once: the same resolution again is a replay (``replay: true``); a
     different outcome is a 409 naming the stored one. An exact figure (``usd_micros`` or
     ``usage``) also replaces an uncertain permit's liability."""
-    caller = _caller(request, "write")
     given = [n for n in ("as_", "usd_micros", "usage") if getattr(data, n) is not None]
     if len(given) != 1:
         raise BadRequest("give exactly one of as, usd_micros or usage", param="as")
@@ -247,10 +232,10 @@ async def resolve(request: AnyRequest, permit_id: FromPath[str],
     store = _store(request)
     if data.as_ is not None:
         kind = OutcomeKind.UNCERTAIN if data.as_ == "uncertain" else OutcomeKind.CANCELLED
-        result: SettleResult = await _guarded(resolve_permit(store, permit_id, kind,
-                                                             data.reason))
+        result: SettleResult = await resolve_permit(store, permit_id, kind,
+                                                             data.reason)
     else:
-        permit = await _guarded(permit_of(store, permit_id))
+        permit = await permit_of(store, permit_id)
         if data.usage is not None:
             price = price_of(gw.settings.models, permit.request.model)
             if price is None:
@@ -265,8 +250,8 @@ async def resolve(request: AnyRequest, permit_id: FromPath[str],
             assert data.usd_micros is not None
             settlement = settlement_at_cost(permit, usd=data.usd_micros, tokens=data.tokens,
                                             reason=data.reason, label="usd_micros")
-        result = await _guarded(settle_as_operator(store, permit_id, settlement,
-                                                   exact=True))
+        result = await settle_as_operator(store, permit_id, settlement,
+                                                   exact=True)
     if not result.replay:
         gw.audit.write({"event": "admin", "action": "permit.resolve", "token": caller.name,
                         "permit": permit_id, "outcome": str(result.kind),
@@ -279,13 +264,13 @@ async def resolve(request: AnyRequest, permit_id: FromPath[str],
                     usd_liability=result.usd_liability, replay=result.replay)
 
 
-@get("/admin/v1/frozen", summary="Frozen money windows and accounts", responses=_READS)
+@get("/admin/v1/frozen", summary="Frozen money windows and accounts", responses=_READS,
+     guards=[read_access])
 async def list_frozen(request: AnyRequest) -> FrozenList:
     """Invalid upstream usage freezes every money window and account its permit charged
     (later requests on them get 402) until an operator unfreezes them."""
-    _caller(request, "read")
     await _gateway(request).governor.caught_up(timeout_s=1.0)
-    found: list[FrozenCounter] = await _guarded(_store(request).frozen())
+    found: list[FrozenCounter] = await _store(request).frozen()
     return FrozenList(data=[FrozenView(counter=f.counter, kind=f.kind, limit=f.limit,
                                        reserved=f.reserved, committed=f.committed,
                                        liability=f.liability, frozen_by=f.frozen_by)
@@ -293,21 +278,20 @@ async def list_frozen(request: AnyRequest) -> FrozenList:
 
 
 @post("/admin/v1/frozen/unfreeze", status_code=200,
-      summary="Lift a freeze (as mayu accounts unfreeze)", responses=_WRITES)
-async def unfreeze_counter(request: AnyRequest, data: JSONBody[Unfreeze]) -> Unfrozen:
+      summary="Lift a freeze (as mayu accounts unfreeze)", responses=_WRITES, guards=[write_access])
+async def unfreeze_counter(request: AnyRequest, data: JSONBody[Unfreeze],
+                           caller: Caller) -> Unfrozen:
     """After investigating the invalid usage; an unknown counter is a 404, one not
     frozen answers ``lifted: false`` and changes nothing."""
-    caller = _caller(request, "write")
-    lifted: bool = await _guarded(unfreeze(_store(request), data.counter))
+    lifted: bool = await unfreeze(_store(request), data.counter)
     if lifted:
         _gateway(request).audit.write({"event": "admin", "action": "counter.unfreeze",
                                        "token": caller.name, "counter": data.counter})
     return Unfrozen(counter=data.counter, lifted=lifted)
 
 
-@get("/admin/v1/status", summary="How this gateway stands", responses=_READS)
+@get("/admin/v1/status", summary="How this gateway stands", responses=_READS, guards=[read_access])
 async def status(request: AnyRequest) -> Status:
-    _caller(request, "read")
     gw = _gateway(request)
     settings = gw.settings
     profile: Literal["local", "shared", "lease"] = (
@@ -331,11 +315,8 @@ async def _schema_revision(gw: Gateway) -> list[str]:
     from gateway.db import connection
     from gateway.schema import database_heads_async
 
-    try:
-        async with connection(gw.pool, "governance database") as conn:
-            return list(await database_heads_async(conn))
-    except Exception as exc:
-        raise GovernanceUnavailable("governance database unavailable") from exc
+    async with connection(gw.pool, "governance database") as conn:
+        return list(await database_heads_async(conn))
 
 
 def _this_plane(gw: Gateway) -> list[PlaneView]:
@@ -361,12 +342,11 @@ Since = Annotated[datetime | None, QueryParameter(
 
 
 @get("/admin/v1/alerts", summary="Budget alerts fired (80, 90, 100 % of a money budget)",
-     responses=_READS)
+     responses=_READS, guards=[read_access])
 async def list_alerts(request: AnyRequest, since: Since = None,
                       limit: PageSize = 100) -> AlertList:
     """Newest first: each budget's thresholds reached since ``since``, once per
     (budget, window, threshold) across every replica."""
-    _caller(request, "read")
     if since is not None and since.tzinfo is None:
         raise BadRequest("query parameter since: needs an offset (…Z or +00:00)",
                          param="since")
@@ -375,7 +355,7 @@ async def list_alerts(request: AnyRequest, since: Since = None,
         return AlertList(enabled=False, data=[])
     start = since or datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0,
                                                microsecond=0)
-    events: list[AlertEvent] = await _guarded(store.fired(since=start, limit=limit))
+    events: list[AlertEvent] = await store.fired(since=start, limit=limit)
     return AlertList(enabled=True, data=[AlertView(
         id=e.id, counter=e.counter, scope=e.scope, period=e.period, window=e.window,
         threshold=e.threshold, limit=e.limit, committed=e.committed, liability=e.liability,

@@ -49,11 +49,12 @@ from gateway.admin._views import (
     TeamPage,
     TeamView,
     decode_cursor,
+    found,
     key_view,
     page,
     team_view,
 )
-from gateway.errors import BadRequest, NotFound
+from gateway.errors import BadRequest
 from gateway.ingress import ActingFor, Gateway, presented
 from gateway.keys import KeyRecord, Rotation, TeamLimits, hash_key
 
@@ -133,10 +134,8 @@ async def create_team(request: AnyRequest, data: JSONBody[TeamCreate],
 @get("/teams/{team:str}", summary="Get a team (by name or id)",
       responses=error_responses(404), guards=[read_access])
 async def get_team(request: AnyRequest, team: FromPath[str]) -> Response[TeamView]:
-    found = await _gateway(request).key_store.get_team(team)
-    if found is None:
-        raise NotFound(f"team {team!r} does not exist")
-    return _tagged(team_view(found))
+    got = await _gateway(request).key_store.get_team(team)
+    return _tagged(team_view(found(got, f"team {team!r} does not exist")))
 
 
 @put("/teams/{team:str}/limits", summary="Replace a team's limits",
@@ -204,10 +203,9 @@ async def create_key(request: AnyRequest, data: JSONBody[KeyCreate],
 @get("/keys/{key_id:str}", summary="Get a key",
       responses=error_responses(404), guards=[read_access])
 async def get_key(request: AnyRequest, key_id: FromPath[str]) -> Response[KeyView]:
-    found = await _gateway(request).key_store.get_key(key_id)
-    if found is None:
-        raise NotFound(f"key {key_id!r} does not exist")
-    [view] = await _with_last_use(request, [key_view(found)])
+    got = await _gateway(request).key_store.get_key(key_id)
+    [view] = await _with_last_use(request, [key_view(found(got, f"key {key_id!r} does not "
+                                                                "exist"))])
     return _tagged(view)
 
 

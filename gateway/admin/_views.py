@@ -9,6 +9,7 @@ from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
+from gateway.errors import NotFound
 from gateway.keys import MAX_GRACE_S, KeyChanges, KeyLimits, KeyRecord, Team, TeamLimits
 
 _EDGE = r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
@@ -173,3 +174,10 @@ def page(items: list[T], ids: list[str], *, after: str | None,
     chunk = rest[:limit]
     more = len(rest) > limit
     return [item for _, item in chunk], (encode_cursor(chunk[-1][0]) if more else None)
+
+
+def found(value: T | None, missing: str) -> T:
+    """``value``, or the 404 saying what is ``missing``."""
+    if value is None:
+        raise NotFound(missing)
+    return value

@@ -99,6 +99,15 @@ def _print_json(value: Any) -> None:
     print(json.dumps(msgspec.to_builtins(value), indent=2, sort_keys=True))
 
 
+def _answer(args: argparse.Namespace, value: Any, line: str) -> int:
+    """A command's answer: ``value`` as JSON with ``--json``, else ``line``; exit 0."""
+    if args.json:
+        _print_json(value)
+    else:
+        print(line)
+    return 0
+
+
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
     for row in (header, *rows):
@@ -135,12 +144,8 @@ def _teams_create(args: argparse.Namespace) -> int:
                         usd_micros_per_month=_money(args, "month"),
                         budget_fit_floor=args.budget_fit_floor)
     team = _run(args, lambda s: s.create_team(name=args.name, limits=limits))
-    if args.json:
-        _print_json(team)
-    else:
-        print(f"created team {team.name} (id {team.id}, revision {team.revision}): "
-              f"{_limits_text(team.limits)}")
-    return 0
+    return _answer(args, team, f"created team {team.name} (id {team.id}, revision "
+                               f"{team.revision}): {_limits_text(team.limits)}")
 
 
 def _teams_list(args: argparse.Namespace) -> int:
@@ -197,12 +202,8 @@ def _teams_set(args: argparse.Namespace) -> int:
             team.id, limits=limits, expected_revision=expected)
         return updated
     team = _run(args, _update)
-    if args.json:
-        _print_json(team)
-    else:
-        print(f"updated team {team.name} (revision {team.revision}): "
-              f"{_limits_text(team.limits)}")
-    return 0
+    return _answer(args, team, f"updated team {team.name} (revision {team.revision}): "
+                               f"{_limits_text(team.limits)}")
 
 
 def _opt(value: int | None) -> str:
@@ -261,13 +262,9 @@ def _keys_list(args: argparse.Namespace) -> int:
 def _keys_revoke(args: argparse.Namespace) -> int:
     record = _run(args, lambda s: s.revoke_key(args.id,
                                                expected_revision=args.expected_revision))
-    if args.json:
-        _print_json(record)
-    else:
-        print(f"revoked key {record.id} ({record.display_prefix}) at "
-              f"{record.revoked_at.isoformat() if record.revoked_at else '?'}; "
-              f"revision {record.revision}")
-    return 0
+    return _answer(args, record, f"revoked key {record.id} ({record.display_prefix}) at "
+                   f"{record.revoked_at.isoformat() if record.revoked_at else '?'}; "
+                   f"revision {record.revision}")
 
 
 def _grace(text: str) -> int:

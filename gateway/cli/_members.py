@@ -24,6 +24,7 @@ from gateway.cli import _args
 from gateway.cli._keys import (
     MAX_COUNT,
     _add,
+    _answer,
     _count,
     _limits_text,
     _money,
@@ -142,12 +143,8 @@ def _members_set(args: argparse.Namespace) -> int:
     limits = _limits(args)
     member: Member = _run(args, lambda s: s.put_member(
         args.team, args.user, limits=limits, expected_revision=args.expected_revision))
-    if args.json:
-        _print_json(member)
-    else:
-        print(f"set member {member.user}'s budget in team {args.team} (revision "
-              f"{member.revision}): {_budget_text(member.limits)}")
-    return 0
+    return _answer(args, member, f"set member {member.user}'s budget in team {args.team} "
+                   f"(revision {member.revision}): {_budget_text(member.limits)}")
 
 
 def _members_remove(args: argparse.Namespace) -> int:
@@ -156,37 +153,26 @@ def _members_remove(args: argparse.Namespace) -> int:
                                             expected_revision=args.expected_revision)
         return removed, await store.get_member(args.team, DEFAULT_MEMBER)
     member, default = _run(args, _remove)
-    if args.json:
-        _print_json(member)
-        return 0
     now = ("no member budget binds them now" if default is None else
            f"the team's default binds them now: {_budget_text(default.limits)}")
-    print(f"removed member {member.user}'s budget in team {args.team} (it was revision "
-          f"{member.revision}); {now}")
-    return 0
+    return _answer(args, member, f"removed member {member.user}'s budget in team "
+                   f"{args.team} (it was revision {member.revision}); {now}")
 
 
 def _default_set(args: argparse.Namespace) -> int:
     limits = _limits(args)
     member: Member = _run(args, lambda s: s.put_member(
         args.team, DEFAULT_MEMBER, limits=limits, expected_revision=args.expected_revision))
-    if args.json:
-        _print_json(member)
-    else:
-        print(f"set team {args.team}'s default member budget (revision {member.revision}): "
-              f"{_budget_text(member.limits)}")
-    return 0
+    return _answer(args, member, f"set team {args.team}'s default member budget (revision "
+                   f"{member.revision}): {_budget_text(member.limits)}")
 
 
 def _default_remove(args: argparse.Namespace) -> int:
     member: Member = _run(args, lambda s: s.delete_member(
         args.team, DEFAULT_MEMBER, expected_revision=args.expected_revision))
-    if args.json:
-        _print_json(member)
-    else:
-        print(f"removed team {args.team}'s default member budget (it was revision "
-              f"{member.revision}); users without a budget of their own have no member cap")
-    return 0
+    return _answer(args, member, f"removed team {args.team}'s default member budget (it "
+                   f"was revision {member.revision}); users without a budget of their own "
+                   "have no member cap")
 
 
 # -- users ----------------------------------------------------------------------------
@@ -209,11 +195,7 @@ def _users_show(args: argparse.Namespace) -> int:
     user: User | None = _run(args, lambda s: s.get_user(args.user))
     if user is None:
         raise NotFound(f"user {args.user!r} does not exist")
-    if args.json:
-        _print_json(user)
-    else:
-        _describe(user)
-    return 0
+    return _answer(args, user, _described(user))
 
 
 def _users_set(args: argparse.Namespace) -> int:
@@ -233,18 +215,14 @@ def _users_set(args: argparse.Namespace) -> int:
             expected_revision=expected)
         return user
     user = _run(args, _put)
-    if args.json:
-        _print_json(user)
-    else:
-        _describe(user, verb="set ")
-    return 0
+    return _answer(args, user, _described(user, verb="set "))
 
 
-def _describe(user: User, *, verb: str = "") -> None:
-    print(f"{verb}user {user.name} (revision {user.revision})")
-    print(f"email: {user.email or '-'}")
-    print(f"display name: {user.display_name or '-'}")
-    print(f"budget across teams: {_budget_text(user.limits)}")
+def _described(user: User, *, verb: str = "") -> str:
+    return (f"{verb}user {user.name} (revision {user.revision})\n"
+            f"email: {user.email or '-'}\n"
+            f"display name: {user.display_name or '-'}\n"
+            f"budget across teams: {_budget_text(user.limits)}")
 
 
 # -- parser ---------------------------------------------------------------------------

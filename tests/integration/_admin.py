@@ -42,6 +42,10 @@ def gateway_settings(request: pytest.FixtureRequest, tmp_path: Path,
     settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
     if profile == "shared":
         monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+        # Replayable rotations need the secret they are derived with (all replicas').
+        monkeypatch.setenv("IPT_ROTATION_SECRET", "r" * 40)
+        settings = replace(settings, server=replace(
+            settings.server, rotation_secret_ref="env:IPT_ROTATION_SECRET"))
         settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
                            governance_store=GovernanceStoreSettings(type="postgres"),
                            database=DatabaseSettings(pool_min_size=1, pool_max_size=2))

@@ -10,57 +10,17 @@ every write is an audit line naming the token, and bad input is a 400 in OpenAI'
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
-from msgspec.structs import replace
 
-from gateway.app import create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
+from tests.integration._admin import READ, WRITE, bearer
 
 pytestmark = pytest.mark.integration
 
-WRITE, READ = "w" * 8 + "-admin-write-token", "r" * 8 + "-admin-read-token"
 BODY = {"model": "mock-gpt", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-@pytest.fixture(params=["local", "shared"])
-async def admin(request: pytest.FixtureRequest, tmp_path: Path,
-                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[AsyncTestClient[Any],
-                                                                         Path]]:
-    """A client of a fresh gateway with the two admin tokens, and its audit file."""
-    monkeypatch.setenv("IPT_ADMIN_WRITE", WRITE)
-    monkeypatch.setenv("IPT_ADMIN_READ", READ)
-    base = load_settings(None)  # the built-in mock models
-    audit = tmp_path / "audit.jsonl"
-    server = replace(base.server, audit_path=str(audit), admin_tokens=[
-        AdminToken(name="terraform", token_ref="env:IPT_ADMIN_WRITE", access="write"),
-        AdminToken(name="portal", token_ref="env:IPT_ADMIN_READ")])
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        # Replayable rotations need the secret they are derived with (all replicas').
-        monkeypatch.setenv("IPT_ROTATION_SECRET", "r" * 40)
-        settings = replace(settings, server=replace(
-            settings.server, rotation_secret_ref="env:IPT_ROTATION_SECRET"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    async with AsyncTestClient(app=create_app(settings)) as client:
-        yield client, audit
 
 
 def _openai_error(r: Any, status: int, code: str) -> dict[str, Any]:

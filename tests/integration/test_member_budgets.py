@@ -10,57 +10,20 @@ team's other users keep being served.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
-from msgspec.structs import replace
 
-from gateway.app import create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
 from gateway.governance import CounterKey, utc_windows
+from tests.integration._admin import READ, WRITE, bearer
 
 pytestmark = pytest.mark.integration
 
-WRITE, READ = "w" * 8 + "-admin-write-token", "r" * 8 + "-admin-read-token"
 BODY = {"model": "mock-gpt", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 W, R = bearer(WRITE), bearer(READ)
-
-
-@pytest.fixture(params=["local", "shared"])
-async def gateway(request: pytest.FixtureRequest, tmp_path: Path,
-                  monkeypatch: pytest.MonkeyPatch
-                  ) -> AsyncIterator[tuple[AsyncTestClient[Any], Path]]:
-    monkeypatch.setenv("IPT_ADMIN_WRITE", WRITE)
-    monkeypatch.setenv("IPT_ADMIN_READ", READ)
-    base = load_settings(None)
-    audit = tmp_path / "audit.jsonl"
-    server = replace(base.server, audit_path=str(audit), admin_tokens=[
-        AdminToken(name="terraform", token_ref="env:IPT_ADMIN_WRITE", access="write"),
-        AdminToken(name="portal", token_ref="env:IPT_ADMIN_READ")])
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    async with AsyncTestClient(app=create_app(settings)) as client:
-        yield client, audit
 
 
 async def _key(c: AsyncTestClient[Any], team: str, user: str | None) -> str:
@@ -75,12 +38,12 @@ async def _chat(c: AsyncTestClient[Any], key: str) -> Any:
 
 
 async def test_a_member_budget_binds_its_user_and_not_the_teams_other_users(
-        gateway: tuple[AsyncTestClient[Any], Path]) -> None:
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
     """ana may spend two requests' worst case a day within a team that could pay for
     many: her third request (on either of her keys) is a 402 naming her member counter
     with its figures, bob's keep being served; /v1/me lists her member window with the
     store's figures, /v1/usage's ana rows hold what she committed."""
-    c, audit = gateway
+    c, audit = admin
     assert (await c.post("/admin/v1/teams", headers=W, json={
         "name": "t", "limits": {"usd_micros_per_day": 10_000_000}})).status_code == 201
     ana1, ana2, bob = (await _key(c, "t", "ana"), await _key(c, "t", "ana"),
@@ -129,11 +92,11 @@ async def test_a_member_budget_binds_its_user_and_not_the_teams_other_users(
 
 
 async def test_the_teams_default_member_budget_binds_each_user_separately(
-        gateway: tuple[AsyncTestClient[Any], Path]) -> None:
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
     """A default of one request's worst case: ana and bob each get one request (their
     own windows), a second is refused for each; a member budget of ana's own replaces
     the default for her at once; removing it brings the default back."""
-    c, _ = gateway
+    c, _ = admin
     await c.post("/admin/v1/teams", headers=W, json={"name": "t"})
     ana, bob = await _key(c, "t", "ana"), await _key(c, "t", "bob")
     probe = await c.post("/v1/chat/completions", json=BODY, headers=bearer(
@@ -161,10 +124,10 @@ async def test_the_teams_default_member_budget_binds_each_user_separately(
 
 
 async def test_a_user_budget_binds_the_user_across_teams(
-        gateway: tuple[AsyncTestClient[Any], Path]) -> None:
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
     """ana holds a key in two teams; her user budget (tokens a day) is one window for
     both: what she spends in one team is refused in the other."""
-    c, _ = gateway
+    c, _ = admin
     for team in ("a", "b"):
         await c.post("/admin/v1/teams", headers=W, json={"name": team})
     in_a, in_b = await _key(c, "a", "ana"), await _key(c, "b", "ana")
@@ -186,8 +149,8 @@ async def test_a_user_budget_binds_the_user_across_teams(
 
 
 async def test_member_routes_refuse_bad_input_and_read_tokens(
-        gateway: tuple[AsyncTestClient[Any], Path]) -> None:
-    c, _ = gateway
+        admin: tuple[AsyncTestClient[Any], Path]) -> None:
+    c, _ = admin
     await c.post("/admin/v1/teams", headers=W, json={"name": "t"})
     for body in ({"usd_micros_per_day": -1}, {"usd_per_day": 5}, {"tokens_per_day": 2**70},
                  ["x"]):

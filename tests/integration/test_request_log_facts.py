@@ -11,51 +11,27 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
-from msgspec.structs import replace
 
-from gateway.app import create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
 from gateway.ingress._client import client_tool
+from tests.integration._admin import READ, WRITE
 
 pytestmark = pytest.mark.integration
 
-READ = "r" * 8 + "-admin-read-token"
-WRITE = "w" * 8 + "-admin-write-token"
 AGENTS = {"claude-code": "claude-cli/2.1.197 (external, cli)",
           "codex": "codex_cli_rs/0.171.0 (Debian 13; x86_64) xterm",
           "openai-python": "OpenAI/Python 2.8.1",
           "anthropic-python": "Anthropic/Python 0.75.0"}
 
 
-@pytest.fixture(params=["local", "shared"])
-async def client(request: pytest.FixtureRequest, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncTestClient[Any]]:
-    monkeypatch.setenv("IPT_ADMIN_READ", READ)
-    monkeypatch.setenv("IPT_ADMIN_WRITE", WRITE)
-    base = load_settings(None)
-    server = replace(base.server, admin_tokens=[
-        AdminToken(name="portal", token_ref="env:IPT_ADMIN_READ"),
-        AdminToken(name="terraform", token_ref="env:IPT_ADMIN_WRITE", access="write")])
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    async with AsyncTestClient(app=create_app(settings)) as c:
-        yield c
+@pytest.fixture
+def client(admin: tuple[AsyncTestClient[Any], Path]) -> AsyncTestClient[Any]:
+    """The ``admin`` fixture's client (both profiles)."""
+    return admin[0]
 
 
 def test_client_tool_names_the_agents_and_sdks() -> None:
