@@ -13,7 +13,7 @@ ARG PYTHON_VERSION=3.11
 # -- build: the project's wheel and every dependency as wheels -------------------------
 FROM python:${PYTHON_VERSION}-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY gateway gateway
 COPY controlplane controlplane
 COPY sql sql

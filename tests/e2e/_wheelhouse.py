@@ -24,7 +24,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-SOURCES = ("pyproject.toml", "README.md", "gateway", "controlplane", "sql", "migrations")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "gateway", "controlplane", "sql", "migrations")
 
 
 def build_inferplane_wheel(root: Path, out: Path) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e._procs import ROOT
+from tests.e2e._wheelhouse import SOURCES
 
 pytestmark = pytest.mark.e2e
 
@@ -81,7 +82,9 @@ def test_serve_installs_only_when_pyproject_changed(tmp_path: Path) -> None:
 
 def test_package_metadata_has_the_spdx_licence_and_no_deprecation(tmp_path: Path) -> None:
     """setuptools builds the metadata with ``License-Expression: Apache-2.0`` and the
-    LICENSE file, and prints no deprecation warning (the table form printed two)."""
+    LICENSE file, and prints no deprecation warning (the table form printed two); the
+    image's and the wheel test's build copies include LICENSE (else setuptools warns
+    that ``license-files`` matched nothing)."""
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, tmp_path / name)
     (tmp_path / "out").mkdir()
@@ -95,3 +98,7 @@ def test_package_metadata_has_the_spdx_licence_and_no_deprecation(tmp_path: Path
     metadata = info.read_text().splitlines()
     assert "License-Expression: Apache-2.0" in metadata
     assert "License-File: LICENSE" in metadata
+    # The image and the wheel test build from copies: each takes the licence file too.
+    assert "!LICENSE" in (ROOT / ".dockerignore").read_text().splitlines()
+    assert "COPY pyproject.toml README.md LICENSE ./" in (ROOT / "Dockerfile").read_text()
+    assert "LICENSE" in SOURCES
