@@ -26,8 +26,8 @@ from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency, Provide
 from litestar.handlers import BaseRouteHandler
 
-from gateway.config import ServerSettings, resolve_secret
-from gateway.errors import AccessDenied, ConfigError, Unauthenticated
+from gateway.config import ServerSettings, resolve_admin_tokens
+from gateway.errors import AccessDenied, Unauthenticated
 from gateway.ingress import ActingFor, Gateway, authenticate, presented
 from gateway.keys import Principal
 
@@ -50,23 +50,9 @@ class AdminAccess:
 
     @classmethod
     def from_settings(cls, server: ServerSettings) -> AdminAccess:
-        tokens: list[tuple[str, str, Access]] = []
-        if server.admin_token_ref:
-            tokens.append(("admin", resolve_secret(server.admin_token_ref,
-                                                   key="server.admin_token_ref"), "read"))
-        for i, t in enumerate(server.admin_tokens):
-            key = f"server.admin_tokens[{i}]"
-            secret = resolve_secret(t.token_ref, key=f"{key}.token_ref")
-            if len(secret) < 16:
-                raise ConfigError(f"{key}.token_ref: the token must be at least 16 "
-                                  "characters")
-            for name, other, _ in tokens:
-                if name == t.name:
-                    raise ConfigError(f"{key}.name: {t.name!r} is used twice")
-                if hmac.compare_digest(other.encode(), secret.encode()):
-                    raise ConfigError(f"{key}.token_ref: the same token as {name!r}")
-            tokens.append((t.name, secret, t.access))
-        return cls(tokens)
+        """Resolved and checked as ``config check`` checks them
+        (:func:`gateway.config.resolve_admin_tokens`)."""
+        return cls(resolve_admin_tokens(server))
 
     @property
     def configured(self) -> bool:

@@ -34,11 +34,13 @@ from gateway.config._settings import (
     ServerSettings,
     Settings,
 )
+from gateway.config._tokens import MIN_ADMIN_TOKEN_CHARS, resolve_admin_tokens
 
 __all__ = [
     "AdminToken",
     "AlertSettings",
     "DEFAULT_MOCK_MODELS",
+    "MIN_ADMIN_TOKEN_CHARS",
     "FIGURES",
     "MAX_SECONDS",
     "BootstrapTeam",
@@ -63,6 +65,7 @@ __all__ = [
     "is_reference",
     "load_settings",
     "load_settings_and_models",
+    "resolve_admin_tokens",
     "resolve_secret",
     "secret_refs",
 ]

@@ -34,7 +34,7 @@ PRICE = {"input": 1_000_000, "output": 4_000_000, "cache_read": 100_000,
          "cache_write_5m": 1_250_000, "cache_write_1h": 2_000_000}
 OPUS_PRICE = {"input": 15_000_000, "output": 75_000_000, "cache_read": 1_500_000,
               "cache_write_5m": 18_750_000, "cache_write_1h": 30_000_000}
-ADMIN_TOKEN = "e2e-admin-token"
+ADMIN_TOKEN = "e2e-admin-token-0123"  # at least 16 characters, as serve requires
 MAX_BODY = 256 * 1024  # room for agent-sized prompts (~108 KB per Claude Code turn)
 MAX_OUTPUT = 100_000
 

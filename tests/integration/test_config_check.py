@@ -155,3 +155,38 @@ def test_database_check_reports_an_unmigrated_database(tmp_path: Path, pg_dsn: s
     assert errors(check) == errors(serve) and len(errors(serve)) == 1, serve.stderr
     assert "mayu migrate" in errors(serve)[0]
     assert "Traceback" not in serve.stdout + serve.stderr
+
+
+LONG = "a-long-enough-admin-token-0123"
+
+
+@pytest.mark.parametrize(("server", "key"), [
+    ({"admin_token_ref": "env:IPT_SHORT"}, "server.admin_token_ref: the token must be at "
+                                           "least 16 characters (it has 6)"),
+    ({"admin_tokens": [{"name": "ops", "token_ref": "env:IPT_SHORT", "access": "write"}]},
+     "server.admin_tokens[0].token_ref: the token must be at least 16"),
+    ({"admin_tokens": [{"name": "ops", "token_ref": "env:IPT_LONG", "access": "write"},
+                       {"name": "bi", "token_ref": "env:IPT_LONG"}]},
+     "server.admin_tokens[1].token_ref: the same token as 'ops'"),
+    ({"admin_token_ref": "env:IPT_LONG",
+      "admin_tokens": [{"name": "ops", "token_ref": "env:IPT_LONG", "access": "write"}]},
+     "server.admin_tokens[0].token_ref: the same token as 'admin'"),
+    ({"admin_tokens": [{"name": "ops", "token_ref": "env:IPT_LONG"},
+                       {"name": "ops", "token_ref": "env:IPT_OTHER"}]},
+     "server.admin_tokens[1].name: 'ops' is used twice"),
+    ({"rotation_secret_ref": "env:IPT_LONG"},
+     "server.rotation_secret_ref: a rotation secret must be at least 32 characters"),
+], ids=["legacy-short", "short", "same-value", "same-as-legacy", "same-name",
+        "short-rotation-secret"])
+def test_admin_tokens_are_checked_alike_by_check_and_serve(
+        tmp_path: Path, server: dict[str, Any], key: str) -> None:
+    """A short (< 16 characters) or repeated admin token, in either setting, and a short
+    rotation secret: config check and serve both refuse with one line naming the key
+    (serve with no traceback), and neither prints the value."""
+    env = {"IPT_SHORT": "sixsix", "IPT_LONG": LONG, "IPT_OTHER": LONG + "-other"}
+    check, serve = both(tmp_path, write(tmp_path, {"server": server}), **env)
+    assert check.returncode == serve.returncode == 2, (check.stderr, serve.stderr)
+    assert errors(check) == errors(serve) and len(errors(check)) == 1, (check.stderr,
+                                                                        serve.stderr)
+    assert key in check.stderr and "Traceback" not in serve.stderr
+    assert LONG not in check.stderr + serve.stderr and "sixsix" not in check.stderr
