@@ -63,6 +63,11 @@ def moment(value: Any) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def moment_short(value: Any) -> str:
+    """:func:`moment` without the zone, for a column whose header says UTC."""
+    return moment(value).removesuffix(" UTC")
+
+
 @dataclass(frozen=True)
 class Segment:
     part: str
@@ -89,6 +94,11 @@ def bar(*, committed: int, liability: int, reserved: int,
     return segments
 
 
+def rows(n: int) -> str:
+    """``1 row``, ``2 rows``."""
+    return f"{n:,} row{'' if n == 1 else 's'}"
+
+
 def window_resets(today: date) -> tuple[str, str]:
     """When the UTC day and month of ``today`` end (their counters start over)."""
     tomorrow = today + timedelta(days=1)
@@ -97,4 +107,4 @@ def window_resets(today: date) -> tuple[str, str]:
 
 
 FILTERS = {"money": money, "dollars": dollars, "count": count, "amount": amount,
-           "limit": limit, "moment": moment}
+           "limit": limit, "moment": moment, "moment_short": moment_short, "rows": rows}

@@ -82,7 +82,7 @@ async def create_key(request: AnyRequest) -> Response[Any]:
     if not errors:
         answer = await api.call("POST", "/admin/v1/keys", json=body)
         if answer.ok:
-            return _secret(request, session, answer, rotated=False)
+            return await _secret(request, session, api, answer, rotated=False)
         errors[field_of(answer.error.get("param"), _KEY_FIELDS)] = answer.message
     return await _keys(request, session, api, errors=errors, values=form, status=400)
 
@@ -101,7 +101,7 @@ async def rotate_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Any
     if not answer.ok:
         return page(request, "error.html", {"session": session, "message": answer.message},
                     status=answer.status)
-    return _secret(request, session, answer, rotated=True)
+    return await _secret(request, session, api, answer, rotated=True)
 
 
 @post("/keys/{key_id:str}/revoke", status_code=303)
@@ -115,12 +115,16 @@ async def revoke_key(request: AnyRequest, key_id: FromPath[str]) -> Response[Any
     return Redirect(f"/console/keys?flash=revoked:{key_id}", status_code=303)
 
 
-def _secret(request: AnyRequest, session: Any, answer: Answer, *,
-            rotated: bool) -> Response[Any]:
-    """The one page that shows a secret: never cached, never stored."""
+async def _secret(request: AnyRequest, session: Any, api: Api, answer: Answer, *,
+                  rotated: bool) -> Response[Any]:
+    """The one page that shows a secret: never cached, never stored. The key's team by
+    its name (its id when the team cannot be read)."""
     base = str(request.base_url).rstrip("/")
+    team_id = answer.body["key"]["team_id"]
+    team = await api.get(f"/admin/v1/teams/{quote(team_id, safe='')}")
     shown = page(request, "secret.html", {
         "session": session, "key": answer.body["key"], "secret": answer.body["secret"],
+        "team_name": team.body["name"] if team.ok else team_id,
         "rotated": rotated, "previous_valid_until": answer.body.get("previous_valid_until"),
         "base_url": base}, status=201 if not rotated else 200)
     shown.headers["Cache-Control"] = "no-store"

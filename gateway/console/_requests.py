@@ -18,9 +18,10 @@ from litestar.params import FromPath
 
 from gateway.console._client import ApiRefused
 from gateway.console._web import page, signed_in
+from gateway.ingress import CLIENTS
 
 AnyRequest = Request[Any, Any, Any]
-FILTERS = ("team", "key_id", "user", "model", "status", "since", "until")
+FILTERS = ("team", "key_id", "user", "model", "status", "tool", "since", "until")
 STATUSES = ("pending", "complete", "tokens_known", "uncertain", "invalid", "cancelled")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -53,7 +54,8 @@ async def _log(request: AnyRequest, *, admin: bool) -> Response[Any]:
     return page(request, "_requests_table.html" if fragment else "requests.html", {
         "session": session, "rows": answer.body["data"] if answer.ok else [],
         "next_cursor": answer.body.get("next_cursor") if answer.ok else None,
-        "chosen": chosen, "errors": errors, "statuses": STATUSES, "admin": admin,
+        "chosen": chosen, "errors": errors, "statuses": STATUSES, "tools": CLIENTS,
+        "admin": admin,
         "names": names, "base": base, "query": query}, status=200 if answer.ok else answer.status)
 
 

@@ -2,6 +2,7 @@
 
 from gateway.ingress._asgi import GatewayApp
 from gateway.ingress._attempt import Attempt, Call, outcome_for
+from gateway.ingress._client import CLIENTS
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import ACTING_FOR, ActingFor, authenticate, presented
 from gateway.ingress._dispatch import InvalidUpstreamUsage, dispatch
@@ -10,6 +11,7 @@ from gateway.ingress._routes import ROUTES, error_handler
 
 __all__ = [
     "ACTING_FOR",
+    "CLIENTS",
     "ROUTES",
     "ActingFor",
     "Attempt",

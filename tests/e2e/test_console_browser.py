@@ -122,6 +122,12 @@ def chat(gateway: Proc, secret: str) -> Any:
         model="gpt-local", max_tokens=16, messages=[{"role": "user", "content": "hello"}])
 
 
+def fits(page: Any, selector: str) -> bool:
+    """The element shows all its content without a horizontal scroll."""
+    return bool(page.locator(selector).first.evaluate(
+        "e => e.scrollWidth <= e.clientWidth"))
+
+
 def money(micros: int) -> str:
     whole, frac = divmod(micros, 1_000_000)
     return f"{micros:,} µUSD (${whole:,}.{frac:06d})"
@@ -156,6 +162,7 @@ def test_an_operator_creates_uses_rotates_and_revokes_a_key(page: Any, gateway: 
     form.get_by_role("button", name="Create key").click()
     secret = page.locator("#secret").inner_text().strip()
     assert secret.startswith("sk-inf-")
+    assert page.locator('[data-figure="team"] a').inner_text() == "platform"  # not its id
     assert f"ANTHROPIC_API_KEY={secret}" in page.locator("#env-claude").inner_text()
     assert f"{gateway.url}/v1" in page.locator("#env-codex").inner_text()
     page.screenshot(path=shots / "key-created.png", full_page=True)
@@ -173,7 +180,15 @@ def test_an_operator_creates_uses_rotates_and_revokes_a_key(page: Any, gateway: 
     row = page.locator("tbody tr[data-status]").first
     assert row.get_attribute("data-status") == "complete" and "gpt-local" in row.inner_text()
     assert money(spent) in row.locator('[data-figure="usd_committed"]').inner_text()
+    assert row.locator("[data-tool]").inner_text() == "openai-python"  # the SDK's own name
+    assert fits(page, ".table-wrap")  # every column within the page at 1280 px
+    assert row.locator("td.time time").evaluate("e => e.getClientRects().length") == 1
+    assert page.get_by_label("Client tool").evaluate("e => e.tagName") == "SELECT"
     page.screenshot(path=shots / "requests.png", full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # the table scrolls
+    page.screenshot(path=shots / "requests-phone.png", full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 900})
     export = page.get_by_role("link", name="Export these requests as CSV")
     csv = page.request.get(export.get_attribute("href"))
     assert csv.headers["content-type"].startswith("text/csv")
@@ -192,6 +207,11 @@ def test_an_operator_creates_uses_rotates_and_revokes_a_key(page: Any, gateway: 
     drawn = card.locator('rect[data-part="committed"]').first
     assert float(drawn.get_attribute("width")) == pytest.approx(100 * spent / 5_000_000,
                                                                 abs=0.001)
+    # No monthly limit: no bar to fill (it was drawn full), the card says so.
+    assert card.locator("svg.bar").count() == 1
+    assert card.locator("[data-no-limit]").inner_text() == "No month limit: nothing to fill."
+    favicon = page.locator('link[rel="icon"]').get_attribute("href")
+    assert favicon and page.request.get(favicon).status == 200
     page.screenshot(path=shots / "overview.png", full_page=True)
     page.set_viewport_size({"width": 390, "height": 844})
     assert page.evaluate("document.documentElement.scrollWidth") <= 390

@@ -25,7 +25,16 @@ import pytest
 import yaml
 
 from tests.e2e._procs import Proc, start_gateway
-from tests.e2e.test_console_browser import PRICE, READ, WRITE, api, browser, page, shots, sign_in
+from tests.e2e.test_console_browser import (
+    PRICE,
+    READ,
+    WRITE,
+    api,
+    browser,
+    page,
+    shots,
+    sign_in,
+)
 
 pytestmark = pytest.mark.e2e
 __all__ = ["browser", "page", "shots"]  # the fixtures, shared with test_console_browser
@@ -170,6 +179,10 @@ def test_an_operator_opens_a_request_and_resolves_an_uncertain_permit(
     row = page.locator(f'tr[data-permit="{permit["permit_id"]}"]')
     assert row.get_attribute("data-status") == "uncertain"
     assert page.locator('[data-figure="profile"]').inner_text() == "local"
+    # Every table within the page at 1280 px, the resolve form included; a time on one line.
+    assert page.locator(".table-wrap").evaluate_all(
+        "ws => ws.every(w => w.scrollWidth <= w.clientWidth)")
+    assert row.locator("td.time time").evaluate("e => e.getClientRects().length") == 1
     page.screenshot(path=shots / "operations.png", full_page=True)
     row.get_by_label("Exact cost (µUSD)").fill("777")
     row.get_by_label("Exact tokens (optional)").fill("12")

@@ -8,7 +8,15 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.console._format import bar, count, dollars, money, window_resets
+from gateway.console._format import (
+    bar,
+    count,
+    dollars,
+    moment_short,
+    money,
+    rows,
+    window_resets,
+)
 
 AMOUNT = st.integers(min_value=0, max_value=2**50)
 
@@ -45,3 +53,10 @@ def test_one_of_a_counted_unit_is_singular() -> None:
     assert count(0, "requests") == "0 requests"
     assert count(12_345, "tokens") == "12,345 tokens"
     assert count(None, "tokens") == "—"
+
+
+def test_a_row_count_agrees_with_its_number_and_a_table_time_drops_its_zone() -> None:
+    """``1 row`` (it read "(1 rows)"), ``2 rows``, ``1,000 rows``; a time in a column
+    headed UTC is written without the zone."""
+    assert [rows(n) for n in (0, 1, 2, 1000)] == ["0 rows", "1 row", "2 rows", "1,000 rows"]
+    assert moment_short("2026-12-04T18:40:12.5Z") == "2026-12-04 18:40:12"
