@@ -31,7 +31,8 @@ pytestmark = pytest.mark.e2e
 
 CHROMIUM = "/usr/bin/chromium"
 WRITE, READ = "sessions-e2e-write-token", "sessions-e2e-read-token"
-IDLE_S, MAX_S = 4.0, 12.0
+IDLE_S, MAX_S = 6.0, 18.0
+"""Wide margins: a page may take seconds in a browser on a loaded machine."""
 
 
 def _gateway(work: Path, name: str, server: dict[str, Any]) -> Proc:
@@ -156,11 +157,11 @@ def test_a_session_idles_out_and_ends_at_its_absolute_expiry(browser: Any,
     context = _context(browser, short)
     page = context.new_page()
     sign_in(page, READ)
-    time.sleep(IDLE_S + 1.0)
+    time.sleep(IDLE_S + 1.5)
     assert _signed_out(page)
     sign_in(page, READ)
     signed_at = time.monotonic()
-    while time.monotonic() - signed_at < MAX_S - 3.0:
+    while time.monotonic() - signed_at < MAX_S - 6.0:
         assert not _signed_out(page), time.monotonic() - signed_at
         time.sleep(1.0)
     time.sleep(max(0.0, signed_at + MAX_S + 0.5 - time.monotonic()))
