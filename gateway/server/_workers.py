@@ -3,7 +3,8 @@
 The process ``mayu serve`` started becomes a supervisor: it binds the port once (and
 holds it while workers come and go), makes a directory for the workers' metric files
 (``PROMETHEUS_MULTIPROC_DIR``, so any worker's ``/metrics`` serves the sum over all of
-them) and starts N workers, each a fresh interpreter (``spawn``, not ``fork``) running
+them; one a killed supervisor left behind is removed at the next start) and starts N
+workers, each a fresh interpreter (``spawn``, not ``fork``) running
 the app. On Linux each worker listens on a socket of its own bound to that port
 (``SO_REUSEPORT``), so the kernel spreads new connections evenly over the workers; on
 one shared listening socket, asyncio's accept loop lets whichever worker wakes first
@@ -130,6 +131,40 @@ def _bound(server: ServerSettings, address: tuple[Any, ...], *,
     return sock
 
 
+_METRICS_PREFIX = "mayu-metrics-"
+
+
+def fresh_metrics_dir() -> str:
+    """A new directory for the workers' metric files, named after this supervisor's pid
+    (``mayu-metrics-<pid>-…`` in the temporary directory). A supervisor removes its own
+    when it stops; one killed before it could (``kill -9``, a crash) left its directory
+    behind, so what a supervisor no longer running left (its pid gone, or this very pid:
+    a restarted container's supervisor often has the pid its predecessor had) is
+    removed first. A directory of a live process, or another user's, is left alone."""
+    base = tempfile.gettempdir()
+    for stale in os.scandir(base):
+        head, _, rest = stale.name.partition(_METRICS_PREFIX)
+        pid = rest.split("-", 1)[0]
+        if head or not pid.isdigit() or not stale.is_dir(follow_symlinks=False):
+            continue
+        if stale.stat(follow_symlinks=False).st_uid != os.getuid():
+            continue
+        if int(pid) == os.getpid() or not _running(int(pid)):
+            log.info("removing %s, left by a supervisor no longer running", stale.path)
+            shutil.rmtree(stale.path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{os.getpid()}-")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def run_workers(settings: Settings, *, log_level: str) -> int:
     """Supervise ``settings.server.workers`` workers until SIGTERM/SIGINT; the exit
     status (0, or 1 when a worker failed before it ever served)."""
@@ -139,7 +174,7 @@ def run_workers(settings: Settings, *, log_level: str) -> int:
     except ConfigError as exc:
         print(f"mayu: error: {exc.message}", file=sys.stderr)
         return 2
-    metrics_dir = tempfile.mkdtemp(prefix="mayu-metrics-")
+    metrics_dir = fresh_metrics_dir()
     os.environ[MULTIPROCESS_DIR] = metrics_dir  # inherited by the spawned workers
     ctx = multiprocessing.get_context("spawn")
     slots = [_Slot(i) for i in range(count)]
