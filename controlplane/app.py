@@ -275,7 +275,8 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
 def create_app(config: ControlPlaneConfig) -> Litestar:
     """The inferplaned app for ``config`` (tokens resolved now: a bad ref fails here)."""
     tokens = resolve_tokens(config.auth)
-    auth = TokenAuth(tokens.writers, tokens.readers, tokens.dataplanes, planes=tokens.planes)
+    auth = TokenAuth(tokens.writers, tokens.readers, tokens.dataplanes, planes=tokens.planes,
+                     teams=tokens.teams)
     for name in tokens.unscoped:
         log.warning("data plane token %r may report for ANY plane id (no "
                     "auth.dataplane_tokens_ref.%s.planes): a holder of it can claim a "

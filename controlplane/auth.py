@@ -36,6 +36,8 @@ class Identity(msgspec.Struct, frozen=True):
     role: Role
     planes: tuple[str, ...] | None = None
     """A data-plane token's plane ids and ``prefix*`` entries (None: any id)."""
+    teams: tuple[str, ...] | None = None
+    """The teams a data-plane token's planes may report for (None: any)."""
 
 
 class NotAuthenticated(Unauthenticated):
@@ -67,12 +69,13 @@ class TokenAuth:
 
     def __init__(self, writers: dict[str, str], readers: dict[str, str],
                  dataplanes: dict[str, str] | None = None, *,
-                 planes: dict[str, tuple[str, ...]] | None = None) -> None:
-        bound = planes or {}
+                 planes: dict[str, tuple[str, ...]] | None = None,
+                 teams: dict[str, tuple[str, ...]] | None = None) -> None:
+        bound, granted = planes or {}, teams or {}
         self._tokens: list[tuple[bytes, Identity]] = [
             *((t.encode(), Identity(n, "writer")) for n, t in writers.items()),
             *((t.encode(), Identity(n, "reader")) for n, t in readers.items()),
-            *((t.encode(), Identity(n, "dataplane", bound.get(n)))
+            *((t.encode(), Identity(n, "dataplane", bound.get(n), granted.get(n)))
               for n, t in (dataplanes or {}).items())]
         self.dataplane_names = tuple(sorted(dataplanes or {}))
         """Every configured data-plane token's name (a plane bound to one of them may be

@@ -185,10 +185,12 @@ def _entry(r: AccountReport, name: CounterKey, rule: CompiledRule | None, manage
             "want": r.want, "need": r.need, "cap": r.cap}
 
 
-def ledger_accounts(view: PolicyView, req: SyncRequest, *, now: datetime | None = None
+def ledger_accounts(view: PolicyView, req: SyncRequest, *, now: datetime | None = None,
+                    granted: tuple[str, ...] | None = None,
                     ) -> tuple[list[dict[str, Any]], list[tuple[str, Ignored]]]:
     """The ledger input for each reported account, and the reports left out (reason
-    code, and what the plane is told)."""
+    code, and what the plane is told). ``granted``: the teams the plane's token may
+    report for (None: any the heartbeat lists)."""
     periods = open_periods(now or datetime.now(UTC))
     teams = set(req.teams)
     out: list[dict[str, Any]] = []
@@ -213,6 +215,12 @@ def ledger_accounts(view: PolicyView, req: SyncRequest, *, now: datetime | None 
                                   f"control plane accepts {sorted(periods[window])})")
             continue
         team = _team_of(name.scope)
+        if granted is not None and team not in granted:
+            skip("not_granted", r.key, f"team {team!r} is not one this plane's token may "
+                                       "report for (auth.dataplane_tokens_ref.<token>.teams)"
+                 if team is not None else "this plane's token may report only for its "
+                                          "teams' accounts")
+            continue
         if team is not None and team not in teams:
             skip("team", r.key, f"team {team!r} is not one of this plane's key store "
                                 "(the heartbeat's teams)")
@@ -285,7 +293,8 @@ class Ledger:
             now = datetime.now(UTC)
             async with connection(self.pool, _WHAT) as conn:
                 view = await self.cache.get(conn)
-                accounts, ignored = ledger_accounts(view, req, now=now)
+                accounts, ignored = ledger_accounts(view, req, now=now,
+                                                    granted=identity.teams)
                 row = await fetch_one(conn, sql.lease_queries["lease_sync"], {
                     "req": Jsonb(self._request(req, identity, view, accounts, now))})
             assert row is not None
@@ -378,6 +387,11 @@ class Ledger:
             if len(self._logged) >= _LOGGED_MAX:
                 self._logged.clear()
             self._logged[seen] = None
+        if code == "not_granted":  # a report beyond the token's grant: an alarm
+            log.log(logging.ERROR if first else logging.DEBUG,
+                    "ALARM lease report beyond its grant refused: data plane %r (token %r) "
+                    "reported %s: %s", plane, token, item.key, item.reason)
+            return
         log.log(logging.WARNING if first else logging.DEBUG,
                 "lease account refused for data plane %r (token %r): %s: %s", plane, token,
                 item.key, item.reason)

@@ -5,9 +5,10 @@ moved (a token reporting for a plane id that is not its own, a second counter st
 for a live plane, fresh counters too often), frame changes accepted (each one turns a
 plane's unused allowance into liability for the rest of its window), and account
 reports the ledger refused or ignored (committed going backwards, a window or team the
-plane cannot have, too many accounts). Each app has its own registry, so several apps
-in one process (tests) never collide. Label values come from fixed sets (the reasons
-below), never from a plane, token or team name.
+plane cannot have, too many accounts, a team its token was not granted: an alarm).
+Each app has its own registry, so several apps in one process (tests) never collide.
+Label values come from fixed sets (the reasons below), never from a plane, token or team
+name.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 SYNC_REFUSALS = ("plane_not_allowed", "token_conflict", "frame_live", "frame_rate")
 """Why a whole heartbeat was refused (403 or 409)."""
 ACCOUNT_REFUSALS = ("went_backwards", "not_managed", "too_many_accounts", "period", "team",
-                    "scope", "key", "duplicate")
+                    "scope", "key", "duplicate", "not_granted")
 """Why one reported account was refused or ignored (the heartbeat itself is answered)."""
 
 

@@ -16,6 +16,7 @@ Example::
         node-a:                     # one token per node, naming the plane ids it may use
           token_ref: file:/run/secrets/inferplaned-node-a
           planes: [node-a]          # exact ids, or a prefix ending in '*' (pool-b-*)
+          teams: [ml, platform]     # the teams its planes may report for (unset: any)
     lease:
       frame_change_interval_s: 300  # a plane's counters replaced at most this often
       max_accounts_per_plane: 5000  # ledger rows one plane may hold in the open windows
@@ -63,6 +64,8 @@ class ListenSettings(_Base, frozen=True):
 PlaneId = Annotated[str, msgspec.Meta(min_length=1, max_length=253,
                                       pattern=r"^[^\s*]+\*?$")]
 """A plane id a data-plane token may report for, or a prefix of ids ending in ``*``."""
+TeamName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+"""A team a data-plane token's planes may report for."""
 
 
 class DataPlaneToken(_Base, frozen=True):
@@ -71,6 +74,12 @@ class DataPlaneToken(_Base, frozen=True):
     token_ref: str
     planes: Annotated[list[PlaneId], msgspec.Meta(min_length=1, max_length=10_000)]
     """Exact plane ids (``node-a``) or id prefixes (``pool-b-*``)."""
+    teams: Annotated[list[TeamName], msgspec.Meta(min_length=1,
+                                                   max_length=100_000)] | None = None
+    """The teams whose consumption this token's planes may report (their gateways' key
+    store): a reported account of any other team is refused, counted
+    (``inferplaned_lease_account_refusals{reason="not_granted"}``) and logged as an
+    alarm, and never reaches the ledger. Unset: any team the heartbeat lists."""
 
 
 class AuthSettings(_Base, frozen=True):
@@ -143,6 +152,8 @@ class Tokens(NamedTuple):
     readers: dict[str, str]
     dataplanes: dict[str, str]
     planes: dict[str, tuple[str, ...]] = {}
+    teams: dict[str, tuple[str, ...]] = {}
+    """Data-plane token name → the teams its planes may report for (absent: any)."""
 
     @property
     def any(self) -> bool:
@@ -205,7 +216,9 @@ def resolve_tokens(auth: AuthSettings) -> Tokens:
                                   "belongs to one token)")
             owner[plane] = name
     writers, readers, dataplane_tokens = resolved
-    return Tokens(writers, readers, dataplane_tokens, planes)
+    teams = {name: tuple(v.teams) for name, v in dataplanes.items()
+             if isinstance(v, DataPlaneToken) and v.teams is not None}
+    return Tokens(writers, readers, dataplane_tokens, planes, teams)
 
 
 def may_report(patterns: tuple[str, ...] | None, plane_id: str) -> bool:
