@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from dataclasses import dataclass
 from typing import Any, cast
@@ -44,6 +45,7 @@ from gateway.config import ConsoleSettings
 from gateway.ingress import ActingFor, Gateway
 from gateway.keys import ConsoleSession, ConsoleSessionStore, SessionAccess
 
+log = logging.getLogger("mayu.console")
 SESSION_COOKIE = "inferplane_console"
 LOGIN_COOKIE = "inferplane_console_login"
 PATH = "/console"
@@ -132,7 +134,10 @@ async def open_session(request: AnyRequest) -> Session | None:
     if row is None:
         return None
     if not await _stands(request, row):
-        await store.end_console_sessions(row.credential_sha256)
+        ended = await store.end_console_sessions(row.credential_sha256)
+        log.info("console: %d session(s) of %s signed out: the credential no longer "
+                 "stands (revoked, expired, rotated out, or gone from the config)",
+                 ended, row.subject)
         return None
     session = Session(subject=row.subject, kind=row.access, csrf=csrf_token(session_id),
                       acting=ActingFor(row.credential_sha256))
