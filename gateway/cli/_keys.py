@@ -16,7 +16,7 @@ import asyncio
 import importlib
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -99,6 +99,19 @@ def _print_json(value: Any) -> None:
     print(json.dumps(msgspec.to_builtins(value), indent=2, sort_keys=True))
 
 
+def _listing(args: argparse.Namespace, items: Sequence[Any], *, empty: str,
+             header: tuple[str, ...], rows: Callable[[], list[tuple[str, ...]]]) -> int:
+    """A list command's answer: ``items`` as JSON with ``--json``, else ``empty`` for
+    none, else the table of ``header`` and ``rows()``; exit 0."""
+    if args.json:
+        _print_json(items)
+    elif not items:
+        print(empty)
+    else:
+        _table(header, rows())
+    return 0
+
+
 def _answer(args: argparse.Namespace, value: Any, line: str) -> int:
     """A command's answer: ``value`` as JSON with ``--json``, else ``line``; exit 0."""
     if args.json:
@@ -150,17 +163,13 @@ def _teams_create(args: argparse.Namespace) -> int:
 
 def _teams_list(args: argparse.Namespace) -> int:
     teams: list[Team] = _run(args, lambda s: s.list_teams())
-    if args.json:
-        _print_json(teams)
-        return 0
-    if not teams:
-        print("no teams (create one with: mayu teams create NAME)")
-        return 0
-    _table(("NAME", "ID", "REV", "RPM", "TPM", "TOKENS/DAY", "USD/DAY", "USD/MONTH"),
-           [(t.name, t.id, str(t.revision), _opt(t.limits.rpm), _opt(t.limits.tpm),
-             _opt(t.limits.tokens_per_day), format_usd(t.limits.usd_micros_per_day),
-             format_usd(t.limits.usd_micros_per_month)) for t in teams])
-    return 0
+    return _listing(
+        args, teams, empty="no teams (create one with: mayu teams create NAME)",
+        header=("NAME", "ID", "REV", "RPM", "TPM", "TOKENS/DAY", "USD/DAY", "USD/MONTH"),
+        rows=lambda: [(t.name, t.id, str(t.revision), _opt(t.limits.rpm),
+                       _opt(t.limits.tpm), _opt(t.limits.tokens_per_day),
+                       format_usd(t.limits.usd_micros_per_day),
+                       format_usd(t.limits.usd_micros_per_month)) for t in teams])
 
 
 _UNSET = {"rpm": "rpm", "tpm": "tpm", "tokens-per-day": "tokens_per_day",
@@ -245,18 +254,15 @@ def _keys_list(args: argparse.Namespace) -> int:
         keys = await store.list_keys(team=args.team, include_revoked=args.all)
         return keys, {t.id: t.name for t in await store.list_teams()}
     keys, team_names = _run(args, _load)
-    if args.json:
-        _print_json(keys)
-        return 0
-    if not keys:
-        print("no keys" + ("" if args.all else " (revoked keys are shown with --all)"))
-        return 0
     now = datetime.now(UTC)
-    _table(("ID", "PREFIX", "TEAM", "NAME", "USER", "MODELS", "STATUS", "REV"),
-           [(k.id, k.display_prefix, team_names.get(k.team_id, k.team_id), k.name or "-",
-             k.user or "-", ",".join(k.allowed_models) if k.allowed_models is not None
-             else "all", k.status(now), str(k.revision)) for k in keys])
-    return 0
+    return _listing(
+        args, keys, empty="no keys" + ("" if args.all else
+                                       " (revoked keys are shown with --all)"),
+        header=("ID", "PREFIX", "TEAM", "NAME", "USER", "MODELS", "STATUS", "REV"),
+        rows=lambda: [(k.id, k.display_prefix, team_names.get(k.team_id, k.team_id),
+                       k.name or "-", k.user or "-",
+                       ",".join(k.allowed_models) if k.allowed_models is not None
+                       else "all", k.status(now), str(k.revision)) for k in keys])
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:

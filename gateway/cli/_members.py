@@ -27,6 +27,7 @@ from gateway.cli._keys import (
     _answer,
     _count,
     _limits_text,
+    _listing,
     _money,
     _money_args,
     _opt,
@@ -179,16 +180,11 @@ def _default_remove(args: argparse.Namespace) -> int:
 
 def _users_list(args: argparse.Namespace) -> int:
     users: list[User] = _run(args, lambda s: s.list_users())
-    if args.json:
-        _print_json(users)
-        return 0
-    if not users:
-        print("no users (add one with: mayu users set USER)")
-        return 0
-    _table(("NAME", "EMAIL", "DISPLAY NAME", "TOKENS/DAY", "USD/DAY", "USD/MONTH", "REV"),
-           [(u.name, u.email or "-", u.display_name or "-", *_figures(u.limits),
-             str(u.revision)) for u in users])
-    return 0
+    return _listing(
+        args, users, empty="no users (add one with: mayu users set USER)",
+        header=("NAME", "EMAIL", "DISPLAY NAME", "TOKENS/DAY", "USD/DAY", "USD/MONTH", "REV"),
+        rows=lambda: [(u.name, u.email or "-", u.display_name or "-", *_figures(u.limits),
+                       str(u.revision)) for u in users])
 
 
 def _users_show(args: argparse.Namespace) -> int:
