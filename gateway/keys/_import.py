@@ -25,6 +25,7 @@ from psycopg import AsyncConnection
 import sql
 from gateway.db import Pool, connection, fetch_one
 from gateway.errors import InferplaneError, NotFound
+from gateway.keys._limits import check_user_name
 from gateway.keys._model import KeyRecord, Member, Team, User
 from gateway.keys._postgres import key_from_row, member_from_row, team_from_row, user_from_row
 from gateway.keys._sqlite import SqliteKeyStore
@@ -182,11 +183,21 @@ async def copy_records(conn: AsyncConnection[Any], teams: list[Team], keys: list
     """Copy ``teams``, ``keys`` and ``people`` on ``conn``, inside the caller's
     transaction (``mayu keys import`` adds the spend in the same one:
     :mod:`gateway.governance._import`)."""
+    people = people or People()
+    # The user-name rule holds here too: a file a lenient older gateway wrote could
+    # name a user the admin API could not manage ('a/b') or a key's user '*'.
+    for key in keys:
+        if key.user is not None:
+            check_user_name(key.user)
+    for user in people.users:
+        check_user_name(user.name)
+    for member in people.members:
+        check_user_name(member.user, default_allowed=True)
     counts = {f"{kind}_{what}": 0 for kind in ("teams", "keys", "users", "members")
               for what in ("added", "unchanged")}
     await _copy(conn, _TEAMS, teams, counts, progress)
     await _copy(conn, _KEYS, keys, counts, progress)
-    await _copy_people(conn, people or People(), counts)
+    await _copy_people(conn, people, counts)
     return ImportReport(**counts)
 
 

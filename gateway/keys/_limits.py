@@ -49,14 +49,30 @@ def check_revision(what: str, current: int, expected: int | None) -> None:
                                "re-read it and retry")
 
 
-def check_member(user: str, limits: Any, *, default_allowed: bool) -> None:
-    """Refuse a member or user budget without a user name, with an invalid limit, or
-    named ``*`` where that is not the team's default."""
-    if not user or not user.strip() or any(ord(c) < 32 or ord(c) == 127 for c in user):
-        raise BadRequest("user: must be a printable, non-empty name", param="user")
+MAX_USER_CHARS = 200
+USER_NAME_RULE = (f"1 to {MAX_USER_CHARS} printable characters, no '/', no leading or "
+                  "trailing space ('*' is a team's default member budget, never a user)")
+"""The one rule for a user name, wherever one is written (docs/admin-api.md)."""
+
+
+def check_user_name(user: str, *, default_allowed: bool = False) -> None:
+    """Refuse a user name outside :data:`USER_NAME_RULE`: every door that names a user
+    (a key's ``user``, a member or user budget, the CLI, an import, the console) writes
+    through a key store, which checks here. ``/`` is refused so that every user can be
+    addressed in a URL path (``/admin/v1/users/{name}``); ``*`` is the team default."""
+    if (not user or len(user) > MAX_USER_CHARS or user != user.strip() or "/" in user
+            or any(ord(c) < 32 or 127 <= ord(c) <= 159 for c in user)):
+        raise BadRequest(f"user: {user!r} is not a user name ({USER_NAME_RULE})",
+                         param="user")
     if user == "*" and not default_allowed:
         raise BadRequest("user: '*' is reserved for a team's default member budget",
                          param="user")
+
+
+def check_member(user: str, limits: Any, *, default_allowed: bool) -> None:
+    """Refuse a member or user budget without a valid user name (:func:`check_user_name`;
+    ``*`` where that is not the team's default) or with an invalid limit."""
+    check_user_name(user, default_allowed=default_allowed)
     check_limits(limits, MEMBER_LIMITS, "limits")
 
 

@@ -34,6 +34,7 @@ from gateway.keys._limits import (
     check_member,
     check_new_team,
     check_revision,
+    check_user_name,
     member_what,
 )
 from gateway.keys._members import TeamMembers, team_members_of
@@ -186,6 +187,8 @@ class PostgresKeyStore:
                          limits: KeyLimits = _NO_KEY_LIMITS,
                          expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
         check_limits(limits, KEY_LIMITS, "key limits")
+        if user is not None:
+            check_user_name(user)
         if expires_at is not None and expires_at.tzinfo is None:
             raise BadRequest("key expires_at: must be timezone-aware (UTC)")
         plaintext, key_hash, prefix = new_key()
@@ -247,6 +250,8 @@ class PostgresKeyStore:
             check_revision(f"key {key_id!r}", row["revision"], expected_revision)
             if row["revoked_at"] is not None:
                 raise KeyRevoked(f"key {key_id!r} is revoked; it can no longer be edited")
+            if isinstance(changes.user, str):
+                check_user_name(changes.user)
             new = changes.applied(key_from_row(row))
             check_limits(new.limits, KEY_LIMITS, "key limits")
             row = await _one(conn, "update_key", id=key_id, name=new.name,

@@ -28,6 +28,7 @@ from gateway.keys._limits import (
     check_member,
     check_new_team,
     check_revision,
+    check_user_name,
     member_what,
 )
 from gateway.keys._members import TeamMembers, team_members_of
@@ -229,6 +230,8 @@ class SqliteKeyStore(SqliteBase):
                          limits: KeyLimits = _NO_KEY_LIMITS,
                          expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
         check_limits(limits, KEY_LIMITS, "key limits")
+        if user is not None:
+            check_user_name(user)
         plaintext, key_hash, prefix = new_key()
         models = None if allowed_models is None else json.dumps(list(allowed_models))
 
@@ -273,6 +276,8 @@ class SqliteKeyStore(SqliteBase):
             check_revision(f"key {key_id!r}", row["revision"], expected_revision)
             if row["revoked_at"] is not None:
                 raise KeyRevoked(f"key {key_id!r} is revoked; it can no longer be edited")
+            if isinstance(changes.user, str):
+                check_user_name(changes.user)
             new = changes.applied(_key(row))
             check_limits(new.limits, KEY_LIMITS, "key limits")
             _SQL["update_key"].execute(conn, {
