@@ -3,9 +3,11 @@
 An export over a million permits must not hold them: the rows are read a page at a time
 (``PAGE_ROWS``, newest first, each page one keyset read after the previous page's last
 row, the way ``next_cursor`` pages the JSON list) and each page is written to the client
-before the next is read, so the gateway holds one page whatever the export's size. An
-export stops after ``MAX_EXPORT_ROWS`` rows (the ``X-Export-Row-Cap`` header says so up
-front); narrow it with ``since``/``until`` to read further back.
+before the next is read, so the gateway holds one page whatever the export's size. The
+first page is read before the answer starts, so a store failing at once is an error
+status; one failing later cuts the stream short. An export stops after
+``MAX_EXPORT_ROWS`` rows (the ``X-Export-Row-Cap`` header says so up front); narrow it
+with ``since``/``until`` to read further back.
 
 Every text cell is neutralised against spreadsheet formulas (OWASP's CSV injection rule):
 one starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading
@@ -35,6 +37,18 @@ def neutral(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
         return "'" + value
     return value
+
+
+async def read_ahead(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``chunks`` with its first chunk (the header and the first page) already read, so a
+    store that fails at once is the error table's answer (503), not a 200 cut short."""
+    first = await anext(chunks)
+
+    async def replay() -> AsyncIterator[str]:
+        yield first
+        async for chunk in chunks:
+            yield chunk
+    return replay()
 
 
 async def csv_export(read: Callable[[LogFilter, int], Awaitable[list[PermitInfo]]],

@@ -28,7 +28,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Stream
 
 from gateway.admin._access import own_or_read
-from gateway.admin._csv import MAX_EXPORT_ROWS, csv_export
+from gateway.admin._csv import MAX_EXPORT_ROWS, csv_export, read_ahead
 from gateway.admin._routes import error_responses
 from gateway.errors import BadRequest, NotFound
 from gateway.governance import LogFilter, PermitInfo, SummaryFigures
@@ -236,9 +236,9 @@ async def export_requests(request: AnyRequest, team: Text = None, key_id: Text =
         rows: list[PermitInfo] = await gw.governance.request_log(page, limit=limit)
         return rows
 
-    return Stream(csv_export(read, f, columns=_COLUMNS,
-                             cells=lambda p: _cells(msgspec.to_builtins(view(p)))),
-                  media_type="text/csv",
+    chunks = await read_ahead(csv_export(
+        read, f, columns=_COLUMNS, cells=lambda p: _cells(msgspec.to_builtins(view(p)))))
+    return Stream(chunks, media_type="text/csv",
                   headers={"Content-Disposition": 'attachment; filename="requests.csv"',
                            "X-Export-Row-Cap": str(MAX_EXPORT_ROWS)})
 

