@@ -490,7 +490,8 @@ class Journal:
         except OSError as exc:
             os.close(lock_fd)
             raise ConfigError(f"server.journal_path: {self.path} is in use by another "
-                              "process; every replica needs its own data dir") from exc
+                              "process; every replica needs its own data dir "
+                              "(mayu serve --data-dir) or replica id (--replica-id)") from exc
         self._lock_fd = lock_fd
         scan = scan_journal(self.path)
         self.rejected_lines = len(scan.rejected)

@@ -73,7 +73,7 @@ def test_a_second_gateway_on_a_data_dir_in_use_is_one_line(tmp_path: Path) -> No
         assert done.returncode != 0, out
         assert "Traceback" not in out and "  File " not in out
         [line] = [line for line in out.splitlines() if "ERROR" in line and "mayu" in line]
-        assert "is in use by another process" in line
+        assert "is in use by another process" in line and "--data-dir" in line
         with _serving(tmp_path, "--data-dir", "second") as other:
             assert "mayu ready" in other.logs()
             assert (tmp_path / "second" / "mayu.db").exists()
