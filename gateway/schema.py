@@ -44,9 +44,14 @@ ADDED_SINCE_PRERELEASE = ("key_rotations", "members", "request_log")
 """Files of the 0.1.0 baseline (``migrations/baseline/``) whose tables revision 0009 did
 not have: the conversion creates them (in its transaction, before comparing the tables
 with the baseline's)."""
-PREVIOUS_FUNCTIONS: tuple[str, ...] = ()
+PREVIOUS_FUNCTIONS: tuple[str, ...] = (
+    "inferplane_admit_checked_v1", "inferplane_admit_one_v1", "inferplane_admit_v1",
+    "inferplane_resolve_v1", "inferplane_settle_admit_v1", "inferplane_settle_one_v1",
+    "inferplane_settle_v1")
 """Functions a migration keeps installed for one release after their ``_vN+1`` replaced
-them in ``sql/`` (rolling upgrades; CONTRIBUTING.md). The structure test ignores them."""
+them in ``sql/`` (rolling upgrades; CONTRIBUTING.md): the _v1 entry points revision
+``v012_functions_v2`` replaced, for the next release's first revision to drop. The
+structure test ignores them."""
 _PRERELEASE_HINT = (
     "it was migrated by a pre-release build; 0.1.0 converts only the last pre-release "
     "revision (0009): run `mayu migrate` from inferplane commit cdf51f7 first (it brings "

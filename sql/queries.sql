@@ -126,62 +126,31 @@ RETURNING *
 
 -- name: admit_one
 -- One admission (a JSON array of one gateway.governance.AdmissionRequest); one answer.
-SELECT inferplane_admit_one_v1(%(requests)s::jsonb) AS results
+SELECT inferplane_admit_one_v2(%(requests)s::jsonb) AS results
 
 -- name: admit_batch
 -- A coalesced batch of admissions; one answer per request, in order.
-SELECT inferplane_admit_v1(%(requests)s::jsonb) AS results
+SELECT inferplane_admit_v2(%(requests)s::jsonb) AS results
 
 -- name: settle_one
-WITH facts AS (
-    -- The request log's facts (permit_facts, sql/schema.sql), in the settlement's own statement.
-    INSERT INTO permit_facts
-    SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
-        permit_id uuid, route text, deployment text, client text, http_status integer,
-        input bigint, output bigint, cache_read bigint, cache_write_5m bigint,
-        cache_write_1h bigint, cache_write_unknown bigint)
-    ON CONFLICT (permit_id) DO NOTHING
-)
-SELECT inferplane_settle_one_v1(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+-- One settlement, with its request log facts (permit_facts).
+SELECT inferplane_settle_one_v2(%(permit_id)s::uuid, %(settlement)s::jsonb,
+                                %(facts)s::jsonb) AS result
 
 -- name: settle_batch
 -- A coalesced batch of settlements in one transaction: a JSON array of settle_one's
--- settlement, each with its "permit_id"; one answer per element.
-WITH facts AS (
-    -- The request log's facts (permit_facts, sql/schema.sql), in the settlement's own statement.
-    INSERT INTO permit_facts
-    SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
-        permit_id uuid, route text, deployment text, client text, http_status integer,
-        input bigint, output bigint, cache_read bigint, cache_write_5m bigint,
-        cache_write_1h bigint, cache_write_unknown bigint)
-    ON CONFLICT (permit_id) DO NOTHING
-)
-SELECT inferplane_settle_v1(%(items)s::jsonb) AS results
+-- settlement, each with its "permit_id", and their request log facts; one answer per
+-- element.
+SELECT inferplane_settle_v2(%(items)s::jsonb, %(facts)s::jsonb) AS results
 
 -- name: settle_admit
 -- Settlements then admissions waiting at once, in one transaction (merge_batches).
-WITH facts AS (
-    -- The request log's facts (permit_facts, sql/schema.sql), in the settlement's own statement.
-    INSERT INTO permit_facts
-    SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
-        permit_id uuid, route text, deployment text, client text, http_status integer,
-        input bigint, output bigint, cache_read bigint, cache_write_5m bigint,
-        cache_write_1h bigint, cache_write_unknown bigint)
-    ON CONFLICT (permit_id) DO NOTHING
-)
-SELECT inferplane_settle_admit_v1(%(items)s::jsonb, %(requests)s::jsonb) AS results
+SELECT inferplane_settle_admit_v2(%(items)s::jsonb, %(facts)s::jsonb,
+                                  %(requests)s::jsonb) AS results
 
 -- name: resolve
-WITH facts AS (
-    -- The request log's facts (permit_facts, sql/schema.sql), in the settlement's own statement.
-    INSERT INTO permit_facts
-    SELECT * FROM jsonb_to_recordset(%(facts)s::jsonb) AS x(
-        permit_id uuid, route text, deployment text, client text, http_status integer,
-        input bigint, output bigint, cache_read bigint, cache_write_5m bigint,
-        cache_write_1h bigint, cache_write_unknown bigint)
-    ON CONFLICT (permit_id) DO NOTHING
-)
-SELECT inferplane_resolve_v1(%(permit_id)s::uuid, %(settlement)s::jsonb) AS result
+SELECT inferplane_resolve_v2(%(permit_id)s::uuid, %(settlement)s::jsonb,
+                             %(facts)s::jsonb) AS result
 
 -- name: current_generation
 SELECT generation FROM policy_state

@@ -246,8 +246,8 @@ CREATE INDEX permits_created_idx ON permits (created_at, id);
 -- The request log's facts beyond a permit: the route a request came in by, the deployment
 -- that answered it, the client tool its User-Agent names (claude-code, codex,
 -- openai-python, …), the HTTP status the client got, and the tokens the upstream reported
--- per class. Written by the settlement's own statement (a data-modifying CTE beside the
--- settle call: no extra round trip), once per permit; a permit settled by the journal
+-- per class. Written by the settlement's own call (inferplane_write_facts_v2: no extra
+-- round trip), once per permit; a permit settled by the journal
 -- replayer, at shutdown or by an operator may have none (the log shows them unknown).
 CREATE TABLE permit_facts (
     permit_id            uuid PRIMARY KEY,

@@ -249,7 +249,7 @@ class DatabaseSettings(_Base, frozen=True):
     merge_batches: bool = False
     """With both coalescings on: admissions and settlements share one lane of
     ``admission_coalesce`` calls in flight, and those waiting at once go as ONE
-    transaction, settlements first (``inferplane_settle_admit_v1``): one commit per
+    transaction, settlements first (``inferplane_settle_admit_v2``): one commit per
     admit + settle pair on a hot team. Default off: tests/bench/hotteam.py found no
     consistent gain over two lanes (one lane has half the calls in flight)."""
 

@@ -1,7 +1,7 @@
 """Coalescing admissions: many concurrent ``admit`` calls, few database round trips.
 
 On one hot team every admission waits for the same row locks, so one gateway can admit
-at most one request per lock hold (DESIGN §4). ``inferplane_admit_v1`` decides a whole
+at most one request per lock hold (DESIGN §4). ``inferplane_admit_v2`` decides a whole
 batch in one transaction, so the way past that bound is to send the requests that are
 waiting anyway as one batch. :class:`Coalescer` does it without adding latency: up to
 ``max_in_flight`` calls go to the database at once; requests arriving while all of

@@ -88,7 +88,8 @@ def _settlement_body(settlement: Settlement) -> dict[str, Any]:
 
 def _facts_json(items: list[tuple[str, Settlement]]) -> str:
     """The request log's facts of these settlements (``permit_facts`` rows): those
-    with facts or reported usage; the settle statement inserts them beside the call."""
+    with facts or reported usage; the settle call writes them
+    (``inferplane_write_facts_v2``)."""
     rows = []
     for permit_id, s in items:
         if s.facts is None and s.usage is None:
@@ -279,7 +280,7 @@ class PostgresGovernanceStore:
 
     async def resolve(self, permit_id: str, settlement: Settlement) -> SettleResult:
         """Replace an uncertain or tokens-known permit's liability by an exact figure; a
-        pending permit is settled with it (``inferplane_resolve_v1``)."""
+        pending permit is settled with it (``inferplane_resolve_v2``)."""
         _check(permit_id, settlement)
         return await self._settle("resolve", permit_id, settlement)
 

@@ -15,12 +15,12 @@ leased accounts, frozen accounts, snapshot mismatches, the same permit twice in 
 batch, replays, conflicts, unknown permits, missing and extra commits. Each batch runs
 several times on the same state: first through its reference, whose answers and
 resulting rows are recorded and rolled back; then through the lone call, rolled back
-(``inferplane_admit_one_v1`` request by request, ``inferplane_settle_one_v1`` item by
+(``inferplane_admit_one_v2`` request by request, ``inferplane_settle_one_v2`` item by
 item: their own statements, not the reference's); then through the batch call the store
-sends, which commits (``inferplane_admit_v1`` on the admissions,
-``inferplane_settle_v1`` on the settlements). A merged batch
-(``inferplane_settle_admit_v1``: settlements, then admissions, one transaction, through
-the batch bodies ``inferplane_settle_v1`` and ``inferplane_admit_checked_v1``) is
+sends, which commits (``inferplane_admit_v2`` on the admissions,
+``inferplane_settle_v2`` on the settlements). A merged batch
+(``inferplane_settle_admit_v2``: settlements, then admissions, one transaction, through
+the batch bodies ``inferplane_settle_v2`` and ``inferplane_admit_checked_v2``) is
 compared with its serial run: each settlement through ``inferplane_settle_permit_v1``,
 then the admissions through ``inferplane_admit_serial_v1``. Answers and every row of
 counters, accounts, permits and segments must be equal (permit ids, which each function
@@ -268,7 +268,7 @@ def test_every_call_answers_and_writes_as_the_serial_path(
             results = _equal(
                 db, now_us,
                 reference=partial(_call, db, "inferplane_admit_serial_v1(%s::jsonb)", body),
-                committed=partial(_call, db, "inferplane_admit_v1(%s::jsonb)", body),
+                committed=partial(_call, db, "inferplane_admit_v2(%s::jsonb)", body),
                 admit_one=partial(_admit_each, db, reqs))
             permits += [(r["permit_id"], q["charges"])
                         for q, r in zip(reqs, results, strict=True) if "permit_id" in r]
@@ -276,10 +276,10 @@ def test_every_call_answers_and_writes_as_the_serial_path(
         if what == "settle":
             items = _items(arg, permits)
             _equal(db, now_us,
-                   reference=partial(_settle_each, db, items, "inferplane_settle_permit_v1"),
-                   committed=partial(_call, db, "inferplane_settle_v1(%s::jsonb)",
+                   reference=partial(_settle_each, db, items, _SETTLE_PERMIT),
+                   committed=partial(_call, db, f"inferplane_settle_v2(%s::jsonb, {_NO_FACTS})",
                                      json.dumps(items)),
-                   settle_one=partial(_settle_each, db, items, "inferplane_settle_one_v1"))
+                   settle_one=partial(_settle_each, db, items, _SETTLE_ONE))
             continue
         # Settlements and admissions in one transaction.
         items = _items(arg[0], permits)
@@ -314,27 +314,32 @@ def _call(db: psycopg.Connection[Any], call: str, *args: Any) -> Any:
 def _admit_each(db: psycopg.Connection[Any], reqs: list[dict[str, Any]]) -> list[Any]:
     """Each admission alone through the lone call, in order (in the caller's
     transaction)."""
-    return [_call(db, "inferplane_admit_one_v1(%s::jsonb)", json.dumps([r]))[0]
+    return [_call(db, "inferplane_admit_one_v2(%s::jsonb)", json.dumps([r]))[0]
             for r in reqs]
 
 
+# The request log's facts are not compared here (tests/integration/test_request_log_facts.py).
+_NO_FACTS = "'[]'::jsonb"
+_SETTLE_PERMIT = "inferplane_settle_permit_v1(%s::uuid, %s::jsonb)"
+_SETTLE_ONE = f"inferplane_settle_one_v2(%s::uuid, %s::jsonb, {_NO_FACTS})"
+
+
 def _settle_each(db: psycopg.Connection[Any], items: list[dict[str, Any]],
-                 function: str) -> list[Any]:
+                 call: str) -> list[Any]:
     """Each settlement alone, in order (in the caller's transaction)."""
-    return [_call(db, f"{function}(%s::uuid, %s::jsonb)", i["permit_id"], json.dumps(i))
-            for i in items]
+    return [_call(db, call, i["permit_id"], json.dumps(i)) for i in items]
 
 
 def _serial(db: psycopg.Connection[Any], items: list[dict[str, Any]],
             body: str) -> list[Any]:
     """A merged batch's serial run: each settlement through the reference, then the
     admissions through theirs."""
-    return [*_settle_each(db, items, "inferplane_settle_permit_v1"),
+    return [*_settle_each(db, items, _SETTLE_PERMIT),
             *_call(db, "inferplane_admit_serial_v1(%s::jsonb)", body)]
 
 
 def _merged(db: psycopg.Connection[Any], items: list[dict[str, Any]],
             body: str) -> list[Any]:
-    out = _call(db, "inferplane_settle_admit_v1(%s::jsonb, %s::jsonb)",
+    out = _call(db, f"inferplane_settle_admit_v2(%s::jsonb, {_NO_FACTS}, %s::jsonb)",
                 json.dumps(items), body)
     return [*out["settled"], *out["admitted"]]
