@@ -23,15 +23,9 @@ from litestar.testing import AsyncTestClient
 from msgspec.structs import replace
 
 from gateway.app import create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
 from gateway.schema import code_heads
-from tests.integration.test_console_pages import READ, SECRET, WRITE, Client, sign_in
+from tests.integration._admin import gateway_settings
+from tests.integration.test_console_pages import READ, SECRET, TOKENS, WRITE, Client, sign_in
 
 pytestmark = pytest.mark.integration
 CUT, BAD = "mock-cut-stream", "mock-negative-usage"
@@ -41,20 +35,10 @@ CUT, BAD = "mock-cut-stream", "mock-negative-usage"
 async def ops(request: pytest.FixtureRequest, tmp_path: Path,
               monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Client]:
     """A fresh gateway with a write and a read token and two misbehaving mock models."""
-    monkeypatch.setenv("IPT_CONSOLE_WRITE", WRITE)
-    monkeypatch.setenv("IPT_CONSOLE_READ", READ)
-    base = load_settings(None)
-    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"), admin_tokens=[
-        AdminToken(name="ops", token_ref="env:IPT_CONSOLE_WRITE", access="write"),
-        AdminToken(name="finance", token_ref="env:IPT_CONSOLE_READ")])
-    models = [*base.models, *(replace(base.models[0], name=n) for n in (CUT, BAD))]
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server,
-                       models=models)
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    settings = gateway_settings(request, tmp_path, monkeypatch, profile=request.param,
+                                tokens=TOKENS)
+    settings = replace(settings, models=[
+        *settings.models, *(replace(settings.models[0], name=n) for n in (CUT, BAD))])
     async with AsyncTestClient(app=create_app(settings)) as c:
         c.follow_redirects = False
         yield c

@@ -16,22 +16,16 @@ from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
-from msgspec.structs import replace
 
 from gateway.app import create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
+from tests.integration._admin import gateway_settings
 
 pytestmark = pytest.mark.integration
 
 WRITE, READ = "w" * 8 + "-console-write-token", "r" * 8 + "-console-read-token"
 SECRET = re.compile(r'id="secret"[^>]*>(sk-inf-[^<]+)<')
 HOSTILE = "<script>alert('x')</script>"
+TOKENS = {"ops": ("write", WRITE), "finance": ("read", READ)}
 Client = AsyncTestClient[Any]
 
 
@@ -40,22 +34,8 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path,
                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Client]:
     """A fresh gateway (local: SQLite; shared: a migrated Postgres) with a write token
     and a read token."""
-    monkeypatch.setenv("IPT_CONSOLE_WRITE", WRITE)
-    monkeypatch.setenv("IPT_CONSOLE_READ", READ)
-    base = load_settings(None)
-    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"), admin_tokens=[
-        AdminToken(name="ops", token_ref="env:IPT_CONSOLE_WRITE", access="write"),
-        AdminToken(name="finance", token_ref="env:IPT_CONSOLE_READ")])
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        # Replayable rotations need the secret they are derived with (all replicas').
-        monkeypatch.setenv("IPT_ROTATION_SECRET", "r" * 40)
-        settings = replace(settings, server=replace(
-            settings.server, rotation_secret_ref="env:IPT_ROTATION_SECRET"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    settings = gateway_settings(request, tmp_path, monkeypatch, profile=request.param,
+                                tokens=TOKENS)
     async with AsyncTestClient(app=create_app(settings)) as c:
         c.follow_redirects = False  # the tests look at each redirect
         yield c
