@@ -107,6 +107,8 @@ def test_client_cut_after_three_chunks_commits_the_observed_input_classes(stack:
     observed = line["usage"]
     assert (observed["input"], observed["cache_read"], observed["cache_write_5m"]) == (
         input_classes.input, input_classes.cache_read, input_classes.cache_write_5m)
+    # the classes the audit line shows add up to what was committed (issue 33)
+    assert sum(observed.values()) == line["tokens_committed"] > input_classes.total_tokens()
     assert line["usd_committed"] + line["usd_liability"] == usd_bound
     # The truth: what the mock would have reported had the stream run to its end.
     from gateway.mock._model import anthropic_classes
