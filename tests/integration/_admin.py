@@ -32,7 +32,8 @@ def gateway_settings(request: pytest.FixtureRequest, tmp_path: Path,
     """A gateway's settings on ``profile`` (``local`` or ``shared``) with ``tokens``
     (name -> (access, secret); default :data:`ADMIN_TOKENS`)."""
     admin_tokens = []
-    for i, (name, (access, secret)) in enumerate((tokens or ADMIN_TOKENS).items()):
+    named = ADMIN_TOKENS if tokens is None else tokens
+    for i, (name, (access, secret)) in enumerate(named.items()):
         monkeypatch.setenv(f"IPT_ADMIN_TOKEN_{i}", secret)
         admin_tokens.append(AdminToken(name=name, token_ref=f"env:IPT_ADMIN_TOKEN_{i}",
                                        access=access))  # type: ignore[arg-type]

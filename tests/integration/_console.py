@@ -11,14 +11,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 from msgspec.structs import replace
 
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    Settings,
-    load_settings,
-)
+from gateway.config import Settings
+from tests.integration._admin import gateway_settings
 
 WRITE, READ = "w" * 8 + "-console-write-token", "r" * 8 + "-console-read-token"
 SECRET = re.compile(r'id="secret"[^>]*>(sk-inf-[^<]+)<')
@@ -33,25 +27,15 @@ def console_settings(request: pytest.FixtureRequest, profile: str, tmp_path: Pat
     """A gateway of ``profile`` (``local``: one SQLite file in ``tmp_path``; ``shared``:
     the test's Postgres database) with the admin tokens ``tokens`` (``ops`` writes,
     ``finance`` reads). Two apps made from it share one store, as two replicas do."""
-    monkeypatch.setenv("IPT_CONSOLE_WRITE", WRITE)
-    monkeypatch.setenv("IPT_CONSOLE_READ", READ)
-    base = load_settings(None)
-    every = {"ops": AdminToken(name="ops", token_ref="env:IPT_CONSOLE_WRITE", access="write"),
-             "finance": AdminToken(name="finance", token_ref="env:IPT_CONSOLE_READ")}
+    every = {"ops": ("write", WRITE), "finance": ("read", READ)}
+    settings = gateway_settings(request, tmp_path, monkeypatch, profile=profile,
+                                tokens={t: every[t] for t in tokens})
     changes: dict[str, Any] = {}
     if console is not None:
         changes["console"] = console
     if trusted_proxies is not None:
         changes["trusted_proxies"] = trusted_proxies
-    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"),
-                     admin_tokens=[every[t] for t in tokens], **changes)
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
-    if profile == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    return settings
+    return replace(settings, server=replace(settings.server, **changes))
 
 
 def form_value(html: str, name: str = "csrf") -> str:
