@@ -40,7 +40,14 @@ from gateway.governance import (
     SettleResult,
     utc_windows,
 )
-from gateway.ingress import ROUTES, Gateway, GatewayApp, error_handler, refuse_nul_bytes
+from gateway.ingress import (
+    ROUTES,
+    Gateway,
+    GatewayApp,
+    Resolver,
+    error_handler,
+    refuse_nul_bytes,
+)
 from gateway.keys import KeyStore
 from gateway.metrics import POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
@@ -55,7 +62,7 @@ log = logging.getLogger("mayu")
 PRINCIPAL_TTL_S = 5.0
 """How long a resolved key plans admitted requests where admission re-checks it (saves
 the key lookup; a revoked, expired or edited key is refused by admission's own check and
-resolved afresh: ``gateway.ingress._prepare.principal_to_admit``)."""
+resolved afresh: ``gateway.ingress.Resolver.to_admit``)."""
 
 
 def _principal_ttl_s(settings: Settings) -> float:
@@ -256,10 +263,12 @@ async def _start_alerts(settings: Settings, comps: Components, metrics: Metrics,
 async def _start_governor(settings: Settings, store: GovernanceStore, metrics: Metrics,
                           audit: AuditLog, stack: AsyncExitStack,
                           alerts: BudgetAlerts | None = None,
-                          orphans: list[str] | None = None) -> Governor:
-    """The permit owner, with this replica's journal; what a previous run left open is
-    resolved before the gateway serves (Governor.start), and so is what the journals
-    no process of this run owns left open (``orphans``: :mod:`gateway.replicas`)."""
+                          orphans: list[str] | None = None,
+                          keys: Resolver | None = None) -> Governor:
+    """The permit owner, with this replica's journal and the ``keys`` admission re-reads
+    after a snapshot mismatch; what a previous run left open is resolved before the
+    gateway serves (Governor.start), and so is what the journals no process of this run
+    owns left open (``orphans``: :mod:`gateway.replicas`)."""
     server = settings.server
 
     def journal(path: str) -> Journal:
@@ -286,7 +295,7 @@ async def _start_governor(settings: Settings, store: GovernanceStore, metrics: M
 
     for path in orphans or ():
         await _adopt(Governor(store, journal=journal(path), on_settled=settled), path)
-    governor = Governor(store, journal=journal(journal_path(settings)),
+    governor = Governor(store, keys=keys, journal=journal(journal_path(settings)),
                         settle_wait_s=server.settle_wait_s, on_settled=settled)
     governor.admission_seconds = metrics.admission_latency.observe
     governor.settlement_seconds = metrics.settlement_latency.observe
@@ -373,14 +382,17 @@ def create_app(settings: Settings, *, components: Components | None = None,
             metrics.cluster.reader = postgres_reader(comps.pool)
         alerts = await _start_alerts(settings, comps, metrics, audit, stack)
         orphans = orphan_journals(base, worker) if adopt_journals else []
+        resolver = Resolver(comps.key_store, comps.policy, metrics,
+                            principal_ttl_s=_principal_ttl_s(settings))
         governor = await _start_governor(settings, comps.governance, metrics, audit, stack,
-                                         alerts, orphans)
+                                         alerts, orphans, keys=resolver)
         _start_retention(settings, comps.governance, stack, worker)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,
                        admin_token=admin, governor=governor,
-                       principal_ttl_s=_principal_ttl_s(settings), pool=comps.pool,
+                       principal_ttl_s=resolver.principal_ttl_s, resolver=resolver,
+                       pool=comps.pool,
                        alerts=alerts.store if alerts is not None else None)
 
     @asynccontextmanager

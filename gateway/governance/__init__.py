@@ -8,14 +8,21 @@ the observed :class:`Outcome`, settles exactly once with the one :class:`Settlem
 from its journal what the store could not take.
 """
 
+from gateway.governance._admission import (
+    MAX_DECISIONS,
+    MAX_SNAPSHOT_RETRIES,
+    Ask,
+    Decided,
+    Fit,
+    Keys,
+    Refinement,
+    largest_output,
+    remaining,
+)
+from gateway.governance._bounds import BYTE, COUNTED, FAILED, PREFIX, Bounds
 from gateway.governance._counterkey import CounterKey
 from gateway.governance._counters import CounterState
-from gateway.governance._governor import (
-    MAX_SNAPSHOT_RETRIES,
-    Governor,
-    Refused,
-    is_snapshot_mismatch,
-)
+from gateway.governance._governor import Governor, Refused, is_snapshot_mismatch
 from gateway.governance._import import CutoverReport, import_cutover, read_spend
 from gateway.governance._journal import (
     Journal,
@@ -84,6 +91,19 @@ __all__ = [
     "read_quarantine",
     "read_spend",
     "scan_journal",
+    "BYTE",
+    "MAX_DECISIONS",
+    "Ask",
+    "Decided",
+    "Fit",
+    "Keys",
+    "Refinement",
+    "largest_output",
+    "remaining",
+    "COUNTED",
+    "FAILED",
+    "PREFIX",
+    "Bounds",
     "AdmissionRequest",
     "Charge",
     "CounterKey",

@@ -1,9 +1,12 @@
 """The Governor: one owner for every permit's life (admit, dispatch, settle, replay).
 
-The ingress asks it to admit a plan (it re-plans after a snapshot mismatch, bounded),
-tells it when a request is about to leave (journaled before the first byte goes
-upstream), and hands it what the wire said; the Governor computes the one
-:class:`Settlement` (:func:`settlement_for`), journals it, and has the store take it.
+The ingress asks it to admit a request, in one call with the request's facts (it plans
+the counters, re-plans after a snapshot mismatch through the :class:`Keys` it was given,
+tightens the bound after a shortfall: ``gateway.governance._admission``, with the worst
+case of store decisions), tells it when a request is about to leave (journaled before the
+first byte goes upstream), and hands it what the wire said in one call
+(:meth:`Governor.settle_outcome`); the Governor computes the one :class:`Settlement`
+(:func:`settlement_for`), journals it, and has the store take it.
 
 The client's answer waits for the store's taking of its settlement at most
 ``settle_wait_s`` (default 0: not at all — the settlement is journaled first, then taken
@@ -23,10 +26,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from gateway.errors import GovernanceUnavailable, InferplaneError, SettlementConflict
+from gateway.governance._admission import (
+    MAX_SNAPSHOT_RETRIES,
+    MAX_SNAPSHOT_ROUNDS,
+    MAX_TIGHTENINGS,
+    Ask,
+    Decided,
+    Fit,
+    Keys,
+    fit,
+    is_shortfall,
+)
+from gateway.governance._bounds import Bounds
 from gateway.governance._journal import Journal, JournalEntry, recovered_outcome
 from gateway.governance._model import (
     AdmissionRequest,
@@ -35,20 +53,19 @@ from gateway.governance._model import (
     OutcomeKind,
     Permit,
     Refusal,
+    RequestFacts,
     Settlement,
     SettleResult,
 )
+from gateway.governance._plan import build_request
 from gateway.governance._settle import settlement_for
-from gateway.pricing import ModelPrice
+from gateway.keys import Principal
+from gateway.pricing import InvalidUsage, ModelPrice
 
 log = logging.getLogger("mayu.governance")
 
-MAX_SNAPSHOT_RETRIES = 3
-"""Re-plans that brought no newer snapshot (the refresh could not clear the mismatch)
-before the client gets the 503 (with Retry-After)."""
-MAX_SNAPSHOT_ROUNDS = 12
-"""Re-plans in all, even when each one planned from a newer snapshot: a policy published,
-or a key or team edited, again while every previous round was in flight."""
+__all__ = ["MAX_SNAPSHOT_RETRIES", "MAX_SNAPSHOT_ROUNDS", "Governor", "Refused",
+           "is_snapshot_mismatch"]
 
 OWN_SETTLE_S = 2.0
 """At shutdown, how long the requests still running (cancelled by the server at its
@@ -65,13 +82,15 @@ late: the attempt came from the replay, after the request's own answer)."""
 
 
 class Refused(Exception):
-    """Admission refused; the store's refusal (code, figures, wording) is attached.
+    """Admission refused; the store's refusal (code, figures, wording) is attached, and
+    (from :meth:`Governor.admit`) the principal and bounds the refused plan was made with.
 
     The ingress maps it to its protocol's error (one table, gateway/ingress)."""
 
-    def __init__(self, refusal: Refusal) -> None:
+    def __init__(self, refusal: Refusal, decided: Decided | None = None) -> None:
         super().__init__(refusal.reason)
         self.refusal = refusal
+        self.decided = decided
 
 
 def is_snapshot_mismatch(decision: object) -> bool:
@@ -86,10 +105,12 @@ def _snapshot_of(request: AdmissionRequest) -> tuple[int, int, int]:
 class Governor:
     """Admits, journals, settles and replays permits against one governance store."""
 
-    def __init__(self, store: GovernanceStore, *, journal: Journal | None = None,
-                 settle_wait_s: float = 0.0, replay_interval_s: float = 1.0,
+    def __init__(self, store: GovernanceStore, *, keys: Keys | None = None,
+                 journal: Journal | None = None, settle_wait_s: float = 0.0,
+                 replay_interval_s: float = 1.0,
                  on_settled: SettledHook | None = None) -> None:
         self.store = store
+        self._keys = keys
         self.journal = journal
         self._wait = settle_wait_s
         self._interval = replay_interval_s
@@ -110,40 +131,103 @@ class Governor:
 
     # -- admission -----------------------------------------------------------------------
 
-    async def admit(self, plan: Callable[[], AdmissionRequest], *,
-                    replan: Callable[[Refusal, AdmissionRequest], Awaitable[None]]
-                    ) -> Permit:
-        """Admit ``plan()``; after a snapshot mismatch ``replan`` refreshes what the plan
-        reads and it is planned again, so a permit is always admitted under one snapshot.
+    @property
+    def keys(self) -> Keys:
+        """What admission re-reads after a snapshot mismatch (given at construction)."""
+        if self._keys is None:
+            raise RuntimeError("Governor.admit needs the keys it was given at construction")
+        return self._keys
 
-        A round planned from a newer snapshot than the refused one (generation, key or
-        team revision moved) is progress: publishes in quick succession can refuse a
-        request several times in a row, and each re-plan still converges. Rounds that
-        brought nothing newer end after MAX_SNAPSHOT_RETRIES, all rounds after
-        MAX_SNAPSHOT_ROUNDS. Raises :class:`Refused`, or GovernanceUnavailable when the
-        store cannot decide."""
-        request, refused, stale = plan(), None, 0
-        for retry in range(MAX_SNAPSHOT_ROUNDS + 1):
+    async def admit(self, ask: Ask) -> Decided:
+        """Admit the request ``ask`` describes, re-planned after a snapshot mismatch and
+        tightened after a shortfall (``gateway.governance._admission``: in that order, in
+        at most MAX_DECISIONS store decisions). Returns how it was decided; a refusal is
+        raised as :class:`Refused` carrying it. Raises GovernanceUnavailable when the
+        store cannot decide, or the client's error when the key is no longer valid after
+        a mismatch."""
+        principal, bounds, fitted = ask.principal, ask.bounds, None
+        request = self._plan(ask, principal, bounds)
+        refused: AdmissionRequest | None = None
+        decisions = rounds = stale = tightened = 0
+        caught_up = False
+        while True:
             decision = await self._decide(request)
-            stale += refused is not None and _snapshot_of(request) == _snapshot_of(refused)
-            if (not is_snapshot_mismatch(decision) or retry == MAX_SNAPSHOT_ROUNDS
-                    or stale == MAX_SNAPSHOT_RETRIES):
+            decisions += 1
+            if isinstance(decision, Permit):
                 break
-            assert isinstance(decision, Refusal)
-            await replan(decision, request)
-            refused, request = request, plan()
+            if is_snapshot_mismatch(decision):
+                stale += refused is not None and _snapshot_of(request) == _snapshot_of(refused)
+                if rounds == MAX_SNAPSHOT_ROUNDS or stale == MAX_SNAPSHOT_RETRIES:
+                    break
+                rounds += 1
+                principal = await self._renew(ask, decision, request) or principal
+                refused, request = request, self._plan(ask, principal, bounds)
+                continue
+            if not caught_up and await self._settled_meanwhile(request.team_id):
+                caught_up = True  # decided again once this replica's answers landed
+                continue
+            if tightened == MAX_TIGHTENINGS or not is_shortfall(decision):
+                break
+            bounds, lower, tighter = await self._tighter(ask, bounds, decision, request)
+            if not tighter:
+                break
+            tightened += 1
+            fitted = lower or fitted
+            request = self._plan(ask, principal, bounds)
+        decided = Decided(permit=decision if isinstance(decision, Permit) else None,
+                          principal=principal, bounds=bounds, fit=fitted,
+                          decisions=decisions)
+        if isinstance(decision, Refusal):
+            raise Refused(decision, decided)
+        self._opened(decision)
+        return decided
+
+    def _plan(self, ask: Ask, principal: Principal, bounds: Bounds) -> AdmissionRequest:
+        return build_request(principal, self.keys.snapshot(), request_id=ask.request_id,
+                             model=ask.model, token_bound=bounds.tokens,
+                             usd_bound=bounds.usd, now=datetime.now(UTC), tpm=ask.tpm)
+
+    async def _renew(self, ask: Ask, refusal: Refusal,
+                     request: AdmissionRequest) -> Principal | None:
+        return await self.keys.renew(refusal, key_hash=ask.key_hash, model=ask.model,
+                                     used_generation=request.policy_generation)
+
+    @staticmethod
+    async def _tighter(ask: Ask, bounds: Bounds, refusal: Refusal, request: AdmissionRequest
+                       ) -> tuple[Bounds, Fit | None, bool]:
+        """After a shortfall: the input refined one step, else budget fit; the bounds
+        to go on with, the fit, and whether either applied. A refinement that did not
+        lower the input is kept all the same: it says why (a count that failed) or that
+        a count was asked."""
+        if ask.refinement is not None:
+            refined = await ask.refinement.tighter(bounds)
+            if refined is not None:
+                if refined.input_tokens < bounds.input_tokens:
+                    return refined, None, True
+                bounds = refined
+        lower = fit(bounds, refusal, request)
+        if lower is None:
+            return bounds, None, False
+        return bounds.with_output(lower.per_choice * bounds.choices), lower, True
+
+    async def admit_plan(self, request: AdmissionRequest) -> Permit:
+        """Admit a request planned already, as is (no re-plan, no tighter bound: a
+        snapshot mismatch is a refusal); decided again once if this replica's
+        settlements of its team were in flight. For tools and tests that plan
+        themselves; the request path uses :meth:`admit`."""
+        decision = await self._decide(request)
         if (isinstance(decision, Refusal) and not is_snapshot_mismatch(decision)
                 and await self._settled_meanwhile(request.team_id)):
-            # Answers go first: what this replica's own finished requests will release
-            # may not have landed yet. Decided again once it has, a sequential client is
-            # never refused what waiting for its previous answer's settlement would admit.
             decision = await self._decide(request)
         if isinstance(decision, Refusal):
             raise Refused(decision)
-        self._open[decision.id] = decision
-        if self.journal is not None:
-            self.journal.admitted(decision)
+        self._opened(decision)
         return decision
+
+    def _opened(self, permit: Permit) -> None:
+        self._open[permit.id] = permit
+        if self.journal is not None:
+            self.journal.admitted(permit)
 
     async def _decide(self, request: AdmissionRequest) -> Permit | Refusal:
         started = time.perf_counter()
@@ -174,6 +258,23 @@ class Governor:
         if done is not None:
             return done
         return settlement_for(permit.request, outcome, price)
+
+    async def settle_outcome(self, permit: Permit, outcome: Outcome, *,
+                             price: ModelPrice | None, facts: RequestFacts | None = None
+                             ) -> tuple[Settlement, SettleResult | None]:
+        """Settle ``permit`` for what the wire said, in one call: the one settlement
+        (:meth:`settlement`; usage that cannot be priced settles as invalid: nothing
+        committed, the accounts frozen) with the request's ``facts`` for its log row,
+        journaled and taken (:meth:`settle`). Returns it and the store's answer, if the
+        answer waited for one."""
+        try:
+            settlement = self.settlement(permit, outcome, price)
+        except InvalidUsage as exc:
+            settlement = self.settlement(
+                permit, Outcome(kind=OutcomeKind.INVALID, detail=str(exc)))
+        if facts is not None:
+            settlement = msgspec.structs.replace(settlement, facts=facts)
+        return settlement, await self.settle(permit, settlement)
 
     async def settle(self, permit: Permit, settlement: Settlement) -> SettleResult | None:
         """Journal ``settlement`` and have the store take it; None when the caller goes

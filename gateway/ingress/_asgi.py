@@ -12,52 +12,25 @@ slash), goes through Litestar, whose routes for them return the same :class:`Gen
 app, so a request is served by this one code path however it arrives.
 
 The path is the same as it was under Litestar (DESIGN §3): authenticate → read the body
-within ``server.max_body_bytes`` → parse → route → bound → admit → dispatch → settle, and
-every error is rendered by the ingress's one renderer (``_render.error_reply``) with the
-same status, headers, body shape, metrics label and audit line.
+within ``server.max_body_bytes`` → parse → route → bound → admit → dispatch → settle
+(``gateway.ingress._dispatch.serve``, stage by stage), and every error is rendered by
+the ingress's one renderer (``_render.error_reply``) with the same status, headers, body
+shape, metrics label and audit line.
 """
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from litestar import Litestar
 from litestar.exceptions import LitestarException
 
-from gateway.ingress._attempt import Call, new_request_id
-from gateway.ingress._bounds import input_bound, input_classes
-from gateway.ingress._client import client_tool
 from gateway.ingress._context import Gateway
-from gateway.ingress._dispatch import dispatch
-from gateway.ingress._prepare import (
-    output_bound,
-    parse_json,
-    presented_key_hash,
-    principal_to_admit,
-    receive_body,
-    route,
-    wants_stream,
-)
+from gateway.ingress._dispatch import Exchange, serve
 from gateway.ingress._render import error_reply
 from gateway.ingress._reply import Reply, prepare
-from gateway.keys import Principal
-from gateway.pricing import cost_bound_micro_usd
 from gateway.providers import Protocol_
 from gateway.usage import Endpoint
-
-_FORWARDED = ("anthropic-version", "anthropic-beta")
-
-
-class _Exchange:
-    """What the error renderer needs to know of one request, as far as it got."""
-
-    __slots__ = ("call", "principal", "request_id")
-
-    def __init__(self) -> None:
-        self.request_id: str | None = None
-        self.principal: Principal | None = None
-        self.call: Call | None = None
 
 
 def _headers(scope: dict[str, Any]) -> dict[str, str]:
@@ -80,7 +53,7 @@ class Generation:
         self.protocol: Protocol_ = "anthropic" if endpoint == "messages" else "openai"
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        ex = _Exchange()
+        ex = Exchange()
         try:
             gw: Gateway = scope["app"].state.gateway
             reply = await self._generate(gw, ex, _headers(scope), receive)
@@ -94,38 +67,16 @@ class Generation:
             # the connection (a stream's relay has already told the client in-band).
             raise LitestarException("Exception caught after response started") from exc
 
-    def _error(self, scope: Any, exc: Exception, ex: _Exchange) -> Reply:
+    def _error(self, scope: Any, exc: Exception, ex: Exchange) -> Reply:
         return error_reply(
             getattr(scope["app"].state, "gateway", None), exc,
             anthropic=self.protocol == "anthropic", path=scope["path"],
             route=self.template, request_id=ex.request_id, principal=ex.principal,
             call=ex.call, user_agent=_headers(scope).get("user-agent"))
 
-    async def _generate(self, gw: Gateway, ex: _Exchange, headers: dict[str, str],
+    async def _generate(self, gw: Gateway, ex: Exchange, headers: dict[str, str],
                         receive: Any) -> Reply:
-        endpoint = self.endpoint
-        ex.request_id = rid = new_request_id()
-        key_hash = presented_key_hash(headers)
-        ex.principal = principal = await principal_to_admit(gw, key_hash)
-        server = gw.settings.server
-        body = await receive_body(receive, headers, server.max_body_bytes)
-        doc = parse_json(body)
-        target = route(gw, principal, doc, self.protocol)
-        out = output_bound(doc, endpoint, target.model, ceiling=server.max_output_tokens)
-        inp = input_bound(body, doc, target.model)
-        # The µUSD bound as a function of the output allowance (budget fit and refusals
-        # evaluate it at smaller max_tokens).
-        classes = input_classes(doc)
-        usd_bound_of = partial(cost_bound_micro_usd, inp, price=target.model.price,
-                               input_classes=classes)
-        ex.call = call = Call(
-            gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,
-            body=body, stream=wants_stream(doc, endpoint), input_bound=inp,
-            output_bound=out, usd_bound=usd_bound_of(out), usd_bound_of=usd_bound_of,
-            client_headers={h: headers[h] for h in _FORWARDED if h in headers},
-            deployments=target.deployments, request_id=rid, key_hash=key_hash,
-            input_classes=classes, client=client_tool(headers.get("user-agent")))
-        reply = await dispatch(call)
+        reply = await serve(gw, ex, self.endpoint, self.protocol, headers, receive)
         gw.metrics.request_done(self.template, reply.status)
         return reply
 

@@ -1,7 +1,13 @@
-"""One attempt: admit → dispatch → settle exactly once, through the Governor.
+"""One attempt: bound → admit → dispatch → settle exactly once, through the Governor.
 
-The attempt says what happened; the :class:`gateway.governance.Governor` owns the permit
-(admission with re-plan, journal, the one settlement computation, replay). What the
+The attempt holds its deployment's value of the request
+(:class:`gateway.ingress._call.Call`), replaced only by the Call's named steps, called
+from here: ``bound`` (the deployment's output cap, the off-loop count, a refinement
+another deployment counted dropped, a count up front in ``refine_input: always``) and
+``admit`` (what the Governor decided: the key resolved afresh after a snapshot mismatch,
+a refined input or budget fit after a shortfall). From ``dispatching`` on the request is
+what was admitted. The :class:`gateway.governance.Governor` owns the permit (admission
+in one call, journal, the one settlement computation and its one call, replay). What the
 attempt reports (DESIGN §5):
 
 - the upstream's usage, final (``complete``; ``tokens_known`` when a cache write's TTL is
@@ -18,19 +24,15 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from gateway.config import Deployment, ModelSettings
+from gateway.config import Deployment
 from gateway.errors import InferplaneError
 from gateway.governance import (
-    AdmissionRequest,
+    Ask,
     Outcome,
     OutcomeKind,
     Permit,
@@ -39,118 +41,20 @@ from gateway.governance import (
     RequestFacts,
     Settlement,
     SettleResult,
-    build_request,
     tpm_estimate,
 )
 from gateway.ingress._bounds import off_loop
+from gateway.ingress._call import Call, capped, new_request_id
 from gateway.ingress._client import ROUTES
-from gateway.ingress._context import Gateway
-from gateway.ingress._prepare import CAPPED, names_output_limit, output_bound, output_cap
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
-from gateway.ingress._refine import BYTE, note_admitted, refine, reset_for
-from gateway.ingress._renew import mismatch_kind, renew
-from gateway.ingress._shortfall import (
-    Bounds,
-    fit_charge,
-    is_shortfall,
-    largest_output,
-    lower_output,
-    refusal_error,
-    remaining,
-)
-from gateway.keys import Principal
-from gateway.pricing import INPUT_CLASSES, InvalidUsage, Usage, cost_bound_micro_usd
+from gateway.ingress._refine import Counting, note_admitted, refine
+from gateway.ingress._shortfall import refusal_error
+from gateway.pricing import Usage
 from gateway.providers import Provider
-from gateway.usage import Endpoint
 
 log = logging.getLogger("mayu.ingress")
 
-_FIT_ROUNDS = 3
-"""Admission tries with budget fit: each may lower the output allowance for one more
-refusing counter (a team's day and month windows, a policy budget)."""
-_REFINE_ROUNDS = 2
-"""Admission tries after a refined input bound (a cached/prefix bound, then a count)."""
-
-
-def new_request_id() -> str:
-    return f"req_{uuid.uuid4().hex}"
-
-
-@dataclass
-class Call:
-    """One client request, after authentication, parsing, routing and bounding."""
-
-    gw: Gateway
-    principal: Principal
-    endpoint: Endpoint
-    model: ModelSettings
-    doc: dict[str, Any]
-    body: bytes
-    stream: bool
-    input_bound: int
-    output_bound: int
-    usd_bound: int
-    client_headers: dict[str, str]
-    deployments: list[tuple[Deployment, Provider]]
-    """The model's deployments that speak this ingress's protocol, in fallback order."""
-    request_id: str = field(default_factory=new_request_id)
-    audited: bool = False
-    """Some attempt already wrote this request's audit line(s)."""
-    key_hash: str = ""
-    """SHA-256 of the presented key, to re-authenticate after a snapshot mismatch."""
-    usd_bound_of: Callable[[int], int] | None = None
-    """The µUSD bound of this request with ``n`` output tokens (for refusals and fit)."""
-    input_classes: frozenset[str] = INPUT_CLASSES
-    """The price classes its input can be billed in (gateway.ingress._bounds)."""
-    fitted: str | None = None
-    """Set when budget fit lowered the output allowance (the response header says so)."""
-    byte_input_bound: int = 0
-    """The input bound from the body's bytes (``input_bound`` before any refinement)."""
-    input_basis: str = BYTE
-    """What ``input_bound`` rests on (``gateway.ingress._refine``: byte, counted, ...)."""
-    input_note: str = ""
-    """How a refined bound was had, for refusals and budget-fit headers."""
-    refined_for: str | None = None
-    """The deployment whose count refined ``input_bound`` (None: not refined)."""
-    count_tried: bool = False
-    """The provider was asked for a count for this bound (at most once per attempt)."""
-    output_cap: int | None = None
-    """The operator's output cap written into the forwarded body (None: none written)."""
-    client_doc: dict[str, Any] = field(default_factory=dict)
-    """The body as the client sent it (``doc`` before any cap or budget fit)."""
-    client_body: bytes = b""
-    off_loop_tried: bool = False
-    """The input was offered to the off-loop count (``_bounds.off_loop``, once per call)."""
-    client: str | None = None
-    """The client tool its User-Agent names (gateway.ingress._client), for the log."""
-
-    def __post_init__(self) -> None:
-        self.byte_input_bound = self.byte_input_bound or self.input_bound
-        self.client_doc = self.client_doc or self.doc
-        self.client_body = self.client_body or self.body
-
-    @property
-    def token_bound(self) -> int:
-        return self.input_bound + self.output_bound
-
-    def bounds(self) -> Bounds:
-        usd_of = self.usd_bound_of or (lambda n: self.usd_bound)
-        n = self.doc.get("n") if self.endpoint == "chat" else None
-        return Bounds(input_tokens=self.input_bound, output_tokens=self.output_bound,
-                      usd_of=usd_of, input_basis=self.input_basis,
-                      input_note=self.input_note,
-                      choices=n if isinstance(n, int) and not isinstance(n, bool)
-                      and n > 1 else 1)
-
-
-def capped(doc: dict[str, Any], endpoint: Endpoint, cap: int | None
-           ) -> tuple[dict[str, Any], bytes] | None:
-    """The client's body with the operator's output cap written as its limit (the
-    protocol's own field, as budget fit writes it), or None when the cap does not apply:
-    off, not a chat-completions or Responses request, or the client named a limit."""
-    if cap is None or endpoint not in CAPPED or names_output_limit(doc):
-        return None
-    return lower_output(endpoint, doc, cap)
+__all__ = ["Attempt", "Call", "capped", "new_request_id", "outcome_for"]
 
 
 def outcome_for(usage: Usage | None, *, detail: str = "") -> Outcome:
@@ -176,6 +80,7 @@ def _known_ttl(outcome: Outcome, classes: frozenset[str]) -> Outcome:
 @dataclass
 class Attempt:
     call: Call
+    """This attempt's value of the request (replaced by ``bound`` and ``admit`` only)."""
     deployment: Deployment
     provider: Provider
     index: int
@@ -183,8 +88,6 @@ class Attempt:
     settlement: Settlement | None = None
     result: SettleResult | None = None
     settled: bool = False
-    planned: AdmissionRequest | None = None
-    """The last plan handed to the Governor (a refusal names one of its counters)."""
     dispatched: bool = False
     """Bytes of the request may have reached the upstream (cancelled vs uncertain)."""
 
@@ -194,155 +97,93 @@ class Attempt:
         return rid if self.index == 0 else f"{rid}.{self.index}"
 
     def headers(self) -> dict[str, str]:
-        h = {"x-inferplane-request-id": self.call.request_id,
-             "x-inferplane-token-bound": str(self.call.token_bound),
-             "x-inferplane-usd-bound": str(self.call.usd_bound)}
+        call = self.call
+        h = {"x-inferplane-request-id": call.request_id,
+             "x-inferplane-token-bound": str(call.token_bound),
+             "x-inferplane-usd-bound": str(call.usd_bound)}
         if self.permit is not None:
             h["x-inferplane-permit"] = self.permit.id
-            h.update(ratelimit_headers(self.permit,
-                                       anthropic=self.call.endpoint == "messages"))
-        if self.call.fitted:
-            h["x-inferplane-budget-fit"] = self.call.fitted
-        if self.call.input_basis != BYTE:
-            h["x-inferplane-input-bound"] = self.call.input_basis
-        if self.call.output_cap is not None:
-            h["x-inferplane-output-cap"] = str(self.call.output_cap)
+            h.update(ratelimit_headers(self.permit, anthropic=call.endpoint == "messages"))
+        if call.fitted:
+            h["x-inferplane-budget-fit"] = call.fitted
+        if call.bounds.refined:
+            h["x-inferplane-input-bound"] = call.bounds.input_basis
+        if call.output_cap is not None:
+            h["x-inferplane-output-cap"] = str(call.output_cap)
         return h
 
-    def _cap_output(self) -> None:
-        """Write this deployment's output cap into a request that names no limit and
-        bound its output by it (``docs/bounds.md``, "An opt-in output cap"). A fallback
-        to a deployment with another cap (or none) starts again from the client's body;
-        a lower limit budget fit already wrote is kept."""
-        call = self.call
-        cap = output_cap(call.model, self.deployment)
-        if cap == call.output_cap:
-            return
-        written = capped(call.client_doc, call.endpoint, cap)
-        if written is None and call.output_cap is None:
-            return  # the common case: no cap, or a request the cap does not touch
-        doc, body = written or (call.client_doc, call.client_body)
-        out = output_bound(doc, call.endpoint, call.model,
-                           ceiling=call.gw.settings.server.max_output_tokens)
-        call.output_cap = cap if written is not None else None
-        if call.fitted and call.output_bound <= out:
-            return  # budget fit's lower limit stands
-        call.doc, call.body, call.output_bound = doc, body, out
-        call.usd_bound = call.usd_bound_of(out) if call.usd_bound_of else call.usd_bound
+    async def bound(self) -> None:
+        """This deployment's bounds before its admission: a refinement another deployment
+        counted dropped, its output cap written, a large OpenAI body counted off the loop
+        (once per request), and in ``refine_input: always`` the provider's count."""
+        call = self.call.for_deployment(self.deployment).capped_for(self.deployment)
+        if not call.counted_off_loop:
+            call = call.with_counted_input(await self._count_off_loop(call))
+        refined = await refine(call, self.deployment, self.provider, refused=False)
+        self.call = call if refined is None else call.refined(refined, self.deployment)
 
-    async def _count_off_loop(self) -> None:
-        """Count a large OpenAI body's input in a worker thread (``_bounds.off_loop``:
-        ``input_bound`` left it at its byte bound) and bound the input by it, once per
-        call: the count is the model's, so a fallback attempt keeps it."""
-        call = self.call
-        if call.off_loop_tried:
-            return
-        call.off_loop_tried = True
+    async def _count_off_loop(self, call: Call) -> int | None:
+        """A large OpenAI body's input counted in a worker thread (``_bounds.off_loop``:
+        ``input_bound`` left it at its byte bound); None when it is not one to count."""
         start = time.perf_counter()
         counted = await off_loop(call.client_body, call.client_doc, call.model,
-                                 call.byte_input_bound)
-        if counted is None:
-            return
-        metrics = call.gw.metrics
-        labels = (self.deployment.provider, "tokenized")
-        metrics.child(metrics.input_refinements, *labels).inc()
-        metrics.child(metrics.input_refinement_latency, *labels).observe(
-            time.perf_counter() - start)
-        if counted >= call.byte_input_bound:
-            return
-        call.byte_input_bound = call.input_bound = counted
-        call.usd_bound_of = partial(cost_bound_micro_usd, counted, price=call.model.price,
-                                    input_classes=call.input_classes)
-        call.usd_bound = call.usd_bound_of(call.output_bound)
+                                 call.bounds.byte_input)
+        if counted is not None:
+            metrics = call.gw.metrics
+            labels = (self.deployment.provider, "tokenized")
+            metrics.child(metrics.input_refinements, *labels).inc()
+            metrics.child(metrics.input_refinement_latency, *labels).observe(
+                time.perf_counter() - start)
+        return counted
 
-    def _plan(self) -> AdmissionRequest:
+    def _ask(self) -> Ask:
+        """What the Governor is told of this attempt: facts, and its input count."""
         call = self.call
-        self.planned = build_request(
-            call.principal, call.gw.policy.snapshot(), request_id=self.request_id,
-            model=call.model.name, token_bound=call.token_bound, usd_bound=call.usd_bound,
-            now=datetime.now(UTC), tpm=tpm_estimate(len(call.body)))
-        return self.planned
-
-    def _fit(self, refusal: Refusal) -> bool:
-        """Budget fit: lower the output allowance to the largest that fits the refusing
-        counter, if the counter allows it and that is at least its floor."""
-        charge = fit_charge(refusal, self.planned)
-        call = self.call
-        if charge is None or refusal.figures is None or call.usd_bound_of is None:
-            return False
-        # The limit is per choice: a chat request with n choices may generate n times
-        # it, so the allowance that fits is split between them.
-        n = call.doc.get("n") if call.endpoint == "chat" else None
-        choices = n if isinstance(n, int) and n > 1 else 1
-        per_choice = largest_output(call.bounds(), refusal.figures) // choices
-        if (per_choice < max(1, charge.fit_floor or 0)
-                or per_choice * choices >= call.output_bound):
-            return False
-        before = call.output_bound // choices
-        call.doc, call.body = lower_output(call.endpoint, call.doc, per_choice)
-        call.output_bound = per_choice * choices
-        call.usd_bound = call.usd_bound_of(call.output_bound)
-        call.fitted = (f"max_tokens lowered from {before} to {per_choice}"
-                       f"{f' per choice (n={choices})' if choices > 1 else ''} to fit "
-                       f"{refusal.counter} ({remaining(refusal.figures)} left; input bound "
-                       f"{call.input_basis}: {call.input_bound} tokens)")
-        return True
-
-    async def _tighten(self, refusal: Refusal) -> bool:
-        """After a money or quota refusal: refine the input bound one step
-        (gateway.ingress._refine: a cached or prefix-extended count, then the provider's
-        count), else lower the output allowance (budget fit); True if one applied."""
-        if not is_shortfall(refusal):
-            return False
-        return (await refine(self.call, self.deployment, self.provider, refused=True)
-                or self._fit(refusal))
-
-    async def _replan(self, refusal: Refusal, request: AdmissionRequest) -> None:
-        call, gw = self.call, self.call.gw
-        gw.metrics.snapshot_retries.labels(mismatch_kind(refusal)).inc()
-        principal = await renew(gw, refusal, key_hash=call.key_hash, model=call.model.name,
-                                used_generation=request.policy_generation)
-        if principal is not None:
-            call.principal = principal
+        counting = (Counting(call, self.deployment, self.provider)
+                    if call.endpoint == "messages" else None)
+        return Ask(request_id=self.request_id, model=call.model.name,
+                   principal=call.principal, bounds=call.bounds,
+                   tpm=tpm_estimate(len(call.body)), key_hash=call.key_hash,
+                   refinement=counting)
 
     async def admit(self) -> Permit:
-        """Admit this attempt (the Governor re-plans after a snapshot mismatch)."""
+        """Admit this (bound) attempt in one call to the Governor, which re-plans after a
+        snapshot mismatch and tightens the bound after a shortfall; the request goes on as
+        it was admitted, or its refusal is the client's error."""
         gw = self.call.gw
-        self._cap_output()
-        await self._count_off_loop()
-        reset_for(self.call, self.deployment)
-        await refine(self.call, self.deployment, self.provider, refused=False)
-        for _ in range(_FIT_ROUNDS + _REFINE_ROUNDS):
-            try:
-                permit = await gw.governor.admit(self._plan, replan=self._replan)
-                break
-            except Refused as refused:
-                decision = refused.refusal
-                if await self._tighten(decision):
-                    continue  # admit the same request with a tighter bound
-                gw.metrics.admissions.labels(f"refused_{decision.status}").inc()
-                error = refusal_error(decision, self.call.bounds())
-                if decision.code == "rate_limited" and decision.figures is not None:
-                    error.extra_headers = refused_headers(
-                        decision.figures.limit, decision.figures.dimension,
-                        decision.retry_after, anthropic=self.call.endpoint == "messages")
-                if self.call.input_basis != BYTE:
-                    error.extra_headers["x-inferplane-input-bound"] = self.call.input_basis
-                if self.call.output_cap is not None:
-                    error.extra_headers["x-inferplane-output-cap"] = str(self.call.output_cap)
-                self.audit(event="refused", status=decision.status, refusal=error.message,
-                           counter=decision.counter)
-                raise error from None
-            except InferplaneError:
-                gw.metrics.admissions.labels("error").inc()
-                raise
-        else:
-            raise refusal_error(decision, self.call.bounds())
-        gw.metrics.admitted(permit, self.call.principal.team.name)
-        note_admitted(self.call, self.deployment, self.provider)
-        self.permit = permit
+        try:
+            decided = await gw.governor.admit(self._ask())
+        except Refused as refused:
+            if refused.decided is not None:
+                self.call = self.call.decided(refused.decided, self.deployment)
+            gw.metrics.admissions.labels(f"refused_{refused.refusal.status}").inc()
+            raise self._refused(refused.refusal) from None
+        except InferplaneError:
+            gw.metrics.admissions.labels("error").inc()
+            raise
+        self.call = call = self.call.decided(decided, self.deployment)
+        assert decided.permit is not None
+        self.permit = permit = decided.permit
+        gw.metrics.admitted(permit, call.principal.team.name)
+        note_admitted(call, self.deployment, self.provider)
         self.audit(event="admitted")
         return permit
+
+    def _refused(self, decision: Refusal) -> InferplaneError:
+        """The client's error for a refusal (audited), in its protocol's headers."""
+        call = self.call
+        error = refusal_error(decision, call.bounds)
+        if decision.code == "rate_limited" and decision.figures is not None:
+            error.extra_headers = refused_headers(
+                decision.figures.limit, decision.figures.dimension,
+                decision.retry_after, anthropic=call.endpoint == "messages")
+        if call.bounds.refined:
+            error.extra_headers["x-inferplane-input-bound"] = call.bounds.input_basis
+        if call.output_cap is not None:
+            error.extra_headers["x-inferplane-output-cap"] = str(call.output_cap)
+        self.audit(event="refused", status=decision.status, refusal=error.message,
+                   counter=decision.counter)
+        return error
 
     async def dispatching(self) -> None:
         """The request is about to leave: journaled (and audited) before the first byte."""
@@ -352,26 +193,22 @@ class Attempt:
         self.audit(event="dispatch")
 
     async def finish(self, outcome: Outcome, *, status: int) -> Settlement | None:
-        """Settle this attempt's permit once (the Governor computes the figures) and
-        write its audit line; returns the settlement (None if there was no permit)."""
+        """Settle this attempt's permit once, in one call with what the wire said and
+        the request's facts (the Governor computes the figures), and write its audit
+        line; returns the settlement (None if there was no permit)."""
         if self.settled or self.permit is None:
             return self.settlement
         self.settled = True
         gw, call = self.call.gw, self.call
-        outcome = _known_ttl(outcome, call.input_classes)
-        try:
-            settlement = gw.governor.settlement(self.permit, outcome, call.model.price)
-        except InvalidUsage as exc:
-            outcome = Outcome(kind=OutcomeKind.INVALID, detail=str(exc))
-            settlement = gw.governor.settlement(self.permit, outcome)
-        settlement = msgspec.structs.replace(settlement, facts=RequestFacts(
-            route=ROUTES.get(call.endpoint), client=call.client, http_status=status,
-            deployment=f"{self.deployment.provider}/"
-                       f"{self.deployment.upstream_model or call.model.name}"))
-        self.settlement = settlement
+        outcome = _known_ttl(outcome, call.bounds.input_classes)
+        facts = RequestFacts(route=ROUTES.get(call.endpoint), client=call.client,
+                             http_status=status,
+                             deployment=f"{self.deployment.provider}/"
+                                        f"{self.deployment.upstream_model or call.model.name}")
+        self.settlement, self.result = settlement, _ = await gw.governor.settle_outcome(
+            self.permit, outcome, price=call.model.price, facts=facts)
         if settlement.bound_exceeded:
             self._bound_exceeded(settlement)
-        self.result = await gw.governor.settle(self.permit, settlement)
         self.audit(event="settled", status=status, outcome=str(settlement.kind),
                    detail=settlement.detail,
                    usage=None if settlement.usage is None
@@ -387,8 +224,9 @@ class Attempt:
     def _bound_exceeded(self, s: Settlement) -> None:
         call = self.call
         usage = s.usage or Usage()
-        setting = ("max_output_tokens" if usage.output > call.output_bound
-                   else "input_overhead_tokens (or max_input_tokens)")
+        setting = ("max_output_tokens" if usage.output > call.bounds.output_tokens
+                   else "count_allowance_pct (the provider's count was low)"
+                   if call.bounds.refined else "input_overhead_tokens (or max_input_tokens)")
         call.gw.metrics.bound_exceeded.labels(call.model.name).inc()
         log.warning("bound_exceeded: permit %s (model %s) reported %d tokens / %d µUSD "
                     "above its admitted bound of %d tokens / %d µUSD; committed in full. "
@@ -399,8 +237,8 @@ class Attempt:
 
     def audit(self, **fields: Any) -> None:
         call = self.call
-        call.audited = True
-        self.call.gw.audit.write({
+        call.trail.written = True
+        call.gw.audit.write({
             "request_id": self.request_id, "attempt": self.index,
             "permit": self.permit.id if self.permit else None,
             "key_id": call.principal.key_id, "team_id": call.principal.team_id,
@@ -409,6 +247,6 @@ class Attempt:
             "upstream_model": self.deployment.upstream_model or call.model.name,
             "endpoint": call.endpoint, "stream": call.stream,
             "token_bound": call.token_bound, "usd_bound": call.usd_bound,
-            **({"input_bound": call.input_basis} if call.input_basis != BYTE else {}),
+            **({"input_bound": call.bounds.input_basis} if call.bounds.refined else {}),
             **({"output_cap": call.output_cap} if call.output_cap is not None else {}),
             **fields})

@@ -31,6 +31,7 @@ from typing import Any
 from gateway.config import ModelSettings
 from gateway.errors import BadRequest
 from gateway.ingress._tokenize import encoding_name, input_ceiling
+from gateway.usage import Endpoint
 
 INLINE_BYTES = 8 * 1024
 """OpenAI bodies up to this size are counted on the event loop (at most ~0.2 ms), larger
@@ -126,6 +127,13 @@ def input_bound(body: bytes, doc: dict[str, Any], model: ModelSettings, *,
             f"models[].max_input_tokens for model {model.name!r} to allow it",
             param=reason.split(".")[0].split("[")[0])
     return max(len(body), model.max_input_tokens)
+
+
+def choices(doc: dict[str, Any], endpoint: Endpoint) -> int:
+    """A chat request's ``n`` (validated by ``_prepare.output_bound``), else 1: its output
+    limit is per choice."""
+    n = doc.get("n") if endpoint == "chat" else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
 
 def counts_off_loop(body: bytes, doc: dict[str, Any], model: ModelSettings) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,12 +10,11 @@ from gateway.audit import AuditLog
 from gateway.config import ModelSettings, Settings
 from gateway.governance import GovernanceStore, Governor
 from gateway.ingress._refine import Refiner
+from gateway.ingress._renew import Resolver
 from gateway.keys import KeyStore, Principal
 from gateway.metrics import Metrics
 from gateway.policy import PolicySource
 from gateway.providers import Provider
-
-_MAX_PRINCIPALS = 10_000
 
 
 @dataclass
@@ -31,15 +28,15 @@ class Gateway:
     audit: AuditLog
     admin_token: str | None = None
     governor: Governor = None  # type: ignore[assignment]
-    """Owns every permit's life; built over ``governance`` when not given (tests)."""
+    """Owns every permit's life; built over ``governance`` (and ``resolver``) when not
+    given (tests)."""
     models: dict[str, ModelSettings] = field(init=False)
-    policy_reload: asyncio.Future[Any] | None = field(default=None, init=False)
-    """The on-demand policy reload in flight, shared by every request that needs it."""
     principal_ttl_s: float = 0.0
     """How long a resolved Principal plans admitted requests (0: resolved each time);
-    only where admission re-checks it (the shared profile, ``_prepare.principal_to_admit``)."""
-    principals: dict[str, tuple[float, Principal]] = field(default_factory=dict, init=False)
-    """Key hash → (when resolved, Principal), for ``principal_to_admit``."""
+    only where admission re-checks it (the shared profile, ``Resolver.to_admit``)."""
+    resolver: Resolver = None  # type: ignore[assignment]
+    """Resolves keys (and again after a snapshot mismatch: the Governor's keys); built
+    over ``key_store`` and ``policy`` when not given."""
     refiner: Refiner | None = field(default=None, init=False)
     """Refines input bounds with a provider's count (``gateway.ingress._refine``)."""
     pool: Any = None
@@ -47,16 +44,18 @@ class Gateway:
     alerts: AlertStore | None = None
     """Where budget alerts are recorded (None: alerts off; the admin API lists them)."""
 
-    def remember_principal(self, key_hash: str, principal: Principal) -> None:
-        if len(self.principals) >= _MAX_PRINCIPALS:  # bounded: drop the oldest
-            self.principals.pop(next(iter(self.principals)))
-        self.principals.pop(key_hash, None)
-        self.principals[key_hash] = (time.monotonic(), principal)
+    @property
+    def principals(self) -> dict[str, tuple[float, Principal]]:
+        """Key hash → (when resolved, Principal): the resolver's cache."""
+        return self.resolver.principals
 
     def __post_init__(self) -> None:
         self.models = {m.name: m for m in self.settings.models}
         server = self.settings.server
         self.refiner = Refiner(timeout_s=server.refine_timeout_s,
                                entries=server.refine_cache_entries)
+        if self.resolver is None:
+            self.resolver = Resolver(self.key_store, self.policy, self.metrics,
+                                     principal_ttl_s=self.principal_ttl_s)
         if self.governor is None:
-            self.governor = Governor(self.governance)
+            self.governor = Governor(self.governance, keys=self.resolver)

@@ -1,4 +1,17 @@
-"""Dispatch with fallback, and the two ways an answer goes back: JSON or relayed SSE.
+"""A generation request's stages in the order they run, and how its answer goes back.
+
+:func:`serve` lists them: **prepare** (authenticate, read, parse, route, bound: the
+request built once as a :class:`gateway.ingress._call.Call` value), then per deployment
+in fallback order **bound** (the deployment's cap and counts), **admit** (the Governor:
+one permit, or the client's refusal), **dispatch** (the upstream call, the answer relayed
+as JSON or SSE) and **settle** (exactly once, as the answer ends, however it ends). Which
+stage may change what:
+
+- prepare builds every field of the Call; nothing after it edits one in place;
+- bound and admit replace the attempt's Call by the Call's named steps (its bounds, the
+  forwarded body and its output limit, the principal after a snapshot mismatch);
+- dispatch and settle only read it: what was admitted is what is sent and settled; a
+  fallback's next attempt starts from the value the previous one was admitted with.
 
 A fallback is tried only while no byte has reached the client: after a connect error,
 a timeout, or a retryable status (429/5xx). Each attempt has its own permit and is
@@ -46,18 +59,32 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from functools import partial
+from typing import Any
 
 import anyio
 
 from gateway.errors import UpstreamUnavailable
-from gateway.governance import Outcome, OutcomeKind
-from gateway.ingress._attempt import Attempt, Call, outcome_for
-from gateway.ingress._prepare import upstream_body
+from gateway.governance import Bounds, Outcome, OutcomeKind
+from gateway.ingress._attempt import Attempt, outcome_for
+from gateway.ingress._bounds import choices, input_bound, input_classes
+from gateway.ingress._call import Call, new_request_id
+from gateway.ingress._client import client_tool
+from gateway.ingress._context import Gateway
+from gateway.ingress._prepare import (
+    output_bound,
+    parse_json,
+    presented_key_hash,
+    receive_body,
+    route,
+    upstream_body,
+    wants_stream,
+)
 from gateway.ingress._reply import CLIENT_LEFT, CUT_AT_SHUTDOWN, Hangup, Reply
 from gateway.ingress._tokenize import proven_input
+from gateway.keys import Principal
 from gateway.pricing import InvalidUsage, Usage
-from gateway.providers import RETRYABLE_STATUS, UpstreamFailure, UpstreamResponse
-from gateway.usage import StreamMeter, extract_json, stream_error_event
+from gateway.providers import RETRYABLE_STATUS, Protocol_, UpstreamFailure, UpstreamResponse
+from gateway.usage import Endpoint, StreamMeter, extract_json, stream_error_event
 
 log = logging.getLogger("mayu.ingress")
 
@@ -67,6 +94,9 @@ class InvalidUpstreamUsage(UpstreamUnavailable):
 
     code = "invalid_upstream_usage"
 
+
+_FORWARDED = ("anthropic-version", "anthropic-beta")
+"""Client headers forwarded upstream (and to a count)."""
 
 # Statuses a proxy or load balancer answers when it gave up waiting: the provider may
 # still have run (and billed) the request, so its bounds are kept (DESIGN §5: timeout
@@ -88,24 +118,74 @@ def _failure_outcome(attempt: Attempt, exc: BaseException, detail: str) -> Outco
                    detail=detail)
 
 
+class Exchange:
+    """What the error renderer needs to know of one request, as far as it got."""
+
+    __slots__ = ("call", "principal", "request_id")
+
+    def __init__(self) -> None:
+        self.request_id: str | None = None
+        self.principal: Principal | None = None
+        self.call: Call | None = None
+
+
+async def serve(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Protocol_,
+                headers: dict[str, str], receive: Any) -> Reply:
+    """One generation request, stage by stage (module docstring): prepare, then
+    :func:`dispatch`."""
+    ex.call = call = await prepare(gw, ex, endpoint, protocol, headers, receive)
+    return await dispatch(call)
+
+
 async def dispatch(call: Call) -> Reply:
+    """Bound → admit → dispatch → settle, one attempt per deployment in fallback order,
+    until one answers."""
     for index, (deployment, provider) in enumerate(call.deployments):
-        last = index == len(call.deployments) - 1
         attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index)
-        await attempt.admit()
-        try:
-            response = await _attempt(attempt, last=last)
-        except BaseException as exc:
-            # Whatever went wrong (a bug, a shutdown cancelling the handler), the permit
-            # must not stay pending when this attempt can still say what happened.
-            if not attempt.settled:
-                with anyio.CancelScope(shield=True):
-                    await attempt.finish(_failure_outcome(
-                        attempt, exc, f"attempt aborted: {type(exc).__name__}"), status=500)
-            raise
-        if response is not None:
-            return response
+        await attempt.bound()  # this deployment's cap and counts
+        await attempt.admit()  # one call to the Governor: a permit, or the refusal
+        # Dispatch; the permit is settled once, as the answer ends (or here, on a failure).
+        reply = await _dispatch(attempt, last=index == len(call.deployments) - 1)
+        if reply is not None:
+            return reply
+        call = attempt.call  # settled; the next deployment starts from this value
     raise UpstreamUnavailable("no deployment could be tried")  # pragma: no cover
+
+
+async def prepare(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Protocol_,
+                  headers: dict[str, str], receive: Any) -> Call:
+    """Authenticate → read the body within ``server.max_body_bytes`` → parse → route →
+    bound: the request as one value."""
+    ex.request_id = rid = new_request_id()
+    key_hash = presented_key_hash(headers)
+    ex.principal = principal = await gw.resolver.to_admit(key_hash)
+    server = gw.settings.server
+    body = await receive_body(receive, headers, server.max_body_bytes)
+    doc = parse_json(body)
+    target = route(gw, principal, doc, protocol)
+    out = output_bound(doc, endpoint, target.model, ceiling=server.max_output_tokens)
+    bounds = Bounds(input_tokens=input_bound(body, doc, target.model), output_tokens=out,
+                    price=target.model.price, input_classes=input_classes(doc),
+                    choices=choices(doc, endpoint))
+    return Call(gw=gw, principal=principal, endpoint=endpoint, model=target.model, doc=doc,
+                body=body, stream=wants_stream(doc, endpoint), bounds=bounds,
+                client_headers={h: headers[h] for h in _FORWARDED if h in headers},
+                deployments=target.deployments, request_id=rid, key_hash=key_hash,
+                client=client_tool(headers.get("user-agent")))
+
+
+async def _dispatch(attempt: Attempt, *, last: bool) -> Reply | None:
+    """Dispatch an admitted attempt; its permit is settled whatever goes wrong."""
+    try:
+        return await _attempt(attempt, last=last)
+    except BaseException as exc:
+        # Whatever went wrong (a bug, a shutdown cancelling the handler), the permit
+        # must not stay pending when this attempt can still say what happened.
+        if not attempt.settled:
+            with anyio.CancelScope(shield=True):
+                await attempt.finish(_failure_outcome(
+                    attempt, exc, f"attempt aborted: {type(exc).__name__}"), status=500)
+        raise
 
 
 async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:

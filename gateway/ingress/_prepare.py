@@ -10,10 +10,8 @@ into the forwarded body (``gateway.ingress._attempt``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -24,7 +22,6 @@ from gateway.config import Deployment, ModelSettings
 from gateway.errors import (
     BadRequest,
     Forbidden,
-    GovernanceUnavailable,
     PayloadTooLarge,
     Unauthenticated,
     UnknownModel,
@@ -88,38 +85,13 @@ async def authenticate(gw: Gateway, request: Request[Any, Any, Any]) -> Principa
 
 async def resolve_principal(gw: Gateway, key_hash: str) -> Principal:
     """The key's current Principal; 401 if unknown, revoked or expired."""
-    try:
-        principal = await gw.key_store.resolve(key_hash)
-    except Exception as exc:
-        raise GovernanceUnavailable("key store unavailable") from exc
-    if principal is None:
-        gw.principals.pop(key_hash, None)
-        raise Unauthenticated()
-    if gw.principal_ttl_s > 0:
-        gw.remember_principal(key_hash, principal)
-    return principal
+    return await gw.resolver.resolve(key_hash)
 
 
 async def principal_to_admit(gw: Gateway, key_hash: str) -> Principal:
-    """The Principal a request is planned with before its admission.
-
-    In the shared profile admission itself re-checks, under its locks, that the key is
-    not revoked or expired and that key and team are still at the revisions the
-    Principal was read at (DESIGN §4); a stale Principal is refused as a snapshot
-    mismatch and :func:`gateway.ingress._renew.renew` resolves the key afresh before the
-    re-plan. So a Principal read at most ``principal_ttl_s`` ago is as good as a new one
-    there, and saves the key lookup's round trip. Everywhere else (and for any route
-    that is not admitted) the key is resolved every time.
-    """
-    if gw.principal_ttl_s > 0:
-        cached = gw.principals.get(key_hash)
-        if cached is not None and time.monotonic() - cached[0] < gw.principal_ttl_s:
-            # A secret a rotation replaced works until its grace ends, not a TTL longer:
-            # admission checks the key's revision, not which of its secrets was shown.
-            until = cached[1].secret_valid_until
-            if until is None or datetime.now(UTC) < until:
-                return cached[1]
-    return await resolve_principal(gw, key_hash)
+    """The Principal a request is planned with before its admission (cached where
+    admission re-checks it: ``gateway.ingress._renew.Resolver.to_admit``)."""
+    return await gw.resolver.to_admit(key_hash)
 
 
 async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:

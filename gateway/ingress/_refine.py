@@ -44,14 +44,13 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from gateway.config import Deployment
+from gateway.governance import BYTE, COUNTED, FAILED, PREFIX, Bounds
 from gateway.ingress._bounds import external_input
-from gateway.pricing import cost_bound_micro_usd
 from gateway.providers import CountFailed, Provider, TokenCounter, count_body
 
 if TYPE_CHECKING:
@@ -59,10 +58,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mayu.ingress")
 
+__all__ = ["BYTE", "COUNTED", "FAILED", "PREFIX", "CountCache", "Counting", "Refined",
+           "Refiner",
+           "allowance", "count_scope", "mode_of", "note_admitted", "prefix_chain", "refine",
+           "tool_prompt"]
+
 MIN_ALLOWANCE = 64
 """Tokens added to any count, however small (the allowance's floor)."""
-BYTE, PREFIX, COUNTED, FAILED = "byte", "counted-prefix", "counted", "byte-count-failed"
-"""The input bound's basis, as the ``x-inferplane-input-bound`` header says it."""
 
 _PREFIX_FIELDS = ("system", "tools", "tool_choice", "thinking")
 
@@ -164,10 +166,10 @@ def mode_of(call: Call, deployment: Deployment) -> str:
     return deployment.refine_input or call.model.refine_input
 
 
-def _scope(call: Call, deployment: Deployment) -> str:
+def count_scope(call: Call, deployment: Deployment) -> str:
     """What a count depends on besides the body: where and as which model it was
     counted, and the client's ``anthropic-beta`` header (forwarded to the count; a beta
-    can change how a request is tokenized)."""
+    can change how a request is tokenized). A refined bound belongs to this scope."""
     beta = call.client_headers.get("anthropic-beta", "")
     return (f"{deployment.provider}\0{deployment.upstream_model or ''}\0{call.model.name}"
             f"\0{beta}")
@@ -186,16 +188,16 @@ class Refiner:
                 and isinstance(provider, TokenCounter) and provider.counts_tokens
                 and external_input(call.doc) is None)
 
-    async def tighter(self, call: Call, deployment: Deployment,
-                      provider: Provider) -> Refined | None:
-        """The next tighter input bound than the call's (cached or prefix-extended
-        first, then a count call), or None when there is none."""
-        if call.input_basis in (COUNTED, FAILED) or call.count_tried:
+    async def tighter(self, call: Call, deployment: Deployment, provider: Provider, *,
+                      bounds: Bounds | None = None, cached: bool = True) -> Refined | None:
+        """The next tighter input bound than ``bounds`` (default the call's): cached or
+        prefix-extended first, unless ``cached`` is False, then a count call; None when
+        there is none (the bound is counted already, or a count was asked for it)."""
+        bounds = bounds or call.bounds
+        if bounds.input_basis in (COUNTED, FAILED) or bounds.counted:
             return None
-        scope = _scope(call, deployment)
-        chain = prefix_chain(call.doc, scope=scope)
-        pct = call.model.count_allowance_pct
-        if call.input_basis == BYTE:
+        chain = prefix_chain(call.doc, scope=count_scope(call, deployment))
+        if cached and bounds.input_basis == BYTE:
             hit = self.cache.longest(chain)
             if hit is not None:
                 k, bound = hit
@@ -208,13 +210,12 @@ class Refiner:
                     return Refined(bound + appended, PREFIX,
                                    f"counted prefix of {k} messages + {appended} bytes "
                                    "appended since", "counted_prefix")
-        return await self._count(call, deployment, provider, chain[-1], pct)
+        return await self._count(call, deployment, provider, chain[-1], bounds)
 
     async def _count(self, call: Call, deployment: Deployment, provider: Provider,
-                     key: bytes, pct: int) -> Refined:
+                     key: bytes, bounds: Bounds) -> Refined:
         assert isinstance(provider, TokenCounter)
         body = count_body(call.doc, model=deployment.upstream_model or call.model.name)
-        call.count_tried = True  # one count per attempt, whatever it answers
         try:
             async with asyncio.timeout(self.timeout_s):
                 count = await provider.count_input_tokens(body, headers=call.client_headers)
@@ -222,10 +223,10 @@ class Refiner:
             why = str(exc) or f"no answer within server.refine_timeout_s={self.timeout_s}"
             log.warning("request %s: input bound not refined, the byte bound stands: %s",
                         call.request_id, why)
-            return Refined(call.byte_input_bound, FAILED,
+            return Refined(bounds.byte_input, FAILED,
                            "bounded by the body's bytes: the provider's token count failed",
                            "failed")
-        extra, tools = allowance(count, pct), tool_prompt(call)
+        extra, tools = allowance(count, call.model.count_allowance_pct), tool_prompt(call)
         bound = count + extra + tools
         self.cache.put(key, bound)
         return Refined(bound, COUNTED, f"counted by the provider: {count} + {extra} "
@@ -233,56 +234,51 @@ class Refiner:
                        "counted")
 
 
-def apply(call: Call, refined: Refined, deployment: Deployment) -> bool:
-    """Bound the call's input by ``refined`` for ``deployment``'s attempts; True when
-    that lowered the bound (a refined bound above the current one changes nothing: the
-    lower of two sound bounds is sound)."""
-    call.refined_for = _scope(call, deployment)
-    if refined.tokens >= call.input_bound:
-        if call.input_basis == BYTE and refined.basis == FAILED:  # say why it stands
-            call.input_basis, call.input_note = refined.basis, refined.note
-        return False
-    call.input_basis, call.input_note = refined.basis, refined.note
-    call.input_bound = refined.tokens
-    call.usd_bound_of = partial(cost_bound_micro_usd, refined.tokens,
-                                price=call.model.price, input_classes=call.input_classes)
-    call.usd_bound = call.usd_bound_of(call.output_bound)
-    return True
-
-
-def reset_for(call: Call, deployment: Deployment) -> None:
-    """Back to the byte bound when the call's refinement belongs to another deployment."""
-    if call.refined_for is None or call.refined_for == _scope(call, deployment):
-        return
-    call.refined_for, call.input_basis, call.input_note = None, BYTE, ""
-    call.count_tried = False
-    call.input_bound = call.byte_input_bound
-    call.usd_bound_of = partial(cost_bound_micro_usd, call.byte_input_bound,
-                                price=call.model.price, input_classes=call.input_classes)
-    call.usd_bound = call.usd_bound_of(call.output_bound)
-
-
 async def refine(call: Call, deployment: Deployment, provider: Provider, *,
-                 refused: bool) -> bool:
-    """Tighten the attempt's input bound if its mode asks now (``always`` before the
-    first admission; either mode after a money or quota refusal); True if it changed."""
+                 refused: bool, bounds: Bounds | None = None) -> Bounds | None:
+    """The attempt's input bound tightened one step if its mode asks now (``always``
+    before the first admission; either mode after a money or quota refusal): the new
+    bounds, or None when nothing changed. New bounds may have the same input (a count
+    that failed says so in the basis, one that came out higher marks the bound counted):
+    only a lower input is a tighter bound. A count is asked at most once per deployment.
+    ``bounds``: the ones to tighten (default the call's)."""
     if not refused and mode_of(call, deployment) != "always":
-        return False  # the common case: nothing to do, not even the eligibility walk
+        return None  # the common case: nothing to do, not even the eligibility walk
     refiner = call.gw.refiner
     if refiner is None or not refiner.eligible(call, deployment, provider):
-        return False
+        return None
     metrics = call.gw.metrics
+    before = bounds = bounds or call.bounds
+    cached = True
     while True:
         start = time.perf_counter()
-        refined = await refiner.tighter(call, deployment, provider)
+        refined = await refiner.tighter(call, deployment, provider, bounds=bounds,
+                                        cached=cached)
         if refined is None:
-            return False
+            break
         labels = (deployment.provider, refined.outcome)
         metrics.child(metrics.input_refinements, *labels).inc()
         metrics.child(metrics.input_refinement_latency, *labels).observe(
             time.perf_counter() - start)
-        if apply(call, refined, deployment):
-            return True
+        bounds = bounds.with_input(refined.tokens, refined.basis, refined.note)
+        if bounds.input_tokens < before.input_tokens:
+            break
+        cached = False  # a cached or prefix bound no lower than this one: count next
+    return None if bounds == before else bounds
+
+
+@dataclass(frozen=True, slots=True)
+class Counting:
+    """One attempt's input count, for the Governor's shortfalls
+    (:class:`gateway.governance.Refinement`): its deployment's provider, its body."""
+
+    call: Call
+    deployment: Deployment
+    provider: Provider
+
+    async def tighter(self, bounds: Bounds) -> Bounds | None:
+        return await refine(self.call, self.deployment, self.provider, refused=True,
+                            bounds=bounds)
 
 
 def note_admitted(call: Call, deployment: Deployment, provider: Provider) -> None:
@@ -290,7 +286,8 @@ def note_admitted(call: Call, deployment: Deployment, provider: Provider) -> Non
     (``not_needed``): with the refinements, the share of admissions that needed one. A
     request the provider adds input to is never counted, and is among these too (the
     walk that tells it apart is not worth its CPU on every admission)."""
-    if (call.input_basis != BYTE or call.count_tried or call.endpoint != "messages"
+    if (call.bounds.input_basis != BYTE or call.bounds.counted
+            or call.endpoint != "messages"
             or not isinstance(provider, TokenCounter) or not provider.counts_tokens
             or mode_of(call, deployment) == "off"):
         return

@@ -21,8 +21,6 @@ the response says so in ``x-inferplane-budget-fit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,7 +42,7 @@ from gateway.errors import (
     SpentWindow,
     TokenQuotaExhausted,
 )
-from gateway.governance import AdmissionRequest, Charge, Refusal, RefusalFigures
+from gateway.governance import Bounds, Refusal, largest_output, remaining
 from gateway.usage import Endpoint
 
 _QUOTA_CODES = ("budget_exhausted", "token_quota_exhausted")
@@ -74,55 +72,10 @@ def window_reset(window: str) -> datetime:
     return datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
 
 
-def remaining(f: RefusalFigures) -> int:
-    """What the counter could still take: limit − committed − liability − reserved − leased."""
-    return max(0, (f.limit or 0) - f.committed - f.liability - f.reserved - f.leased)
 
 
-@dataclass(frozen=True)
-class Bounds:
-    """The request's bounds, as a function of its output allowance."""
-
-    input_tokens: int
-    output_tokens: int
-    usd_of: Callable[[int], int]
-    """The µUSD bound of the same request with ``n`` output tokens."""
-    input_basis: str = "byte"
-    """What the input bound rests on (``gateway.ingress._refine``)."""
-    input_note: str = ""
-    """How a refined input bound was had."""
-    choices: int = 1
-    """A chat request's ``n``: its output limit is per choice, ``output_tokens`` the
-    total the request may generate."""
-
-    def input_words(self) -> str:
-        """The input bound in a refusal's words, with its basis."""
-        if self.input_basis == "byte":
-            return f"up to {self.input_tokens} input tokens (bounded by the body's bytes)"
-        return f"up to {self.input_tokens} input tokens ({self.input_note})"
 
 
-def is_shortfall(refusal: Refusal) -> bool:
-    """A money or token-quota refusal with its figures: one a tighter bound may clear."""
-    return refusal.code in _QUOTA_CODES and refusal.figures is not None
-
-
-def largest_output(bounds: Bounds, f: RefusalFigures) -> int:
-    """The largest output allowance with which the request would fit ``f`` now (-1: none)."""
-    room = remaining(f)
-    if f.dimension == "tokens":
-        return min(bounds.output_tokens, room - bounds.input_tokens) if room >= \
-            bounds.input_tokens else -1
-    if bounds.usd_of(0) > room:
-        return -1
-    lo, hi = 0, bounds.output_tokens
-    while lo < hi:  # the bound grows with the output allowance: bisect
-        mid = (lo + hi + 1) // 2
-        if bounds.usd_of(mid) <= room:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def _explain(refusal: Refusal, bounds: Bounds, now: datetime
@@ -175,14 +128,6 @@ def refusal_error(refusal: Refusal, bounds: Bounds, *,
     return error
 
 
-def fit_charge(refusal: Refusal, request: AdmissionRequest | None) -> Charge | None:
-    """The refusing charge, if budget fit is allowed on it."""
-    if request is None or refusal.figures is None or refusal.code not in _QUOTA_CODES:
-        return None
-    for charge in request.charges:
-        if charge.counter == refusal.counter and charge.fit_floor is not None:
-            return charge
-    return None
 
 
 _OUTPUT_FIELDS: dict[Endpoint, tuple[str, ...]] = {

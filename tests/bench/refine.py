@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gateway.config import Deployment, ModelSettings, ProviderSettings  # noqa: E402
+from gateway.governance import Bounds  # noqa: E402
 from gateway.ingress._attempt import Call  # noqa: E402
 from gateway.ingress._bounds import input_bound, input_classes  # noqa: E402
 from gateway.ingress._refine import Refiner  # noqa: E402
@@ -58,11 +59,11 @@ MODEL = ModelSettings(name="claude-opus-4-8", deployments=[
 
 def _call(doc: dict[str, Any]) -> Call:
     body = msgspec.json.encode(doc)
+    bounds = Bounds(input_tokens=input_bound(body, doc, MODEL), output_tokens=64000,
+                    price=MODEL.price, input_classes=input_classes(doc))
     return Call(gw=None, principal=None, endpoint="messages",  # type: ignore[arg-type]
-                model=MODEL, doc=doc, body=body, stream=False,
-                input_bound=input_bound(body, doc, MODEL), output_bound=64000,
-                usd_bound=0, client_headers={}, deployments=[],
-                input_classes=input_classes(doc))
+                model=MODEL, doc=doc, body=body, stream=False, bounds=bounds,
+                client_headers={}, deployments=[])
 
 
 async def _measure(provider: HttpProvider, n: int) -> dict[str, tuple[float, float]]:

@@ -18,12 +18,10 @@ from pathlib import Path
 import pytest
 
 from gateway.governance import (
-    AdmissionRequest,
     Governor,
     LocalGovernanceStore,
     Outcome,
     OutcomeKind,
-    Refusal,
     build_request,
     settlement_for,
 )
@@ -103,12 +101,9 @@ async def test_a_report_after_the_shutdown_settlement_is_not_sent(tmp_path: Path
                   key_limits=KeyLimits(), allowed_models=None, user=None,
                   team=Team(id="team_1", name="one", limits=TeamLimits()))
 
-    async def replan(refusal: Refusal, request: AdmissionRequest) -> None:
-        raise AssertionError(refusal)
-
-    permit = await governor.admit(lambda: build_request(
+    permit = await governor.admit_plan(build_request(
         p, EMPTY_SNAPSHOT, request_id="r1", model="m", token_bound=100, usd_bound=1_000,
-        now=datetime.now(UTC)), replan=replan)
+        now=datetime.now(UTC)))
     await governor.close(own_s=0.05)
     cut = Outcome(kind=OutcomeKind.UNCERTAIN, detail="cut at shutdown", output_floor=5)
     late = governor.settlement(permit, cut, PRICE)

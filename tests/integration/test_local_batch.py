@@ -338,11 +338,8 @@ async def test_admissions_of_a_failed_transaction_are_the_ingress_503(store):
     p = principal(TeamLimits(usd_micros_per_day=1_000_000))
     _install_failure(store, "gov_permits", "request_id", "poison")
 
-    async def replan(refusal: Refusal, req: AdmissionRequest) -> None:
-        raise AssertionError("no snapshot mismatch expected")
-
     def admit(req: AdmissionRequest) -> Awaitable[Permit]:
-        return governor.admit(lambda: req, replan=replan)
+        return governor.admit_plan(req)
 
     results, transactions = await together(
         store, admit(request(p)), admit(request(p)),

@@ -213,11 +213,8 @@ async def test_governor_refusal_carries_the_store_refusal(stores):
     """The Governor raises Refused with the store's refusal (no re-plan for money)."""
     p = await principal(stores.keys, team="t1", limits=LIMITS)
     governor = Governor(stores.gov)
-
-    async def never(*_: object) -> None:
-        raise AssertionError("no snapshot mismatch expected")
     with pytest.raises(Refused) as refused:
-        await governor.admit(lambda: request(p, usd=10_001, rid="g"), replan=never)
+        await governor.admit_plan(request(p, usd=10_001, rid="g"))
     assert refused.value.refusal.code == "budget_exhausted"
 
 
@@ -227,10 +224,7 @@ async def test_governor_answers_first_and_catches_up(stores):
     commit and nothing reserved."""
     p = await principal(stores.keys, team="t1", limits=LIMITS)
     governor = Governor(stores.gov)
-
-    async def never(*_: object) -> None:
-        raise AssertionError("no snapshot mismatch expected")
-    permit = await governor.admit(lambda: request(p, usd=900, rid="af"), replan=never)
+    permit = await governor.admit_plan(request(p, usd=900, rid="af"))
     window = f"team:{p.team_id}:usd:day:2026-11-29"
     assert await governor.settle(permit, settlement(permit.request, exact(10, 250))) is None
     assert await governor.caught_up(timeout_s=30)
@@ -266,12 +260,9 @@ async def test_a_refusal_is_decided_again_once_the_teams_settlements_landed(stor
                         limits=TeamLimits(usd_micros_per_day=1_000))
     held = _HeldSettlements(stores.gov)
     governor = Governor(held)
-
-    async def never(*_: object) -> None:
-        raise AssertionError("no snapshot mismatch expected")
-    first = await governor.admit(lambda: request(p, usd=900, rid="a"), replan=never)
+    first = await governor.admit_plan(request(p, usd=900, rid="a"))
     assert await governor.settle(first, settlement(first.request, exact(10, 100))) is None
-    second = await governor.admit(lambda: request(p, usd=800, rid="b"), replan=never)
+    second = await governor.admit_plan(request(p, usd=800, rid="b"))
     assert held.refusals == 1
     assert await governor.caught_up(timeout_s=30)
     window = f"team:{p.team_id}:usd:day:2026-11-29"

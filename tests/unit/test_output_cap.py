@@ -6,8 +6,8 @@ what an upstream that honours the forwarded limit (the mock's reading of it) can
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from gateway.config import Deployment, ModelSettings, Settings, load_settings
 from gateway.errors import ConfigError
+from gateway.governance import Bounds
 from gateway.ingress._attempt import Attempt, Call, capped
-from gateway.ingress._bounds import input_bound, input_classes
+from gateway.ingress._bounds import choices, input_bound, input_classes
 from gateway.ingress._prepare import names_output_limit, output_bound, output_cap
 from gateway.mock._model import LIMIT_FIELDS, openai_classes, output_limit
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
@@ -109,18 +110,23 @@ def test_the_capped_bound_covers_what_the_upstream_bills(
 def _call(doc: dict[str, Any], endpoint: Endpoint, model: ModelSettings,
           deployments: list[Deployment]) -> Call:
     body = msgspec.json.encode(doc)
-    inp = input_bound(body, doc, model)
-    out = output_bound(doc, endpoint, model, ceiling=CEILING)
-    usd_of = partial(cost_bound_micro_usd, inp, price=model.price,
-                     input_classes=input_classes(doc))
+    bounds = Bounds(input_tokens=input_bound(body, doc, model),
+                    output_tokens=output_bound(doc, endpoint, model, ceiling=CEILING),
+                    price=model.price, input_classes=input_classes(doc),
+                    choices=choices(doc, endpoint))
     gw = SimpleNamespace(settings=Settings())
     return Call(gw=gw, principal=None, endpoint=endpoint,  # type: ignore[arg-type]
-                model=model, doc=doc, body=body, stream=False, input_bound=inp,
-                output_bound=out, usd_bound=usd_of(out), usd_bound_of=usd_of,
-                client_headers={}, deployments=[], input_classes=input_classes(doc))
+                model=model, doc=doc, body=body, stream=False, bounds=bounds,
+                client_headers={}, deployments=[])
 
 
 PRICE = ModelPrice(input=1_250_000, output=10_000_000, cache_read=125_000)
+
+
+def _headers(call: Call, deployment: Deployment) -> dict[str, str]:
+    attempt = Attempt(call=call, deployment=deployment, provider=None,  # type: ignore[arg-type]
+                      index=0)
+    return attempt.headers()
 
 
 def test_an_attempt_writes_its_deployments_cap_and_a_fallback_takes_its_own() -> None:
@@ -134,22 +140,18 @@ def test_an_attempt_writes_its_deployments_cap_and_a_fallback_takes_its_own() ->
                           max_output_tokens=128_000, default_output_tokens=4096)
     doc = {"model": "m", "input": "hello", "stream": True}
     call = _call(doc, "responses", model, [a, b, c])
-    assert call.output_bound == 128_000
+    assert call.bounds.output_tokens == 128_000
     for deployment, cap in ((a, 2048), (b, 4096), (c, 512)):
-        attempt = Attempt(call=call, deployment=deployment, provider=None,  # type: ignore[arg-type]
-                          index=0)
-        attempt._cap_output()
-        assert call.output_cap == cap and call.output_bound == cap
+        call = call.capped_for(deployment)
+        assert call.output_cap == cap and call.bounds.output_tokens == cap
         assert msgspec.json.decode(call.body) == {**doc, "max_output_tokens": cap}
-        assert call.usd_bound == call.usd_bound_of(cap)  # type: ignore[misc]
-        assert attempt.headers()["x-inferplane-output-cap"] == str(cap)
+        assert call.usd_bound == call.bounds.usd_of(cap)
+        assert _headers(call, deployment)["x-inferplane-output-cap"] == str(cap)
     off = msgspec.structs.replace(model, default_output_tokens=None)
-    call.model = off
-    attempt = Attempt(call=call, deployment=b, provider=None, index=1)  # type: ignore[arg-type]
-    attempt._cap_output()
-    assert call.output_cap is None and call.output_bound == 128_000
+    call = dataclasses.replace(call, model=off).capped_for(b)
+    assert call.output_cap is None and call.bounds.output_tokens == 128_000
     assert call.body == call.client_body and call.doc == doc
-    assert "x-inferplane-output-cap" not in attempt.headers()
+    assert "x-inferplane-output-cap" not in _headers(call, b)
 
 
 @pytest.mark.parametrize("limit", ["max_completion_tokens", "max_tokens"])
@@ -162,12 +164,10 @@ def test_a_client_limit_is_kept_whether_smaller_or_larger(limit: str) -> None:
         doc = {"model": "m", limit: asked, "n": 2,
                "messages": [{"role": "user", "content": "hi"}]}
         call = _call(doc, "chat", model, model.deployments)
-        attempt = Attempt(call=call, deployment=model.deployments[0],
-                          provider=None, index=0)  # type: ignore[arg-type]
-        attempt._cap_output()
-        assert call.output_cap is None and call.output_bound == 2 * asked
+        call = call.capped_for(model.deployments[0])
+        assert call.output_cap is None and call.bounds.output_tokens == 2 * asked
         assert call.body == msgspec.json.encode(doc)
-        assert "x-inferplane-output-cap" not in attempt.headers()
+        assert "x-inferplane-output-cap" not in _headers(call, model.deployments[0])
 
 
 def test_budget_fit_below_the_cap_is_kept_on_a_fallback() -> None:
@@ -180,16 +180,15 @@ def test_budget_fit_below_the_cap_is_kept_on_a_fallback() -> None:
     doc = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     call = _call(doc, "chat", model, [big, small])
     # a deployment without its own cap: the model's
-    Attempt(call=call, deployment=Deployment(provider="x"), provider=None,  # type: ignore[arg-type]
-            index=0)._cap_output()
-    assert call.output_bound == 4096
+    call = call.capped_for(Deployment(provider="x"))
+    assert call.bounds.output_tokens == 4096
+    call = call.fitted_to(1000, "max_tokens lowered from 4096 to 1000")
     fitted = {**doc, "max_completion_tokens": 1000}
-    call.doc, call.body, call.output_bound = fitted, msgspec.json.encode(fitted), 1000
-    call.fitted = "max_tokens lowered from 4096 to 1000"
-    Attempt(call=call, deployment=big, provider=None, index=1)._cap_output()  # type: ignore[arg-type]
-    assert call.output_bound == 1000 and call.doc == fitted and call.output_cap == 8192
-    Attempt(call=call, deployment=small, provider=None, index=2)._cap_output()  # type: ignore[arg-type]
-    assert call.output_bound == 256 and call.doc["max_completion_tokens"] == 256
+    assert call.doc == fitted and call.bounds.output_tokens == 1000
+    call = call.capped_for(big)
+    assert call.bounds.output_tokens == 1000 and call.doc == fitted and call.output_cap == 8192
+    call = call.capped_for(small)
+    assert call.bounds.output_tokens == 256 and call.doc["max_completion_tokens"] == 256
 
 
 @pytest.mark.parametrize(("where", "cap", "message"), [

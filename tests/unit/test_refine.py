@@ -8,6 +8,7 @@ counted, cached or prefix-extended — against what the upstream would bill.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,19 +20,10 @@ from hypothesis import strategies as st
 
 from gateway.config import Deployment, ModelSettings, ProviderSettings, load_settings
 from gateway.errors import ConfigError
+from gateway.governance import BYTE, COUNTED, FAILED, PREFIX, Bounds
 from gateway.ingress._attempt import Call
 from gateway.ingress._bounds import input_bound, input_classes
-from gateway.ingress._refine import (
-    BYTE,
-    COUNTED,
-    FAILED,
-    PREFIX,
-    Refiner,
-    allowance,
-    apply,
-    prefix_chain,
-    reset_for,
-)
+from gateway.ingress._refine import Refiner, allowance, prefix_chain
 from gateway.mock import anthropic_classes
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
 from gateway.providers import MockProvider, count_body
@@ -46,11 +38,18 @@ OPUS = ModelPrice(input=5_000_000, output=25_000_000, cache_read=500_000,
 
 def _call(doc: dict[str, Any], model: ModelSettings = MODEL) -> Call:
     body = msgspec.json.encode(doc)
-    inp = input_bound(body, doc, model)
+    bounds = Bounds(input_tokens=input_bound(body, doc, model),
+                    output_tokens=doc.get("max_tokens", 1), price=model.price,
+                    input_classes=input_classes(doc))
     return Call(gw=None, principal=None, endpoint="messages",  # type: ignore[arg-type]
-                model=model, doc=doc, body=body, stream=False, input_bound=inp,
-                output_bound=doc.get("max_tokens", 1), usd_bound=0, client_headers={},
-                deployments=[], input_classes=input_classes(doc))
+                model=model, doc=doc, body=body, stream=False, bounds=bounds,
+                client_headers={}, deployments=[])
+
+
+def _refined(call: Call, refined: Any, deployment: Deployment) -> Call:
+    """The call with the refiner's result taken (as ``gateway.ingress._refine.refine``)."""
+    return call.refined(call.bounds.with_input(refined.tokens, refined.basis, refined.note),
+                        deployment)
 
 
 def _billed_input(doc: dict[str, Any]) -> int:
@@ -128,17 +127,17 @@ def test_the_refined_bound_covers_what_the_upstream_bills(
             call = _call(doc)
             refined = await refiner.tighter(call, DEPLOYMENT, PROVIDER)
             assert refined is not None and refined.basis == basis
-            apply(call, refined, DEPLOYMENT)
-            out.append((call, refined.tokens))
+            out.append((_refined(call, refined, DEPLOYMENT), refined.tokens))
         return out
 
     for (call, tokens), doc in zip(asyncio.run(both()), turns, strict=True):
         assert tokens >= _billed_input(doc)
-        assert call.input_bound == min(tokens, call.byte_input_bound)
+        bounds = call.bounds
+        assert bounds.input_tokens == min(tokens, bounds.byte_input)
         classes = anthropic_classes(doc)
         actual = cost_micro_usd(Usage(**classes.as_dict()), price)
-        assert actual <= cost_bound_micro_usd(call.input_bound, call.output_bound, price,
-                                              input_classes=call.input_classes)
+        assert actual <= cost_bound_micro_usd(bounds.input_tokens, bounds.output_tokens,
+                                              price, input_classes=bounds.input_classes)
 
 
 def test_an_agent_turn_is_bounded_several_fold_tighter_and_counted_once() -> None:
@@ -155,7 +154,7 @@ def test_an_agent_turn_is_bounded_several_fold_tighter_and_counted_once() -> Non
     call = _call(doc)
     first = asyncio.run(refiner.tighter(call, DEPLOYMENT, PROVIDER))
     assert first is not None and first.basis == COUNTED
-    assert first.tokens * 3 < call.byte_input_bound
+    assert first.tokens * 3 < call.bounds.byte_input
     moved = _mark(doc, None)
     del moved["system"][0]["cache_control"]
     again = asyncio.run(refiner.tighter(_call(moved), DEPLOYMENT, PROVIDER))
@@ -175,9 +174,10 @@ def test_a_count_that_fails_or_times_out_leaves_the_byte_bound(
     call, there = _call(doc), Deployment(provider="mock", upstream_model=upstream)
     refined = asyncio.run(refiner.tighter(call, there, PROVIDER))
     assert refined is not None and refined.basis == FAILED
-    assert refined.tokens == call.byte_input_bound
-    assert not apply(call, refined, there)
-    assert call.input_bound == call.byte_input_bound and call.input_basis == FAILED
+    assert refined.tokens == call.bounds.byte_input
+    call = _refined(call, refined, there)
+    assert call.bounds.input_tokens == call.bounds.byte_input
+    assert call.bounds.input_basis == FAILED
     assert asyncio.run(refiner.tighter(call, there, PROVIDER)) is None  # asked once
     assert refiner.cache.longest(prefix_chain(doc, scope="x")) is None
 
@@ -195,8 +195,7 @@ def test_requests_that_make_the_provider_add_input_are_never_counted() -> None:
     assert refiner.eligible(_call(plain), DEPLOYMENT, PROVIDER)
     off = Deployment(provider="mock", refine_input="off")
     assert not refiner.eligible(_call(plain), off, PROVIDER)
-    chat = _call(plain)
-    chat.endpoint = "chat"
+    chat = dataclasses.replace(_call(plain), endpoint="chat")
     assert not refiner.eligible(chat, DEPLOYMENT, PROVIDER)
 
 
@@ -254,14 +253,16 @@ def test_a_fallback_deployment_starts_again_from_the_byte_bound() -> None:
     call = _call(doc)
     refined = asyncio.run(Refiner(timeout_s=5, entries=4).tighter(call, DEPLOYMENT,
                                                                   PROVIDER))
-    assert refined is not None and apply(call, refined, DEPLOYMENT)
-    assert call.input_bound < call.byte_input_bound
-    reset_for(call, DEPLOYMENT)  # the same deployment: kept
-    assert call.input_basis == COUNTED
-    reset_for(call, Deployment(provider="other"))
-    assert call.input_basis == BYTE and call.input_bound == call.byte_input_bound
-    assert call.usd_bound == cost_bound_micro_usd(call.byte_input_bound, 10, MODEL.price,
-                                                  input_classes=call.input_classes)
+    assert refined is not None
+    call = _refined(call, refined, DEPLOYMENT)
+    assert call.bounds.input_tokens < call.bounds.byte_input
+    call = call.for_deployment(DEPLOYMENT)  # the same deployment: kept
+    assert call.bounds.input_basis == COUNTED
+    call = call.for_deployment(Deployment(provider="other"))
+    bounds = call.bounds
+    assert bounds.input_basis == BYTE and bounds.input_tokens == bounds.byte_input
+    assert call.usd_bound == cost_bound_micro_usd(bounds.byte_input, 10, MODEL.price,
+                                                  input_classes=bounds.input_classes)
 
 
 def test_appended_images_and_documents_are_counted_not_bounded_by_their_bytes() -> None:
@@ -293,8 +294,8 @@ def test_a_count_made_under_another_beta_header_is_not_reused() -> None:
            "messages": [{"role": "user", "content": "hello " * 300}]}
     refiner = Refiner(timeout_s=5, entries=8)
     asyncio.run(refiner.tighter(_call(doc), DEPLOYMENT, PROVIDER))
-    beta = _call(doc)
-    beta.client_headers = {"anthropic-beta": "token-efficient-tools-2025-02-19"}
+    beta = dataclasses.replace(
+        _call(doc), client_headers={"anthropic-beta": "token-efficient-tools-2025-02-19"})
     refined = asyncio.run(refiner.tighter(beta, DEPLOYMENT, PROVIDER))
     assert refined is not None and "cached" not in refined.note
     again = asyncio.run(refiner.tighter(_call(doc), DEPLOYMENT, PROVIDER))

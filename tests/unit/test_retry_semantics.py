@@ -11,14 +11,18 @@ import msgspec
 import pytest
 
 from gateway.errors import GovernanceUnavailable, UpstreamUnavailable
-from gateway.governance import LeaseFacts, Refusal, RefusalFigures, refusal
+from gateway.governance import Bounds, LeaseFacts, Refusal, RefusalFigures, refusal
 from gateway.governance._refusal import _STATUS
 from gateway.ingress._ratelimit import window_headers
 from gateway.ingress._render import error_reply
-from gateway.ingress._shortfall import Bounds, refusal_error
+from gateway.ingress._shortfall import refusal_error
+from gateway.pricing import ModelPrice
 
 NOW = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)  # 20 h before the day window resets
-BOUNDS = Bounds(input_tokens=100, output_tokens=1000, usd_of=lambda n: 1000 + 4 * n)
+# µUSD bound 1000 + 4 × max_tokens: 998 for the input, 4 per output token, 2 of rounding.
+BOUNDS = Bounds(input_tokens=100, output_tokens=1000, input_classes=frozenset(("input",)),
+                price=ModelPrice(input=9_980_000, output=4_000_000))
+assert [BOUNDS.usd_of(n) for n in (0, 1, 1000)] == [1000, 1004, 5000]
 DAY_TOKENS = RefusalFigures(limit=500, committed=450, amount=1100, window="2026-12-01",
                             dimension="tokens")
 DAY_USD = RefusalFigures(limit=2000, committed=1500, amount=5000, window="2026-12-01")

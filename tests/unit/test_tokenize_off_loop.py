@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config import Deployment, ModelSettings, Settings
+from gateway.governance import Bounds
 from gateway.ingress import _bounds
 from gateway.ingress._attempt import Attempt, Call
 from gateway.ingress._bounds import INLINE_BYTES, counts_off_loop, input_bound, off_loop
@@ -90,26 +90,24 @@ def test_the_attempt_bounds_the_call_by_the_threaded_count_once() -> None:
     count, counts it as a ``tokenized`` refinement; a second attempt does not recount."""
     body, doc = _codex()
     by_bytes = input_bound(body, doc, GPT)
-    usd_of = partial(cost_bound_micro_usd, by_bytes, price=PRICE,
-                     input_classes=frozenset(("input", "cache_read")))
+    classes = frozenset(("input", "cache_read"))
     metrics = Metrics()
     gw = SimpleNamespace(settings=Settings(), metrics=metrics)
     call = Call(gw=gw, principal=None, endpoint="responses",  # type: ignore[arg-type]
-                model=GPT, doc=doc, body=body, stream=True, input_bound=by_bytes,
-                output_bound=4096, usd_bound=usd_of(4096), usd_bound_of=usd_of,
-                client_headers={}, deployments=[],
-                input_classes=frozenset(("input", "cache_read")))
+                model=GPT, doc=doc, body=body, stream=True, client_headers={},
+                bounds=Bounds(input_tokens=by_bytes, output_tokens=4096, price=PRICE,
+                              input_classes=classes), deployments=[])
     attempt = Attempt(call=call, deployment=GPT.deployments[0], provider=None,  # type: ignore[arg-type]
                       index=0)
-    asyncio.run(attempt._count_off_loop())
+    asyncio.run(attempt.bound())
+    call = attempt.call
     counted = input_bound(body, doc, GPT, inline_bytes=None)
-    assert call.input_bound == call.byte_input_bound == counted < by_bytes
-    assert call.usd_bound == cost_bound_micro_usd(counted, 4096, PRICE,
-                                                  input_classes=call.input_classes)
+    assert call.bounds.input_tokens == call.bounds.byte_input == counted < by_bytes
+    assert call.usd_bound == cost_bound_micro_usd(counted, 4096, PRICE, input_classes=classes)
     labels = {"provider": "up", "outcome": "tokenized"}
     sample = metrics.registry.get_sample_value
     assert sample("mayu_input_refinements_total", labels) == 1
     assert sample("mayu_input_refinement_seconds_count", labels) == 1
     asyncio.run(Attempt(call=call, deployment=GPT.deployments[0],
-                        provider=None, index=1)._count_off_loop())  # type: ignore[arg-type]
+                        provider=None, index=1).bound())  # type: ignore[arg-type]
     assert sample("mayu_input_refinements_total", labels) == 1
