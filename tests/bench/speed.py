@@ -11,7 +11,10 @@ For every target and for JSON and SSE answers it prints, as medians over ``--rou
 - CPU per request of the server process (user + system from ``/proc/<pid>/stat`` over
   both loads, divided by the requests), and for the shared profile the CPU of its
   Postgres backends per request;
-- the server's RSS at the end, and its peak (VmHWM).
+- the server's RSS at the end, and its peak (VmHWM);
+- for mayu, the store decisions one request's admission makes (``mayu_admission_seconds``
+  observations): a normal request, one admitted after budget fit, one admitted after its
+  input was refined by the provider's count (``docs/admission.md``, "Store decisions").
 
 The upstream is ``tests/bench/_fastup.py`` (a raw asyncio server: tens of µs per
 request), the client ``tests/bench/_loadgen.py`` (raw asyncio + httptools). The team
@@ -115,6 +118,8 @@ class Target:
     path: str = "/v1/chat/completions"
     backends: Callable[[], list[int]] | None = None
     """Postgres backend pids serving this target (shared profile)."""
+    probes: dict[str, tuple[str, bytes, str]] = field(default_factory=dict)
+    """mayu: the decision probes (normal, fitted, refined) → (path, body, key)."""
 
 
 @dataclass
@@ -164,8 +169,12 @@ def _gateway_config(work: Path, name: str, upstream: int, shared: bool,
         "data_dir": str(work / f"data-{name}"), "demo": False,
         "server": {"replica_id": name},
         "providers": [{"name": "up", "kind": "openai",
-                       "base_url": f"http://127.0.0.1:{upstream}/v1"}],
+                       "base_url": f"http://127.0.0.1:{upstream}/v1"},
+                      {"name": "mock", "kind": "mock"}],
         "models": [{"name": "mock-gpt", "deployments": [{"provider": "up"}],
+                    "price": {"input": 1_000_000, "output": 4_000_000}},
+                   # Only for the decision probes: the in-process mock counts input.
+                   {"name": "mock-claude", "deployments": [{"provider": "mock"}],
                     "price": {"input": 1_000_000, "output": 4_000_000}}]}
     if shared:
         config.update({"key_store": {"type": "postgres"},
@@ -183,10 +192,11 @@ def _gateway_config(work: Path, name: str, upstream: int, shared: bool,
     return path
 
 
-def _team_key(config: Path, env: dict[str, str] | None) -> str:
+def _team_key(config: Path, env: dict[str, str] | None, *, suffix: str = "",
+              limits: tuple[str, ...] = LIMITS) -> str:
     import json
-    team = f"bench-{config.stem}"
-    done = run_cli("teams", "create", team, "--config", str(config), "--json", *LIMITS,
+    team = f"bench-{config.stem}{suffix}"
+    done = run_cli("teams", "create", team, "--config", str(config), "--json", *limits,
                    env=env)
     assert done.returncode == 0, done.stderr
     done = run_cli("keys", "create", "--team", team, "--config", str(config), "--json",
@@ -194,6 +204,44 @@ def _team_key(config: Path, env: dict[str, str] | None) -> str:
     assert done.returncode == 0, done.stderr
     key: str = json.loads(done.stdout)["key"]
     return key
+
+
+FIT_LIMITS = ("--usd-micros-per-day", "20000", "--budget-fit-floor", "16")
+"""A chat request with max_tokens 8192 (a 33,000 µUSD worst case) is fitted to these."""
+REFINE_LIMITS = ("--usd-micros-per-day", "10000")
+"""18 KB of text to mock-claude does not fit these bounded by its bytes; counted it does."""
+
+
+def _probes(config: Path, env: dict[str, str] | None,
+            key: str) -> dict[str, tuple[str, bytes, str]]:
+    """The decision probes' requests, each with a key of a team of its own."""
+    refined = (b'{"model":"mock-claude","max_tokens":16,"messages":[{"role":"user",'
+               b'"content":"' + b"hello " * 3000 + b'"}]}')
+    return {"normal": ("/v1/chat/completions", body(False), key),
+            "fitted": ("/v1/chat/completions", body(False, 8192),
+                       _team_key(config, env, suffix="-fit", limits=FIT_LIMITS)),
+            "refined": ("/v1/messages", refined,
+                        _team_key(config, env, suffix="-refine", limits=REFINE_LIMITS))}
+
+
+def decisions(t: Target) -> dict[str, str]:
+    """Store decisions each probe's admission made (its ``mayu_admission_seconds``
+    observations), with the answer's status when it is not 200."""
+    def count() -> float:
+        text = httpx.get(f"http://127.0.0.1:{t.port}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("mayu_admission_seconds_count"):
+                return float(line.split()[-1])
+        return 0.0
+    out = {}
+    for name, (path, payload, key) in t.probes.items():
+        before = count()
+        r = httpx.post(f"http://127.0.0.1:{t.port}{path}", content=payload, timeout=30,
+                       headers={"authorization": f"Bearer {key}",
+                                "content-type": "application/json"})
+        made = count() - before
+        out[name] = f"{made:.0f}" + ("" if r.status_code == 200 else f" ({r.status_code})")
+    return out
 
 
 def _migrate(dsn: str, root: Path | None) -> None:
@@ -226,9 +274,10 @@ def mayu_local(work: Path, upstream: int, *, root: Path | None = None,
                ) -> tuple[Target, Proc]:
     config = _gateway_config(work, name, upstream, shared=False, overrides=overrides)
     key = _team_key(config, None)
+    probes = _probes(config, None, key)
     gw = _start(config, None, root)
     return Target(f"mayu {name}", gw.port, gw.popen.pid,
-                  {"authorization": f"Bearer {key}"}), gw
+                  {"authorization": f"Bearer {key}"}, probes=probes), gw
 
 
 def mayu_shared(work: Path, upstream: int, dsn: str, *, root: Path | None = None,
@@ -237,6 +286,7 @@ def mayu_shared(work: Path, upstream: int, dsn: str, *, root: Path | None = None
     env = {"INFERPLANE_DATABASE_URL": dsn}
     config = _gateway_config(work, name, upstream, shared=True, overrides=overrides)
     key = _team_key(config, env)
+    probes = _probes(config, env, key)
     gw = _start(config, env, root)
     dbname = dsn.rsplit("/", 1)[1]
 
@@ -246,7 +296,8 @@ def mayu_shared(work: Path, upstream: int, dsn: str, *, root: Path | None = None
                                 " AND pid <> pg_backend_pid()", (dbname,)).fetchall()
         return [int(r[0]) for r in rows]
     return Target(f"mayu {name}", gw.port, gw.popen.pid,
-                  {"authorization": f"Bearer {key}"}, backends=backends), gw
+                  {"authorization": f"Bearer {key}"}, backends=backends,
+                  probes=probes), gw
 
 
 def litellm(work: Path, upstream: int, exe: str) -> tuple[Target, subprocess.Popen[bytes]]:
@@ -502,6 +553,7 @@ def main() -> int:
             longs.update({t.name: long_streams(t, args.long_events) for t in targets
                           if args.long_events and t.name != "direct"})
             served = {t.name: per_worker(work, t.name) for t in targets}
+            decided = {t.name: decisions(t) for t in targets if t.probes}
         finally:
             for p in procs:
                 p.stop()
@@ -519,6 +571,11 @@ def main() -> int:
           f"{args.requests} requests at c={args.concurrency} and {args.requests_c1} at c=1 "
           "per round; CPU/req = server process user+sys over both loads")
     report(results, [t.name for t in targets], args)
+    if decided:
+        print("\nstore decisions per request's admission (mayu_admission_seconds "
+              "observations; docs/admission.md, \"Store decisions\"):")
+        for name, made in decided.items():
+            print(f"  {name:<16} " + "  ".join(f"{k} {v}" for k, v in made.items()))
     spread = {name: counts for name, counts in served.items() if len(counts) > 1}
     if spread:
         print("\nrequests admitted per worker (server.workers > 1; the kernel's spread of "
