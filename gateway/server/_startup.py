@@ -24,20 +24,17 @@ ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],
 def check_port(host: str, port: int) -> None:
     """Raise a one-line :class:`ConfigError` if ``host:port`` cannot be listened on.
 
-    Binds as uvicorn will (``SO_REUSEADDR``, so a port left in TIME_WAIT is free) and
-    closes at once; port 0 (any free port) is never busy.
+    Binds as uvicorn will (the address family from the host's spelling,
+    ``SO_REUSEADDR``, so a port left in TIME_WAIT is free) and closes at once; port 0
+    (any free port) is never busy.
     """
     if port == 0:
         return
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as exc:
-        raise ConfigError(f"server.host: cannot listen on {host!r}: {exc.strerror}") from exc
-    with socket.socket(family, kind, proto) as sock:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn chooses
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(address)
+            sock.bind((host, port))
         except OSError as exc:
             why = exc.strerror or str(exc)
             if exc.errno == errno.EADDRINUSE:
