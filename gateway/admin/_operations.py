@@ -55,6 +55,9 @@ Awaiting = Literal["pending", "uncertain", "tokens_known"]
 Tokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS_PER_CLASS)]
 Amount = Annotated[int, msgspec.Meta(ge=0, le=MAX_AMOUNT)]
 PageSize = Annotated[int, QueryParameter(ge=1, le=500, description="page size (1-500)")]
+Line = Annotated[str, msgspec.Meta(min_length=1, max_length=500, pattern=r"^[^\x00-\x1f\x7f]*$")]
+"""One line of text, no control character (Postgres text cannot hold a NUL: a 400 here,
+never a store error)."""
 
 
 class UsageBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -80,7 +83,7 @@ class PermitResolve(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     tokens: Amount | None = None
     usage: UsageBody | None = None
     """Settle at this exact usage, priced with the model's configured price."""
-    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=500)] = "no reason given"
+    reason: Line = "no reason given"
     """Recorded in the settlement's detail as ``operator: <reason>``."""
 
 
@@ -112,7 +115,7 @@ class FrozenList(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Unfreeze(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    counter: Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+    counter: Line
 
 
 class Unfrozen(msgspec.Struct, frozen=True, kw_only=True):

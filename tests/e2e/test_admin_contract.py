@@ -198,7 +198,8 @@ NUL_CASES = ["/admin/v1/requests/summary?team=a%00b", "/admin/v1/requests?model=
 def test_a_nul_byte_in_a_filter_or_a_path_is_a_400(served: Proc, holder: str) -> None:
     """A NUL byte (``%00``) in a query parameter or a path parameter is a 400 in
     OpenAI's shape naming it, on every profile (Postgres text cannot hold one: it was a
-    500 or a 503 on the shared profile), and nothing is logged as a store failure."""
+    500 or a 503 on the shared profile), so is one in an operator's free text (a
+    resolution's reason, a counter's name), and nothing is logged as a store failure."""
     for path in NUL_CASES:
         token = holder if path.startswith("/v1/me") else READ
         r = httpx.get(f"{served.url}{path}", headers=bearer(token))
@@ -206,4 +207,9 @@ def test_a_nul_byte_in_a_filter_or_a_path_is_a_400(served: Proc, holder: str) ->
         error = r.json()["error"]
         assert error["type"] == "invalid_request_error" and "NUL" in error["message"], error
         assert error["param"] == ("path" if "?" not in path else path.split("?")[1][:-6])
+    for path, body in (("/admin/v1/frozen/unfreeze", {"counter": "a\u0000b"}),
+                       ("/admin/v1/permits/00000000000000000000000000000000/resolve",
+                        {"as": "uncertain", "reason": "a\u0000b"})):
+        r = httpx.post(f"{served.url}{path}", json=body, headers=bearer(WRITE))
+        assert r.status_code == 400, (path, r.status_code, r.text)
     assert "unavailable" not in served.logs() and "Traceback" not in served.logs()
