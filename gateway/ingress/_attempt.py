@@ -46,9 +46,10 @@ from gateway.governance import (
 from gateway.ingress._bounds import off_loop
 from gateway.ingress._call import Call, capped, new_request_id
 from gateway.ingress._client import ROUTES
+from gateway.ingress._prepare import names_output_limit
 from gateway.ingress._ratelimit import ratelimit_headers, refused_headers
 from gateway.ingress._refine import Counting, note_admitted, refine
-from gateway.ingress._shortfall import refusal_error
+from gateway.ingress._shortfall import input_words, liability_context, refusal_error
 from gateway.pricing import Usage
 from gateway.providers import Provider
 
@@ -157,7 +158,7 @@ class Attempt:
             if refused.decided is not None:
                 self.call = self.call.decided(refused.decided, self.deployment)
             gw.metrics.admissions.labels(f"refused_{refused.refusal.status}").inc()
-            raise self._refused(refused.refusal) from None
+            raise await self._refused(refused.refusal) from None
         except InferplaneError:
             gw.metrics.admissions.labels("error").inc()
             raise
@@ -169,10 +170,15 @@ class Attempt:
         self.audit(event="admitted")
         return permit
 
-    def _refused(self, decision: Refusal) -> InferplaneError:
+    async def _refused(self, decision: Refusal) -> InferplaneError:
         """The client's error for a refusal (audited), in its protocol's headers."""
         call = self.call
-        error = refusal_error(decision, call.bounds)
+        error = refusal_error(decision, call.bounds, endpoint=call.endpoint,
+                              adds_field=not names_output_limit(call.doc),
+                              basis=input_words(call.bounds, call.client_doc,
+                                                len(call.client_body), call.model),
+                              **await liability_context(call.gw.governance, decision,
+                                                        call.principal))
         if decision.code == "rate_limited" and decision.figures is not None:
             error.extra_headers = refused_headers(
                 decision.figures.limit, decision.figures.dimension,

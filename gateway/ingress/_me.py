@@ -34,6 +34,7 @@ from gateway.governance import (
     plan_charges,
 )
 from gateway.ingress._context import Gateway
+from gateway.ingress._shortfall import holder_of, interrupted_requests, liability_words
 from gateway.keys import Principal
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -124,4 +125,19 @@ async def me_report(gw: Gateway, principal: Principal) -> dict[str, Any]:
                                        else list(principal.allowed_models))},
             "team": {"id": principal.team.id, "name": principal.team.name},
             "user": principal.user, "policy_generation": snapshot.generation,
-            "limits": [limit_entry(c, held[c.counter]) for c in charges]}
+            "limits": [await _with_liability(gw, principal, limit_entry(c, held[c.counter]))
+                       for c in charges]}
+
+
+async def _with_liability(gw: Gateway, principal: Principal,
+                          entry: dict[str, Any]) -> dict[str, Any]:
+    """A window holding liability says what it is: how many of the holder's own
+    interrupted requests, when it ends, who can resolve it (``liability_note``)."""
+    if not entry.get("liability") or not entry.get("period"):
+        return entry
+    holder, own = holder_of(entry["counter"], principal)
+    count = await interrupted_requests(gw.governance, own, period=entry["period"],
+                                       dimension=entry["dimension"])
+    return {**entry, "interrupted": count, "liability_note": liability_words(
+        entry["liability"], entry["dimension"], interrupted=count, holder=holder,
+        reset=window_reset(entry["period"]))}

@@ -304,3 +304,46 @@ def test_codex_stops_at_once_on_a_spent_budget(agents: Path, tmp_path: Path) -> 
     refused_at = datetime.fromisoformat(refusals[0]["ts"]).timestamp()
     assert ended - refused_at < 5, (ended - refused_at, output[-2000:])
     assert "usage limit" in output and "Try again at" in output, output[-2000:]
+
+
+def test_codex_told_its_own_bound_is_too_large_is_never_told_its_limit_is_hit(
+        agents: Path, tmp_path: Path) -> None:
+    """Issue 33: real Codex on its default model and a $1/day team that has spent
+    nothing names no output limit, so its worst case (the 128k ceiling) passes the whole
+    limit: Codex stops at once with the gateway's 400 saying which max_output_tokens
+    would fit, never "You've hit your usage limit" (nothing is spent; no reset helps)."""
+    import yaml
+
+    from tests.e2e._procs import run_cli, start_gateway
+
+    config = tmp_path / "mayu.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"), "demo": False,
+        "providers": [{"name": "in-process", "kind": "mock"}],
+        "models": [{"name": "gpt-6.2-sol", "deployments": [{"provider": "in-process"}]}]}))
+    assert run_cli("teams", "create", "t", "--usd-micros-per-day", "1000000",
+                   "--config", str(config)).returncode == 0
+    made = run_cli("keys", "create", "--team", "t", "--json", "--config", str(config))
+    key = json.loads(made.stdout)["key"]
+    gateway = start_gateway(config)
+    try:
+        home = tmp_path / "home"
+        (home / ".codex").mkdir(parents=True)
+        provider = (f'{{name="inferplane", base_url="{gateway.url}/v1", '
+                    f'env_key="INFERPLANE_KEY", wire_api="responses"}}')
+        result = _run(_codex_argv(agents, "exec", "--skip-git-repo-check",
+                                  "-c", "check_for_update_on_startup=false",
+                                  "-c", "model_provider=inferplane",
+                                  "-c", f"model_providers.inferplane={provider}", "say ok"),
+                      env=_env(home, CODEX_HOME=str(home / ".codex"), INFERPLANE_KEY=key),
+                      cwd=tmp_path)
+    finally:
+        gateway.stop()
+    audit = [json.loads(line) for f in sorted((tmp_path / "data").glob("audit-*.jsonl"))
+             for line in f.read_text().splitlines() if line.strip()]
+    output = result.stdout + result.stderr
+    refusals = [a for a in audit if a.get("event") == "refused"]
+    assert len(refusals) == 1, (len(refusals), output[-2000:])
+    assert result.returncode != 0, output[-2000:]
+    assert "usage limit" not in output.lower(), output[-2000:]
+    assert "Set max_output_tokens <= " in output, output[-2000:]

@@ -97,35 +97,43 @@ def _claude_code_turn(i: int) -> dict[str, Any]:
 
 
 def test_refusals_say_what_to_do_in_both_shapes(stack: Stack) -> None:
-    """A $1/day team's first Claude-Code-sized request ($2.40 worst case) is refused with
-    the figures, the largest max_tokens that fits and the window reset, as
-    insufficient_quota (OpenAI) / billing_error (Anthropic), Retry-After at the reset."""
+    """A $1/day team's first Claude-Code-sized request ($2.40 worst case, nothing spent)
+    is refused with the figures and the largest max_tokens that fits; its own bound, not
+    spend, is the cause, so it is a 400 invalid_request_error naming max_tokens (issue
+    33), never a spent limit; once something is spent, a request that does not fit what
+    remains is the spent window's 402 (insufficient_quota / billing_error), no Retry-After."""
     key = stack.team_key("explain", "--usd-micros-per-day", "1000000")
     an = anthropic.Anthropic(base_url=stack.gateway.url, api_key=key, max_retries=0,
                              timeout=60)
     with pytest.raises(anthropic.APIStatusError) as err:
         an.messages.create(**_claude_code_turn(0))
-    assert err.value.status_code == 402
+    assert err.value.status_code == 400
     body = err.value.body
-    assert isinstance(body, dict) and body["error"]["type"] == "billing_error"
+    assert isinstance(body, dict) and body["error"]["type"] == "invalid_request_error"
     message = body["error"]["message"]
     for words in ("limit 1000000 µUSD", "committed 0", "liability 0", "reserved 0",
-                  "worst case", "max_tokens <= ", "window resets at"):
+                  "worst case", "Nothing is spent", "max_tokens <= "):
         assert words in message, message
-    # A spent budget cannot clear before its window resets: no client should sleep on it.
-    assert "retry-after" not in err.value.response.headers
-    assert err.value.response.headers["x-should-retry"] == "false"
     oa = openai.OpenAI(base_url=f"{stack.gateway.url}/v1", api_key=key, max_retries=0)
     with pytest.raises(openai.APIStatusError) as oerr:
         oa.chat.completions.create(model="gpt-opus", max_tokens=32_000,
                                    messages=[{"role": "user", "content": "hi"}])
-    assert oerr.value.status_code == 402
+    assert oerr.value.status_code == 400
     error = oerr.value.body
-    assert isinstance(error, dict) and error["code"] == "insufficient_quota"
+    assert isinstance(error, dict) and error["param"] == "max_tokens"
     assert "max_tokens <= " in error["message"]
-    fits = int(message.split("max_tokens <= ")[1].split()[0])
+    fits = int(message.split("max_tokens <= ")[1].split(":")[0].split()[0])
     ok = an.messages.create(**{**_claude_code_turn(1), "max_tokens": fits})
     assert ok.content  # the advice was right
+    with pytest.raises(anthropic.APIStatusError) as spent:
+        an.messages.create(**{**_claude_code_turn(2), "max_tokens": fits})
+    assert spent.value.status_code == 402
+    body = spent.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == "billing_error"
+    assert "window resets at" in body["error"]["message"]
+    # A spent budget cannot clear before its window resets: no client should sleep on it.
+    assert "retry-after" not in spent.value.response.headers
+    assert spent.value.response.headers["x-should-retry"] == "false"
 
 
 def test_budget_fit_lowers_max_tokens_and_spends_up_to_the_limit(stack: Stack) -> None:

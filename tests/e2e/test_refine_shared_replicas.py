@@ -70,3 +70,10 @@ def test_three_shared_replicas_spend_a_dollar_a_day_as_one_gateway_does(
                                     input_classes=frozenset(("input", "cache_read",
                                                              "cache_write_5m")))
     assert LIMIT - result["usd_committed"] < at_floor
+    # the final 402 says what one more turn needs at the least: its input's price (issue 33)
+    need = re.search(r"One more request like this one needs at least (\d+) µUSD",
+                     result["refusal"] or "")
+    assert need is not None, result["refusal"]
+    assert int(need.group(1)) == cost_bound_micro_usd(
+        int(counted.group(1)), 1, entry.price,
+        input_classes=frozenset(("input", "cache_read", "cache_write_5m")))

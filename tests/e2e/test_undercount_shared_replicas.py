@@ -165,6 +165,7 @@ def test_an_undercounting_provider_passes_the_limit_by_at_most_the_flagged_exces
     assert {a["permit"] for a in audit if a.get("bound_exceeded")} == above
     logs = "".join(g.logs() for g in gateways)
     assert logs.count("bound_exceeded: permit") == len(above)
+    assert "Raise models[claude-opus-4-8].count_allowance_pct" in logs
     # the excess of each is at most its uncounted input at the dearest input class
     dearest = max(price.per_class(c) for c in CLASSES_5M)
     for a in audit:
