@@ -43,7 +43,7 @@ from gateway.governance import (
     SettleResult,
     tpm_estimate,
 )
-from gateway.ingress._bounds import off_loop
+from gateway.ingress._bounds import INLINE_BYTES, off_loop
 from gateway.ingress._call import Call, capped, new_request_id
 from gateway.ingress._client import ROUTES
 from gateway.ingress._prepare import names_output_limit
@@ -118,7 +118,7 @@ class Attempt:
         counted dropped, its output cap written, a large OpenAI body counted off the loop
         (once per request), and in ``refine_input: always`` the provider's count."""
         call = self.call.for_deployment(self.deployment).capped_for(self.deployment)
-        if not call.counted_off_loop:
+        if not call.counted_off_loop and len(call.client_body) > INLINE_BYTES:
             call = call.with_counted_input(await self._count_off_loop(call))
         refined = await refine(call, self.deployment, self.provider, refused=False)
         self.call = call if refined is None else call.refined(refined, self.deployment)
