@@ -85,10 +85,11 @@ def completed(document: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Json(OpenAPIRenderPlugin):
-    """Only the document itself, as JSON."""
+    """Only the document itself, as JSON, at the config's own path (so Litestar's
+    catch-all beside it sits under ``…/openapi.json/``, never over the API's 404s)."""
 
     def __init__(self) -> None:
-        super().__init__(path="/openapi.json", media_type=MediaType.JSON)
+        super().__init__(path="/", media_type=MediaType.JSON)
 
     def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
         return self.render_json(request, completed(openapi_schema))
@@ -98,7 +99,7 @@ OPENAPI = OpenAPIConfig(
     title="inferplaned API", version="v1alpha1",
     description="Policies published as numbered generations, and the lease profile's "
                 "heartbeat (docs/inferplaned.md). Errors: {\"error\": {message, problems}}.",
-    path="/v1alpha1", render_plugins=[_Json()], use_handler_docstrings=True,
+    path="/v1alpha1/openapi.json", render_plugins=[_Json()], use_handler_docstrings=True,
     security=[{"bearer": []}],
     components=Components(security_schemes={"bearer": SecurityScheme(
         type="http", scheme="bearer",

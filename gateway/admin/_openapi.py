@@ -51,7 +51,7 @@ class _Json(OpenAPIRenderPlugin):
     """Only the document itself."""
 
     def __init__(self) -> None:
-        super().__init__(path="/openapi.json", media_type=MediaType.JSON)
+        super().__init__(path="/", media_type=MediaType.JSON)
 
     def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
         return self.render_json(request, closed(openapi_schema))
@@ -123,7 +123,7 @@ OPENAPI = OpenAPIConfig(
                 "route takes a bearer token: an admin token (read or write tier), or on "
                 "the key holder's routes the key itself. Errors are OpenAI-shaped: "
                 "{\"error\": {message, type, param, code}}.",
-    path="/admin/v1", render_plugins=[_Json()], use_handler_docstrings=True,
+    path="/admin/v1/openapi.json", render_plugins=[_Json()], use_handler_docstrings=True,
     security=[{"bearer": []}],
     components=Components(security_schemes={"bearer": SecurityScheme(
         type="http", scheme="bearer",

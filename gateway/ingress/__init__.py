@@ -6,7 +6,12 @@ from gateway.ingress._client import CLIENTS
 from gateway.ingress._context import Gateway
 from gateway.ingress._dispatch import InvalidUpstreamUsage, dispatch
 from gateway.ingress._door import refuse_nul_bytes
-from gateway.ingress._prepare import ACTING_FOR, ActingFor, authenticate, presented
+from gateway.ingress._prepare import (
+    ACTING_FOR,
+    ActingFor,
+    authenticate,
+    presented,
+)
 from gateway.ingress._renew import Resolver
 from gateway.ingress._routes import ROUTES, error_handler
 

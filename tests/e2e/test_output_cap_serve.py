@@ -191,5 +191,6 @@ def test_a_refusal_carries_the_cap_it_was_bounded_with(capped: Stack) -> None:
         oa.responses.create(model="cap-model", input="hello")
     assert refused.value.status_code == 402
     assert refused.value.response.headers["x-inferplane-output-cap"] == "4096"
-    assert "max_tokens 4096" in refused.value.message, refused.value.message
+    # A Responses request names its output allowance by the field it would set.
+    assert "max_output_tokens 4096" in refused.value.message, refused.value.message
     assert capped.ledger() == []

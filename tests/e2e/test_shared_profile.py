@@ -306,14 +306,21 @@ def _chat(gw: Proc, key: str, max_tokens: int) -> httpx.Response:
 def test_shared_refusals_carry_their_numbers_in_both_shapes(shared: Shared) -> None:
     """A money refusal from the shared store says the limit, committed, liability,
     reserved, the worst case, the largest max_tokens that fits and the reset, in the
-    OpenAI shape (insufficient_quota) and the Anthropic one (billing_error)."""
+    OpenAI shape (insufficient_quota) and the Anthropic one (billing_error); before
+    anything is spent, the same request is the request's own error (400), not a spent
+    limit."""
     _, _, key = shared.team_key("shared-402", "--usd-micros-per-day", "20000")
     gw = shared.gateways[0]
     r = _chat(gw, key, 20_000)  # 20,000 output tokens at $4/Mtok: 80,000 µUSD worst case
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert "max_tokens <= " in r.json()["error"]["message"]
+    assert _chat(gw, key, 8).status_code == 200  # something spent: now a spent limit
+    r = _chat(gw, key, 20_000)
     assert r.status_code == 402
     error = r.json()["error"]
     assert error["code"] == "insufficient_quota"
-    for words in ("limit 20000 µUSD", "committed 0", "liability 0", "reserved 0",
+    for words in ("limit 20000 µUSD", "committed ", "liability 0", "reserved 0",
                   "worst case", "max_tokens <= ", "window resets at"):
         assert words in error["message"], error["message"]
     assert "retry-after" not in r.headers and r.headers["x-should-retry"] == "false"

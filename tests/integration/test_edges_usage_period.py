@@ -59,8 +59,9 @@ async def test_a_malformed_period_is_a_400_naming_it_before_any_store_read(
         client: tuple[AsyncTestClient[Any], str, list[int]]) -> None:
     """Every malformed day (month) — a NUL, garbage, empty, the wrong shape, a date that
     does not exist, non-ASCII digits — is a 400 in the OpenAI error shape whose param is
-    the parameter and whose message names the expected format; the store is never
-    asked; a well-formed period still answers 200 and echoes it."""
+    the parameter and whose message names the expected format (a NUL: that it holds
+    one); the store is never asked; a well-formed period still answers 200 and echoes
+    it."""
     c, key, calls = client
     auth = {"Authorization": f"Bearer {key}"}
     cases = [("day", v, "YYYY-MM-DD") for v in BAD_DAYS] + [
@@ -71,7 +72,10 @@ async def test_a_malformed_period_is_a_400_naming_it_before_any_store_read(
         error = r.json()["error"]
         assert (error["type"], error["code"], error["param"]) == (
             "invalid_request_error", "invalid_request", name), (name, value)
-        assert f"query parameter {name}: must be a UTC {name} as {shape}" in error["message"]
+        # A NUL byte is refused at the door for every parameter, with its own message.
+        expected = ("holds a NUL byte" if "\x00" in value
+                    else f"must be a UTC {name} as {shape}")
+        assert f"query parameter {name}: {expected}" in error["message"], error["message"]
     # Also before authentication: a missing key with a bad period is still the 400.
     r = await c.get("/v1/usage", params={"day": "2026\x00"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "day"

@@ -25,8 +25,8 @@ from tests.integration.test_lease_trust_sync import (
     NODE_A,
     READER,
     WRITER,
-    beat,
     bearer,
+    beat,
     budget_doc,
     report,
 )
