@@ -21,6 +21,7 @@ import yaml
 
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd
 from tests.e2e._controlplane import SharedStack
+from tests.e2e._oidc import OidcProvider, install_provider, start_provider
 from tests.e2e._procs import (
     Proc,
     create_key,
@@ -183,3 +184,19 @@ def two_gateways(tmp_path: Path, pg_dsn: str) -> Iterator[SharedStack]:
         yield shared
     finally:
         shared.stop()
+
+
+@pytest.fixture(scope="session")
+def oidc_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The identity tests' OIDC provider, installed once from the npm registry."""
+    return install_provider(tmp_path_factory.mktemp("oidc-provider"))
+
+
+@pytest.fixture(scope="module")
+def oidc(oidc_script: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
+    """A running OIDC provider for the module (tests/e2e/_oidc.py)."""
+    provider = start_provider(oidc_script, tmp_path_factory.mktemp("oidc"))
+    try:
+        yield provider
+    finally:
+        provider.stop()
