@@ -53,6 +53,7 @@ from gateway.metrics import POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
 from gateway.providers import Provider, build_providers
 from gateway.replicas import audit_path, journal_path, orphan_journals, worker_settings
+from gateway.standalone import standalone_warning
 
 if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
     from gateway.db import Pool
@@ -409,6 +410,9 @@ def create_app(settings: Settings, *, components: Components | None = None,
                        "lease" if settings.control_plane is not None else "local")
             log.info("mayu ready: %s profile, audit %s", profile,
                      app.state.gateway.audit.path)
+            warning = standalone_warning(settings)
+            if warning and (worker is None or worker[0] == 0):  # once per serve
+                log.warning(warning)
             yield
 
     # GatewayApp: a Litestar app whose generation routes are served below it (ingress._asgi).

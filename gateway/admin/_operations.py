@@ -49,6 +49,7 @@ from gateway.operations import (
     unfreeze,
     usage_of,
 )
+from gateway.standalone import standalone_warning
 
 AnyRequest = Request[Any, Any, Any]
 Awaiting = Literal["pending", "uncertain", "tokens_known"]
@@ -159,6 +160,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     data_planes: list[PlaneView] | None
     """Lease profile: this plane (the others are inferplaned's to list)."""
     note: str
+    warning: str | None = None
+    """Standalone mode's "not recommended for production" (ADR-031); None otherwise."""
 
 
 class AlertView(msgspec.Struct, frozen=True, kw_only=True):
@@ -311,7 +314,8 @@ async def status(request: AnyRequest) -> Status:
     return Status(profile=profile, replica=settings.server.replica_id or socket.gethostname(),
                   version=__version__, policy_generation=gw.policy.snapshot().generation,
                   schema_revision=revision, settlement_backlog=gw.governor.backlog,
-                  open_permits=gw.governor.open_permits, data_planes=planes, note=note)
+                  open_permits=gw.governor.open_permits, data_planes=planes, note=note,
+                  warning=standalone_warning(settings))
 
 
 async def _schema_revision(gw: Gateway) -> list[str]:

@@ -32,6 +32,7 @@ from gateway.ingress._models import anthropic_client, retrieve_model
 from gateway.ingress._prepare import authenticate, parse_json, presented_key, read_body, route
 from gateway.ingress._render import error_reply
 from gateway.ingress._reply import to_litestar
+from gateway.standalone import standalone_warning
 from gateway.usage import estimate_tokens, prompt_text
 
 USAGE_CATCH_UP_S = 1.0
@@ -171,9 +172,11 @@ async def healthz() -> dict[str, str]:
 async def readyz(request: AnyRequest) -> Response[dict[str, str]]:
     if getattr(request.app.state, "draining", False):
         return Response({"status": "draining"}, status_code=503)
-    ready = getattr(request.app.state, "gateway", None) is not None
-    return Response({"status": "ready" if ready else "starting"},
-                    status_code=200 if ready else 503)
+    gw: Gateway | None = getattr(request.app.state, "gateway", None)
+    if gw is None:
+        return Response({"status": "starting"}, status_code=503)
+    warning = standalone_warning(gw.settings)  # ADR-031: standalone says so
+    return Response({"status": "ready", **({"detail": warning} if warning else {})})
 
 
 @get("/metrics", media_type="text/plain", include_in_schema=False)
