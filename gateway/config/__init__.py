@@ -1,5 +1,12 @@
 """Gateway configuration: typed settings, loading with path-named errors, secret refs."""
 
+from gateway.config._credentials import (
+    AwsCredentials,
+    AzureCredentials,
+    Credentials,
+    GcpCredentials,
+    StaticCredentials,
+)
 from gateway.config._load import (
     DEFAULT_MOCK_MODELS,
     check_secrets,
@@ -37,6 +44,11 @@ from gateway.config._settings import (
 from gateway.config._tokens import MIN_ADMIN_TOKEN_CHARS, resolve_admin_tokens
 
 __all__ = [
+    "AwsCredentials",
+    "AzureCredentials",
+    "GcpCredentials",
+    "Credentials",
+    "StaticCredentials",
     "AdminToken",
     "AlertSettings",
     "DEFAULT_MOCK_MODELS",

@@ -12,6 +12,7 @@ import yaml
 
 from gateway.catalog import builtin_catalog
 from gateway.ceilings import MAX_AMOUNT
+from gateway.config._credentials import AwsCredentials, credential_refs
 from gateway.config._models import ModelFigures, check_output_caps, resolve_models
 from gateway.config._ranges import PRICE_FIELDS
 from gateway.config._settings import Deployment, ModelSettings, ProviderSettings, Settings
@@ -60,6 +61,8 @@ def secret_refs(settings: Settings) -> list[tuple[str, str]]:
         refs.append(("database.dsn_ref", settings.database.dsn_ref))
     refs += [(f"providers[{i}].api_key_ref", p.api_key_ref)
              for i, p in enumerate(settings.providers)]
+    refs += [r for i, p in enumerate(settings.providers)
+             for r in credential_refs(f"providers[{i}]", p.credentials)]
     if settings.control_plane is not None:
         refs.append(("control_plane.token_ref", settings.control_plane.token_ref))
     return [(key, ref) for key, ref in refs if ref is not None]
@@ -94,6 +97,9 @@ def _check(settings: Settings) -> None:
                               f"(first at providers[{names.index(p.name)}])")
         if p.kind in ("openai", "anthropic") and not p.base_url:
             raise ConfigError(f"providers[{i}].base_url: required for kind {p.kind}")
+        if p.kind == "bedrock" and not isinstance(p.credentials, AwsCredentials):
+            raise ConfigError(f"providers[{i}].credentials: kind bedrock needs "
+                              "{kind: aws, region: ...}")
     for i, m in enumerate(settings.models):
         if not m.deployments:
             raise ConfigError(f"models[{i}].deployments: at least one deployment is required")

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from gateway.config._credentials import Credentials
 from gateway.config._ranges import (
     BatchSize,
     Bytes,
@@ -256,9 +257,12 @@ class DatabaseSettings(_Base, frozen=True):
 
 class ProviderSettings(_Base, frozen=True):
     name: str
-    kind: Literal["openai", "anthropic", "mock"]
+    kind: Literal["openai", "anthropic", "mock", "bedrock"]
     base_url: str | None = None
     api_key_ref: str | None = None
+    credentials: Credentials | None = None
+    """How the provider authenticates beyond ``api_key_ref``
+    (``gateway/config/_credentials.py``)."""
     timeout_s: Seconds = 600.0
     connect_timeout_s: Seconds = 10.0
     max_connections: Connections = 200

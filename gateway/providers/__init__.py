@@ -1,4 +1,5 @@
-"""Upstream providers: ``openai`` (any OpenAI-compatible URL), ``anthropic``, ``mock``."""
+"""Upstream providers: ``openai`` (any OpenAI-compatible URL), ``anthropic``, ``mock``,
+and the clouds' ``bedrock`` (Claude on Amazon Bedrock)."""
 
 from gateway.config import ProviderSettings
 from gateway.providers._base import (
@@ -10,21 +11,42 @@ from gateway.providers._base import (
     UpstreamFailure,
     UpstreamResponse,
 )
+from gateway.providers._bedrock import BedrockProvider
 from gateway.providers._count import CountFailed, TokenCounter, count_body
+from gateway.providers._credentials import (
+    CredentialSource,
+    CredentialsUnavailable,
+    Fetched,
+)
+from gateway.providers._eventstream import CONTENT_TYPE as EVENTSTREAM_TYPE
+from gateway.providers._eventstream import chunk_message, exception_message
 from gateway.providers._http import HttpProvider
 from gateway.providers._mock import MockProvider
+
+_OWN: dict[str, type[BedrockProvider]] = {"bedrock": BedrockProvider}
+"""Kinds that are not HTTP subclasses (their own request and answer shapes)."""
 
 
 def build_providers(settings: list[ProviderSettings]) -> dict[str, Provider]:
     """One provider object (and, for HTTP kinds, one pooled client) per configured name."""
     built: dict[str, Provider] = {}
     for i, p in enumerate(settings):
+        if p.kind in _OWN:
+            built[p.name] = _OWN[p.kind](p, index=i)
+            continue
         built[p.name] = MockProvider(p) if p.kind == "mock" else HttpProvider(p, index=i)
     return built
 
 
 __all__ = [
+    "EVENTSTREAM_TYPE",
     "RETRYABLE_STATUS",
+    "BedrockProvider",
+    "CredentialSource",
+    "CredentialsUnavailable",
+    "Fetched",
+    "chunk_message",
+    "exception_message",
     "CountFailed",
     "DispatchFailed",
     "HttpProvider",
