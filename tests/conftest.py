@@ -6,7 +6,8 @@
   used only as a template (its DSN is returned; never connect to it from a test, or the
   clone fails).
 - ``pg_dsn`` (function): a fresh database cloned from the template
-  (``CREATE DATABASE x TEMPLATE tpl``), dropped after the test.
+  (``CREATE DATABASE x TEMPLATE tpl``), dropped after the test; ``pg_module_dsn`` the same
+  for one module (its module-scoped servers).
 
 Database names carry the pid, so parallel runs on one server never collide.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -106,15 +108,30 @@ def pg_template(pg_server_dsn: str) -> Iterator[str]:
         drop_database(pg_server_dsn, name)
 
 
+@contextmanager
+def cloned_database(server_dsn: str, template: str, suffix: str) -> Iterator[str]:
+    """A database cloned from the migrated ``template`` (``ipt_<pid>_<suffix>``), as a
+    ``postgresql://`` URL; dropped afterwards. Module-scoped fixtures name their own."""
+    name = f"ipt_{os.getpid()}_{suffix}"
+    create_database(server_dsn, name, template=template)
+    try:
+        yield dsn_for(server_dsn, name)
+    finally:
+        drop_database(server_dsn, name)
+
+
 @pytest.fixture
 def pg_dsn(pg_server_dsn: str, pg_template: str) -> Iterator[str]:
     """A fresh, migrated database for one test (``postgresql://`` URL)."""
-    name = f"ipt_{os.getpid()}_{next(_counter)}"
-    create_database(pg_server_dsn, name, template=pg_template)
-    try:
-        yield dsn_for(pg_server_dsn, name)
-    finally:
-        drop_database(pg_server_dsn, name)
+    with cloned_database(pg_server_dsn, pg_template, str(next(_counter))) as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def pg_module_dsn(pg_server_dsn: str, pg_template: str) -> Iterator[str]:
+    """A fresh, migrated database shared by one module's tests (its module-scoped stack)."""
+    with cloned_database(pg_server_dsn, pg_template, f"m{next(_counter)}") as dsn:
+        yield dsn
 
 
 @pytest.fixture

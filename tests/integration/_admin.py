@@ -1,10 +1,12 @@
 """What the admin API's and console's tests share: the admin tokens, the ``Authorization``
 header, and a gateway's settings on either profile (the ``admin`` fixture in
-``conftest.py`` is a client of them)."""
+``conftest.py`` is a client of them; other suites put their settings on a profile with
+:func:`on_profile`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from msgspec.structs import replace
@@ -20,6 +22,24 @@ from gateway.config import (
 
 WRITE, READ = "w" * 8 + "-admin-write-token", "r" * 8 + "-admin-read-token"
 ADMIN_TOKENS = {"terraform": ("write", WRITE), "portal": ("read", READ)}
+
+
+SHARED_STORES: dict[str, Any] = {
+    "key_store": KeyStoreSettings(type="postgres"),
+    "governance_store": GovernanceStoreSettings(type="postgres"),
+    "database": DatabaseSettings(pool_min_size=1, pool_max_size=2)}
+"""A shared-profile gateway's store settings (``Settings(**SHARED_STORES)``, or
+``replace``): both stores on the database ``INFERPLANE_DATABASE_URL`` names."""
+
+
+def on_profile(request: pytest.FixtureRequest, settings: Settings, profile: str) -> Settings:
+    """``settings`` as they are (``local``), or (``shared``) with :data:`SHARED_STORES` on
+    the test's fresh migrated database (``pg_dsn``)."""
+    if profile != "shared":
+        return settings
+    request.getfixturevalue("monkeypatch").setenv(
+        "INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+    return replace(settings, **SHARED_STORES)
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -42,12 +62,8 @@ def gateway_settings(request: pytest.FixtureRequest, tmp_path: Path,
                      admin_tokens=admin_tokens)
     settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
     if profile == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
         # Replayable rotations need the secret they are derived with (all replicas').
         monkeypatch.setenv("IPT_ROTATION_SECRET", "r" * 40)
         settings = replace(settings, server=replace(
             settings.server, rotation_secret_ref="env:IPT_ROTATION_SECRET"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    return settings
+    return on_profile(request, settings, profile)

@@ -17,16 +17,8 @@ from typing import Any
 import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
-from msgspec.structs import replace
 
-from gateway.app import Components, create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
+from gateway.app import create_app
 from gateway.governance import (
     MAX_DECISIONS,
     AdmissionRequest,
@@ -35,7 +27,8 @@ from gateway.governance import (
     Refusal,
 )
 from gateway.keys import SqliteKeyStore, TeamLimits
-from gateway.policy import StaticPolicySource
+from tests.integration._admin import gateway_settings
+from tests.integration._inapp import app_on
 
 pytestmark = pytest.mark.integration
 
@@ -53,16 +46,8 @@ LONG = {"model": "mock-claude", "max_tokens": 16,
 async def gateway(request: pytest.FixtureRequest, tmp_path: Path,
                   monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncTestClient[Any]]:
     """A client of a fresh gateway (the built-in mock models) with a write admin token."""
-    monkeypatch.setenv("IPT_ADMIN_WRITE", WRITE)
-    base = load_settings(None)
-    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"), admin_tokens=[
-        AdminToken(name="terraform", token_ref="env:IPT_ADMIN_WRITE", access="write")])
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    settings = gateway_settings(request, tmp_path, monkeypatch, profile=request.param,
+                                tokens={"terraform": ("write", WRITE)})
     async with AsyncTestClient(app=create_app(settings)) as client:
         yield client
 
@@ -135,16 +120,11 @@ async def test_an_admission_never_makes_more_than_max_decisions(tmp_path: Path) 
     plaintext, _ = await keys.create_key(team="t")
     governance = _Moving(str(tmp_path / "mayu.db"), lambda n: keys.update_team(
         "t", limits=msgspec.structs.replace(limits, rpm=1_000 + n)))
-    await governance.open()
-    settings = msgspec.structs.replace(load_settings(None), data_dir=str(tmp_path))
-    app = create_app(settings, components=Components(
-        key_store=keys, governance=governance, policy=StaticPolicySource()))
     try:
-        async with AsyncTestClient(app=app) as client:
+        async with app_on(tmp_path, keys, governance) as client:
             r = await client.post("/v1/chat/completions", json=FIT,
                                   headers={"x-api-key": plaintext})
     finally:
-        await governance.close()
         await keys.close()
     assert r.status_code == 503 and r.json()["error"]["code"] == "snapshot_mismatch"
     assert governance.decisions == 14 <= MAX_DECISIONS

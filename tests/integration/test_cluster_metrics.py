@@ -18,9 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.config import (
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
     ServerSettings,
     Settings,
 )
@@ -35,6 +32,7 @@ from gateway.governance import (
 from gateway.keys import KeyLimits, PostgresKeyStore, Principal, TeamLimits, hash_key
 from gateway.metrics import team_pseudonym
 from gateway.policy import EMPTY_SNAPSHOT
+from tests.integration._admin import SHARED_STORES
 from tests.integration._pg_helpers import principal
 from tests.settling import Exact, exact, settlement
 
@@ -45,10 +43,7 @@ NOW = datetime.now(UTC)
 
 def _settings(tmp_path: Path, *, team_labels: bool) -> Settings:
     return Settings(data_dir=str(tmp_path), demo=False,
-                    server=ServerSettings(metrics_team_labels=team_labels),
-                    key_store=KeyStoreSettings(type="postgres"),
-                    governance_store=GovernanceStoreSettings(type="postgres"),
-                    database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+                    server=ServerSettings(metrics_team_labels=team_labels), **SHARED_STORES)
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -15,16 +15,13 @@ from typing import Any
 import pytest
 import yaml
 from litestar.testing import AsyncTestClient
-from msgspec.structs import replace
 
 from gateway.app import create_app
 from gateway.config import (
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
     load_settings,
 )
 from gateway.keys import TeamLimits
+from tests.integration._admin import on_profile
 from tests.integration._inapp import in_app
 
 pytestmark = pytest.mark.integration
@@ -51,13 +48,7 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path
         "providers": [{"name": "mock", "kind": "mock"}],
         "models": [{"name": MODEL, "deployments": [{"provider": "mock"}]}]}))
     settings = load_settings(str(config))
-    if request.param == "shared":
-        request.getfixturevalue("monkeypatch").setenv(
-            "INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    app = create_app(settings)
+    app = create_app(on_profile(request, settings, request.param))
     async with AsyncTestClient(app=app) as c:
         keys = app.state.gateway.key_store
         in_app(c, keys.create_team, name="plain",

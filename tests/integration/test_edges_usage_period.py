@@ -15,7 +15,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.config import DatabaseSettings, GovernanceStoreSettings, KeyStoreSettings, Settings
+from gateway.config import Settings
+from tests.integration._admin import SHARED_STORES
 from tests.integration._inapp import in_app
 
 pytestmark = pytest.mark.integration
@@ -35,10 +36,7 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path
     if request.param == "shared":
         pg_dsn = request.getfixturevalue("pg_dsn")
         request.getfixturevalue("monkeypatch").setenv("INFERPLANE_DATABASE_URL", pg_dsn)
-        settings = Settings(data_dir=str(tmp_path), demo=False,
-                            key_store=KeyStoreSettings(type="postgres"),
-                            governance_store=GovernanceStoreSettings(type="postgres"),
-                            database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+        settings = Settings(data_dir=str(tmp_path), demo=False, **SHARED_STORES)
     app = create_app(settings)
     async with AsyncTestClient(app=app) as c:
         gw = app.state.gateway

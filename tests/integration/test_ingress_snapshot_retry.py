@@ -12,16 +12,12 @@ import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import msgspec
 import pytest
-from litestar.testing import AsyncTestClient
 
-from gateway.app import Components, create_app
-from gateway.config import load_settings
 from gateway.governance import AdmissionRequest, LocalGovernanceStore, Permit, Refusal
 from gateway.governance._governor import MAX_SNAPSHOT_RETRIES, MAX_SNAPSHOT_ROUNDS
 from gateway.keys import SqliteKeyStore, TeamLimits
-from gateway.policy import StaticPolicySource
+from tests.integration._inapp import app_on
 
 BODY = {"model": "mock-gpt", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -53,17 +49,10 @@ async def keys(tmp_path: Path) -> AsyncIterator[SqliteKeyStore]:
 
 async def _call(tmp_path: Path, keys: SqliteKeyStore, governance: ChangeFirst,
                 key: str) -> tuple[int, dict[str, object], str]:
-    await governance.open()
-    settings = msgspec.structs.replace(load_settings(None), data_dir=str(tmp_path))
-    app = create_app(settings, components=Components(
-        key_store=keys, governance=governance, policy=StaticPolicySource()))
-    try:
-        async with AsyncTestClient(app=app) as client:
-            r = await client.post("/v1/chat/completions", json=BODY,
-                                  headers={"Authorization": f"Bearer {key}"})
-            metrics = (await client.get("/metrics")).text
-    finally:
-        await governance.close()
+    async with app_on(tmp_path, keys, governance) as client:
+        r = await client.post("/v1/chat/completions", json=BODY,
+                              headers={"Authorization": f"Bearer {key}"})
+        metrics = (await client.get("/metrics")).text
     return r.status_code, r.json(), metrics
 
 
@@ -113,16 +102,9 @@ async def test_a_mismatch_on_every_round_ends_as_503_after_the_rounds_cap(
             return await super().admit(requests)
 
     governance = EditAlways(str(tmp_path / "mayu.db"), lambda: keys.list_teams())
-    await governance.open()
-    settings = msgspec.structs.replace(load_settings(None), data_dir=str(tmp_path))
-    app = create_app(settings, components=Components(
-        key_store=keys, governance=governance, policy=StaticPolicySource()))
-    try:
-        async with AsyncTestClient(app=app) as client:
-            r = await client.post("/v1/chat/completions", json=BODY,
-                                  headers={"x-api-key": plaintext})
-    finally:
-        await governance.close()
+    async with app_on(tmp_path, keys, governance) as client:
+        r = await client.post("/v1/chat/completions", json=BODY,
+                              headers={"x-api-key": plaintext})
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert r.json()["error"]["code"] == "snapshot_mismatch"
     assert len(governance.decisions) == MAX_SNAPSHOT_ROUNDS + 1 and all(

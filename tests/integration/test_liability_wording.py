@@ -18,14 +18,12 @@ from msgspec.structs import replace
 
 from gateway.app import create_app
 from gateway.config import (
-    DatabaseSettings,
     Deployment,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
     ModelSettings,
     load_settings,
 )
 from gateway.keys import TeamLimits
+from tests.integration._admin import on_profile
 from tests.integration._inapp import in_app
 
 pytestmark = pytest.mark.integration
@@ -45,13 +43,7 @@ async def gateway(request: pytest.FixtureRequest, tmp_path: Path
                           price=BASE.models[1].price, max_output_tokens=8192)
     settings = replace(BASE, data_dir=str(tmp_path), demo=False,
                        models=[*BASE.models, model])
-    if request.param == "shared":
-        request.getfixturevalue("monkeypatch").setenv(
-            "INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    app = create_app(settings)
+    app = create_app(on_profile(request, settings, request.param))
     async with AsyncTestClient(app=app) as c:
         keys = app.state.gateway.key_store
         in_app(c, keys.create_team, name="small",

@@ -20,13 +20,11 @@ from msgspec.structs import replace
 
 from gateway.app import create_app
 from gateway.config import (
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
     load_settings,
 )
 from gateway.keys import KeyLimits, TeamLimits
 from gateway.policy._pgstore import publish
+from tests.integration._admin import SHARED_STORES
 from tests.integration._inapp import in_app
 
 pytestmark = pytest.mark.integration
@@ -53,10 +51,7 @@ async def gateway(request: pytest.FixtureRequest, tmp_path: Path
         request.getfixturevalue("monkeypatch").setenv("INFERPLANE_DATABASE_URL", pg_dsn)
         async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
             await publish(conn, put={"p": POLICY}, author="test")
-        settings = replace(BASE, data_dir=str(tmp_path), demo=False,
-                           key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+        settings = replace(BASE, data_dir=str(tmp_path), demo=False, **SHARED_STORES)
     else:
         policy = tmp_path / "p.yaml"
         policy.write_text(yaml.safe_dump(POLICY))

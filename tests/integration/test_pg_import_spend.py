@@ -28,9 +28,6 @@ from msgspec.structs import replace
 
 from gateway.app import create_app
 from gateway.config import (
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
     Settings,
     load_settings,
 )
@@ -44,6 +41,7 @@ from gateway.governance import (
 from gateway.keys import KeyLimits, TeamLimits, hash_key
 from gateway.policy._pgstore import publish
 from tests.conftest import ROOT
+from tests.integration._admin import SHARED_STORES
 from tests.settling import settlement
 
 pytestmark = pytest.mark.integration
@@ -71,10 +69,7 @@ def _shared_settings(tmp: Path) -> Settings:
     (tmp / "shared.yaml").write_text(yaml.safe_dump({
         "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
         "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL"}}))
-    return replace(BASE, data_dir=str(tmp / "shared"), demo=False,
-                   key_store=KeyStoreSettings(type="postgres"),
-                   governance_store=GovernanceStoreSettings(type="postgres"),
-                   database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    return replace(BASE, data_dir=str(tmp / "shared"), demo=False, **SHARED_STORES)
 
 
 @asynccontextmanager

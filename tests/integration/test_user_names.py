@@ -18,18 +18,11 @@ from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
-from msgspec.structs import replace
 
 from gateway.app import create_app
-from gateway.config import (
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
 from gateway.errors import BadRequest
 from gateway.keys import MemberLimits, SqliteKeyStore, TeamLimits, copy_records, read_people
+from tests.integration._admin import gateway_settings
 
 pytestmark = pytest.mark.integration
 
@@ -42,16 +35,8 @@ W = {"Authorization": f"Bearer {WRITE}"}
 async def client(request: pytest.FixtureRequest, tmp_path: Path,
                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncTestClient[Any]]:
     """A fresh gateway with a write token and team t."""
-    monkeypatch.setenv("IPT_NAMES_WRITE", WRITE)
-    base = load_settings(None)
-    server = replace(base.server, audit_path=str(tmp_path / "audit.jsonl"), admin_tokens=[
-        AdminToken(name="ops", token_ref="env:IPT_NAMES_WRITE", access="write")])
-    settings = replace(base, data_dir=str(tmp_path), demo=False, server=server)
-    if request.param == "shared":
-        monkeypatch.setenv("INFERPLANE_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-        settings = replace(settings, key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    settings = gateway_settings(request, tmp_path, monkeypatch, profile=request.param,
+                                tokens={"ops": ("write", WRITE)})
     async with AsyncTestClient(app=create_app(settings)) as c:
         assert (await c.post("/admin/v1/teams", json={"name": "t"}, headers=W)).is_success
         yield c
