@@ -1,0 +1,37 @@
+"""Identity: OIDC tokens verified into a person and their teams, and the short-lived
+gateway credentials inferplaned brokers for them (ADR-031, docs/identity.md).
+
+:class:`Verifier` checks one issuer's tokens against its JWKS (:class:`JwksCache`:
+discovery, cache, refresh on an unknown ``kid`` at a bounded rate) into an
+:class:`Identity`; :class:`Verifiers` picks the issuer by ``iss``.
+:class:`CredentialIssuer` signs gateway credentials with keys derived from configured
+secrets and publishes their JWKS.
+"""
+
+from gateway.identity._broker import CredentialIssuer, SigningKey, derive_key
+from gateway.identity._jwks import JwksCache, JwksUnavailable, PublicKey
+from gateway.identity._settings import CredentialSettings, IdentitySettings, IssuerSettings
+from gateway.identity._verify import (
+    Identity,
+    InvalidToken,
+    Verifier,
+    Verifiers,
+    unverified_issuer,
+)
+
+__all__ = [
+    "CredentialIssuer",
+    "CredentialSettings",
+    "IdentitySettings",
+    "IssuerSettings",
+    "Identity",
+    "InvalidToken",
+    "JwksCache",
+    "JwksUnavailable",
+    "PublicKey",
+    "SigningKey",
+    "Verifier",
+    "Verifiers",
+    "derive_key",
+    "unverified_issuer",
+]
