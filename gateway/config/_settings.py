@@ -33,6 +33,7 @@ from gateway.config._ranges import (
     TokensOrZero,
     Workers,
 )
+from gateway.identity import IdentitySettings
 from gateway.pricing import ModelPrice
 
 
@@ -369,6 +370,8 @@ class Settings(_Base, frozen=True):
     bootstrap_teams: list[BootstrapTeam] = []
     demo: bool = True
     """Create a demo team and key on first run (local profile) and print the key once."""
+    identity: IdentitySettings | None = None
+    """OIDC issuers and the gateway credentials accepted (docs/identity.md); unset: keys only."""
 
     @property
     def shared(self) -> bool:
