@@ -1,15 +1,60 @@
-"""Helpers for the shared-store integration tests: a team, a key, and admission plans."""
+"""Helpers for the store integration tests: both stores of a profile, a team, a key, and
+admission plans."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from gateway.governance import AdmissionRequest, Charge, build_request
-from gateway.keys import PostgresKeyStore, Principal, TeamLimits, hash_key
+import pytest
+
+from gateway.config import DatabaseSettings
+from gateway.governance import (
+    AdmissionRequest,
+    Charge,
+    LocalGovernanceStore,
+    PostgresGovernanceStore,
+    build_request,
+)
+from gateway.keys import PostgresKeyStore, Principal, SqliteKeyStore, TeamLimits, hash_key
 from gateway.policy import EMPTY_SNAPSHOT, PolicySnapshot
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@asynccontextmanager
+async def store_pair(kind: str, request: pytest.FixtureRequest, tmp_path: Path, *,
+                     pool_max_size: int = 4) -> AsyncIterator[tuple[Any, Any]]:
+    """(key store, governance store) of ``kind``, open, closed afterwards: ``local``
+    (SQLite in ``tmp_path``), ``postgres``, or ``postgres-merged`` (admissions and
+    settlements coalesced, 2 a call) on the test's fresh database (``pg_dsn``)."""
+    if kind == "local":
+        db = str(tmp_path / "mayu.db")
+        keys, gov = SqliteKeyStore(db), LocalGovernanceStore(db)
+        await keys.open()
+        await gov.open()
+        try:
+            yield keys, gov
+        finally:
+            await gov.close()
+            await keys.close()
+        return
+    from gateway.db import open_pool
+
+    request.getfixturevalue("monkeypatch").setenv("IPT_STORES_DSN",
+                                                  request.getfixturevalue("pg_dsn"))
+    pool = open_pool(DatabaseSettings(dsn_ref="env:IPT_STORES_DSN", pool_min_size=1,
+                                      pool_max_size=pool_max_size))
+    await pool.open(wait=True)
+    try:
+        coalesce = 2 if kind == "postgres-merged" else 0
+        yield PostgresKeyStore(pool), PostgresGovernanceStore(
+            pool, coalesce=coalesce, settle_coalesce=coalesce, merge=bool(coalesce))
+    finally:
+        await pool.close()
 
 
 async def principal(keys: PostgresKeyStore, *, team: str = "t1",

@@ -16,11 +16,9 @@ from typing import Any
 
 import pytest
 
-from gateway.config import DatabaseSettings
-from gateway.governance import LocalGovernanceStore, Permit, PostgresGovernanceStore, Refusal
-from gateway.keys import SqliteKeyStore
+from gateway.governance import Permit, Refusal
 from gateway.policy import PolicySnapshot, compile_documents
-from tests.integration._pg_helpers import principal, request
+from tests.integration._pg_helpers import principal, request, store_pair
 from tests.settling import exact, settlement
 
 pytestmark = pytest.mark.integration
@@ -42,30 +40,8 @@ def _snapshot(user: str) -> PolicySnapshot:
 @pytest.fixture(params=["local", "postgres"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path
                  ) -> AsyncIterator[tuple[Any, Any]]:
-    if request.param == "local":
-        db = str(tmp_path / "mayu.db")
-        keys, gov = SqliteKeyStore(db), LocalGovernanceStore(db)
-        await keys.open()
-        await gov.open()
-        try:
-            yield keys, gov
-        finally:
-            await gov.close()
-            await keys.close()
-        return
-    from gateway.db import open_pool
-    from gateway.keys import PostgresKeyStore
-
-    request.getfixturevalue("monkeypatch").setenv("G_EDGE_DSN",
-                                                  request.getfixturevalue("pg_dsn"))
-    pool = open_pool(DatabaseSettings(dsn_ref="env:G_EDGE_DSN", pool_min_size=1,
-                                      pool_max_size=2))
-    await pool.open(wait=True)
-    try:
-        yield PostgresKeyStore(pool), PostgresGovernanceStore(pool)
-    finally:
-        await pool.close()
-
+    async with store_pair(request.param, request, tmp_path, pool_max_size=2) as pair:
+        yield pair
 
 @pytest.mark.parametrize("user", ["ci", "*"])
 async def test_two_teams_users_of_one_name_never_share_a_user_budget(

@@ -16,20 +16,17 @@ from typing import Any
 
 import pytest
 
-from gateway.config import DatabaseSettings
 from gateway.governance import (
-    LocalGovernanceStore,
     Outcome,
     OutcomeKind,
     Permit,
-    PostgresGovernanceStore,
     Refusal,
 )
 from gateway.keys import Principal, SqliteKeyStore, TeamLimits
 from gateway.lease import LeaseGovernanceStore, LeaseState, apply_documents
 from gateway.policy import PolicySnapshot, compile_documents
 from gateway.pricing import Usage
-from tests.integration._pg_helpers import principal, request
+from tests.integration._pg_helpers import principal, request, store_pair
 from tests.settling import exact, settlement
 
 pytestmark = pytest.mark.integration
@@ -76,36 +73,20 @@ class Stores:
 
 @pytest.fixture(params=["local", "lease", "postgres", "postgres-merged"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    if request.param in ("local", "lease"):
-        db = str(tmp_path / "mayu.db")
-        state = LeaseState() if request.param == "lease" else None
-        gov = (LocalGovernanceStore(db) if state is None
-               else LeaseGovernanceStore(db, state=state))
-        keys = SqliteKeyStore(db)
-        await keys.open()
-        await gov.open()
-        try:
-            yield Stores(request.param, keys, gov, state)
-        finally:
-            await gov.close()
-            await keys.close()
+    if request.param != "lease":
+        async with store_pair(request.param, request, tmp_path, pool_max_size=6) as pair:
+            yield Stores(request.param, *pair)
         return
-    from gateway.db import open_pool
-    from gateway.keys import PostgresKeyStore
-
-    monkeypatch = request.getfixturevalue("monkeypatch")
-    monkeypatch.setenv("G_INFLIGHT_DSN", request.getfixturevalue("pg_dsn"))
-    pool = open_pool(DatabaseSettings(dsn_ref="env:G_INFLIGHT_DSN", pool_min_size=1,
-                                      pool_max_size=6))
-    await pool.open(wait=True)
+    db = str(tmp_path / "mayu.db")
+    state = LeaseState()
+    gov, keys = LeaseGovernanceStore(db, state=state), SqliteKeyStore(db)
+    await keys.open()
+    await gov.open()
     try:
-        coalesce = 2 if request.param == "postgres-merged" else 0
-        yield Stores(request.param, PostgresKeyStore(pool),
-                     PostgresGovernanceStore(pool, coalesce=coalesce,
-                                             settle_coalesce=coalesce,
-                                             merge=bool(coalesce)))
+        yield Stores(request.param, keys, gov, state)
     finally:
-        await pool.close()
+        await gov.close()
+        await keys.close()
 
 
 def slot(permit: Permit) -> str:

@@ -17,23 +17,20 @@ from typing import Any
 
 import pytest
 
-from gateway.config import DatabaseSettings
 from gateway.errors import SettlementConflict, UnknownPermit
 from gateway.governance import (
     Governor,
-    LocalGovernanceStore,
     Outcome,
     OutcomeKind,
     Permit,
-    PostgresGovernanceStore,
     Refusal,
     Refused,
     Settlement,
     split_settlement,
 )
-from gateway.keys import SqliteKeyStore, TeamLimits
+from gateway.keys import TeamLimits
 from gateway.pricing import Usage
-from tests.integration._pg_helpers import principal, request
+from tests.integration._pg_helpers import principal, request, store_pair
 from tests.settling import exact, settlement
 
 pytestmark = pytest.mark.integration
@@ -57,35 +54,8 @@ class Stores:
 
 @pytest.fixture(params=["local", "postgres", "postgres-merged"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    if request.param == "local":
-        db = str(tmp_path / "mayu.db")
-        keys, gov = SqliteKeyStore(db), LocalGovernanceStore(db)
-        await keys.open()
-        await gov.open()
-        try:
-            yield Stores("local", keys, gov)
-        finally:
-            await gov.close()
-            await keys.close()
-        return
-    from gateway.db import open_pool
-    from gateway.keys import PostgresKeyStore
-
-    dsn = request.getfixturevalue("pg_dsn")
-    monkeypatch = request.getfixturevalue("monkeypatch")
-    monkeypatch.setenv("G_CONTRACT_DSN", dsn)
-    pool = open_pool(DatabaseSettings(dsn_ref="env:G_CONTRACT_DSN", pool_min_size=1,
-                                      pool_max_size=4))
-    await pool.open(wait=True)
-    try:
-        coalesce = 2 if request.param == "postgres-merged" else 0
-        yield Stores(request.param, PostgresKeyStore(pool),
-                     PostgresGovernanceStore(pool, coalesce=coalesce,
-                                             settle_coalesce=coalesce,
-                                             merge=bool(coalesce)))
-    finally:
-        await pool.close()
-
+    async with store_pair(request.param, request, tmp_path) as (keys, gov):
+        yield Stores(request.param, keys, gov)
 
 async def admitted(s: Stores, *, usd: int = 4_000, tokens: int = 1_000,
                    rid: str = "r") -> Permit:
