@@ -32,6 +32,7 @@ from gateway.ingress._models import anthropic_client, retrieve_model
 from gateway.ingress._prepare import authenticate, parse_json, presented_key, read_body, route
 from gateway.ingress._render import error_reply
 from gateway.ingress._reply import to_litestar
+from gateway.ingress._vertex import VERTEX
 from gateway.standalone import standalone_warning
 from gateway.usage import estimate_tokens, prompt_text
 
@@ -78,6 +79,14 @@ async def embeddings() -> ASGIApp:
 @post("/v1/messages", status_code=200, include_in_schema=False)
 async def messages() -> ASGIApp:
     return GENERATION["/v1/messages"]
+
+
+@post(["/v1/projects/{project:str}/locations/{region:str}/publishers/anthropic/models/"
+       "{method:str}", "/v1beta1/projects/{project:str}/locations/{region:str}/publishers/"
+       "anthropic/models/{method:str}"], status_code=200, include_in_schema=False)
+async def vertex_predict() -> ASGIApp:
+    """Vertex AI's rawPredict / streamRawPredict (``gateway.ingress._vertex``)."""
+    return VERTEX
 
 
 @post("/v1/messages/count_tokens", status_code=200, include_in_schema=False)
@@ -215,5 +224,5 @@ def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
     return to_litestar(reply)
 
 
-ROUTES = [chat_completions, responses, embeddings, messages, count_tokens, list_models,
-          retrieve_model, usage_report, me, healthz, readyz, metrics]
+ROUTES = [chat_completions, responses, embeddings, messages, vertex_predict, count_tokens,
+          list_models, retrieve_model, usage_report, me, healthz, readyz, metrics]

@@ -1,7 +1,9 @@
 """Upstream providers: ``openai`` (any OpenAI-compatible URL), ``anthropic``, ``mock``,
-and the clouds' ``bedrock`` (Claude on Amazon Bedrock)."""
+and the clouds' ``bedrock`` (Claude on Amazon Bedrock), ``azure`` (Azure OpenAI) and
+``vertex`` (Claude on Vertex AI)."""
 
 from gateway.config import ProviderSettings
+from gateway.providers._azure import AzureProvider
 from gateway.providers._base import (
     RETRYABLE_STATUS,
     DispatchFailed,
@@ -22,9 +24,12 @@ from gateway.providers._eventstream import CONTENT_TYPE as EVENTSTREAM_TYPE
 from gateway.providers._eventstream import chunk_message, exception_message
 from gateway.providers._http import HttpProvider
 from gateway.providers._mock import MockProvider
+from gateway.providers._vertex import VertexProvider
 
 _OWN: dict[str, type[BedrockProvider]] = {"bedrock": BedrockProvider}
 """Kinds that are not HTTP subclasses (their own request and answer shapes)."""
+_KINDS: dict[str, type[HttpProvider]] = {"azure": AzureProvider, "vertex": VertexProvider}
+"""HTTP kinds with their own class (the rest: ``HttpProvider``)."""
 
 
 def build_providers(settings: list[ProviderSettings]) -> dict[str, Provider]:
@@ -34,7 +39,8 @@ def build_providers(settings: list[ProviderSettings]) -> dict[str, Provider]:
         if p.kind in _OWN:
             built[p.name] = _OWN[p.kind](p, index=i)
             continue
-        built[p.name] = MockProvider(p) if p.kind == "mock" else HttpProvider(p, index=i)
+        built[p.name] = (MockProvider(p) if p.kind == "mock"
+                         else _KINDS.get(p.kind, HttpProvider)(p, index=i))
     return built
 
 

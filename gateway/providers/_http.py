@@ -96,6 +96,12 @@ class HttpProvider:
     def _path(self, endpoint: Endpoint) -> str:
         return "/v1/messages" if self.kind == "anthropic" else _OPENAI_PATHS[endpoint]
 
+    def _request(self, endpoint: Endpoint, body: bytes) -> tuple[str, bytes]:
+        """The path (below ``base_url``) and the body to send: the body as given here; a
+        cloud kind puts the model in the path or rewrites the body
+        (``gateway.providers._azure``, ``_vertex``)."""
+        return self._path(endpoint), body
+
     def _headers(self, client_headers: dict[str, str]) -> dict[str, str]:
         headers = dict(self._auth)
         if self.kind == "anthropic":
@@ -114,7 +120,8 @@ class HttpProvider:
         client = next(self._next)
         started = time.perf_counter()
         try:
-            request = client.build_request("POST", self._path(endpoint), content=body,
+            path, body = self._request(endpoint, body)
+            request = client.build_request("POST", path, content=body,
                                            headers=self._headers(headers))
             response = await client.send(request, stream=True)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout,
@@ -141,7 +148,8 @@ class HttpProvider:
                     headers: dict[str, str]) -> UpstreamResponse:
         started = time.perf_counter()
         try:
-            response = await client.post(self._path(endpoint), body, self._headers(headers))
+            path, body = self._request(endpoint, body)
+            response = await client.post(path, body, self._headers(headers))
         except ClientError as exc:
             failure = DispatchFailed if exc.dispatched else NotDispatched
             raise failure(f"{self.name}: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,64 @@
+"""What the cloud kinds (``azure``, ``vertex``) share: a bearer token from a source.
+
+:class:`CloudProvider` is an :class:`~gateway.providers._http.HttpProvider` that, when it
+has a token source (a :class:`~gateway.providers._credentials.CredentialSource` of access
+tokens: ``_gcp.GcpTokens``, ``_entra.EntraTokens``), sends that source's current token as
+``Authorization: Bearer`` — read before the request is written, so with no valid token
+nothing is sent (:class:`~gateway.providers._credentials.CredentialsUnavailable`) — and
+starts and stops the source with the provider.
+"""
+
+from __future__ import annotations
+
+from gateway.config import ProviderSettings, StaticCredentials, resolve_secret
+from gateway.providers._base import UpstreamResponse
+from gateway.providers._credentials import CredentialSource
+from gateway.providers._http import HttpProvider
+from gateway.usage import Endpoint
+
+
+class CloudProvider(HttpProvider):
+    """An HTTP provider authenticated by a static header or a refreshed bearer token."""
+
+    def __init__(self, settings: ProviderSettings, *, index: int = 0,
+                 tokens: CredentialSource[str] | None = None) -> None:
+        super().__init__(settings, index=index)
+        self._tokens = tokens
+        creds = settings.credentials
+        self._static_ref, self._static_key = (
+            (creds.ref, f"{self._where}.credentials.ref")
+            if isinstance(creds, StaticCredentials)
+            else (settings.api_key_ref, f"{self._where}.api_key_ref"))
+
+    async def start(self) -> None:
+        await super().start()
+        if self._static_ref is not None:
+            self._auth = self._static_header(resolve_secret(self._static_ref,
+                                                            key=self._static_key))
+        if self._tokens is not None:
+            await self._tokens.start()
+
+    async def close(self) -> None:
+        if self._tokens is not None:
+            await self._tokens.close()
+        await super().close()
+
+    async def send(self, endpoint: Endpoint, body: bytes, *,
+                   headers: dict[str, str]) -> UpstreamResponse:
+        if self._tokens is not None:
+            self._tokens.current()  # none valid: CredentialsUnavailable, nothing sent
+        return await super().send(endpoint, body, headers=headers)
+
+    def _static_header(self, secret: str) -> dict[str, str]:
+        """How this cloud takes a static secret (Vertex: a bearer access token)."""
+        return {"authorization": f"Bearer {secret}"}
+
+    def _auth_headers(self) -> dict[str, str]:
+        """The static header (``_auth``) or the current bearer token."""
+        if self._tokens is None:
+            return dict(self._auth)
+        return {"authorization": f"Bearer {self._tokens.current()}"}
+
+    @property
+    def counts_tokens(self) -> bool:
+        return False

@@ -1,0 +1,74 @@
+"""``vertex`` provider kind: Anthropic's models on Google Vertex AI (``rawPredict``).
+
+``base_url`` names the project and region:
+``https://{region}-aiplatform.googleapis.com/v1/projects/{project}/locations/{region}``
+(``https://aiplatform.googleapis.com/v1/projects/{project}/locations/global`` for the
+global endpoint). A Messages request goes to
+``/publishers/anthropic/models/{model}:rawPredict`` (``:streamRawPredict`` when it
+streams) with its body as Anthropic's, ``model`` moved into the path and
+``anthropic_version: vertex-2023-10-16`` added; ``anthropic-beta`` travels as a header.
+Responses are Anthropic's own (JSON or SSE), so usage is metered as for ``anthropic``.
+
+Authentication: an OAuth2 access token (``Authorization: Bearer``) from google-auth
+(``credentials``: a service-account key file, or application default credentials —
+workload identity, an external account), refreshed off the request path
+(``gateway.providers._credentials``); or, for tests and short runs, a static token by reference
+(``api_key_ref``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+
+from gateway.config import GcpCredentials, ProviderSettings
+from gateway.errors import ConfigError
+from gateway.providers._cloud import CloudProvider
+from gateway.providers._gcp import GcpTokens
+from gateway.usage import Endpoint
+
+VERTEX_VERSION = "vertex-2023-10-16"
+"""The ``anthropic_version`` Vertex AI requires in the body."""
+
+_BASE = re.compile(r"https?://[^/]+/v1(beta1)?/projects/[^/]+/locations/[^/]+")
+
+
+class VertexProvider(CloudProvider):
+    """Vertex AI's Anthropic publisher endpoint: Anthropic bodies, Google's auth."""
+
+    def __init__(self, settings: ProviderSettings, *, index: int = 0) -> None:
+        where = f"providers[{index}]"
+        creds = settings.credentials
+        tokens = (GcpTokens(creds, provider=settings.name)
+                  if isinstance(creds, GcpCredentials) else None)
+        super().__init__(settings, index=index, tokens=tokens)
+        base = (settings.base_url or "").rstrip("/")
+        if not _BASE.fullmatch(base):
+            raise ConfigError(
+                f"{where}.base_url: a vertex provider's base_url is "
+                "https://{region}-aiplatform.googleapis.com/v1/projects/{project}/"
+                f"locations/{{region}}, got {settings.base_url!r}")
+        if tokens is None and self._static_ref is None:
+            raise ConfigError(f"{where}.credentials: a vertex provider needs Google "
+                              "credentials ({kind: gcp}) or a static access token "
+                              "(api_key_ref, or {kind: static})")
+
+    def speaks(self, protocol: str) -> bool:
+        return protocol == "anthropic"
+
+    def _request(self, endpoint: Endpoint, body: bytes) -> tuple[str, bytes]:
+        doc: dict[str, Any] = msgspec.json.decode(body)
+        model = doc.pop("model", "")
+        doc["anthropic_version"] = VERTEX_VERSION
+        verb = "streamRawPredict" if doc.get("stream") is True else "rawPredict"
+        return (f"/publishers/anthropic/models/{quote(str(model), safe='@')}:{verb}",
+                msgspec.json.encode(doc))
+
+    def _headers(self, client_headers: dict[str, str]) -> dict[str, str]:
+        headers = self._auth_headers()
+        if "anthropic-beta" in client_headers:
+            headers["anthropic-beta"] = client_headers["anthropic-beta"]
+        return headers

@@ -1,0 +1,149 @@
+"""A gateway in front of the cloud peer (``tests/e2e/_cloud_peer.py``): Azure OpenAI and
+Vertex AI deployments with every kind of credential the ``azure``/``vertex`` kinds take.
+
+:func:`start_clouds` writes a service-account key (a fresh RSA key; the peer gets only its
+public half), starts the peer and ``mayu serve``, and returns a :class:`Clouds` with the
+secrets it issued so a test can grep the run's files for each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.e2e._cloud_peer import start_peer
+from tests.e2e._procs import Proc, create_key, create_team, start_gateway
+from tests.e2e.conftest import ADMIN_TOKEN, MAX_BODY, MAX_OUTPUT, PRICE
+
+PROJECT, REGION = "inferplane-test", "us-east5"
+
+
+@dataclass
+class Clouds:
+    gateway: Proc
+    peer: Proc
+    config: Path
+    secrets: dict[str, str] = field(default_factory=dict)
+    """What must never appear in a file of the run: name → value."""
+
+    def key(self, team: str) -> str:
+        create_team(self.config, team)
+        return create_key(self.config, team)
+
+    def _read(self, what: str) -> Any:
+        return httpx.get(f"{self.peer.url}/__peer/{what}").json()
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """The peer's record of the usage it reported, one entry per answer."""
+        return list(self._read("ledger"))
+
+    def requests(self) -> list[dict[str, Any]]:
+        """What each request carried (path, query, which auth, anthropic-beta)."""
+        return list(self._read("requests"))
+
+    def issued(self) -> dict[str, list[str]]:
+        """The access tokens the peer's token endpoints issued, by cloud."""
+        return dict(self._read("issued"))
+
+    def clear(self) -> None:
+        httpx.delete(f"{self.peer.url}/__peer/ledger").raise_for_status()
+
+    def assert_no_secret_in_files(self) -> None:
+        """No secret of the run (api-key, identity header, service-account key, any
+        access token the peer issued) in the gateway's log, config or data dir."""
+        values = {**self.secrets, **{f"token {i}": t for i, t in enumerate(
+            [*self.issued()["azure"], *self.issued()["gcp"]])}}
+        assert len(values) > len(self.secrets), "no access token was issued"
+        files = [self.config, self.gateway.log_path,
+                 *(p for p in (self.config.parent / "data").rglob("*") if p.is_file())]
+        for path in files:
+            text = path.read_bytes().decode("latin-1")
+            for name, value in values.items():
+                assert value not in text, f"{name} found in {path}"
+
+    def stop(self) -> None:
+        self.gateway.stop()
+        self.peer.stop()
+
+
+def _service_account(workdir: Path, token_uri: str) -> tuple[Path, Path, str]:
+    """A service-account key file for ``token_uri``, its public key file, and the PEM."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    public = workdir / "sa-public.pem"
+    public.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    sa = workdir / "secrets" / "service-account.json"
+    sa.parent.mkdir()
+    sa.write_text(json.dumps({
+        "type": "service_account", "project_id": PROJECT, "private_key_id": "k1",
+        "private_key": pem, "client_email": f"gateway@{PROJECT}.iam.gserviceaccount.com",
+        "client_id": "1001", "token_uri": token_uri}))
+    return sa, public, pem
+
+
+def _models() -> list[dict[str, Any]]:
+    routes = {"gpt-azure": ("azure-v1", "mock-gpt"),
+              "gpt-azure-dep": ("azure-deployments", "mock-gpt"),
+              "gpt-azure-entra": ("azure-entra", "mock-gpt"),
+              "claude-vertex": ("vertex", "mock-claude"),
+              "claude-up": ("anthropic", "mock-claude")}
+    return [{"name": name, "price": PRICE,
+             "deployments": [{"provider": provider, "upstream_model": upstream}]}
+            for name, (provider, upstream) in routes.items()]
+
+
+def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
+    """The peer and a gateway with one provider per cloud credential kind."""
+    found = {"azure_key": "az-" + secrets.token_urlsafe(24),
+             "msi_header": "msi-" + secrets.token_urlsafe(24)}
+    # The peer must exist before the key file names its token endpoint: start it, then
+    # write the key whose public half it reads on each token request.
+    public = workdir / "sa-public.pem"
+    peer = start_peer(workdir, {"PEER_AZURE_API_KEY": found["azure_key"],
+                                "PEER_MSI_HEADER": found["msi_header"],
+                                "PEER_GCP_PUBLIC_KEY": str(public),
+                                "PEER_TOKEN_TTL_S": str(token_ttl_s)})
+    try:
+        sa, _, pem = _service_account(workdir, f"{peer.url}/gcp/token")
+        found["sa_private_key"] = pem.split("-----")[2].strip().splitlines()[1]
+        vertex_base = f"{peer.url}/v1/projects/{PROJECT}/locations/{REGION}"
+        config = {
+            "data_dir": str(workdir / "data"), "demo": False,
+            "server": {"max_body_bytes": MAX_BODY, "max_output_tokens": MAX_OUTPUT,
+                       "admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
+            "providers": [
+                {"name": "azure-v1", "kind": "azure", "base_url": f"{peer.url}/openai/v1",
+                 "api_key_ref": "env:AZURE_OPENAI_API_KEY", "timeout_s": 30},
+                {"name": "azure-deployments", "kind": "azure",
+                 "base_url": f"{peer.url}/openai", "api_version": "2024-10-21",
+                 "credentials": {"kind": "static", "ref": "env:AZURE_OPENAI_API_KEY"},
+                 "timeout_s": 30},
+                {"name": "azure-entra", "kind": "azure", "base_url": f"{peer.url}/openai/v1",
+                 "credentials": {"kind": "azure"}, "timeout_s": 30},
+                {"name": "vertex", "kind": "vertex", "base_url": vertex_base,
+                 "credentials": {"kind": "gcp", "service_account_file": str(sa)},
+                 "timeout_s": 30},
+                {"name": "anthropic", "kind": "anthropic", "base_url": f"{peer.url}/anthropic",
+                 "api_key_ref": "env:AZURE_OPENAI_API_KEY", "timeout_s": 30}],
+            "models": _models()}
+        path = workdir / "mayu.yaml"
+        path.write_text(yaml.safe_dump(config))
+        gateway = start_gateway(path, env={
+            "MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN, "AZURE_OPENAI_API_KEY": found["azure_key"],
+            # App Service's managed identity endpoint, as azure-identity reads it.
+            "IDENTITY_ENDPOINT": f"{peer.url}/msi/token",
+            "IDENTITY_HEADER": found["msi_header"]})
+    except BaseException:
+        peer.stop()
+        raise
+    return Clouds(gateway=gateway, peer=peer, config=path, secrets=found)

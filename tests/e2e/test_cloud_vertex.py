@@ -1,0 +1,136 @@
+"""The ``vertex`` kind: the real anthropic SDK through a real gateway to a Vertex-shaped
+peer whose token endpoint google-auth really calls (tests/e2e/_cloud_peer.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from tests.e2e._clouds import PROJECT, REGION, Clouds, start_clouds
+from tests.e2e.conftest import expected_cost
+
+pytestmark = pytest.mark.e2e
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 8
+RAW = f"/v1/projects/{PROJECT}/locations/{REGION}/publishers/anthropic/models/mock-claude"
+
+
+@pytest.fixture(scope="module")
+def clouds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clouds]:
+    started = start_clouds(tmp_path_factory.mktemp("vertex"))
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def key(clouds: Clouds) -> str:
+    return clouds.key("vertex")
+
+
+@pytest.fixture(scope="module")
+def claude(clouds: Clouds, key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=clouds.gateway.url, api_key=key, max_retries=0)
+
+
+def _one(clouds: Clouds) -> dict[str, Any]:
+    entries = clouds.ledger()
+    assert len(entries) == 1, entries
+    return entries[0]
+
+
+def _cached_system() -> list[dict[str, Any]]:
+    return [{"type": "text", "text": LONG * 4, "cache_control": {"type": "ephemeral"}}]
+
+
+def test_messages_to_vertex_raw_predict_charged_its_record(
+        clouds: Clouds, claude: anthropic.Anthropic) -> None:
+    """A Messages call served by Vertex's rawPredict (model in the path, vertex
+    anthropic_version in the body, a google-auth token): cost == the peer's record."""
+    clouds.clear()
+    raw = claude.messages.with_raw_response.create(
+        model="claude-vertex", max_tokens=20, system=_cached_system(),
+        messages=[{"role": "user", "content": LONG}])
+    assert raw.parse().content
+    entry = _one(clouds)
+    assert entry["route"] == f"vertex:{PROJECT}/{REGION}:rawPredict"
+    assert int(raw.headers["x-inferplane-cost-micro-usd"]) == expected_cost(entry)
+    assert clouds.requests()[-1]["path"] == f"{RAW}:rawPredict"
+
+
+def test_streamed_messages_to_stream_raw_predict(clouds: Clouds,
+                                                 claude: anthropic.Anthropic) -> None:
+    """A stream goes to :streamRawPredict with anthropic-beta as a header; the prompt
+    cache classes the peer reported are what is charged."""
+    clouds.clear()
+    with claude.messages.stream(
+            model="claude-vertex", max_tokens=20, system=_cached_system(),
+            messages=[{"role": "user", "content": LONG}],
+            extra_headers={"anthropic-beta": "prompt-caching-2024-07-31"}) as stream:
+        final = stream.get_final_message()
+    entry = _one(clouds)
+    assert final.usage.output_tokens == entry["classes"]["output"]
+    assert (final.usage.cache_creation_input_tokens or 0) + (
+        final.usage.cache_read_input_tokens or 0) > 0
+    seen = clouds.requests()[-1]
+    assert (seen["path"], seen["beta"]) == (f"{RAW}:streamRawPredict",
+                                             "prompt-caching-2024-07-31")
+
+
+@pytest.fixture(scope="module")
+def vertex_client(clouds: Clouds, key: str) -> anthropic.AnthropicVertex:
+    """The SDK's Vertex client pointed at the gateway, our key as its access token."""
+    return anthropic.AnthropicVertex(region=REGION, project_id=PROJECT, access_token=key,
+                                     base_url=f"{clouds.gateway.url}/v1", max_retries=0)
+
+
+@pytest.mark.parametrize("model", ["claude-vertex", "claude-up"])
+def test_anthropic_vertex_client_through_the_gateway(
+        clouds: Clouds, vertex_client: anthropic.AnthropicVertex, model: str) -> None:
+    """AnthropicVertex against the gateway's Vertex paths: answered by a Vertex or an
+    Anthropic-shaped deployment alike, charged the upstream's record."""
+    clouds.clear()
+    raw = vertex_client.messages.with_raw_response.create(
+        model=model, max_tokens=20, messages=[{"role": "user", "content": LONG}])
+    assert raw.parse().content[0].type == "text"
+    entry = _one(clouds)
+    assert entry["route"].startswith("vertex:" if model == "claude-vertex" else "anthropic")
+    assert int(raw.headers["x-inferplane-cost-micro-usd"]) == expected_cost(entry)
+
+
+def test_anthropic_vertex_stream_and_count(clouds: Clouds,
+                                           vertex_client: anthropic.AnthropicVertex) -> None:
+    """A streamed AnthropicVertex call (streamRawPredict) ends with the peer's usage; the
+    Vertex token count answers locally."""
+    clouds.clear()
+    with vertex_client.messages.stream(
+            model="claude-vertex", max_tokens=20, system=_cached_system(),
+            messages=[{"role": "user", "content": LONG}]) as stream:
+        final = stream.get_final_message()
+    assert final.usage.output_tokens == _one(clouds)["classes"]["output"]
+    counted = vertex_client.messages.count_tokens(
+        model="claude-vertex", messages=[{"role": "user", "content": LONG}])
+    assert counted.input_tokens > 0
+
+
+def test_vertex_path_refusals_in_anthropic_shape(clouds: Clouds, key: str) -> None:
+    """No key: 401; an anthropic_version that is not a string or a model in the body:
+    400; all in Anthropic's error shape, nothing sent upstream."""
+    url = f"{clouds.gateway.url}{RAW.replace('mock-claude', 'claude-vertex')}:rawPredict"
+    body = {"anthropic_version": "vertex-2023-10-16", "max_tokens": 5,
+            "messages": [{"role": "user", "content": "hi"}]}
+    clouds.clear()
+    assert httpx.post(url, json=body).status_code == 401
+    bad = httpx.post(url, json={**body, "anthropic_version": 20231016},
+                     headers={"authorization": f"Bearer {key}"})
+    assert (bad.status_code, bad.json()["type"]) == (400, "error")
+    assert "anthropic_version" in bad.json()["error"]["message"]
+    named = httpx.post(url, json={**body, "model": "claude-vertex"},
+                       headers={"authorization": f"Bearer {key}"})
+    assert named.status_code == 400
+    assert clouds.requests() == []
