@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--latency-ms", type=_latency_ms, default=0,
                    help="delay before the first byte and between stream chunks (at most "
                         "600000)")
+    p.add_argument("--prompt-cache", action="store_true",
+                   help="bill Messages requests by a prompt cache kept in this process, as "
+                        "one deployment's server cache (reads, 5m/1h writes; default: the "
+                        "stateless half-read, half-write split)")
     p.set_defaults(func=_run)
 
 
@@ -31,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from gateway.mock import create_mock_app
 
-    uvicorn.run(create_mock_app(latency_ms=args.latency_ms), host=args.host, port=args.port,
+    uvicorn.run(create_mock_app(latency_ms=args.latency_ms,
+                                prompt_cache=args.prompt_cache), host=args.host, port=args.port,
                 log_level="warning", access_log=False)
     return 0

@@ -33,6 +33,12 @@ from gateway.config._ranges import (
     TokensOrZero,
     Workers,
 )
+from gateway.config._routing import (
+    InFlight,
+    RoutingSettings,
+    Weight,
+    check_deployment_price,
+)
 from gateway.identity import IdentitySettings
 from gateway.pricing import ModelPrice
 
@@ -258,15 +264,12 @@ class DatabaseSettings(_Base, frozen=True):
 
 class ProviderSettings(_Base, frozen=True):
     name: str
-    kind: Literal["openai", "anthropic", "mock", "azure", "vertex", "bedrock"]
+    kind: Literal["openai", "anthropic", "mock", "bedrock"]
     base_url: str | None = None
     api_key_ref: str | None = None
     credentials: Credentials | None = None
     """How the provider authenticates beyond ``api_key_ref``
     (``gateway/config/_credentials.py``)."""
-    api_version: str | None = None
-    """azure only: the ``api-version`` query parameter (required by the deployment form,
-    ``…/openai``; optional on the v1 API, ``…/openai/v1``): docs/azure.md."""
     timeout_s: Seconds = 600.0
     connect_timeout_s: Seconds = 10.0
     max_connections: Connections = 200
@@ -286,12 +289,27 @@ class Deployment(_Base, frozen=True):
     default_output_tokens: Tokens | None = None
     """Overrides ``models[].default_output_tokens`` for this deployment (unset: the
     model's)."""
+    name: str | None = None
+    """How routing, the usage log and metrics name it (default ``provider/upstream_model``)."""
+    weight: Weight = 1
+    """Its share of new requests under ``routing.strategy: weighted`` (0: fallback only)."""
+    max_inflight: InFlight | None = None
+    """Requests in flight at most before routing prefers another (its headroom)."""
+    price: ModelPrice | None = None
+    """This deployment's own prices (a region or cloud may charge more); unset: the
+    model's. Each attempt is bounded, admitted and settled at its deployment's price."""
+
+    def __post_init__(self) -> None:
+        check_deployment_price(self.price)
 
 
 class ModelSettings(_Base, frozen=True):
     name: str
     deployments: list[Deployment]
-    """Tried in order; each fallback attempt gets its own permit."""
+    """Tried in order (or as ``routing`` orders them); each attempt gets its own permit."""
+    routing: RoutingSettings | None = None
+    """Balancing, health and cache affinity (``gateway/config/_routing.py``); unset: the
+    listed order, every request from the first deployment."""
     catalog: str | None = None
     """The built-in catalog model (id or snapshot) whose figures this model takes for every
     price class, ``max_input_tokens`` and ``max_output_tokens`` the file does not set

@@ -195,6 +195,7 @@ class Attempt:
         """The request is about to leave: journaled (and audited) before the first byte."""
         assert self.permit is not None
         self.dispatched = True
+        self.call.gw.router.sent(self.call.model, self.deployment)
         await self.call.gw.governor.dispatching(self.permit)
         self.audit(event="dispatch")
 
@@ -206,13 +207,14 @@ class Attempt:
             return self.settlement
         self.settled = True
         gw, call = self.call.gw, self.call
+        if self.dispatched:
+            gw.router.left(call.model, self.deployment)
         outcome = _known_ttl(outcome, call.bounds.input_classes)
         facts = RequestFacts(route=ROUTES.get(call.endpoint), client=call.client,
                              http_status=status,
-                             deployment=f"{self.deployment.provider}/"
-                                        f"{self.deployment.upstream_model or call.model.name}")
+                             deployment=gw.router.name_of(call.model, self.deployment))
         self.settlement, self.result = settlement, _ = await gw.governor.settle_outcome(
-            self.permit, outcome, price=call.model.price, facts=facts)
+            self.permit, outcome, price=call.bounds.price, facts=facts)
         if settlement.bound_exceeded:
             self._bound_exceeded(settlement)
         self.audit(event="settled", status=status, outcome=str(settlement.kind),

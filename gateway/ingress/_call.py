@@ -5,8 +5,9 @@ and never edited: each later step returns a new value from a named method here, 
 a stage may change is exactly what its method replaces (the stages and their order:
 ``gateway.ingress._dispatch``):
 
-- :meth:`Call.for_deployment` — an attempt's start: a refinement another deployment
-  counted is dropped (``bounds`` back to the byte bound);
+- :meth:`Call.for_deployment` — an attempt's start: the deployment's price (``bounds``
+  price, when the deployment has its own), a refinement another deployment counted is
+  dropped (``bounds`` back to the byte bound);
 - :meth:`Call.capped_for` — the deployment's output cap written into a body that names no
   limit (``doc``, ``body``, ``bounds`` output, ``output_cap``);
 - :meth:`Call.with_counted_input` — the off-loop count of a large body (``bounds`` input);
@@ -115,11 +116,16 @@ class Call:
         return self.trail.written
 
     def for_deployment(self, deployment: Deployment) -> Call:
-        """This request as ``deployment``'s attempt starts it: a refined bound another
-        deployment counted is dropped (a fallback starts again from the byte bound)."""
+        """This request as ``deployment``'s attempt starts it: bounded at the deployment's
+        price (its own, else the model's), and a refined bound another deployment counted
+        dropped (a fallback starts again from the byte bound)."""
+        call = self
+        price = deployment.price or self.model.price
+        if price != self.bounds.price:
+            call = replace(call, bounds=replace(self.bounds, price=price))
         if self.refined_for is None or self.refined_for == count_scope(self, deployment):
-            return self
-        return replace(self, bounds=self.bounds.unrefined(), refined_for=None)
+            return call
+        return replace(call, bounds=call.bounds.unrefined(), refined_for=None)
 
     def capped_for(self, deployment: Deployment) -> Call:
         """This deployment's output cap written into a request that names no limit, and

@@ -15,6 +15,7 @@ from gateway.keys import KeyStore, Principal
 from gateway.metrics import Metrics
 from gateway.policy import PolicySource
 from gateway.providers import Provider
+from gateway.routing import Router
 
 
 @dataclass
@@ -43,6 +44,8 @@ class Gateway:
     """The shared profile's Postgres pool (the admin API reads the schema revision)."""
     alerts: AlertStore | None = None
     """Where budget alerts are recorded (None: alerts off; the admin API lists them)."""
+    router: Router = field(default_factory=Router)
+    """Deployment health, load and session pins on this replica (``gateway.routing``)."""
 
     @property
     def principals(self) -> dict[str, tuple[float, Principal]]:

@@ -1,8 +1,10 @@
 """A generation request's stages in the order they run, and how its answer goes back.
 
 :func:`serve` lists them: **prepare** (authenticate, read, parse, route, bound: the
-request built once as a :class:`gateway.ingress._call.Call` value), then per deployment
-in fallback order **bound** (the deployment's cap and counts), **admit** (the Governor:
+request built once as a :class:`gateway.ingress._call.Call` value), **route** (the
+deployments in the order to try: ``gateway.routing``'s balancing, health and cache
+affinity for a model with ``routing``, else the listed order), then per deployment
+in that order **bound** (the deployment's cap and counts), **admit** (the Governor:
 one permit, or the client's refusal), **dispatch** (the upstream call, the answer relayed
 as JSON or SSE) and **settle** (exactly once, as the answer ends, however it ends). Which
 stage may change what:
@@ -84,6 +86,7 @@ from gateway.ingress._tokenize import proven_input
 from gateway.keys import Principal
 from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import RETRYABLE_STATUS, Protocol_, UpstreamFailure, UpstreamResponse
+from gateway.routing import Session, retry_after_s, session_of
 from gateway.usage import Endpoint, StreamMeter, extract_json, stream_error_event
 
 log = logging.getLogger("mayu.ingress")
@@ -134,19 +137,27 @@ async def serve(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Protoco
     """One generation request, stage by stage (module docstring): prepare, then
     :func:`dispatch`."""
     ex.call = call = await prepare(gw, ex, endpoint, protocol, headers, receive)
-    return await dispatch(call)
+    routing = call.model.routing
+    session = (session_of(call.model.name, headers, call.client_doc)
+               if routing is not None and routing.affinity else None)
+    return await dispatch(call, session=session)
 
 
-async def dispatch(call: Call) -> Reply:
-    """Bound → admit → dispatch → settle, one attempt per deployment in fallback order,
-    until one answers."""
-    for index, (deployment, provider) in enumerate(call.deployments):
+async def dispatch(call: Call, *, session: Session | None = None) -> Reply:
+    """Route (``gateway.routing``: the deployments in the order to try), then bound →
+    admit → dispatch → settle, one attempt per deployment in that order, until one
+    answers."""
+    plan = call.gw.router.plan(call.model, call.deployments, session=session)
+    await plan.settle_affinity()  # preferAffinity: a bounded wait for the pinned one
+    for index, (deployment, provider) in enumerate(plan.order):
         attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index)
         await attempt.bound()  # this deployment's cap and counts
         await attempt.admit()  # one call to the Governor: a permit, or the refusal
         # Dispatch; the permit is settled once, as the answer ends (or here, on a failure).
-        reply = await _dispatch(attempt, last=index == len(call.deployments) - 1)
+        reply = await _dispatch(attempt, last=index == len(plan.order) - 1)
         if reply is not None:
+            if reply.status < 300:
+                plan.served(deployment)
             return reply
         call = attempt.call  # settled; the next deployment starts from this value
     raise UpstreamUnavailable("no deployment could be tried")  # pragma: no cover
@@ -191,12 +202,14 @@ async def _dispatch(attempt: Attempt, *, last: bool) -> Reply | None:
 async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:
     """One deployment: the response to return, or None to fall back to the next one."""
     call, provider = attempt.call, attempt.provider
+    router = call.gw.router
     body, strip = upstream_body(call.body, call.doc, attempt.deployment, call.endpoint,
                                 stream=call.stream)
     await attempt.dispatching()
     try:
         upstream = await provider.send(call.endpoint, body, headers=call.client_headers)
     except UpstreamFailure as exc:
+        router.failed(call.model, attempt.deployment, retry_after_s=None, why=str(exc))
         await attempt.finish(_failure_outcome(attempt, exc, str(exc)), status=502)
         if last:
             raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
@@ -204,6 +217,11 @@ async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:
     metrics = call.gw.metrics
     metrics.child(metrics.upstream_latency, provider.name).observe(upstream.elapsed_s)
     upstream.chunks = metrics.first_byte(upstream.chunks, provider.name, upstream.elapsed_s)
+    if upstream.status in RETRYABLE_STATUS:
+        router.failed(call.model, attempt.deployment, why=f"HTTP {upstream.status}",
+                      retry_after_s=retry_after_s(upstream.headers))
+    else:
+        router.succeeded(call.model, attempt.deployment)
     if upstream.status in RETRYABLE_STATUS and not last:
         await _discard(upstream)
         await attempt.finish(_error_outcome(upstream.status), status=upstream.status)

@@ -8,6 +8,12 @@ response; tests and benches price from it, independently of the gateway.
 ``GET /__mock/counts`` says how many token counts it answered (cleared with the ledger).
 ``GET /__mock/inflight`` says how many requests are open now and the most that were open
 at once (``DELETE`` starts a new high-water mark): what a concurrency limit promises.
+
+For routing tests: ``POST /__mock/fail`` ``{"status": 503, "retry_after": 2}`` makes every
+generation request from then on answer that status (counted in ``/__mock/counts`` as
+``failed``) until ``DELETE /__mock/fail``; with ``prompt_cache`` (``--prompt-cache``) a
+Messages request is billed by the process's prompt cache (``gateway.mock._cache``) and
+``POST /__mock/clock`` ``{"advance_s": 301}`` moves its clock forward.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from litestar import Litestar, Request, Response, delete, get, post
 from litestar.response import Stream
 
 from gateway.jsondepth import json_too_deep, too_deep_error
-from gateway.mock._wire import MockReply, plan_count, plan_reply, play
+from gateway.mock._cache import PromptCache
+from gateway.mock._wire import MockReply, error_reply, plan_count, plan_reply, play
 from gateway.usage import Endpoint
 
 
@@ -30,6 +37,10 @@ class Ledger:
         self.entries: list[dict[str, Any]] = []
         self.counts = 0
         """Token counts answered (``/v1/messages/count_tokens``)."""
+        self.failed = 0
+        """Generation requests answered with the ``/__mock/fail`` status."""
+        self.fail: tuple[int, int | None] | None = None
+        """(status, retry-after seconds) while ``/__mock/fail`` is on."""
 
     def record(self, entry: dict[str, Any]) -> None:
         self.entries.append(entry)
@@ -67,11 +78,13 @@ def _bad(message: str) -> Response[bytes]:
     return Response(msgspec.json.encode(body), status_code=400, media_type="application/json")
 
 
-def create_mock_app(*, latency_ms: int = 0) -> Litestar:
-    """The mock upstream as an ASGI app (``latency_ms`` before first byte and per chunk)."""
+def create_mock_app(*, latency_ms: int = 0, prompt_cache: bool = False) -> Litestar:
+    """The mock upstream as an ASGI app (``latency_ms`` before first byte and per chunk;
+    ``prompt_cache``: Messages requests billed by a per-process prompt cache)."""
     ledger = Ledger()
     gauge = Gauge()
     latency_s = latency_ms / 1000
+    cache = PromptCache() if prompt_cache else None
 
     async def decode(request: Request[Any, Any, Any]) -> dict[str, Any] | Response[bytes]:
         raw = await request.body()
@@ -100,7 +113,12 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
         body = await decode(request)
         if isinstance(body, Response):
             return body
-        reply = plan_reply(endpoint, body)
+        if ledger.fail is not None:
+            ledger.failed += 1
+            reply = error_reply("anthropic" if endpoint == "messages" else "openai",
+                                *ledger.fail)
+        else:
+            reply = plan_reply(endpoint, body, bill=cache.classes if cache else None)
         if reply.start_delay_s:
             await asyncio.sleep(reply.start_delay_s)
         if reply.events:
@@ -149,7 +167,21 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
 
     @get("/__mock/counts")
     async def read_counts() -> dict[str, int]:
-        return {"counts": ledger.counts}
+        return {"counts": ledger.counts, "failed": ledger.failed}
+
+    @post("/__mock/fail", status_code=204)
+    async def start_failing(data: dict[str, Any]) -> None:
+        retry = data.get("retry_after")
+        ledger.fail = (int(data.get("status", 503)), None if retry is None else int(retry))
+
+    @delete("/__mock/fail", status_code=204)
+    async def stop_failing() -> None:
+        ledger.fail = None
+
+    @post("/__mock/clock", status_code=204)
+    async def advance_clock(data: dict[str, Any]) -> None:
+        if cache is not None:
+            cache.skew_s += float(data.get("advance_s", 0))
 
     @get("/__mock/inflight")
     async def read_inflight() -> dict[str, int]:
@@ -172,6 +204,9 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
     async def clear_ledger() -> None:
         ledger.entries.clear()
         ledger.counts = 0
+        ledger.failed = 0
+        if cache is not None:
+            cache.clear()
 
     @get(["/healthz", "/readyz"])
     async def health() -> dict[str, str]:
@@ -179,5 +214,5 @@ def create_mock_app(*, latency_ms: int = 0) -> Litestar:
 
     return Litestar([chat, responses, embeddings, messages, count_tokens, models,
                      read_ledger, read_counts, clear_ledger, read_inflight, reset_inflight,
-                     health],
+                     start_failing, stop_failing, advance_clock, health],
                     openapi_config=None, request_max_body_size=None)

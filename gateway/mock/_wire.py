@@ -16,6 +16,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -70,17 +71,26 @@ def _chunks(words: list[str], parts: int) -> list[str]:
 
 
 def _error(protocol: str) -> MockReply:
+    return error_reply(protocol, 500, 1)
+
+
+def error_reply(protocol: str, status: int, retry_after: int | None) -> MockReply:
+    """An upstream error in the protocol's shape (``retry-after`` when given)."""
     if protocol == "anthropic":
-        body = {"type": "error", "error": {"type": "api_error",
-                                           "message": "mock upstream failure"}}
+        kind = "rate_limit_error" if status == 429 else "api_error"
+        body: dict[str, Any] = {"type": "error", "error": {
+            "type": kind, "message": "mock upstream failure"}}
     else:
         body = {"error": {"message": "mock upstream failure", "type": "server_error",
                           "param": None, "code": "mock_error"}}
-    return MockReply(status=500, body=msgspec.json.encode(body), headers={"retry-after": "1"})
+    headers = {} if retry_after is None else {"retry-after": str(retry_after)}
+    return MockReply(status=status, body=msgspec.json.encode(body), headers=headers)
 
 
-def plan_reply(endpoint: Endpoint, body: dict[str, Any]) -> MockReply:
-    """The mock's complete answer to one request."""
+def plan_reply(endpoint: Endpoint, body: dict[str, Any], *,
+               bill: Callable[[dict[str, Any]], m.Classes] | None = None) -> MockReply:
+    """The mock's complete answer to one request; ``bill`` bills a Messages request
+    instead of the stateless arithmetic (the prompt cache, ``gateway.mock._cache``)."""
     model = str(body.get("model", "mock"))
     flags = m.flags_of(model)
     protocol = "anthropic" if endpoint == "messages" else "openai"
@@ -88,8 +98,10 @@ def plan_reply(endpoint: Endpoint, body: dict[str, Any]) -> MockReply:
         return _error(protocol)
     stream = bool(body.get("stream")) and endpoint != "embeddings"
     n = next(_ids)
-    build = {"chat": _chat, "responses": _responses, "embeddings": _embeddings,
-             "messages": _messages}[endpoint]
+    builds: dict[str, Callable[..., tuple[MockReply, Any, Any]]] = {
+        "chat": _chat, "responses": _responses, "embeddings": _embeddings,
+        "messages": partial(_messages, bill=bill or m.anthropic_classes)}
+    build = builds[endpoint]
     reply, usage, classes = build(body, model, flags, n, stream)
     if "missing-usage" in flags:
         usage, classes = None, None
@@ -242,8 +254,9 @@ def _embeddings(body: dict[str, Any], model: str, flags: frozenset[str], n: int,
 
 
 def _messages(body: dict[str, Any], model: str, flags: frozenset[str], n: int,
-              stream: bool) -> tuple[MockReply, Any, Any]:
-    c = m.anthropic_classes(body)
+              stream: bool, *, bill: Callable[[dict[str, Any]], m.Classes]
+              ) -> tuple[MockReply, Any, Any]:
+    c = bill(body)
     usage = m.anthropic_usage(c, negative="negative-usage" in flags)
     missing = "missing-usage" in flags
     words = m.output_words(c.output)
