@@ -264,12 +264,15 @@ class DatabaseSettings(_Base, frozen=True):
 
 class ProviderSettings(_Base, frozen=True):
     name: str
-    kind: Literal["openai", "anthropic", "mock", "bedrock"]
+    kind: Literal["openai", "anthropic", "mock", "azure", "vertex", "bedrock"]
     base_url: str | None = None
     api_key_ref: str | None = None
     credentials: Credentials | None = None
     """How the provider authenticates beyond ``api_key_ref``
     (``gateway/config/_credentials.py``)."""
+    api_version: str | None = None
+    """azure only: the ``api-version`` query parameter (required by the deployment form,
+    ``…/openai``; optional on the v1 API, ``…/openai/v1``): docs/azure.md."""
     timeout_s: Seconds = 600.0
     connect_timeout_s: Seconds = 10.0
     max_connections: Connections = 200
