@@ -42,8 +42,9 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _REF = "#/components/schemas/{name}"
-_OPEN = {"/healthz", "/readyz"}
-"""The health probes: no token."""
+_OPEN = {"/healthz", "/readyz", "/v1alpha1/token", "/v1alpha1/jwks.json"}
+"""No token: the health probes, the token exchange (its subject token authenticates) and
+the credentials' public keys."""
 _DOCUMENT = {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
              "description": "one GovernancePolicy document (docs/policy.md); "
                             "metadata.name must equal {name}"}

@@ -47,6 +47,7 @@ from gateway.config import (
     resolve_secret,
 )
 from gateway.errors import ConfigError
+from gateway.identity import IdentitySettings
 
 
 # msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
@@ -119,6 +120,9 @@ class ControlPlaneConfig(_Base, frozen=True):
     shutdown_grace_s: SecondsOrZero = 30.0
     """On SIGTERM: how long in-flight requests may finish (new connections are refused
     and ``/readyz`` fails at once)."""
+    identity: IdentitySettings | None = None
+    """The OIDC issuers whose tokens it exchanges and the gateway credentials it signs
+    (``POST /v1alpha1/token``, docs/identity.md); unset: no token exchange."""
 
 
 def is_loopback(host: str) -> bool:

@@ -11,7 +11,8 @@ Postgres, the present (one current definition of everything):
   exposed through :data:`queries` (``%(param)s`` placeholders only); ``lease_queries.sql``
   likewise through :data:`lease_queries` (the control plane's lease ledger calls) and
   ``alert_queries.sql`` through :data:`alert_queries` (budget alerts and the cluster
-  gauges).
+  gauges), ``identity_queries.sql`` through :data:`identity_queries` (inferplaned's token
+  exchange and user revocation).
 
 SQLite (the local profile's file, ``<data_dir>/mayu.db``): ``local/keys.sql``,
 ``local/governance.sql``, ``local/lease.sql`` and ``local/alerts.sql``, one per store,
@@ -115,11 +116,12 @@ class _Queries:
 queries = _Queries()
 lease_queries = _Queries("lease_queries")
 alert_queries = _Queries("alert_queries")
+identity_queries = _Queries("identity_queries")
 local_keys = _Queries("local/keys")
 local_governance = _Queries("local/governance")
 local_lease = _Queries("local/lease")
 local_alerts = _Queries("local/alerts")
 
 __all__ = ["BASELINE", "BASELINE_SHA256", "SCHEMA", "alert_queries", "baseline_script",
-           "lease_queries", "local_alerts", "local_governance", "local_keys", "local_lease",
-           "queries", "run_script", "script"]
+           "identity_queries", "lease_queries", "local_alerts", "local_governance",
+           "local_keys", "local_lease", "queries", "run_script", "script"]

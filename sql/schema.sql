@@ -58,10 +58,15 @@ CREATE TABLE keys (
     -- A tombstone: revoked keys are never deleted, so an import or audit still sees them.
     revoked_at           timestamptz,
     revision             bigint NOT NULL DEFAULT 1,
-    created_at           timestamptz NOT NULL DEFAULT clock_timestamp()
+    created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- The key inferplaned keeps for a user's brokered credentials in one team (their
+    -- ``kh``): no secret of it exists; one active per user and team.
+    brokered             boolean NOT NULL DEFAULT false
 );
 CREATE INDEX keys_team_idx ON keys (team_id);
 CREATE INDEX keys_user_idx ON keys (user_name) WHERE user_name IS NOT NULL;
+CREATE UNIQUE INDEX keys_brokered_idx ON keys (team_id, user_name)
+    WHERE brokered AND revoked_at IS NULL;
 
 -- Key rotations: a new secret for the same key (its id, limits, owner and spend stay),
 -- made by POST /admin/v1/keys/{key_id}/rotate or `mayu keys rotate`. The secret a
@@ -101,8 +106,14 @@ CREATE TABLE users (
     usd_micros_per_month bigint CHECK (usd_micros_per_month >= 0),
     revision             bigint NOT NULL DEFAULT 1,
     created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at           timestamptz NOT NULL DEFAULT clock_timestamp()
+    updated_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- The OIDC issuer and subject this user signed in as (one person, whatever their
+    -- email becomes); revoked_at refuses their brokered credentials and exchanges.
+    issuer               text,
+    subject              text,
+    revoked_at           timestamptz
 );
+CREATE UNIQUE INDEX users_identity_idx ON users (issuer, subject) WHERE issuer IS NOT NULL;
 
 CREATE TABLE team_members (
     team_id              text NOT NULL REFERENCES teams (id),

@@ -5,9 +5,11 @@ gateway credentials inferplaned brokers for them (ADR-031, docs/identity.md).
 discovery, cache, refresh on an unknown ``kid`` at a bounded rate) into an
 :class:`Identity`; :class:`Verifiers` picks the issuer by ``iss``.
 :class:`CredentialIssuer` signs gateway credentials with keys derived from configured
-secrets and publishes their JWKS.
+secrets and publishes their JWKS; :class:`GatewayCredentials` is a gateway's side of
+them (verified locally, cached until they expire).
 """
 
+from gateway.identity._accept import GatewayCredentials, looks_like_jwt
 from gateway.identity._broker import CredentialIssuer, SigningKey, derive_key
 from gateway.identity._jwks import JwksCache, JwksUnavailable, PublicKey
 from gateway.identity._settings import CredentialSettings, IdentitySettings, IssuerSettings
@@ -21,6 +23,7 @@ from gateway.identity._verify import (
 
 __all__ = [
     "CredentialIssuer",
+    "GatewayCredentials",
     "CredentialSettings",
     "IdentitySettings",
     "IssuerSettings",
@@ -33,5 +36,6 @@ __all__ = [
     "Verifier",
     "Verifiers",
     "derive_key",
+    "looks_like_jwt",
     "unverified_issuer",
 ]

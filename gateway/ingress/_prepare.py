@@ -26,6 +26,7 @@ from gateway.errors import (
     Unauthenticated,
     UnknownModel,
 )
+from gateway.identity import looks_like_jwt
 from gateway.ingress._context import Gateway
 from gateway.jsondepth import check_json_depth, too_deep_error
 from gateway.keys import Principal, hash_key
@@ -76,11 +77,21 @@ def presented_key_hash(headers: Mapping[str, str]) -> str:
     return hash_key(key)
 
 
+async def credential_key_hash(gw: Gateway, headers: Mapping[str, str]) -> str:
+    """The key hash a request is resolved by: a brokered gateway credential's (verified
+    locally against inferplaned's keys, ``identity.broker``), else the presented key's
+    SHA-256; 401 when none is presented or the credential is invalid."""
+    key = presented_key(headers)
+    if key is not None and gw.credentials is not None and looks_like_jwt(key):
+        return await gw.credentials.key_hash(key)
+    return presented_key_hash(headers)
+
+
 async def authenticate(gw: Gateway, request: Request[Any, Any, Any]) -> Principal:
     who = presented(request)
     if isinstance(who, ActingFor):
         return await resolve_principal(gw, who.credential_sha256.hex())
-    return await resolve_principal(gw, presented_key_hash(request.headers))
+    return await resolve_principal(gw, await credential_key_hash(gw, request.headers))
 
 
 async def resolve_principal(gw: Gateway, key_hash: str) -> Principal:

@@ -34,11 +34,13 @@ PRICE = {"input": 1_000_000, "output": 4_000_000, "cache_read": 100_000,
 MODEL = "gpt-local"
 
 
-def start_inferplaned(workdir: Path, dsn: str) -> Proc:
+def start_inferplaned(workdir: Path, dsn: str, *, extra: dict[str, Any] | None = None,
+                      env: dict[str, str] | None = None) -> Proc:
+    """inferplaned on ``dsn`` (``extra``: more config sections, e.g. ``identity``)."""
     config = workdir / "inferplaned.yaml"
     config.write_text(yaml.safe_dump({
         "database": {"dsn_ref": "env:IPD_DSN", "pool_min_size": 1, "pool_max_size": 4},
-        "auth": {"writer_tokens_ref": {"e2e": "env:IPD_TOKEN"}}}))
+        "auth": {"writer_tokens_ref": {"e2e": "env:IPD_TOKEN"}}, **(extra or {})}))
     port = free_port()
     log_path = workdir / f"inferplaned-{port}.log"
     with log_path.open("wb") as log:
@@ -46,11 +48,12 @@ def start_inferplaned(workdir: Path, dsn: str) -> Proc:
             [sys.executable, "-m", "controlplane.cli", "serve", "--config", str(config),
              "--port", str(port), "--log-level", "warning"],
             stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
-            env=_env({"IPD_DSN": dsn, "IPD_TOKEN": WRITER_TOKEN}))
+            env=_env({"IPD_DSN": dsn, "IPD_TOKEN": WRITER_TOKEN, **(env or {})}))
     return wait_ready(Proc(popen=popen, port=port, log_path=log_path))
 
 
-def shared_gateway_config(workdir: Path, name: str) -> Path:
+def shared_gateway_config(workdir: Path, name: str, *,
+                          extra: dict[str, Any] | None = None) -> Path:
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump({
         "data_dir": str(workdir / name), "demo": False,
@@ -60,7 +63,7 @@ def shared_gateway_config(workdir: Path, name: str) -> Path:
         "server": {"replica_id": name, "max_output_tokens": 100_000},
         "providers": [{"name": "in-process", "kind": "mock"}],
         "models": [{"name": MODEL, "price": PRICE,
-                    "deployments": [{"provider": "in-process"}]}]}))
+                    "deployments": [{"provider": "in-process"}]}], **(extra or {})}))
     return path
 
 
@@ -73,12 +76,16 @@ class SharedStack:
     config: Path | None = None
 
     @classmethod
-    def start(cls, workdir: Path, dsn: str, *, gateways: int) -> SharedStack:
+    def start(cls, workdir: Path, dsn: str, *, gateways: int,
+              inferplaned: dict[str, Any] | None = None, gateway: dict[str, Any] | None = None,
+              env: dict[str, str] | None = None) -> SharedStack:
+        """inferplaned and ``gateways`` shared-mode gateways (``inferplaned``/``gateway``:
+        more config sections; ``env``: inferplaned's extra environment)."""
         stack = cls(workdir=workdir, dsn=dsn)
         try:
-            stack.control = start_inferplaned(workdir, dsn)
+            stack.control = start_inferplaned(workdir, dsn, extra=inferplaned, env=env)
             for i in range(gateways):
-                config = shared_gateway_config(workdir, f"gw{i}")
+                config = shared_gateway_config(workdir, f"gw{i}", extra=gateway)
                 stack.config = stack.config or config
                 stack.gateways.append(start_gateway(
                     config, env={"INFERPLANE_DATABASE_URL": dsn}))

@@ -25,7 +25,10 @@ ROUTES = {"/v1alpha1/policies/{name}": {"get", "put", "delete"},
           "/v1alpha1/policies": {"get"}, "/v1alpha1/generation": {"get"},
           "/v1alpha1/changes": {"get"}, "/v1alpha1/sync": {"post"},
           "/v1alpha1/dataplanes": {"get"}, "/metrics": {"get"}, "/healthz": {"get"},
-          "/readyz": {"get"}}
+          "/readyz": {"get"}, "/v1alpha1/token": {"post"}, "/v1alpha1/jwks.json": {"get"},
+          "/v1alpha1/users/{name}/revoke": {"post"},
+          "/v1alpha1/users/{name}/reinstate": {"post"}}
+OPEN = ("/healthz", "/readyz", "/v1alpha1/token", "/v1alpha1/jwks.json")
 
 
 @pytest.fixture
@@ -69,7 +72,7 @@ async def test_the_document_is_json_names_every_route_and_its_bearer_scheme(
     assert doc["security"] == [{"bearer": []}]
     for path, item in doc["paths"].items():
         for operation in item.values():
-            want = [{}] if path in ("/healthz", "/readyz") else [{"bearer": []}]
+            want = [{}] if path in OPEN else [{"bearer": []}]
             assert operation.get("security", doc["security"]) == want, path
             assert operation["responses"]["4XX"]["content"]["application/json"][
                 "schema"] == {"$ref": "#/components/schemas/ErrorBody"}

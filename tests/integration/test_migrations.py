@@ -67,6 +67,14 @@ def _rows(dsn: str, tables: tuple[str, ...] = _FIGURE_TABLES
                 for t in tables}
 
 
+def _kept(after: dict[str, list[tuple[object, ...]]],
+          before: dict[str, list[tuple[object, ...]]]) -> dict[str, list[tuple[object, ...]]]:
+    """``after``'s rows cut to the columns the rows of ``before`` had (later revisions
+    append columns, e.g. ``keys.brokered``: the figures kept are the earlier ones)."""
+    return {t: [r[:len(before[t][0])] for r in rows] if before.get(t) else rows
+            for t, rows in after.items()}
+
+
 def test_a_prerelease_database_is_converted_keeping_every_figure(pg_empty_dsn: str) -> None:
     """mayu migrate moves a database at pre-release revision 0009 to the baseline: every
     row (committed, liability, reserved) is kept, the functions are the baseline's, and
@@ -90,7 +98,7 @@ def test_a_prerelease_database_is_converted_keeping_every_figure(pg_empty_dsn: s
     assert upgrade(pg_empty_dsn, on_step=steps.append) == code_heads()
     assert "converted" in str(steps[0]) and "v010_baseline" in str(steps[0])
     assert len(steps) > 1  # then alembic: the baseline to head
-    assert _rows(pg_empty_dsn) == before
+    assert _kept(_rows(pg_empty_dsn), before) == before
     window, account = "team:t1:usd:day:2026-11-30", "account:org:budget:2026-11"
     with psycopg.connect(pg_empty_dsn) as conn:
         for table, key in (("counters", window), ("authority_accounts", account)):
@@ -214,7 +222,7 @@ def test_a_0_1_0_database_upgrades_to_head_keeping_every_figure(pg_dsn: str,
     steps: list[object] = []
     assert upgrade(pg_empty_dsn, on_step=steps.append) == code_heads()
     assert "v011_console_sessions" in " ".join(map(str, steps))
-    assert _rows(pg_empty_dsn, tables) == before
+    assert _kept(_rows(pg_empty_dsn, tables), before) == before
     assert asyncio.run(usage()) == usage_before
     with psycopg.connect(pg_empty_dsn) as upgraded, psycopg.connect(pg_dsn) as fresh:
         assert structure(upgraded) == structure(fresh)

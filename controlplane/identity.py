@@ -1,0 +1,214 @@
+"""inferplaned as the broker of gateway credentials (ADR-031, docs/identity.md).
+
+``POST /v1alpha1/token`` is an RFC 8693 token exchange: a person's OIDC token (an ID
+token or a JWT access token of a configured ``identity.issuers`` entry) for a gateway
+credential bound to the person and one of their teams, signed by
+:class:`gateway.identity.CredentialIssuer`. The first exchange of a person binds a user
+record to their issuer and subject (a renamed email stays the same person) and makes the
+brokered key the credential stands for in that team: the person is then admitted as
+any user is, under the team's default member budget until an admin sets their own.
+``GET /v1alpha1/jwks.json`` publishes the signing keys (gateways verify locally).
+``POST /v1alpha1/users/{name}/revoke`` (a writer token) refuses the user's exchanges and
+revokes their brokered keys, so every credential already issued is refused by every
+gateway on its next request; ``…/reinstate`` lets them exchange again.
+
+The token endpoint answers in OAuth's error shape (``{"error", "error_description"}``,
+RFC 6749 §5.2), which the agents' OAuth clients read. No token, credential or secret is
+ever logged: a log line names the user, team and issuer.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+from typing import Any
+
+from litestar import Request, Response, get, post
+from litestar.params import FromPath
+
+import sql
+from controlplane.auth import TokenAuth
+from gateway.config import resolve_secret
+from gateway.db import fetch_one, wrap_exceptions
+from gateway.errors import ConfigError, NotFound
+from gateway.identity import (
+    CredentialIssuer,
+    Identity,
+    IdentitySettings,
+    InvalidToken,
+    Verifiers,
+)
+from gateway.keys import hash_key
+
+log = logging.getLogger("inferplaned.identity")
+
+GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
+SUBJECT_TYPES = ("urn:ietf:params:oauth:token-type:id_token",
+                 "urn:ietf:params:oauth:token-type:access_token",
+                 "urn:ietf:params:oauth:token-type:jwt")
+ISSUED_TYPE = "urn:ietf:params:oauth:token-type:jwt"
+_WHAT = "identity database"
+
+
+class Broker:
+    """The issuers inferplaned trusts and the credentials it signs."""
+
+    def __init__(self, settings: IdentitySettings) -> None:
+        creds = settings.credentials
+        if creds is None:
+            raise ConfigError("identity.credentials: required to broker credentials")
+        if not settings.issuers:
+            raise ConfigError("identity.issuers: at least one issuer to exchange tokens of")
+        signing = []
+        for n, ref in enumerate(creds.signing_keys_ref):
+            key = f"identity.credentials.signing_keys_ref[{n}]"
+            secret = resolve_secret(ref, key=key)
+            if len(secret) < 32:
+                raise ConfigError(f"{key}: a signing secret must be at least 32 characters")
+            signing.append(secret)
+        self.verifiers = Verifiers(settings.issuers)
+        self.issuer = CredentialIssuer(creds, signing)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, error: str, description: str) -> None:
+        super().__init__(description)
+        self.status, self.error, self.description = status, error, description
+
+
+def _oauth_error(exc: _Refused) -> Response[dict[str, str]]:
+    headers = {"Cache-Control": "no-store"}
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="inferplaned"'
+    return Response({"error": exc.error, "error_description": exc.description},
+                    status_code=exc.status, headers=headers)
+
+
+def _broker(request: Request[Any, Any, Any]) -> Broker:
+    broker: Broker | None = request.app.state.broker
+    if broker is None:
+        raise NotFound("identity is not configured (identity.credentials, identity.issuers)")
+    return broker
+
+
+def _team_of(identity: Identity, form: dict[str, str]) -> str:
+    """The team the credential is for: ``team`` (or ``scope`` ``team:<name>``), one of
+    the person's teams; their only team when they name none."""
+    wanted = form.get("team")
+    for word in form.get("scope", "").split():
+        if word.startswith("team:") and wanted is None:
+            wanted = word[5:]
+    if wanted is not None:
+        if wanted not in identity.teams:
+            raise _Refused(400, "invalid_target", f"team {wanted!r} is not one of yours")
+        return wanted
+    if len(identity.teams) == 1:
+        return identity.teams[0]
+    if not identity.teams:
+        raise _Refused(403, "access_denied", "your token names no team (groups claim)")
+    raise _Refused(400, "invalid_target",
+                   f"you are in several teams ({', '.join(identity.teams)}): pick one "
+                   "with team=<name>")
+
+
+async def _key_hash(conn: Any, identity: Identity, team: str) -> str:
+    """The brokered key of the person in ``team``, binding the person and making the key
+    the first time (one transaction)."""
+    q = sql.identity_queries
+    who = {"issuer": identity.issuer, "subject": identity.subject}
+    user = await fetch_one(conn, q["user_by_subject"], who)
+    if user is None:
+        email = identity.claims.get("email")
+        user = await fetch_one(conn, q["bind_user"], {
+            **who, "name": identity.user, "email": email if isinstance(email, str) else None})
+        if user is None:
+            raise _Refused(403, "access_denied",
+                           f"user {identity.user!r} belongs to another identity")
+    if user["revoked_at"] is not None:
+        raise _Refused(403, "access_denied", f"user {user['name']!r} is revoked")
+    row = await fetch_one(conn, q["team_by_name"], {"team": team})
+    if row is None:
+        raise _Refused(400, "invalid_target", f"team {team!r} does not exist")
+    params = {"team_id": row["id"], "user": user["name"]}
+    key = await fetch_one(conn, q["brokered_key"], params)
+    if key is None:
+        key = await fetch_one(conn, q["insert_brokered_key"], {
+            **params, "id": "key_" + uuid.uuid4().hex[:16],
+            "key_hash": hash_key(secrets.token_urlsafe(32))})
+        key = key or await fetch_one(conn, q["brokered_key"], params)  # a concurrent one
+    assert key is not None
+    return str(key["key_hash"])
+
+
+@post("/v1alpha1/token", status_code=200)
+async def token_exchange(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    """RFC 8693: a person's OIDC token in, a gateway credential for one team out."""
+    broker = _broker(request)
+    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    try:
+        if form.get("grant_type") != GRANT:
+            raise _Refused(400, "unsupported_grant_type", f"grant_type must be {GRANT}")
+        token = form.get("subject_token")
+        if not token or form.get("subject_token_type") not in SUBJECT_TYPES:
+            raise _Refused(400, "invalid_request", "subject_token and a subject_token_type "
+                           f"of {', '.join(SUBJECT_TYPES)} are required")
+        try:
+            identity = await broker.verifiers.verify(token)
+        except InvalidToken as exc:
+            raise _Refused(401, "invalid_grant", f"subject_token: {exc.message}") from exc
+        team = _team_of(identity, form)
+        async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn, \
+                conn.transaction():
+            key_hash = await _key_hash(conn, identity, team)
+    except _Refused as exc:
+        log.info("token exchange refused: %s (%s)", exc.error, exc.description)
+        return _oauth_error(exc)
+    credential, exp = broker.issuer.issue(user=identity.user, team=team, key_hash=key_hash)
+    log.info("credential issued: user=%s team=%s issuer=%s", identity.user, team,
+             identity.issuer)
+    return Response({"access_token": credential, "issued_token_type": ISSUED_TYPE,
+                     "token_type": "Bearer", "expires_in": int(broker.issuer.settings.lifetime_s),
+                     "expires_at": exp, "user": identity.user, "team": team},
+                    headers={"Cache-Control": "no-store"})
+
+
+@get("/v1alpha1/jwks.json")
+async def jwks(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    """The public keys of the credentials (no token: gateways fetch them)."""
+    return Response(_broker(request).issuer.jwks(),
+                    headers={"Cache-Control": "public, max-age=60"})
+
+
+async def _set_revoked(request: Request[Any, Any, Any], name: str, *,
+                       revoke: bool) -> dict[str, Any]:
+    auth: TokenAuth = request.app.state.auth
+    author = auth.require(request.headers.get("authorization"), write=True).name
+    _broker(request)
+    query = "revoke_user" if revoke else "reinstate_user"
+    async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
+        row = await fetch_one(conn, sql.identity_queries[query], {"name": name})
+    if row is None:
+        raise NotFound(f"user {name!r} does not exist")
+    log.warning("user %s %s by %s", name, "revoked" if revoke else "reinstated", author)
+    if not revoke:
+        return {"user": name, "revoked": False}
+    return {"user": name, "revoked": True, "revoked_at": row["revoked_at"].isoformat(),
+            "keys_revoked": row["keys_revoked"]}
+
+
+@post("/v1alpha1/users/{name:str}/revoke", status_code=200)
+async def revoke_user(request: Request[Any, Any, Any], name: FromPath[str]) -> dict[str, Any]:
+    """Refuse the user's exchanges and every credential already issued to them."""
+    return await _set_revoked(request, name, revoke=True)
+
+
+@post("/v1alpha1/users/{name:str}/reinstate", status_code=200)
+async def reinstate_user(request: Request[Any, Any, Any],
+                         name: FromPath[str]) -> dict[str, Any]:
+    """Let a revoked user exchange tokens again (their old credentials stay refused)."""
+    return await _set_revoked(request, name, revoke=False)
+
+
+ROUTES = [token_exchange, jwks, revoke_user, reinstate_user]
+"""The identity routes, registered by :func:`controlplane.app.create_app`."""

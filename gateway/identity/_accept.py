@@ -1,0 +1,54 @@
+"""A gateway's side of brokered credentials: verified locally, cached until they expire.
+
+``mayu`` trusts inferplaned as the issuer of ``identity.broker`` and verifies a presented
+credential against inferplaned's JWKS (fetched at the first credential and on an unknown
+``kid``, never per request). A verified credential names the SHA-256 of the key it
+stands for (``kh``): the request path then resolves that hash exactly as a presented
+key's, so the credential is admitted as that key (its counters, member budget, in-flight
+limit and user) and a revoked user's key refuses it on every replica at once. The
+verification is cached by the credential's SHA-256 until its ``exp`` (bounded), so a
+repeated credential costs one hash and one dict lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from gateway.identity._settings import IssuerSettings
+from gateway.identity._verify import InvalidToken, Verifier
+
+_MAX_CACHED = 50_000
+
+
+def looks_like_jwt(presented: str) -> bool:
+    """A JWS compact serialization (``eyJ…``, three parts), not a virtual key."""
+    return presented.startswith("eyJ") and presented.count(".") == 2
+
+
+class GatewayCredentials:
+    """inferplaned's credentials as one gateway accepts them."""
+
+    def __init__(self, broker: IssuerSettings) -> None:
+        self.verifier = Verifier(broker)
+        self._verified: dict[bytes, tuple[float, str]] = {}
+        """Credential SHA-256 → (its exp, the key hash it stands for)."""
+
+    async def key_hash(self, credential: str) -> str:
+        """The key hash a valid credential stands for; :class:`InvalidToken` otherwise."""
+        digest = hashlib.sha256(credential.encode()).digest()
+        cached = self._verified.get(digest)
+        now = time.time()
+        if cached is not None and now < cached[0]:
+            return cached[1]
+        claims = await self.verifier.claims(credential)
+        kh = claims.get("kh")
+        if not isinstance(kh, str) or len(kh) != 64:
+            raise InvalidToken("credential names no gateway key")
+        if len(self._verified) >= _MAX_CACHED:  # bounded: drop the oldest
+            self._verified.pop(next(iter(self._verified)))
+        self._verified[digest] = (float(claims["exp"]), kh)
+        return kh
+
+    async def aclose(self) -> None:
+        await self.verifier.jwks.aclose()

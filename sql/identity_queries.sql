@@ -1,0 +1,51 @@
+-- inferplaned's token exchange and user revocation (controlplane/identity.py):
+-- one person per (issuer, subject), one brokered key per user and team.
+
+-- name: user_by_subject
+SELECT name, revoked_at FROM users WHERE issuer = %(issuer)s AND subject = %(subject)s
+
+-- name: bind_user
+-- A person seen first: a new user named by the configured claim, or an existing user of
+-- that name not yet bound to any identity (an admin made it before they signed in).
+-- No row back: the name belongs to another identity.
+INSERT INTO users (name, email, issuer, subject)
+VALUES (%(name)s, %(email)s, %(issuer)s, %(subject)s)
+ON CONFLICT (name) DO UPDATE
+   SET issuer = EXCLUDED.issuer, subject = EXCLUDED.subject,
+       email = COALESCE(users.email, EXCLUDED.email), updated_at = clock_timestamp()
+ WHERE users.issuer IS NULL
+RETURNING name, revoked_at
+
+-- name: team_by_name
+SELECT id, name FROM teams WHERE name = %(team)s
+
+-- name: brokered_key
+SELECT key_hash FROM keys
+ WHERE team_id = %(team_id)s AND user_name = %(user)s AND brokered AND revoked_at IS NULL
+
+-- name: insert_brokered_key
+-- The key a user's credentials in one team stand for; its secret is never kept (only its
+-- hash, which the credentials carry), so it authenticates nothing by itself.
+INSERT INTO keys (id, team_id, key_hash, display_prefix, name, user_name, brokered)
+VALUES (%(id)s, %(team_id)s, %(key_hash)s, 'brokered', 'brokered credential', %(user)s,
+        true)
+ON CONFLICT DO NOTHING
+RETURNING key_hash
+
+-- name: revoke_user
+-- Refuses the user's exchanges from now on and every credential already issued: their
+-- brokered keys are revoked (a gateway resolves a credential by its key on each request).
+WITH revoked_keys AS (
+    UPDATE keys SET revoked_at = clock_timestamp(), revision = revision + 1
+     WHERE user_name = %(name)s AND brokered AND revoked_at IS NULL
+    RETURNING id
+)
+UPDATE users SET revoked_at = COALESCE(revoked_at, clock_timestamp()),
+                 revision = revision + 1, updated_at = clock_timestamp()
+ WHERE name = %(name)s
+RETURNING name, revoked_at, (SELECT count(*) FROM revoked_keys) AS keys_revoked
+
+-- name: reinstate_user
+UPDATE users SET revoked_at = NULL, revision = revision + 1, updated_at = clock_timestamp()
+ WHERE name = %(name)s
+RETURNING name
