@@ -39,6 +39,7 @@ from gateway.config._routing import (
     Weight,
     check_deployment_price,
 )
+from gateway.guardrails import GuardrailSettings
 from gateway.identity import IdentitySettings
 from gateway.pricing import ModelPrice
 
@@ -394,6 +395,8 @@ class Settings(_Base, frozen=True):
     bootstrap_teams: list[BootstrapTeam] = []
     demo: bool = True
     """Create a demo team and key on first run (local profile) and print the key once."""
+    guardrails: GuardrailSettings = GuardrailSettings()
+    """PII and secrets masked, pseudonymized or blocked (docs/guardrails.md); off."""
     identity: IdentitySettings | None = None
     """OIDC issuers and the gateway credentials accepted (docs/identity.md); unset: keys only."""
 

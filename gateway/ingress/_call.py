@@ -38,6 +38,7 @@ from gateway.providers import Provider
 from gateway.usage import Endpoint
 
 if TYPE_CHECKING:
+    from gateway.guardrails import Guard
     from gateway.ingress._context import Gateway
 
 
@@ -97,6 +98,8 @@ class Call:
     counted_off_loop: bool = False
     """The input was offered to the off-loop count (``_bounds.off_loop``, once per call)."""
     trail: AuditTrail = field(default_factory=AuditTrail)
+    guard: Guard | None = None
+    """The request's guardrails (its pseudonyms), set by the screen step; None: off."""
 
     def __post_init__(self) -> None:
         if not self.client_body:

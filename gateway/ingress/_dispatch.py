@@ -67,6 +67,7 @@ import anyio
 
 from gateway.errors import UpstreamUnavailable
 from gateway.governance import Bounds, Outcome, OutcomeKind
+from gateway.guardrails import GuardrailBlocked, screen, stream_filter
 from gateway.ingress._attempt import Attempt, outcome_for
 from gateway.ingress._bounds import choices, input_bound, input_classes
 from gateway.ingress._call import Call, new_request_id
@@ -174,6 +175,10 @@ async def prepare(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Proto
     body = await receive_body(receive, headers, server.max_body_bytes)
     doc = parse_json(body)
     target = route(gw, principal, doc, protocol)
+    # Screen: guardrails act on every text field before anything is bounded or admitted
+    # (a block is refused here: nothing admitted, nothing charged; docs/guardrails.md).
+    doc, body, guard = screen(gw.settings.guardrails, principal.team.guardrails, doc, body,
+                              request_id=rid, registry=gw.metrics.registry)
     out = output_bound(doc, endpoint, target.model, ceiling=server.max_output_tokens)
     bounds = Bounds(input_tokens=input_bound(body, doc, target.model), output_tokens=out,
                     price=target.model.price, input_classes=input_classes(doc),
@@ -182,7 +187,7 @@ async def prepare(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Proto
                 body=body, stream=wants_stream(doc, endpoint), bounds=bounds,
                 client_headers={h: headers[h] for h in _FORWARDED if h in headers},
                 deployments=target.deployments, request_id=rid, key_hash=key_hash,
-                client=client_tool(headers.get("user-agent")))
+                client=client_tool(headers.get("user-agent")), guard=guard)
 
 
 async def _dispatch(attempt: Attempt, *, last: bool) -> Reply | None:
@@ -259,6 +264,9 @@ async def _json_response(attempt: Attempt, upstream: UpstreamResponse) -> Reply:
         outcome = _error_outcome(upstream.status)
     settlement = await attempt.finish(outcome, status=upstream.status)
     headers = {**upstream.headers, **attempt.headers()}
+    guard = attempt.call.guard
+    if guard is not None and 200 <= upstream.status < 300:
+        data = guard.answer_json(data)  # masks, blocks (settled), restores pseudonyms
     if settlement is not None:
         if settlement.kind is OutcomeKind.COMPLETE:
             headers["x-inferplane-cost-micro-usd"] = str(settlement.usd_committed)
@@ -322,13 +330,15 @@ class _Resumable:
 
 async def _relay(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMeter,
                  hangup: Hangup) -> AsyncGenerator[bytes, None]:
-    ended, cut = False, ""
+    ended, cut, blocked = False, "", ""
+    guard = stream_filter(attempt.call.guard, attempt.call.endpoint)
     draining = attempt.call.gw.settings.server.drain_on_disconnect_s > 0
     chunks: AsyncIterator[bytes] = _Resumable(upstream.chunks) if draining else upstream.chunks
     try:
         try:
             async for chunk in chunks:
                 out = meter.feed(chunk)
+                out = guard.feed(out) if guard is not None else out
                 if hangup.why:
                     return  # gone while this chunk was buffered (module docstring)
                 if meter.complete and not attempt.settled:
@@ -340,11 +350,14 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMete
                 if out:
                     yield out
             tail = meter.flush()
+            tail = guard.finish(tail) if guard is not None else tail
             if tail:
                 yield tail
             ended = True
         except UpstreamFailure as exc:
             cut = f"upstream stream cut: {exc}"
+        except GuardrailBlocked as exc:  # cut like an upstream cut: what arrived commits
+            cut = blocked = f"{exc.message} (request {attempt.call.request_id})"
         except asyncio.CancelledError:
             # Not the client's (its watcher says so first): the server's drain deadline.
             hangup.why = hangup.why or CUT_AT_SHUTDOWN
@@ -357,8 +370,8 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMete
             # The provider and transport detail go to the log and the audit, not the client.
             log.warning("request %s: %s", attempt.call.request_id, cut)
             yield stream_error_event(
-                attempt.call.endpoint, "upstream stream cut; the answer is incomplete "
-                f"(request {attempt.call.request_id})")
+                attempt.call.endpoint, blocked or "upstream stream cut; the answer is "
+                f"incomplete (request {attempt.call.request_id})")
     finally:
         with anyio.CancelScope(shield=True):
             try:

@@ -1,0 +1,64 @@
+"""The ``guardrails:`` block of the gateway settings (docs/guardrails.md).
+
+Off by default. ``enabled: true`` guards every team with the org-wide ``actions`` and
+``rules``; a team whose ``guardrails`` list names profiles (``mayu teams``/the admin API)
+is guarded by the org block overlaid with those profiles, in order, even when the org
+block is off. A tenant regex is refused at load unless it is linear-time safe
+(:func:`gateway.guardrails._rules.vet`), naming its key.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+Action = Literal["off", "monitor", "mask", "pseudonymize", "block"]
+
+DEFAULT_ACTIONS: dict[str, Action] = {
+    "email": "mask", "phone": "mask", "ssn": "mask", "iban": "mask", "card": "mask",
+    "ip": "monitor", "jwt": "mask", "private_key": "mask", "aws_key": "mask",
+    "github_token": "mask", "openai_key": "mask", "anthropic_key": "mask",
+    "generic_secret": "mask", "prompt_injection": "block",
+}
+"""Each built-in detector's action when ``actions`` does not name it."""
+
+
+class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class GuardrailRule(_Base, frozen=True):
+    """A tenant's own pattern: found like a built-in detector, masked as ``[NAME]``."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
+    pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+    action: Action = "mask"
+    kind: Literal["pii", "secret", "injection"] = "pii"
+
+    def __post_init__(self) -> None:
+        from gateway.guardrails._rules import vet  # the engine loads only when used
+        vet(self.pattern)
+
+
+class GuardrailProfile(_Base, frozen=True):
+    actions: dict[str, Action] = {}
+    rules: list[GuardrailRule] = []
+
+    def __post_init__(self) -> None:
+        from gateway.guardrails._detect import NAMES
+        unknown = sorted(set(self.actions) - set(NAMES))
+        if unknown:
+            raise ValueError(f"unknown detector {unknown[0]!r} (known: {', '.join(NAMES)})")
+
+
+class GuardrailSettings(GuardrailProfile, frozen=True):
+    enabled: bool = False
+    """Guard every team with this block (false: only teams that name a profile)."""
+    answers: bool = True
+    """Scan the answers too (JSON and streamed): mask, block, and restore pseudonyms."""
+    holdback_chars: Annotated[int, msgspec.Meta(ge=16, le=4096)] = 64
+    """A stream's text held back per channel so a match split across chunks is seen
+    whole (a run of non-blank characters is held whole, up to ``max_hold_chars``)."""
+    max_hold_chars: Annotated[int, msgspec.Meta(ge=256, le=1_048_576)] = 32_768
+    profiles: dict[str, GuardrailProfile] = {}
