@@ -49,7 +49,7 @@ from gateway.ingress import (
     refuse_nul_bytes,
 )
 from gateway.keys import KeyStore
-from gateway.metrics import POLICY_LOGGERS, Metrics
+from gateway.metrics import CREDENTIALS_LOGGER, POLICY_LOGGERS, Metrics
 from gateway.policy import PolicySource, StaticPolicySource
 from gateway.providers import Provider, build_providers
 from gateway.replicas import audit_path, journal_path, orphan_journals, worker_settings
@@ -214,6 +214,10 @@ def _count_policy_errors(metrics: Metrics, stack: AsyncExitStack) -> None:
     for name in POLICY_LOGGERS:
         logging.getLogger(name).addHandler(handler)
         stack.callback(logging.getLogger(name).removeHandler, handler)
+    # Provider credential sources (gateway.providers._credentials) report the same way.
+    counting = metrics.credentials_log_handler()
+    logging.getLogger(CREDENTIALS_LOGGER).addHandler(counting)
+    stack.callback(logging.getLogger(CREDENTIALS_LOGGER).removeHandler, counting)
 
 
 async def _seed_budget(metrics: Metrics, governance: GovernanceStore) -> None:

@@ -50,6 +50,9 @@ _SYNC_ERRORS = (("policy refresh failed", "refresh_failed"),
                 ("policy files rejected", "rejected"),
                 ("policy LISTEN connection", "listen_failed"))
 POLICY_LOGGERS = ("mayu.policy", "gateway.policy")
+CREDENTIALS_LOGGER = "mayu.credentials"
+CREDENTIAL_FAILURE = "credential refresh failed"
+"""How a credential source's failure line starts (``gateway.providers._credentials``)."""
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 """Set by ``mayu serve`` for its workers (``server.workers`` > 1): prometheus-client keeps
 each worker's values in files there, and ``/metrics`` serves their sum."""
@@ -120,6 +123,10 @@ class Metrics:
         self.sync_errors = Counter("mayu_policy_sync_errors",
                                    "Policy source refresh failures, by kind.", ["kind"],
                                    registry=r)
+        self.credential_failures = Counter(
+            "mayu_credential_refresh_failures", "Provider credential refreshes that failed "
+            "(STS, a token endpoint), by provider; the cause is in the log.", ["provider"],
+            registry=r)
         self.requests = Counter("mayu_requests", "Requests by route and status.",
                                 ["route", "status"], registry=r)
         self.budget = BudgetView(Gauge(
@@ -206,6 +213,10 @@ class Metrics:
         """A handler for the policy sources' loggers that counts their sync failures."""
         return _SyncErrorCounter(self.sync_errors)
 
+    def credentials_log_handler(self) -> logging.Handler:
+        """A handler for ``mayu.credentials`` that counts refresh failures by provider."""
+        return _CredentialFailureCounter(self.credential_failures)
+
 
 class _FirstChunk:
     """An async iterator that calls ``first`` when its first chunk arrives."""
@@ -236,6 +247,16 @@ class _SyncErrorCounter(logging.Handler):
             if message.startswith(prefix):
                 self._counter.labels(kind).inc()
                 return
+
+
+class _CredentialFailureCounter(logging.Handler):
+    def __init__(self, counter: Counter) -> None:
+        super().__init__(level=logging.WARNING)
+        self._counter = counter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith(CREDENTIAL_FAILURE):
+            self._counter.labels(str(getattr(record, "provider", "unknown"))).inc()
 
 
 @dataclass

@@ -26,6 +26,7 @@ from gateway.config import resolve_secret
 from gateway.errors import BadRequest, GovernanceUnavailable, InferplaneError, Unauthenticated
 from gateway.governance import utc_windows
 from gateway.ingress._asgi import GENERATION
+from gateway.ingress._bedrock import BEDROCK
 from gateway.ingress._context import Gateway
 from gateway.ingress._me import me_report
 from gateway.ingress._models import anthropic_client, retrieve_model
@@ -79,6 +80,14 @@ async def embeddings() -> ASGIApp:
 @post("/v1/messages", status_code=200, include_in_schema=False)
 async def messages() -> ASGIApp:
     return GENERATION["/v1/messages"]
+
+
+@post(["/bedrock/model/{model_id:str}/invoke",
+       "/bedrock/model/{model_id:str}/invoke-with-response-stream"],
+      status_code=200, include_in_schema=False)
+async def bedrock_invoke() -> ASGIApp:
+    """Bedrock's runtime operations (``gateway.ingress._bedrock``)."""
+    return BEDROCK
 
 
 @post(["/v1/projects/{project:str}/locations/{region:str}/publishers/anthropic/models/"
@@ -224,5 +233,6 @@ def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
     return to_litestar(reply)
 
 
-ROUTES = [chat_completions, responses, embeddings, messages, vertex_predict, count_tokens,
-          list_models, retrieve_model, usage_report, me, healthz, readyz, metrics]
+ROUTES = [chat_completions, responses, embeddings, messages, bedrock_invoke, vertex_predict,
+          count_tokens, list_models, retrieve_model, usage_report, me, healthz, readyz,
+          metrics]

@@ -20,7 +20,10 @@ on ``message_stop`` is checked against it (a disagreement is logged). Bedrock's 
 (``{"message"}`` with the ``x-amzn-errortype`` header) become Anthropic's error body with
 a status whose retryability is Bedrock's: throttling and ``ModelNotReady`` are 429,
 service unavailable 503, timeouts 408 (all retried on the next deployment); validation
-400; the gateway's own credentials refused (403/``ExpiredToken``) a 502. An exception
+400; the gateway's own credentials refused (403/``ExpiredToken``) a 500 (a definite
+answer, unlike a proxy's 502: nothing ran, nothing is charged; the next deployment is
+tried); credentials the
+gateway could not get a 503 sent without calling Bedrock. An exception
 message mid-stream ends the stream as a cut (what arrived commits, the rest is liability).
 """
 
@@ -48,7 +51,11 @@ from gateway.providers._base import (
     UpstreamResponse,
 )
 from gateway.providers._client import ClientError, HttpClient, Response
-from gateway.providers._credentials import AwsSource
+from gateway.providers._credentials import (
+    AwsSource,
+    CredentialsUnavailable,
+    unavailable_response,
+)
 from gateway.providers._eventstream import Decoder, chunk_bytes, message_headers, sse_event
 from gateway.usage import Endpoint
 
@@ -65,13 +72,13 @@ ERRORS: dict[str, tuple[int, str]] = {
     "ServiceUnavailableException": (503, "overloaded_error"),
     "InternalServerException": (500, "api_error"),
     "ModelTimeoutException": (408, "timeout_error"),
-    "ModelErrorException": (502, "api_error"),
+    "ModelErrorException": (500, "api_error"),
     "ValidationException": (400, "invalid_request_error"),
     "ResourceNotFoundException": (404, "not_found_error"),
-    "AccessDeniedException": (502, "api_error"),
-    "UnrecognizedClientException": (502, "api_error"),
-    "ExpiredTokenException": (502, "api_error"),
-    "InvalidSignatureException": (502, "api_error"),
+    "AccessDeniedException": (500, "api_error"),
+    "UnrecognizedClientException": (500, "api_error"),
+    "ExpiredTokenException": (500, "api_error"),
+    "InvalidSignatureException": (500, "api_error"),
 }
 _GATEWAY_SIDE = frozenset({"AccessDeniedException", "UnrecognizedClientException",
                            "ExpiredTokenException", "InvalidSignatureException"})
@@ -86,7 +93,7 @@ def error_type(raw: str | None) -> str:
 
 def anthropic_error(kind: str, message: str, status: int) -> tuple[int, bytes]:
     """A Bedrock error as the status and body an Anthropic client expects."""
-    mapped_status, mapped = ERRORS.get(kind, (status if status >= 400 else 502, "api_error"))
+    mapped_status, mapped = ERRORS.get(kind, (status if status >= 400 else 500, "api_error"))
     text = (f"Bedrock refused the gateway's credentials ({kind}): {message}"
             if kind in _GATEWAY_SIDE else f"{kind}: {message}")
     body = {"type": "error", "error": {"type": mapped, "message": text}}
@@ -164,6 +171,8 @@ class BedrockProvider:
             path = (f"/model/{quote(model, safe='')}/"
                     f"{'invoke-with-response-stream' if stream else 'invoke'}")
             signed = self.signed(path, payload, stream=stream)
+        except CredentialsUnavailable as exc:
+            return unavailable_response(exc, provider=self.name)
         except NotDispatched:
             raise
         except Exception as exc:  # a local error before anything was sent

@@ -8,10 +8,11 @@ request is signed with a credential about to lapse. A failed fetch is logged on
 ``mayu.credentials`` as ``credential refresh failed`` (the cause, never a secret; counted
 as ``mayu_credential_refresh_failures_total{provider}``) and retried every
 ``RETRY_S`` while the current credential is still valid. Once it has expired (or was
-never had), :meth:`~CredentialSource.current` raises :class:`CredentialsUnavailable`: a
-:class:`~gateway.providers.NotDispatched` failure of that deployment only (nothing left
-the gateway, nothing is charged; the next deployment is tried, the last one's failure
-is the client's 5xx), never of any other provider.
+never had), :meth:`~CredentialSource.current` raises :class:`CredentialsUnavailable`, a
+:class:`~gateway.providers.NotDispatched`: nothing left the gateway. A provider answers
+it as a 503 of its own (``unavailable_response``): nothing is charged, the next
+deployment is tried, and the client of the last one gets the 503 saying the provider's
+credentials are unavailable. Other providers never notice.
 
 How a new source plugs in (``gateway/providers/_gcp.py``, say)::
 
@@ -38,6 +39,7 @@ import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -45,9 +47,10 @@ import botocore
 import botocore.config
 import botocore.credentials
 import botocore.session
+import msgspec
 
 from gateway.config import AwsCredentials, resolve_secret
-from gateway.providers._base import NotDispatched
+from gateway.providers._base import NotDispatched, UpstreamResponse
 
 log = logging.getLogger("mayu.credentials")
 
@@ -60,12 +63,27 @@ RETRY_S = 5.0
 CHAIN_RECHECK_S = 60.0
 """How often credentials without an expiry of their own are read again (the default
 chain refreshes its own; re-reading picks up a rotated profile or environment)."""
-FAILURE_LOG = "credential refresh failed"
-"""The prefix of the failure log line (the metric counts these lines)."""
 
 
 class CredentialsUnavailable(NotDispatched):
     """The provider's credentials could not be had (the cause is in the log)."""
+
+
+def unavailable_response(exc: CredentialsUnavailable, *, provider: str) -> UpstreamResponse:
+    """A 503 in Anthropic's error shape for a provider without credentials: the status a
+    fallback is tried after, and a definite answer (nothing was sent, nothing charged)."""
+    body = {"type": "error", "error": {
+        "type": "overloaded_error",
+        "message": f"provider {provider}: its cloud credentials are unavailable "
+                   "(the gateway log says why); retry later"}}
+    log.warning("provider %s answered 503 without sending: %s", provider, exc)
+    return UpstreamResponse(status=503, content_type="application/json",
+                            chunks=_once(msgspec.json.encode(body)),
+                            headers={"retry-after": str(int(RETRY_S))})
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
 
 
 @dataclass(frozen=True)
@@ -90,7 +108,7 @@ class CredentialSource(ABC, Generic[T]):
     async def fetch(self) -> Fetched[T]:
         """Get a fresh credential (may block on the network; never on the request path)."""
 
-    async def start(self, *, wait_s: float = 30.0) -> None:
+    async def start(self, *, wait_s: float = 5.0) -> None:
         """Start refreshing; wait up to ``wait_s`` for the first credential (a failure
         is logged and retried, and the provider answers 503 meanwhile)."""
         if self._task is None:
@@ -131,7 +149,7 @@ class CredentialSource(ABC, Generic[T]):
                 # The cause's type and text: botocore's and the clouds' errors name what
                 # failed (an unknown profile, AccessDenied), never the secret.
                 self._cause = f"{type(exc).__name__}: {exc}"
-                log.warning("%s for provider %s: %s", FAILURE_LOG, self.provider,
+                log.warning("credential refresh failed for provider %s: %s", self.provider,
                             self._cause, extra={"provider": self.provider})
                 await asyncio.sleep(RETRY_S)
                 continue
@@ -183,9 +201,13 @@ class AwsSource(CredentialSource[botocore.credentials.ReadOnlyCredentials]):
         sts: Any = session.create_client(
             "sts", region_name=s.region,
             endpoint_url=s.sts_endpoint_url or f"https://sts.{s.region}.amazonaws.com",
-            # AssumeRoleWithWebIdentity is unsigned: the token is the proof.
-            config=(botocore.config.Config(signature_version=botocore.UNSIGNED)
-                    if s.web_identity_token_file else None))
+            config=botocore.config.Config(
+                # AssumeRoleWithWebIdentity is unsigned: the token is the proof.
+                signature_version=(botocore.UNSIGNED if s.web_identity_token_file
+                                   else None),
+                # botocore refuses a DurationSeconds below AWS's 900 before sending; a
+                # shorter session (a test peer's) is left for the STS to judge.
+                parameter_validation=s.duration_s >= 900))
         args: dict[str, object] = {"RoleArn": s.role_arn, "RoleSessionName": s.session_name,
                                    "DurationSeconds": s.duration_s}
         if s.web_identity_token_file:

@@ -117,14 +117,15 @@ def test_bedrock_body() -> None:
 
 
 def test_bedrock_errors_keep_retryability() -> None:
-    """Throttling and ModelNotReady are 429s, validation a 400, refused credentials 502."""
+    """Throttling and ModelNotReady are 429s, validation a 400, refused credentials a
+    definite 500 (not an ambiguous 502)."""
     assert error_type("ThrottlingException:http://internal.amazon.com/coral/") == \
         "ThrottlingException"
     assert error_type("modelNotReadyException") == "ModelNotReadyException"
     status, body = anthropic_error("ModelNotReadyException", "warming", 429)
     assert status == 429 and msgspec.json.decode(body)["error"]["type"] == "rate_limit_error"
     assert anthropic_error("ValidationException", "bad", 400)[0] == 400
-    assert anthropic_error("ExpiredTokenException", "expired", 403)[0] == 502
+    assert anthropic_error("ExpiredTokenException", "expired", 403)[0] == 500
 
 
 def test_event_stream_round_trip() -> None:

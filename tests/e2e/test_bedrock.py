@@ -1,0 +1,385 @@
+"""The ``bedrock`` provider kind and the Bedrock ingress against a strict Bedrock peer.
+
+One module-scoped stack: ``tests/e2e/_bedrock_peer.py`` (SigV4 checked with botocore
+against the credentials it issued, the AWS event-stream framing, moto's STS in the same
+process), ``mayu mock-upstream`` as an ``anthropic`` deployment, and ``mayu serve`` with
+bedrock providers on static keys, on an STS role with a 20 s session, on a wrong secret
+and on an STS that does not answer. Money is checked against the peer's own ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import boto3
+import httpx
+import pytest
+import yaml
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+
+from tests.e2e._procs import (
+    Proc,
+    free_port,
+    start_gateway,
+    start_mock_upstream,
+    wait_ready,
+)
+from tests.e2e.conftest import ADMIN_TOKEN, PRICE, Stack, expected_cost
+
+pytestmark = pytest.mark.e2e
+
+PEER = Path(__file__).with_name("_bedrock_peer.py")
+REGION = "us-east-1"
+STATIC = ("AKIDBEDROCKPEER01", "peer-static-secret-0123456789abcdef")
+BASE = ("AKIDSTSBASE000001", "sts-base-secret-0123456789abcdef")
+ROLE = "arn:aws:iam::123456789012:role/inferplane-bedrock"
+SESSION_S = 20
+MOCK_ID = "us.anthropic.claude-mock-v1:0"
+SYSTEM = [{"type": "text", "text": "You are terse. " * 40, "cache_control": {"type": "ephemeral"}}]
+HI = {"max_tokens": 40, "messages": [{"role": "user", "content": "tell me a story"}]}
+
+
+@dataclass
+class Bedrock:
+    stack: Stack
+    peer: Proc
+    sts_url: str
+
+    def ledger(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = httpx.get(f"{self.peer.url}/__peer/ledger").json()
+        return entries
+
+    def refusals(self) -> list[dict[str, str]]:
+        kinds: list[dict[str, str]] = httpx.get(f"{self.peer.url}/__peer/refusals").json()
+        return kinds
+
+    def settled(self, key: str) -> dict[str, Any]:
+        """The key's team-day usage once nothing is reserved."""
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            usage = self.stack.team_usage(key)
+            if not usage["usd_reserved"] and not usage["tokens_reserved"]:
+                return usage
+            time.sleep(0.05)
+        raise AssertionError(f"still reserved: {self.stack.team_usage(key)}")
+
+
+def start_peer(workdir: Path) -> tuple[Proc, str]:
+    """The Bedrock peer (and its STS) as a process; (proc, STS URL)."""
+    port, sts = free_port(), free_port()
+    log_path = workdir / f"bedrock-peer-{port}.log"
+    with log_path.open("wb") as log:
+        popen = subprocess.Popen([sys.executable, str(PEER), "--port", str(port),
+                                  "--sts-port", str(sts), "--region", REGION,
+                                  "--key", ":".join(STATIC)],
+                                 stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    return wait_ready(Proc(popen=popen, port=port, log_path=log_path)), f"http://127.0.0.1:{sts}"
+
+
+def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
+    aws = {"kind": "aws", "region": REGION}
+    static = {**aws, "access_key_id_ref": "env:BEDROCK_AK",
+              "secret_access_key_ref": "env:BEDROCK_SK"}
+    role = {**aws, "access_key_id_ref": "env:STS_BASE_AK",
+            "secret_access_key_ref": "env:STS_BASE_SK", "role_arn": ROLE,
+            "external_id": "inferplane-e2e", "session_name": "inferplane-team-a",
+            "duration_s": SESSION_S, "session_tags": {"team": "a"},
+            "sts_endpoint_url": sts_url}
+    providers = [
+        {"name": "aws", "kind": "bedrock", "base_url": peer.url, "credentials": static,
+         "timeout_s": 60},
+        {"name": "aws-role", "kind": "bedrock", "base_url": peer.url, "credentials": role,
+         "timeout_s": 60},
+        {"name": "aws-wrong", "kind": "bedrock", "base_url": peer.url,
+         "credentials": {**static, "secret_access_key_ref": "env:WRONG_SK"}},
+        {"name": "aws-nosts", "kind": "bedrock", "base_url": peer.url,
+         "credentials": {**role, "sts_endpoint_url": f"http://127.0.0.1:{free_port()}"}},
+        {"name": "up-anthropic", "kind": "anthropic", "base_url": upstream.url}]
+    deployments = {"claude-bedrock": ("aws", MOCK_ID),
+                   "claude-role": ("aws-role", MOCK_ID),
+                   "claude-role-long": ("aws-role", "us.anthropic.claude-drawn-out-v1:0"),
+                   "claude-throttle": ("aws", "us.anthropic.claude-throttle-v1:0"),
+                   "claude-cut": ("aws", "us.anthropic.claude-cut-stream-v1:0"),
+                   "claude-exception": ("aws", "us.anthropic.claude-stream-exception-v1:0"),
+                   "claude-wrong": ("aws-wrong", MOCK_ID),
+                   "claude-nosts": ("aws-nosts", MOCK_ID),
+                   "claude-anthropic": ("up-anthropic", "mock-claude")}
+    models = [{"name": name, "price": PRICE, "max_input_tokens": 200_000,
+               "deployments": [{"provider": p, "upstream_model": m}]}
+              for name, (p, m) in deployments.items()]
+    # A Bedrock deployment that falls back to another when its credentials are missing.
+    models.append({"name": "claude-nosts-fallback", "price": PRICE,
+                   "max_input_tokens": 200_000, "deployments": [
+                       {"provider": "aws-nosts", "upstream_model": MOCK_ID},
+                       {"provider": "aws", "upstream_model": MOCK_ID}]})
+    doc = {"data_dir": str(workdir / "data"), "demo": False,
+           "server": {"admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
+           "providers": providers, "models": models}
+    path = workdir / "mayu.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+ENV = {"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN, "BEDROCK_AK": STATIC[0],
+       "BEDROCK_SK": STATIC[1], "STS_BASE_AK": BASE[0], "STS_BASE_SK": BASE[1],
+       "WRONG_SK": "not-the-peer-secret-at-all-0000"}
+
+
+@pytest.fixture(scope="module")
+def bedrock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bedrock]:
+    workdir = tmp_path_factory.mktemp("bedrock")
+    peer, sts_url = start_peer(workdir)
+    upstream = gateway = None
+    try:
+        upstream = start_mock_upstream(workdir)
+        path = config(workdir, peer, sts_url, upstream)
+        gateway = start_gateway(path, env=ENV)
+        yield Bedrock(Stack(gateway=gateway, upstream=upstream, config=path), peer, sts_url)
+    finally:
+        for proc in (gateway, upstream, peer):
+            if proc is not None:
+                proc.stop()
+
+
+def _bedrock_client(b: Bedrock, key: str) -> anthropic.AnthropicBedrock:
+    """The SDK's Bedrock client at the gateway; our key in ``x-api-key`` (the SDK still
+    SigV4-signs with whatever AWS keys it has: the gateway ignores that header)."""
+    return anthropic.AnthropicBedrock(
+        base_url=f"{b.stack.gateway.url}/bedrock", aws_region=REGION,
+        aws_access_key="AKIDCLIENTSIDE", aws_secret_key="client-side-unused",
+        default_headers={"x-api-key": key}, max_retries=0)
+
+
+def test_messages_to_bedrock_commit_the_peers_record(bedrock: Bedrock) -> None:
+    """/v1/messages served by a bedrock deployment, JSON and streamed with cache classes:
+    committed equals the peer's own ledger priced, to the µUSD; betas reach the body."""
+    key = bedrock.stack.team_key("bedrock-messages")
+    client = anthropic.Anthropic(base_url=bedrock.stack.gateway.url, api_key=key,
+                                 max_retries=0)
+    httpx.delete(f"{bedrock.peer.url}/__peer/ledger")
+    answer = client.messages.create(model="claude-bedrock", system=SYSTEM, **HI,
+                                    extra_headers={"anthropic-beta": "beta-one"})
+    assert answer.content[0].type == "text" and answer.usage.cache_read_input_tokens > 0
+    with client.messages.stream(model="claude-bedrock", system=SYSTEM, **HI) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason in ("end_turn", "max_tokens")
+    ledger = bedrock.ledger()
+    assert [e["stream"] for e in ledger] == [False, True]
+    assert ledger[0]["anthropic_beta"] == ["beta-one"]
+    assert all(e["classes"]["cache_write_5m"] > 0 for e in ledger)
+    usage = bedrock.settled(key)
+    assert usage["usd_committed"] == sum(expected_cost(e) for e in ledger)
+    assert usage["usd_liability"] == 0
+
+
+def test_bedrock_sdk_through_the_gateway_both_ways(bedrock: Bedrock) -> None:
+    """AnthropicBedrock at /bedrock works against a bedrock deployment (its inference
+    profile id or our model name) and an anthropic one, JSON and streamed, settled exactly."""
+    key = bedrock.stack.team_key("bedrock-sdk")
+    client = _bedrock_client(bedrock, key)
+    httpx.delete(f"{bedrock.peer.url}/__peer/ledger")
+    bedrock.stack.clear_ledger()
+    for model in (MOCK_ID, "claude-anthropic"):
+        answer = client.messages.create(model=model, **HI)
+        assert answer.content[0].type == "text"
+        with client.messages.stream(model=model, **HI) as stream:
+            text = "".join(stream.text_stream)
+        assert text and stream.get_final_message().usage.output_tokens > 0
+    ledgers = bedrock.ledger() + bedrock.stack.ledger()
+    assert len(ledgers) == 4
+    usage = bedrock.settled(key)
+    assert usage["usd_committed"] == sum(expected_cost(e) for e in ledgers)
+    assert usage["usd_liability"] == 0
+
+
+def test_bedrock_errors_keep_the_clients_shape_and_retryability(bedrock: Bedrock) -> None:
+    """Throttling is a 429 rate_limit_error to an Anthropic client and a 429
+    ThrottlingException to a Bedrock one; nothing is charged; an unknown model id is a
+    404 in Bedrock's shape."""
+    key = bedrock.stack.team_key("bedrock-errors")
+    client = anthropic.Anthropic(base_url=bedrock.stack.gateway.url, api_key=key,
+                                 max_retries=0)
+    with pytest.raises(anthropic.RateLimitError) as err:
+        client.messages.create(model="claude-throttle", **HI)
+    assert "ThrottlingException" in str(err.value)
+    raw = httpx.post(f"{bedrock.stack.gateway.url}/bedrock/model/claude-throttle/invoke",
+                     json={"anthropic_version": "bedrock-2023-05-31", **HI},
+                     headers={"x-api-key": key})
+    assert raw.status_code == 429 and raw.headers["x-amzn-errortype"] == "ThrottlingException"
+    assert "ThrottlingException" in raw.json()["message"]
+    missing = httpx.post(f"{bedrock.stack.gateway.url}/bedrock/model/nope-v1:0/invoke",
+                         json=HI, headers={"x-api-key": key})
+    assert missing.status_code == 404
+    assert missing.headers["x-amzn-errortype"] == "ResourceNotFoundException"
+    assert "nope-v1:0" in missing.json()["message"]
+    no_key = httpx.post(f"{bedrock.stack.gateway.url}/bedrock/model/claude-bedrock/invoke",
+                        json=HI, headers={"authorization": "AWS4-HMAC-SHA256 Credential=x"})
+    assert no_key.status_code == 401
+    usage = bedrock.settled(key)
+    assert usage["usd_committed"] == usage["usd_liability"] == 0
+
+
+def test_peer_refuses_wrong_signatures_and_the_client_pays_nothing(bedrock: Bedrock) -> None:
+    """A deployment signing with a wrong secret is refused by the peer (403
+    InvalidSignatureException): the client gets a 500 naming the refusal, nothing is
+    charged. A tampered body fails the peer's SigV4 check too."""
+    key = bedrock.stack.team_key("bedrock-wrong")
+    client = anthropic.Anthropic(base_url=bedrock.stack.gateway.url, api_key=key,
+                                 max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as err:
+        client.messages.create(model="claude-wrong", **HI)
+    assert err.value.status_code == 500 and "InvalidSignatureException" in str(err.value)
+    assert bedrock.refusals()[-1]["kind"] == "InvalidSignatureException"
+    usage = bedrock.settled(key)
+    assert usage["usd_committed"] == usage["usd_liability"] == 0
+    body = b'{"anthropic_version":"bedrock-2023-05-31","max_tokens":5,"messages":[]}'
+    url = f"{bedrock.peer.url}/model/{MOCK_ID.replace(':', '%3A')}/invoke"
+    request = AWSRequest(method="POST", url=url, data=body,
+                         headers={"content-type": "application/json"})
+    SigV4Auth(Credentials(*STATIC), "bedrock", REGION).add_auth(request)
+    signed = dict(request.headers.items())
+    assert httpx.post(url, content=body, headers=signed).status_code == 200
+    tampered = httpx.post(url, content=body.replace(b"5", b"6"), headers=signed)
+    assert tampered.status_code == 403
+    assert tampered.headers["x-amzn-errortype"].startswith("InvalidSignatureException")
+
+
+def test_peer_refuses_an_expired_session(bedrock: Bedrock) -> None:
+    """A session moto issued is accepted until its expiry and a 403 ExpiredTokenException
+    after it: the peer is as strict as Bedrock about lapsed credentials."""
+    sts = boto3.client("sts", endpoint_url=bedrock.sts_url, region_name=REGION,
+                       aws_access_key_id=BASE[0], aws_secret_access_key=BASE[1],
+                       config=Config(parameter_validation=False))  # a 2 s session
+    issued = sts.assume_role(RoleArn=ROLE, RoleSessionName="short",
+                             DurationSeconds=2)["Credentials"]
+    creds = Credentials(issued["AccessKeyId"], issued["SecretAccessKey"],
+                        issued["SessionToken"])
+    body = b'{"anthropic_version":"bedrock-2023-05-31","max_tokens":5,"messages":[]}'
+    url = f"{bedrock.peer.url}/model/{MOCK_ID.replace(':', '%3A')}/invoke"
+
+    def call() -> httpx.Response:
+        request = AWSRequest(method="POST", url=url, data=body,
+                             headers={"content-type": "application/json"})
+        SigV4Auth(creds, "bedrock", REGION).add_auth(request)
+        return httpx.post(url, content=body, headers=dict(request.headers.items()))
+    assert call().status_code == 200
+    time.sleep(max(0.0, (issued["Expiration"] - datetime.datetime.now(datetime.UTC))
+                   .total_seconds()) + 0.5)
+    expired = call()
+    assert expired.status_code == 403
+    assert expired.headers["x-amzn-errortype"].startswith("ExpiredTokenException")
+
+
+def test_sts_session_expiring_mid_run_fails_no_request(bedrock: Bedrock) -> None:
+    """With a 20 s STS session, requests for 45 s never fail: the role is assumed again
+    before expiry, off the request path; a stream longer than a session completes; each
+    call names the configured session (what CloudTrail shows)."""
+    key = bedrock.stack.team_key("bedrock-sts")
+    client = anthropic.Anthropic(base_url=bedrock.stack.gateway.url, api_key=key,
+                                 max_retries=0)
+    httpx.delete(f"{bedrock.peer.url}/__peer/ledger")
+    long: dict[str, Any] = {}
+
+    def stream_long() -> None:
+        started = time.monotonic()
+        with client.messages.stream(model="claude-role-long", **HI) as stream:
+            long["message"] = stream.get_final_message()
+        long["took_s"] = time.monotonic() - started
+
+    runner = threading.Thread(target=stream_long)
+    runner.start()
+    failures, done = [], 0
+    end = time.monotonic() + 45
+    while time.monotonic() < end:
+        try:
+            client.messages.create(model="claude-role", **HI)
+            done += 1
+        except anthropic.APIError as exc:
+            failures.append(repr(exc))
+        time.sleep(0.5)
+    runner.join(timeout=60)
+    assert failures == [] and done >= 30
+    assert long["message"].stop_reason in ("end_turn", "max_tokens")
+    assert long["took_s"] > SESSION_S  # it outlived the credential that signed it
+    ledger = bedrock.ledger()
+    assert {e["session"] for e in ledger} == {"inferplane-team-a"}
+    assert len({e["key_id"] for e in ledger}) >= 3  # 45 s of 20 s sessions
+    assert not [r for r in bedrock.refusals() if r["kind"] == "ExpiredTokenException"]
+    usage = bedrock.settled(key)
+    assert usage["usd_committed"] == sum(expected_cost(e) for e in ledger)
+
+
+def test_missing_credentials_are_a_503_of_that_deployment_only(bedrock: Bedrock) -> None:
+    """A provider whose STS never answers: its requests are a 503 naming the cause's
+    place (nothing sent, nothing charged), its fallback serves, other deployments are
+    untouched; the cause is in the log and the failures are counted."""
+    key = bedrock.stack.team_key("bedrock-nosts")
+    client = anthropic.Anthropic(base_url=bedrock.stack.gateway.url, api_key=key,
+                                 max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as err:
+        client.messages.create(model="claude-nosts", **HI)
+    assert err.value.status_code == 503
+    assert "aws-nosts: its cloud credentials are unavailable" in str(err.value)
+    assert client.messages.create(model="claude-nosts-fallback", **HI).content
+    assert client.messages.create(model="claude-bedrock", **HI).content
+    gateway = bedrock.stack.gateway
+    assert "credential refresh failed for provider aws-nosts" in gateway.logs()
+    metrics = httpx.get(f"{gateway.url}/metrics").text
+    assert 'mayu_credential_refresh_failures_total{provider="aws-nosts"}' in metrics
+    usage = bedrock.settled(key)
+    assert usage["usd_liability"] == 0
+
+
+@pytest.mark.parametrize("model", ["claude-cut", "claude-exception"])
+def test_cut_bedrock_streams_keep_the_three_figures(bedrock: Bedrock, model: str) -> None:
+    """A Bedrock stream broken mid-way (the connection, or an exception message) reaches
+    the client as an error event in either framing; what arrived commits, the rest of
+    the bound is liability, nothing stays reserved."""
+    for route in ("messages", "bedrock"):
+        key = bedrock.stack.team_key(f"cut-{model}-{route}")
+        if route == "messages":
+            url, body = f"{bedrock.stack.gateway.url}/v1/messages", {
+                "model": model, "stream": True, **HI}
+        else:
+            url, body = (f"{bedrock.stack.gateway.url}/bedrock/model/{model}/"
+                         "invoke-with-response-stream", HI)
+        with httpx.stream("POST", url, json=body, headers={"x-api-key": key},
+                          timeout=60) as r:
+            assert r.status_code == 200
+            bound = int(r.headers["x-inferplane-usd-bound"])
+            text = b""
+            with contextlib.suppress(httpx.HTTPError):
+                text = r.read()
+        marker = b"event: error" if route == "messages" else b"modelStreamErrorException"
+        assert marker in text
+        usage = bedrock.settled(key)
+        assert usage["usd_committed"] + usage["usd_liability"] == bound
+        assert 0 < usage["usd_committed"] < bound
+
+
+def test_no_aws_secret_in_any_file_of_the_run(bedrock: Bedrock) -> None:
+    """No secret key or session token the run used (static, STS base, every session moto
+    issued) is in the gateway's data dir (journal, audit, local stores) or its log."""
+    issued: list[str] = httpx.get(f"{bedrock.peer.url}/__peer/issued").json()
+    secrets = {STATIC[1], BASE[1], ENV["WRONG_SK"], *issued}
+    assert len(secrets) >= 5
+    files = [p for p in (bedrock.stack.config.parent / "data").rglob("*") if p.is_file()]
+    files += list(bedrock.stack.config.parent.glob("gateway-*.log"))
+    assert files
+    for path in files:
+        data = path.read_bytes()
+        leaked = [s[:6] for s in secrets if s.encode() in data]
+        assert not leaked, f"{path} holds secrets starting {leaked}"
