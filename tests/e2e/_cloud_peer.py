@@ -2,7 +2,9 @@
 
 Run as ``python -m tests.e2e._cloud_peer --port N`` (a real process: :func:`start_peer`).
 It answers with the mock model (``gateway.mock``: the same deterministic usage, prompt
-cache classes included) in each cloud's own URL shape, and refuses what the cloud would:
+cache classes included) in each cloud's own URL shape — a Messages turn that says
+``PEER_TOOL`` and offers ``Bash`` gets a ``Bash`` call instead, so a real agent runs a
+tool loop — and refuses what the cloud would:
 
 - Azure OpenAI: ``/openai/v1/{chat/completions,responses,embeddings}`` and
   ``/openai/deployments/{d}/{chat/completions,embeddings}``, ``/openai/responses``; every
@@ -23,7 +25,8 @@ cache classes included) in each cloud's own URL shape, and refuses what the clou
 
 Tokens live ``PEER_TOKEN_TTL_S`` seconds. ``GET /__peer/ledger`` is the upstream's record
 of the usage it reported (one entry per answer, with the route); ``GET /__peer/requests``
-what each request carried (path, query, which auth, ``anthropic-beta``), never a secret;
+what each request carried (path, query, which auth, ``anthropic-beta``, whether its last
+message returns the tool's output), never a secret;
 ``GET /__peer/issued`` the access tokens it issued (for the tests' secrets grep).
 """
 
@@ -43,7 +46,7 @@ import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
 from litestar.response import Stream
 
-from gateway.mock import plan_reply, play
+from gateway.mock import MockReply, plan_reply, play
 from gateway.usage import Endpoint
 from tests.e2e._procs import ROOT, Proc, free_port, wait_ready
 
@@ -53,6 +56,9 @@ VERTEX_VERSION = "vertex-2023-10-16"
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 """The ``aud`` google-auth signs a service account's assertion for, whatever its
 ``token_uri`` (Google's own token endpoint checks it)."""
+TOOL_MARKER = "PEER_TOOL"
+"""Said in a prompt, it makes a Messages turn that offers ``Bash`` answer with a call."""
+TOOL_OUTPUT = "peer-tool-ran"
 API_VERSIONS = frozenset({"2024-10-21", "2025-04-01-preview", "preview", "latest"})
 """``api-version`` values this peer accepts (a few GA and preview ones)."""
 
@@ -98,9 +104,57 @@ def _google_error(status: int, state: str, message: str) -> Response[bytes]:
     return _json({"error": {"code": status, "message": message, "status": state}}, status)
 
 
+def _sse(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: ".encode() + msgspec.json.encode(data) + b"\n\n"
+
+
+def _asks_for_tool(body: dict[str, Any]) -> bool:
+    """A Messages turn whose last user message says ``TOOL_MARKER`` in text (not a tool
+    result) and that offers the ``Bash`` tool: answered with a tool call."""
+    tools = body.get("tools") or []
+    messages = body.get("messages") or []
+    if not messages or not any(t.get("name") == "Bash" for t in tools):
+        return False
+    content = messages[-1].get("content")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    return (not any(b.get("type") == "tool_result" for b in blocks)
+            and any(TOOL_MARKER in str(b.get("text", "")) for b in blocks))
+
+
+def tool_reply(reply: MockReply, body: dict[str, Any]) -> MockReply:
+    """The mock's Messages answer turned into a ``Bash`` call (same usage and ledger
+    entry), so a real agent runs a tool and sends its result back."""
+    assert reply.entry is not None
+    usage, model = reply.entry["usage"], str(body.get("model"))
+    call = {"type": "tool_use", "id": f"toolu_peer_{reply.entry['id']}", "name": "Bash",
+            "input": {"command": f"echo {TOOL_OUTPUT}", "description": "Print a word"}}
+    message = {"id": f"msg_peer_{reply.entry['id']}", "type": "message",
+               "role": "assistant", "model": model, "content": [call],
+               "stop_reason": "tool_use", "stop_sequence": None, "usage": usage}
+    if not body.get("stream"):
+        return MockReply(200, body=msgspec.json.encode(message), entry=reply.entry)
+    start = {**message, "content": [], "stop_reason": None,
+             "usage": {**usage, "output_tokens": 1}}
+    events = [
+        _sse("message_start", {"type": "message_start", "message": start}),
+        _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": {**call, "input": {}}}),
+        _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+            "type": "input_json_delta",
+            "partial_json": msgspec.json.encode(call["input"]).decode()}}),
+        _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        _sse("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                               "usage": {"output_tokens": usage["output_tokens"]}}),
+        _sse("message_stop", {"type": "message_stop"})]
+    return MockReply(200, events=events, usage_at=4, entry=reply.entry)
+
+
 async def _answer(peer: Peer, request: Request[Any, Any, Any], endpoint: Endpoint,
                   body: dict[str, Any], route: str) -> Any:
     reply = plan_reply(endpoint, body)
+    if endpoint == "messages" and _asks_for_tool(body):
+        reply = tool_reply(reply, body)
 
     def record(entry: dict[str, Any]) -> None:
         peer.ledger.append({**entry, "route": route})
@@ -115,9 +169,12 @@ async def _answer(peer: Peer, request: Request[Any, Any, Any], endpoint: Endpoin
                     media_type="application/json", headers=reply.headers)
 
 
-def _seen(peer: Peer, request: Request[Any, Any, Any], auth: str) -> None:
+def _seen(peer: Peer, request: Request[Any, Any, Any], auth: str, body: Any = None) -> None:
+    messages = body.get("messages") if isinstance(body, dict) else None
+    last = str(messages[-1]) if isinstance(messages, list) and messages else ""
     peer.requests.append({"path": request.url.path, "query": dict(request.query_params),
-                          "auth": auth, "beta": request.headers.get("anthropic-beta")})
+                          "auth": auth, "beta": request.headers.get("anthropic-beta"),
+                          "tool_result": "tool_result" in last and TOOL_OUTPUT in last})
 
 
 def create_peer_app(peer: Peer) -> Litestar:
@@ -217,8 +274,8 @@ def create_peer_app(peer: Peer) -> Litestar:
         model, _, verb = target.partition(":")
         if verb not in ("rawPredict", "streamRawPredict"):
             return _google_error(404, "NOT_FOUND", f"unknown method {verb!r}")
-        _seen(peer, request, "bearer")
         body = msgspec.json.decode(await request.body())
+        _seen(peer, request, "bearer", body)
         if body.get("anthropic_version") != VERTEX_VERSION:
             return _json({"type": "error", "error": {
                 "type": "invalid_request_error",
@@ -242,9 +299,9 @@ def create_peer_app(peer: Peer) -> Litestar:
         if not (peer.azure_key and secrets.compare_digest(key, peer.azure_key)):
             return _json({"type": "error", "error": {"type": "authentication_error",
                                                      "message": "invalid x-api-key"}}, 401)
-        _seen(peer, request, "x-api-key")
-        return await _answer(peer, request, "messages",
-                             msgspec.json.decode(await request.body()), "anthropic")
+        body = msgspec.json.decode(await request.body())
+        _seen(peer, request, "x-api-key", body)
+        return await _answer(peer, request, "messages", body, "anthropic")
 
     @get("/__peer/ledger")
     async def read_ledger() -> list[dict[str, Any]]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,13 @@ class Clouds:
             for name, value in values.items():
                 assert value not in text, f"{name} found in {path}"
 
+    def committed_usd(self, key: str) -> int:
+        """µUSD committed today for ``key``'s team (``/v1/usage``)."""
+        rows = httpx.get(f"{self.gateway.url}/v1/usage",
+                         headers={"Authorization": f"Bearer {key}"}).json()["data"]
+        return sum(int(r["usd_committed"]) for r in rows
+                   if r["scope"] == "team" and r["window"] == "day")
+
     def stop(self) -> None:
         self.gateway.stop()
         self.peer.stop()
@@ -96,10 +105,23 @@ def _models() -> list[dict[str, Any]]:
               "gpt-azure-dep": ("azure-deployments", "mock-gpt"),
               "gpt-azure-entra": ("azure-entra", "mock-gpt"),
               "claude-vertex": ("vertex", "mock-claude"),
-              "claude-up": ("anthropic", "mock-claude")}
-    return [{"name": name, "price": PRICE,
+              "claude-up": ("anthropic", "mock-claude"),
+              # What Claude Code asks for in Vertex mode (claude-sonnet-4-5@20250929).
+              "claude-sonnet-4-5-20250929": ("vertex", "mock-claude")}
+    # max_input_tokens: Codex offers web_search, input the body does not carry.
+    return [{"name": name, "price": PRICE, "max_input_tokens": 200_000,
              "deployments": [{"provider": provider, "upstream_model": upstream}]}
             for name, (provider, upstream) in routes.items()]
+
+
+@contextmanager
+def running_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Iterator[Clouds]:
+    """:func:`start_clouds`, stopped on exit (a module fixture's body)."""
+    clouds = start_clouds(workdir, token_ttl_s=token_ttl_s)
+    try:
+        yield clouds
+    finally:
+        clouds.stop()
 
 
 def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e._clouds import Clouds, start_clouds
+from tests.e2e._clouds import Clouds, running_clouds
 from tests.e2e.conftest import expected_cost
 
 pytestmark = pytest.mark.e2e
@@ -20,11 +20,8 @@ LONG = "The quick brown fox jumps over the lazy dog. " * 8
 
 @pytest.fixture(scope="module")
 def clouds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clouds]:
-    started = start_clouds(tmp_path_factory.mktemp("azure"), token_ttl_s=30)
-    try:
+    with running_clouds(tmp_path_factory.mktemp("azure"), token_ttl_s=30) as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +62,7 @@ def test_streamed_chat_and_responses_are_charged_their_record(
         clouds: Clouds, oai: openai.OpenAI) -> None:
     """A streamed chat and a streamed Responses call to Azure: committed == the peer's
     record to the µUSD."""
-    key_usage_before = _usd(clouds, oai)
+    key_usage_before = clouds.committed_usd(oai.api_key)
     clouds.clear()
     chunks = list(oai.chat.completions.create(
         model="gpt-azure-entra", max_tokens=12, stream=True,
@@ -78,7 +75,8 @@ def test_streamed_chat_and_responses_are_charged_their_record(
     assert len(entries) == 2, entries
     assert [r["path"] for r in clouds.requests()] == ["/openai/v1/chat/completions",
                                                       "/openai/responses"]
-    assert _usd(clouds, oai) - key_usage_before == sum(expected_cost(e) for e in entries)
+    spent = clouds.committed_usd(oai.api_key) - key_usage_before
+    assert spent == sum(expected_cost(e) for e in entries)
 
 
 def test_embeddings_on_the_deployment_form(clouds: Clouds, oai: openai.OpenAI) -> None:
@@ -88,15 +86,6 @@ def test_embeddings_on_the_deployment_form(clouds: Clouds, oai: openai.OpenAI) -
     assert raw.parse().data
     assert int(raw.headers["x-inferplane-cost-micro-usd"]) == expected_cost(_one(clouds))
     assert clouds.requests()[-1]["path"] == "/openai/deployments/mock-gpt/embeddings"
-
-
-def _usd(clouds: Clouds, oai: openai.OpenAI) -> int:
-    import httpx
-
-    rows = httpx.get(f"{clouds.gateway.url}/v1/usage",
-                     headers={"Authorization": f"Bearer {oai.api_key}"}).json()["data"]
-    return sum(r["usd_committed"] for r in rows
-               if r["scope"] == "team" and r["window"] == "day")
 
 
 def test_entra_token_refreshed_before_expiry_without_a_failed_request(

@@ -10,7 +10,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.e2e._clouds import PROJECT, REGION, Clouds, start_clouds
+from tests.e2e._clouds import PROJECT, REGION, Clouds, running_clouds
 from tests.e2e.conftest import expected_cost
 
 pytestmark = pytest.mark.e2e
@@ -21,11 +21,8 @@ RAW = f"/v1/projects/{PROJECT}/locations/{REGION}/publishers/anthropic/models/mo
 
 @pytest.fixture(scope="module")
 def clouds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clouds]:
-    started = start_clouds(tmp_path_factory.mktemp("vertex"))
-    try:
+    with running_clouds(tmp_path_factory.mktemp("vertex")) as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +131,9 @@ def test_vertex_path_refusals_in_anthropic_shape(clouds: Clouds, key: str) -> No
                        headers={"authorization": f"Bearer {key}"})
     assert named.status_code == 400
     assert clouds.requests() == []
+
+
+def test_no_secret_in_any_file_of_the_run(clouds: Clouds) -> None:
+    """Service-account key, Google access tokens, api-key: none in the log, config or
+    data dir after Vertex traffic."""
+    clouds.assert_no_secret_in_files()
