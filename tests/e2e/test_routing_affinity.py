@@ -1,0 +1,60 @@
+"""Cache affinity on real processes: three deployments, each a mock upstream with its own
+prompt cache, and twenty Claude-Code-shaped sessions at once through the anthropic SDK —
+once with affinity, once round robin, in the same run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e._routing import Routed, start_routed
+from tests.e2e._sessions import cache_share, run_sessions
+
+DEPLOYMENTS = ("east", "west", "direct")
+SESSIONS, TURNS = 20, 10
+
+
+def _model(name: str, upstream: str, routing: dict[str, object]) -> dict[str, object]:
+    return {"name": name, "routing": routing,
+            "deployments": [{"provider": p, "upstream_model": upstream} for p in DEPLOYMENTS]}
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routed]:
+    stack = start_routed(
+        tmp_path_factory.mktemp("routing-affinity"), dict.fromkeys(DEPLOYMENTS, "anthropic"),
+        [_model("claude-affine", "mock-claude-affine",
+                {"strategy": "weighted", "affinity": True,
+                 "on_affinity_conflict": "preferFallback"}),
+         _model("claude-rr", "mock-claude-rr", {"strategy": "weighted"})])
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_affinity_bills_nine_in_ten_cacheable_tokens_as_reads_where_round_robin_does_not(
+        routed: Routed) -> None:
+    """With affinity ≥ 90 % of the cacheable input tokens are cache reads and every
+    session costs less than under round robin (the baseline, same sessions, same run)."""
+    key = routed.key("agents")
+    affine = run_sessions(routed.gateway.url, key, "claude-affine",
+                          sessions=SESSIONS, turns=TURNS)
+    rr = run_sessions(routed.gateway.url, key, "claude-rr", sessions=SESSIONS, turns=TURNS)
+    entries = [e for d in DEPLOYMENTS for e in routed.ledger(d)]
+    share_a, read_a, write_a = cache_share(entries, "mock-claude-affine")
+    share_r, read_r, write_r = cache_share(entries, "mock-claude-rr")
+    print(f"\naffinity:    cache reads {share_a:.1%} of {read_a + write_a} cacheable tokens")
+    print(f"round robin: cache reads {share_r:.1%} of {read_r + write_r} cacheable tokens")
+    print("session  affinity µUSD  round-robin µUSD")
+    for a, r in zip(affine, rr, strict=True):
+        print(f"{a.session:7d}  {a.cost:13d}  {r.cost:16d}")
+    print(f"  total  {sum(a.cost for a in affine):13d}  {sum(r.cost for r in rr):16d}")
+    assert all(s == 200 for run in affine + rr for s in run.statuses)
+    assert share_a >= 0.90, share_a
+    assert share_r < share_a
+    assert sum(a.cost for a in affine) < sum(r.cost for r in rr)
+    per_deployment = {d: sum(e["model"] == "mock-claude-affine" for e in routed.ledger(d))
+                      for d in DEPLOYMENTS}
+    assert all(n >= TURNS for n in per_deployment.values()), per_deployment  # spread
