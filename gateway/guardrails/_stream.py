@@ -32,8 +32,10 @@ import msgspec
 from gateway.guardrails._guard import Guard, walk
 
 _EVENT = re.compile(rb"\r\n\r\n|\n\n|\r\r")
-_CONTEXT = 96
+_CONTEXT = 64
 """Released characters kept as the next scan's context (not sent again)."""
+_STEP = 32
+"""Text is released in steps of at least this many characters (fewer rescans)."""
 
 
 @dataclass
@@ -247,7 +249,7 @@ class StreamGuard:
             k = _safe_cut(buf, len(buf) - policy.holdback) if len(buf) > policy.holdback else 0
             if len(buf) - k > policy.max_hold:
                 k = len(buf) - policy.holdback
-        if k <= 0:
+        if k <= 0 or (k < _STEP and not final):
             ch.buf = buf
             return ""
         # Scan what is held too: a match that starts before the cut moves the cut back.

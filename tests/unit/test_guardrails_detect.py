@@ -263,3 +263,21 @@ def _ordinary(fk: Faker, rng: random.Random) -> list[str]:
         else:
             out.append(f"{fk.catch_phrase()}: {fk.bs()} ({fk.random_int(1, 500)}%)")
     return out
+
+
+def test_docs_example_loads_and_acts(tmp_path: Any) -> None:
+    """docs/guardrails.md's config block loads as written and does what the page says."""
+    from pathlib import Path
+
+    from gateway.config import load_settings
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guardrails.md").read_text()
+    block = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "mayu.yaml"
+    path.write_text(block)
+    settings = load_settings(path).guardrails
+    doc = {"messages": [{"role": "user", "content": "PRJ-123456 for bob@example.org"}]}
+    new, _, guard = screen(settings, (), doc, b"", request_id="r", registry=None)
+    assert new["messages"][0]["content"] == "[PROJECT_CODE] for [EMAIL_1]"
+    assert guard is not None and guard.restore("[EMAIL_1]") == "bob@example.org"
+    with pytest.raises(GuardrailBlocked, match="'email'"):
+        screen(settings, ("strict",), doc, b"", request_id="r", registry=None)
