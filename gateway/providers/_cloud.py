@@ -4,7 +4,8 @@
 has a token source (a :class:`~gateway.providers._credentials.CredentialSource` of access
 tokens: ``_gcp.GcpTokens``, ``_entra.EntraTokens``), sends that source's current token as
 ``Authorization: Bearer`` — read before the request is written, so with no valid token
-nothing is sent (:class:`~gateway.providers._credentials.CredentialsUnavailable`) — and
+nothing is sent and the deployment answers 503 (``_credentials.unavailable_response``:
+the next deployment is tried, nothing is charged, other providers never notice) — and
 starts and stops the source with the provider.
 """
 
@@ -12,9 +13,17 @@ from __future__ import annotations
 
 from gateway.config import ProviderSettings, StaticCredentials, resolve_secret
 from gateway.providers._base import UpstreamResponse
-from gateway.providers._credentials import CredentialSource
+from gateway.providers._credentials import (
+    CredentialSource,
+    CredentialsUnavailable,
+    unavailable_response,
+)
 from gateway.providers._http import HttpProvider
 from gateway.usage import Endpoint
+
+FIRST_TOKEN_WAIT_S = 10.0
+"""How long start-up waits for a provider's first token (a token endpoint answers in well
+under a second); past it the provider answers 503 until a retry gets one."""
 
 
 class CloudProvider(HttpProvider):
@@ -36,7 +45,7 @@ class CloudProvider(HttpProvider):
             self._auth = self._static_header(resolve_secret(self._static_ref,
                                                             key=self._static_key))
         if self._tokens is not None:
-            await self._tokens.start()
+            await self._tokens.start(wait_s=FIRST_TOKEN_WAIT_S)
 
     async def close(self) -> None:
         if self._tokens is not None:
@@ -46,7 +55,10 @@ class CloudProvider(HttpProvider):
     async def send(self, endpoint: Endpoint, body: bytes, *,
                    headers: dict[str, str]) -> UpstreamResponse:
         if self._tokens is not None:
-            self._tokens.current()  # none valid: CredentialsUnavailable, nothing sent
+            try:
+                self._tokens.current()
+            except CredentialsUnavailable as exc:  # nothing sent: this deployment's 503
+                return unavailable_response(exc, provider=self.name)
         return await super().send(endpoint, body, headers=headers)
 
     def _static_header(self, secret: str) -> dict[str, str]:

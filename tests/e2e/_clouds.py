@@ -83,21 +83,23 @@ class Clouds:
         self.peer.stop()
 
 
-def _service_account(workdir: Path, token_uri: str) -> tuple[Path, Path, str]:
-    """A service-account key file for ``token_uri``, its public key file, and the PEM."""
+def _service_account(workdir: Path, token_uri: str, *, name: str = "service-account",
+                     public: Path | None = None) -> tuple[Path, str]:
+    """A service-account key file for ``token_uri`` and its PEM; with ``public``, the
+    public half written there (the peer's trusted key)."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption()).decode()
-    public = workdir / "sa-public.pem"
-    public.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    sa = workdir / "secrets" / "service-account.json"
-    sa.parent.mkdir()
+    if public is not None:
+        public.write_bytes(key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    sa = workdir / "secrets" / f"{name}.json"
+    sa.parent.mkdir(exist_ok=True)
     sa.write_text(json.dumps({
         "type": "service_account", "project_id": PROJECT, "private_key_id": "k1",
         "private_key": pem, "client_email": f"gateway@{PROJECT}.iam.gserviceaccount.com",
         "client_id": "1001", "token_uri": token_uri}))
-    return sa, public, pem
+    return sa, pem
 
 
 def _models() -> list[dict[str, Any]]:
@@ -106,6 +108,7 @@ def _models() -> list[dict[str, Any]]:
               "gpt-azure-entra": ("azure-entra", "mock-gpt"),
               "claude-vertex": ("vertex", "mock-claude"),
               "claude-up": ("anthropic", "mock-claude"),
+              "claude-vertex-untrusted": ("vertex-untrusted", "mock-claude"),
               # What Claude Code asks for in Vertex mode (claude-sonnet-4-5@20250929).
               "claude-sonnet-4-5-20250929": ("vertex", "mock-claude")}
     # max_input_tokens: Codex offers web_search, input the body does not carry.
@@ -136,8 +139,12 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
                                 "PEER_GCP_PUBLIC_KEY": str(public),
                                 "PEER_TOKEN_TTL_S": str(token_ttl_s)})
     try:
-        sa, _, pem = _service_account(workdir, f"{peer.url}/gcp/token")
+        sa, pem = _service_account(workdir, f"{peer.url}/gcp/token", public=public)
+        # A key the peer does not trust: that provider never gets a token.
+        untrusted, other = _service_account(workdir, f"{peer.url}/gcp/token",
+                                            name="untrusted")
         found["sa_private_key"] = pem.split("-----")[2].strip().splitlines()[1]
+        found["untrusted_private_key"] = other.split("-----")[2].strip().splitlines()[1]
         vertex_base = f"{peer.url}/v1/projects/{PROJECT}/locations/{REGION}"
         config = {
             "data_dir": str(workdir / "data"), "demo": False,
@@ -154,6 +161,9 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
                  "credentials": {"kind": "azure"}, "timeout_s": 30},
                 {"name": "vertex", "kind": "vertex", "base_url": vertex_base,
                  "credentials": {"kind": "gcp", "service_account_file": str(sa)},
+                 "timeout_s": 30},
+                {"name": "vertex-untrusted", "kind": "vertex", "base_url": vertex_base,
+                 "credentials": {"kind": "gcp", "service_account_file": str(untrusted)},
                  "timeout_s": 30},
                 {"name": "anthropic", "kind": "anthropic", "base_url": f"{peer.url}/anthropic",
                  "api_key_ref": "env:AZURE_OPENAI_API_KEY", "timeout_s": 30}],

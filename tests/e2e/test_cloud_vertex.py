@@ -137,3 +137,23 @@ def test_no_secret_in_any_file_of_the_run(clouds: Clouds) -> None:
     """Service-account key, Google access tokens, api-key: none in the log, config or
     data dir after Vertex traffic."""
     clouds.assert_no_secret_in_files()
+
+
+def test_a_provider_without_credentials_answers_503_alone(
+        clouds: Clouds, claude: anthropic.Anthropic, key: str) -> None:
+    """A service account the token endpoint refuses: its deployment answers 503 naming
+    its credentials, nothing is sent or charged, the refresh failures are counted, and
+    the other Vertex provider keeps serving."""
+    before = clouds.committed_usd(key)
+    clouds.clear()
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        claude.messages.create(model="claude-vertex-untrusted", max_tokens=5,
+                               messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.status_code == 503
+    assert "credentials are unavailable" in str(refused.value)
+    assert clouds.requests() == [] and clouds.ledger() == []
+    assert clouds.committed_usd(key) == before
+    metrics = httpx.get(f"{clouds.gateway.url}/metrics").text
+    assert 'mayu_credential_refresh_failures_total{provider="vertex-untrusted"}' in metrics
+    assert claude.messages.create(model="claude-vertex", max_tokens=5,
+                                  messages=[{"role": "user", "content": "hi"}]).content
