@@ -8,11 +8,12 @@ mapping (:mod:`gateway.admin._errors`: a failed store is a 503) and the ``caller
 
 from litestar import Router
 
-from gateway.admin._access import DEPENDENCIES, AdminAccess, AdminCaller
+from gateway.admin._access import ACTING_AS, DEPENDENCIES, AdminAccess, AdminCaller
 from gateway.admin._errors import EXCEPTION_HANDLERS
 from gateway.admin._members import ROUTES as _MEMBERS
 from gateway.admin._openapi import OPENAPI
 from gateway.admin._operations import ROUTES as _OPERATIONS
+from gateway.admin._people import People, people_of
 from gateway.admin._routes import ROUTES as _KEYS
 from gateway.admin._usage import ROUTES as _USAGE
 
@@ -20,4 +21,5 @@ ROUTES = [Router(path="/", route_handlers=[*_KEYS, *_MEMBERS, *_USAGE, *_OPERATI
                  dependencies=DEPENDENCIES,
                  exception_handlers=EXCEPTION_HANDLERS)]
 
-__all__ = ["OPENAPI", "ROUTES", "AdminAccess", "AdminCaller"]
+__all__ = ["ACTING_AS", "OPENAPI", "ROUTES", "AdminAccess", "AdminCaller", "People",
+           "people_of"]

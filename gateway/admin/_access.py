@@ -12,6 +12,14 @@ its parameters and body are read: :func:`read_access` (a read or write token),
 routes of the key itself) and :func:`own_or_read` (a key on ``/v1/me/…``, a read token
 on ``/admin/v1/…``). A guard leaves who passed in the request's state, where a handler
 takes it as its ``caller`` or ``holder`` parameter (:data:`DEPENDENCIES`).
+
+People signed in through an OIDC issuer (``identity.issuers``; :mod:`gateway.roles`)
+pass the same guards with their role: an ``admin`` as a write token, a ``reader`` as a
+read token, a ``team lead`` reads only routes that take a ``team`` naming one of their
+teams (and the team list, which its handler narrows), a ``member`` only routes that take
+a ``user`` naming themselves. Their bearer is the issuer's token, verified on every
+call; the console's in-process calls carry the session's role instead
+(:data:`ACTING_AS`).
 """
 
 from __future__ import annotations
@@ -26,20 +34,25 @@ from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency, Provide
 from litestar.handlers import BaseRouteHandler
 
+from gateway.admin._people import people_of
 from gateway.config import ServerSettings, resolve_admin_tokens
 from gateway.errors import AccessDenied, Unauthenticated
 from gateway.ingress import ActingFor, Gateway, authenticate, presented
 from gateway.keys import Principal
+from gateway.roles import Role
 
 Access = Literal["read", "write"]
 
 
 @dataclass(frozen=True)
 class AdminCaller:
-    """The holder of a presented admin token: its configured name and access."""
+    """The holder of a presented admin token (its configured name and access), or a
+    person signed in through an issuer (``oidc:<user>``, their role's access)."""
 
     name: str
     access: Access
+    role: Role | None = None
+    """The person's role (None: an admin token)."""
 
 
 class AdminAccess:
@@ -73,17 +86,6 @@ class AdminAccess:
                 found = AdminCaller(name, access)
         return found
 
-    def require(self, presented: str | ActingFor | None, access: Access) -> AdminCaller:
-        """The caller, if its token allows ``access``: else 401 (no such token) or 403
-        (a read token asked to write)."""
-        caller = self.caller(presented)
-        if caller is None:
-            raise Unauthenticated("the admin API needs an admin token "
-                                  "(Authorization: Bearer ...; server.admin_tokens)")
-        if access == "write" and caller.access != "write":
-            raise AccessDenied(f"admin token {caller.name!r} is read-only")
-        return caller
-
 
 # -- the tiers, as guards ------------------------------------------------------------
 
@@ -95,19 +97,92 @@ def _request(connection: Connection) -> Request[Any, Any, Any]:
     return cast("Request[Any, Any, Any]", connection)
 
 
-def _admin(connection: Connection, access: Access) -> None:
-    admin: AdminAccess = connection.app.state.admin
-    connection.state.admin_caller = admin.require(presented(_request(connection)), access)
+ACTING_AS = "inferplane.acting_as"
+"""The ASGI scope key of an in-process call made for the console session of a person
+signed in through an issuer (their :class:`gateway.roles.Role`; only code in this
+process sets scope keys)."""
 
 
-def read_access(connection: Connection, _: BaseRouteHandler) -> None:
-    """A read or a write admin token (else 401)."""
-    _admin(connection, "read")
+def _role_caller(role: Role) -> AdminCaller:
+    return AdminCaller(f"oidc:{role.user}", "write" if role.name == "admin" else "read",
+                       role=role)
 
 
-def write_access(connection: Connection, _: BaseRouteHandler) -> None:
-    """A write admin token (401 without an admin token, 403 for a read one)."""
-    _admin(connection, "write")
+async def _caller_of(request: Request[Any, Any, Any]) -> AdminCaller:
+    """Who the request is: a console session's person, a configured admin token, or a
+    bearer token of a trusted issuer (its role); else 401."""
+    grant = request.scope.get(ACTING_AS)
+    if isinstance(grant, Role):
+        return _role_caller(grant)
+    admin: AdminAccess = request.app.state.admin
+    who = presented(request)
+    caller = admin.caller(who)
+    if caller is not None:
+        return caller
+    if isinstance(who, str) and who.count(".") == 2 and people_of(request.app).configured:
+        return _role_caller(await people_of(request.app).role_of_token(who))
+    raise Unauthenticated("the admin API needs an admin token or a token of a trusted "
+                          "issuer (Authorization: Bearer ...; server.admin_tokens, "
+                          "identity.issuers)")
+
+
+async def _admin(connection: Connection, handler: BaseRouteHandler, access: Access) -> None:
+    request = _request(connection)
+    caller = await _caller_of(request)
+    if access == "write" and caller.access != "write":
+        raise AccessDenied(f"{caller.role.name if caller.role else 'admin token'} "
+                           f"{caller.name!r} is read-only")
+    if caller.role is not None and not caller.role.every_team:
+        await _within_own(request, handler, caller.role)
+    connection.state.admin_caller = caller
+
+
+async def _within_own(request: Request[Any, Any, Any], handler: BaseRouteHandler,
+                      role: Role) -> None:
+    """A team lead reads a route only for one of their teams (the route's ``team``,
+    which it must take), or the team list (narrowed by its handler); a member only for
+    themselves (the route's ``user``) and, where it names one, one of their teams."""
+    takes = handler.parsed_fn_signature.parameters
+    named = {k: v for k, v in request.query_params.items() if k in ("team", "user")}
+    named.update({k: str(v) for k, v in request.path_params.items()
+                  if k in ("team", "user")})
+    team, user = named.get("team"), named.get("user")
+    if role.name == "team_lead":
+        if request.url.path == "/admin/v1/teams":
+            return
+        if team is None or "team" not in takes:
+            raise AccessDenied(f"team lead {role.user!r} reads only their own teams "
+                               f"({', '.join(role.teams) or 'none'}): this route needs "
+                               "team=<one of them>")
+    elif user != role.user or "user" not in takes:
+        raise AccessDenied(f"member {role.user!r} reads only their own budget and "
+                           f"requests (user={role.user!r})")
+    if team is not None and not await _own_team(request, role, team):
+        raise AccessDenied(f"{role.name.replace('_', ' ')} {role.user!r} may not read "
+                           f"team {team!r}")
+
+
+async def _own_team(request: Request[Any, Any, Any], role: Role, team: str) -> bool:
+    """Whether ``team`` (a name or an id) is one of the role's teams (by name)."""
+    gw: Gateway = request.app.state.gateway
+    found = await gw.key_store.get_team(team)
+    return found is not None and found.name in role.teams
+
+
+def in_own_teams(caller: AdminCaller, name: str) -> bool:
+    """Whether ``caller`` may see team ``name`` (every team, or one of its own)."""
+    return caller.role is None or caller.role.every_team or name in caller.role.teams
+
+
+async def read_access(connection: Connection, handler: BaseRouteHandler) -> None:
+    """A read or a write admin token, or a person whose role reads (else 401); a team
+    lead or a member within their own (else 403)."""
+    await _admin(connection, handler, "read")
+
+
+async def write_access(connection: Connection, handler: BaseRouteHandler) -> None:
+    """A write admin token or an admin (401 without a credential, 403 for a read one)."""
+    await _admin(connection, handler, "write")
 
 
 async def key_holder(connection: Connection, _: BaseRouteHandler) -> None:
@@ -122,7 +197,7 @@ async def own_or_read(connection: Connection, handler: BaseRouteHandler) -> None
     if connection.url.path.startswith("/v1/me"):
         await key_holder(connection, handler)
     else:
-        read_access(connection, handler)
+        await read_access(connection, handler)
 
 
 def _caller(request: Request[Any, Any, Any]) -> AdminCaller:

@@ -31,6 +31,7 @@ from gateway.admin._access import (
     AdminCaller,
     Caller,
     Holder,
+    in_own_teams,
     key_holder,
     read_access,
     write_access,
@@ -111,10 +112,12 @@ def _audit(gw: Gateway, caller: AdminCaller, action: str, **fields: Any) -> None
 
 @get("/teams", summary="List teams",
       responses=READS, guards=[read_access])
-async def list_teams(request: AnyRequest, cursor: Cursor = None,
+async def list_teams(request: AnyRequest, caller: Caller, cursor: Cursor = None,
                      limit: PageSize = 100) -> TeamPage:
+    """Every team (a team lead: their own)."""
     after = decode_cursor(cursor)
-    teams = await _gateway(request).key_store.list_teams()
+    teams = [t for t in await _gateway(request).key_store.list_teams()
+             if in_own_teams(caller, t.name)]
     items, next_cursor = page([team_view(t) for t in teams], [t.id for t in teams],
                               after=after, limit=limit)
     return TeamPage(data=items, next_cursor=next_cursor)

@@ -65,6 +65,10 @@ def secret_refs(settings: Settings) -> list[tuple[str, str]]:
              for r in credential_refs(f"providers[{i}]", p.credentials)]
     if settings.control_plane is not None:
         refs.append(("control_plane.token_ref", settings.control_plane.token_ref))
+    issuers = settings.identity.issuers if settings.identity is not None else []
+    refs += [(f"identity.issuers[{i}].roles.console.client_secret_ref",
+              x.roles.console.client_secret_ref) for i, x in enumerate(issuers)
+             if x.roles is not None and x.roles.console is not None]
     return [(key, ref) for key, ref in refs if ref is not None]
 
 

@@ -7,6 +7,10 @@ against the client's address (:mod:`gateway.console._throttle`; past
 ``server.console.sign_in_failures`` a 429 with ``Retry-After``). A good credential gets
 a new server-side session (gateway/console/_session.py); the credential goes no further
 than this request. Sign-out ends the session in the key store, for every replica.
+
+With single sign-on configured (gateway/console/_sso.py) the form offers it first; an
+admin token's sign-in stays as the break-glass way in and is one audit line and one
+WARNING saying so (its name, tier and the client's address, never the token).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 from litestar import Request, Response, get, post
 from litestar.response import Redirect, Template
 
+from gateway.admin import people_of
 from gateway.console._client import Api
 from gateway.console._session import (
     LOGIN_COOKIE,
@@ -33,7 +38,8 @@ from gateway.console._session import (
     start_session,
 )
 from gateway.console._throttle import SignInThrottle
-from gateway.console._web import page
+from gateway.console._web import home_of, page
+from gateway.ingress import Gateway
 
 AnyRequest = Request[Any, Any, Any]
 log = logging.getLogger("mayu.console")
@@ -43,16 +49,16 @@ _THROTTLE = "console_sign_in_throttle"
 @get("/")
 async def home(request: AnyRequest) -> Redirect:
     session = current(request)
-    where = ("/console/login" if session is None else
-             "/console/overview" if session.is_admin else "/console/me")
-    return Redirect(where, status_code=303)
+    return Redirect("/console/login" if session is None else home_of(session),
+                    status_code=303)
 
 
 def _login_form(request: AnyRequest, *, error: str | None = None,
                 status: int = 200) -> Template:
     nonce = login_nonce()
-    answer = page(request, "login.html", {"login_csrf": nonce, "error": error},
-                  status=status)
+    issuers = [(i, client.name) for i, _, client in people_of(request.app).consoles()]
+    answer = page(request, "login.html", {"login_csrf": nonce, "error": error,
+                                          "issuers": issuers}, status=status)
     answer.set_cookie(login_cookie(request, nonce))
     return answer
 
@@ -110,6 +116,12 @@ async def login(request: AnyRequest) -> Response[Any]:
         return _login_form(request, status=401, error=(
             "Not a valid admin token or key (or it is revoked or expired)."))
     subject = f"admin:{name}" if kind != "key" else f"key:{probe.body['key']['id']}"
+    if kind != "key":  # an admin token: the break-glass way in, beside single sign-on
+        gw: Gateway = request.app.state.gateway
+        gw.audit.write({"event": "console_sign_in", "method": "break-glass sign-in",
+                        "subject": subject, "access": kind, "address": address})
+        log.warning("console: break-glass sign-in with admin token %r (%s) from %s",
+                    name, kind, address)
     signed = Redirect("/console/", status_code=303)
     signed.set_cookie(await start_session(request, credential=credential, subject=subject,
                                           kind=kind))

@@ -5,7 +5,8 @@ Every figure on a console page comes from the same route a script would call
 running app, so the console can never disagree with the API: the same handlers, the
 same access checks (a read token's write is the API's 403), the same errors. A signed-in
 visitor's calls act for their session's credential by its digest (``ActingFor`` in the
-ASGI scope, which no client can set; the console keeps no credential); only the
+ASGI scope, which no client can set; the console keeps no credential), a person's for
+their role (``ACTING_AS``); only the
 sign-in's own check carries the credential, as ``Authorization: Bearer``, never in a URL.
 
 httpx logs every request it sends at INFO; these never leave the process (a page makes
@@ -23,7 +24,9 @@ from typing import Any
 import httpx
 from litestar import Litestar
 
+from gateway.admin import ACTING_AS
 from gateway.ingress import ACTING_FOR, ActingFor
+from gateway.roles import Role
 
 _HOST = "console.inferplane.internal"
 _BASE = f"http://{_HOST}"
@@ -71,13 +74,17 @@ class Api:
     presented at sign-in (``credential``)."""
 
     def __init__(self, app: Litestar, *, acting: ActingFor | None = None,
-                 credential: str | None = None) -> None:
+                 credential: str | None = None, role: Role | None = None) -> None:
         self._app = app
         self._acting = acting
         self._credential = credential
+        self._role = role
 
     async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        scope = {**scope, ACTING_FOR: self._acting} if self._acting is not None else scope
+        if self._role is not None:  # a person signed in through an issuer: their role
+            scope = {**scope, ACTING_AS: self._role}
+        elif self._acting is not None:
+            scope = {**scope, ACTING_FOR: self._acting}
         await self._app(scope, receive, send)  # type: ignore[arg-type]
 
     async def call(self, method: str, path: str, *, params: dict[str, str] | None = None,

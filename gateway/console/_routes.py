@@ -27,8 +27,10 @@ from gateway.console import (
     _keys,
     _me,
     _members,
+    _mine,
     _operations,
     _requests,
+    _sso,
     _usage,
     _users,
 )
@@ -65,7 +67,8 @@ TEMPLATES = TemplateConfig(instance=JinjaTemplateEngine.from_environment(_enviro
 PAGES = Router(path="/", route_handlers=[*_auth.ROUTES, *_admin.ROUTES, *_members.ROUTES,
                                          *_users.ROUTES, *_keys.ROUTES,
                                          *_requests.ROUTES, *_me.ROUTES,
-                                         *_usage.ROUTES, *_operations.ROUTES],
+                                         *_usage.ROUTES, *_operations.ROUTES,
+                                         *_sso.ROUTES, *_mine.ROUTES],
                response_headers=HEADERS, before_request=load_session,
                exception_handlers={Detour: detour, ApiRefused: _refused})
 # The assets hold no secret and no visitor input, so they may be compressed (htmx: 50 kB

@@ -24,8 +24,12 @@ absolute expiry, and Secure when the visitor's request was https
 The sign-in form itself is guarded by a random value in a cookie of its own (double
 submit).
 
-Another sign-in method (OIDC) plugs in by making a session with another subject; the
-pages only ask ``can_write`` and ``is_admin``.
+A person signed in through an OIDC issuer (:mod:`gateway.console._sso`) gets a session
+of the same kind whose subject is their role (``oidc:…``, :class:`gateway.roles.Role`),
+named in the store by the SHA-256 of that subject; it stands while their issuer is still
+configured for the console. The console's calls act for the role
+(``gateway.admin.ACTING_AS``), which the admin API's guards check as they check a
+person's bearer token. The pages ask ``can_write``, ``is_admin`` and ``role``.
 """
 
 from __future__ import annotations
@@ -35,15 +39,16 @@ import hmac
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from litestar import Request, Response
 from litestar.datastructures import Cookie
 
-from gateway.admin import AdminAccess
+from gateway.admin import AdminAccess, people_of
 from gateway.config import ConsoleSettings
 from gateway.ingress import ActingFor, Gateway
 from gateway.keys import ConsoleSession, ConsoleSessionStore, SessionAccess
+from gateway.roles import Role
 
 log = logging.getLogger("mayu.console")
 SESSION_COOKIE = "inferplane_console"
@@ -63,11 +68,18 @@ class Session:
     kind: Kind
     csrf: str
     acting: ActingFor
+    role: Role | None = None
+    """A person signed in through an issuer (None: an admin token or a key)."""
 
     @property
     def name(self) -> str:
-        """The admin token's name, or the key's id."""
-        return self.subject.partition(":")[2]
+        """The admin token's name, the key's id, or the person's user name."""
+        return self.role.user if self.role is not None else self.subject.partition(":")[2]
+
+    @property
+    def every_team(self) -> bool:
+        """Whether the session reads every team (an admin token, an admin, a reader)."""
+        return self.is_admin and (self.role is None or self.role.every_team)
 
     @property
     def is_admin(self) -> bool:
@@ -110,6 +122,9 @@ async def _stands(request: AnyRequest, row: ConsoleSession) -> bool:
     """Whether the credential a session was made with still opens it: an admin token
     configured now with the session's name and tier, or a key that still resolves."""
     acting = ActingFor(row.credential_sha256)
+    role = Role.parse(row.subject)
+    if role is not None:
+        return _sso_stands(request, role)
     if row.access != "key":
         admin: AdminAccess = request.app.state.admin
         caller = admin.caller(acting)
@@ -118,6 +133,11 @@ async def _stands(request: AnyRequest, row: ConsoleSession) -> bool:
     gw: Gateway = request.app.state.gateway
     principal = await gw.key_store.resolve(row.credential_sha256.hex())
     return principal is not None and row.subject == f"key:{principal.key_id}"
+
+
+def _sso_stands(request: AnyRequest, role: Role) -> bool:
+    """A person's session stands while their issuer still signs in to the console."""
+    return any(s.issuer == role.issuer for _, s, _ in people_of(request.app).consoles())
 
 
 async def open_session(request: AnyRequest) -> Session | None:
@@ -140,7 +160,7 @@ async def open_session(request: AnyRequest) -> Session | None:
                  ended, row.subject)
         return None
     session = Session(subject=row.subject, kind=row.access, csrf=csrf_token(session_id),
-                      acting=ActingFor(row.credential_sha256))
+                      acting=ActingFor(row.credential_sha256), role=Role.parse(row.subject))
     request.state[_STATE] = session
     return session
 
@@ -178,10 +198,11 @@ def csrf_ok(session: Session, presented: str | None) -> bool:
     return bool(presented) and hmac.compare_digest(session.csrf, presented or "")
 
 
-def _cookie(request: AnyRequest, key: str, value: str, *, max_age: int | None) -> Cookie:
+def _cookie(request: AnyRequest, key: str, value: str, *, max_age: int | None,
+            samesite: Literal["strict", "lax"] = "strict") -> Cookie:
     secure = (settings_of(request).secure_cookie == "always"
               or request.url.scheme == "https")
-    return Cookie(key=key, value=value, path=PATH, httponly=True, samesite="strict",
+    return Cookie(key=key, value=value, path=PATH, httponly=True, samesite=samesite,
                   secure=secure, max_age=max_age)
 
 

@@ -58,14 +58,19 @@ async def load_session(request: AnyRequest) -> None:
                              "moment.", status=503)) from exc
 
 
-def signed_in(request: AnyRequest, *, admin: bool) -> tuple[Session, Api]:
+def signed_in(request: AnyRequest, *, admin: bool,
+              person: bool = False) -> tuple[Session, Api]:
+    """The session and its API: ``admin`` pages (else to the session's own home), a
+    key's pages, or with ``person`` a signed-in person's own page."""
     session = current(request)
     if session is None:
         away = Redirect("/console/login", status_code=303)
         raise Detour(cleared(request, away) if presented_cookie(request) else away)
     if admin and not session.is_admin:
-        raise Detour(Redirect("/console/me", status_code=303))
-    return session, Api(request.app, acting=session.acting)
+        raise Detour(Redirect(home_of(session), status_code=303))
+    if not admin and not person and session.role is not None and not session.is_admin:
+        raise Detour(Redirect("/console/mine", status_code=303))  # a member: no key
+    return session, api_of(request, session)
 
 
 async def writer(request: AnyRequest) -> tuple[Session, Api, FormMultiDict]:
@@ -77,8 +82,22 @@ async def writer(request: AnyRequest) -> tuple[Session, Api, FormMultiDict]:
                              "(missing or wrong CSRF token): nothing was changed. "
                              "Reload the page and try again."))
     if not session.can_write:
-        raise Detour(refusal(request, "Your admin token is read-only: nothing was changed."))
-    return session, Api(request.app, acting=session.acting), form
+        who = "role" if session.role is not None else "admin token"
+        raise Detour(refusal(request, f"Your {who} is read-only: nothing was changed."))
+    return session, api_of(request, session), form
+
+
+def api_of(request: AnyRequest, session: Session) -> Api:
+    """The API as the session's holder sees it."""
+    return Api(request.app, acting=session.acting, role=session.role)
+
+
+def home_of(session: Session) -> str:
+    """Where a session starts: Overview (every team), Teams (a team lead's own), the
+    member's own page, or a key's."""
+    if session.is_admin:
+        return "/console/overview" if session.every_team else "/console/teams"
+    return "/console/mine" if session.role is not None else "/console/me"
 
 
 def refusal(request: AnyRequest, message: str, status: int = 403) -> Response[Any]:

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from gateway.roles import RoleSettings
+
 Algorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
                     "ES256", "ES384", "ES512", "EdDSA"]
 """The asymmetric JWS algorithms an issuer may be trusted with (never ``none`` or HS*)."""
@@ -55,6 +57,7 @@ class IssuerSettings(_Base, frozen=True):
     """The JWKS is refetched when older than this even if every ``kid`` is known."""
     timeout_s: Seconds = 5.0
     """Discovery and JWKS fetch timeout."""
+    roles: RoleSettings | None = None  # console and admin API roles: gateway/roles.py
 
 
 class CredentialSettings(_Base, frozen=True):
