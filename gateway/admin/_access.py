@@ -18,7 +18,8 @@ pass the same guards with their role: an ``admin`` as a write token, a ``reader`
 read token, a ``team lead`` reads only routes that take a ``team`` naming one of their
 teams (and the team list, which its handler narrows), a ``member`` only routes that take
 a ``user`` naming themselves. Their bearer is the issuer's token, verified on every
-call; the console's in-process calls carry the session's role instead
+call, or a gateway credential inferplaned brokered (``identity.broker``: a member of its
+team, as the key it stands for); the console's in-process calls carry the session's role instead
 (:data:`ACTING_AS`).
 """
 
@@ -37,6 +38,7 @@ from litestar.handlers import BaseRouteHandler
 from gateway.admin._people import people_of
 from gateway.config import ServerSettings, resolve_admin_tokens
 from gateway.errors import AccessDenied, Unauthenticated
+from gateway.identity import looks_like_jwt, unverified_issuer
 from gateway.ingress import ActingFor, Gateway, authenticate, presented
 from gateway.keys import Principal
 from gateway.roles import Role
@@ -119,11 +121,25 @@ async def _caller_of(request: Request[Any, Any, Any]) -> AdminCaller:
     caller = admin.caller(who)
     if caller is not None:
         return caller
-    if isinstance(who, str) and who.count(".") == 2 and people_of(request.app).configured:
-        return _role_caller(await people_of(request.app).role_of_token(who))
+    if isinstance(who, str) and looks_like_jwt(who):
+        gw: Gateway = request.app.state.gateway
+        broker = gw.settings.identity.broker if gw.settings.identity is not None else None
+        if broker is not None and unverified_issuer(who) == broker.issuer:
+            return _role_caller(await _credential_role(request, broker.issuer))
+        if people_of(request.app).configured:
+            return _role_caller(await people_of(request.app).role_of_token(who))
     raise Unauthenticated("the admin API needs an admin token or a token of a trusted "
                           "issuer (Authorization: Bearer ...; server.admin_tokens, "
                           "identity.issuers)")
+
+
+async def _credential_role(request: Request[Any, Any, Any], issuer: str) -> Role:
+    """A brokered gateway credential's holder: a member of the credential's team, as the
+    key it stands for (verified, and refused once that key is revoked)."""
+    gw: Gateway = request.app.state.gateway
+    principal = await authenticate(gw, request)
+    return Role(name="member", user=principal.user or f"key:{principal.key_id}",
+                teams=(principal.team.name,), issuer=issuer)
 
 
 async def _admin(connection: Connection, handler: BaseRouteHandler, access: Access) -> None:

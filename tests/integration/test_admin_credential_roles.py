@@ -1,0 +1,97 @@
+"""The admin API takes a brokered gateway credential (``identity.broker``) as the bearer of
+a member: the credential is signed as inferplaned signs (:class:`CredentialIssuer`), its
+JWKS served over real HTTP from a thread, and the app verifies it as on the request path.
+
+The holder reads only routes naming themselves, within their team; every write and any
+other team or user is a 403; once the key the credential stands for is revoked, the same
+credential is a 401.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from litestar.testing import AsyncTestClient
+from msgspec.structs import replace
+
+from gateway.app import create_app
+from gateway.identity import (
+    CredentialIssuer,
+    CredentialSettings,
+    IdentitySettings,
+    IssuerSettings,
+)
+from gateway.keys import hash_key
+from tests.integration._admin import WRITE, gateway_settings
+
+pytestmark = pytest.mark.integration
+ISSUER = "https://inferplaned.test"
+SIGNER = CredentialIssuer(CredentialSettings(issuer=ISSUER, signing_keys_ref=["env:UNUSED"]),
+                          ["credential-roles-signing-secret-" + "s" * 16])
+USER = "cred@example.com"
+
+
+@pytest.fixture(scope="module")
+def jwks_url() -> Iterator[str]:
+    """inferplaned's JWKS as a gateway fetches it, from a local HTTP server."""
+    body = json.dumps(SIGNER.jwks()).encode()
+
+    class Jwks(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1alpha1/jwks.json"
+    server.shutdown()
+
+
+async def test_a_gateway_credential_reads_only_its_holder_s_own(
+        request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        jwks_url: str) -> None:
+    """Own requests and member budget: 200; all requests, another user, another team,
+    any write: 403; after its key is revoked: 401."""
+    settings = gateway_settings(request, tmp_path, monkeypatch, profile="local")
+    broker = IssuerSettings(issuer=ISSUER, audience=["mayu"], algorithms=("EdDSA",),
+                            user_claim="sub", jwks_url=jwks_url)
+    settings = replace(settings, identity=IdentitySettings(broker=broker))
+    w = {"Authorization": f"Bearer {WRITE}"}
+    async with AsyncTestClient(app=create_app(settings)) as c:
+        for team in ("alpha", "beta"):
+            assert (await c.post("/admin/v1/teams", headers=w, json={"name": team})).is_success
+        made = (await c.post("/admin/v1/keys", headers=w,
+                             json={"team": "alpha", "user": USER})).json()
+        credential, _ = SIGNER.issue(user=USER, team="alpha", key_hash=hash_key(made["secret"]))
+        me = {"Authorization": f"Bearer {credential}"}
+        for path, params in (("/admin/v1/requests", {"user": USER}),
+                             (f"/admin/v1/teams/alpha/members/{USER}", {}),
+                             ("/admin/v1/requests/summary", {"user": USER, "team": "alpha"})):
+            r = await c.get(path, params=params, headers=me)
+            assert r.status_code == 200, (path, r.text)
+        for path, params in (("/admin/v1/requests", {}),
+                             ("/admin/v1/requests", {"user": "other@example.com"}),
+                             ("/admin/v1/teams/beta", {}), ("/admin/v1/teams", {}),
+                             ("/admin/v1/requests", {"user": USER, "team": "beta"})):
+            r = await c.get(path, params=params, headers=me)
+            assert r.status_code == 403, (path, params, r.text)
+        assert (await c.post("/admin/v1/teams", headers=me,
+                             json={"name": "gamma"})).status_code == 403
+        assert (await c.put(f"/admin/v1/teams/alpha/members/{USER}", headers=me,
+                            json={"usd_micros_per_day": 1})).status_code == 403
+        revoked = await c.post(f"/admin/v1/keys/{made['key']['key_id']}/revoke", headers=w)
+        assert revoked.is_success, revoked.text
+        r = await c.get("/admin/v1/requests", params={"user": USER}, headers=me)
+        assert r.status_code == 401, r.text
