@@ -197,6 +197,14 @@ def _read_request(doc: dict[str, Any]) -> str | None:
     return None
 
 
+def _has_tool_result(doc: dict[str, Any]) -> bool:
+    messages = doc.get("messages") or []
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    content = last.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+
+
 def _tool_events(events: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
     """The mock's events with its text block replaced by a ``Read`` tool call."""
     start, *_, delta, stop = events
@@ -264,10 +272,12 @@ def create_app(peer: Peer) -> Any:
         stream = operation == "invoke-with-response-stream"
         reply = plan_reply("messages", {**doc, "model": model, "stream": stream})
 
+        path = _read_request(doc)
+
         def record(entry: dict[str, Any]) -> None:
             peer.ledger.append({**entry, "session": session, "key_id": key_id,
+                                "tool_call": path, "tool_result": _has_tool_result(doc),
                                 "anthropic_beta": doc.get("anthropic_beta")})
-        path = _read_request(doc)
         if not stream or reply.status != 200:
             if reply.entry is not None and reply.status == 200:
                 record(reply.entry)

@@ -5,12 +5,15 @@ against the credentials it issued, the AWS event-stream framing, moto's STS in t
 process), ``mayu mock-upstream`` as an ``anthropic`` deployment, and ``mayu serve`` with
 bedrock providers on static keys, on an STS role with a 20 s session, on a wrong secret
 and on an STS that does not answer. Money is checked against the peer's own ledger.
+Real Claude Code (``claude`` from ``test_refine_claude_code``: the pinned npm package)
+runs a tool loop in its Bedrock gateway mode.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import subprocess
 import sys
 import threading
@@ -38,6 +41,7 @@ from tests.e2e._procs import (
     wait_ready,
 )
 from tests.e2e.conftest import ADMIN_TOKEN, PRICE, Stack, expected_cost
+from tests.e2e.test_refine_claude_code import claude  # noqa: F401 (the installed agent)
 
 pytestmark = pytest.mark.e2e
 
@@ -48,6 +52,8 @@ BASE = ("AKIDSTSBASE000001", "sts-base-secret-0123456789abcdef")
 ROLE = "arn:aws:iam::123456789012:role/inferplane-bedrock"
 SESSION_S = 20
 MOCK_ID = "us.anthropic.claude-mock-v1:0"
+SONNET_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+"""Claude Code 2.1.197's default model in Bedrock mode (recorded by running it)."""
 SYSTEM = [{"type": "text", "text": "You are terse. " * 40, "cache_control": {"type": "ephemeral"}}]
 HI = {"max_tokens": 40, "messages": [{"role": "user", "content": "tell me a story"}]}
 
@@ -116,8 +122,10 @@ def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
                    "claude-exception": ("aws", "us.anthropic.claude-stream-exception-v1:0"),
                    "claude-wrong": ("aws-wrong", MOCK_ID),
                    "claude-nosts": ("aws-nosts", MOCK_ID),
-                   "claude-anthropic": ("up-anthropic", "mock-claude")}
+                   "claude-anthropic": ("up-anthropic", "mock-claude"),
+                   "claude-sonnet-4-5": ("aws-role", SONNET_ID)}
     models = [{"name": name, "price": PRICE, "max_input_tokens": 200_000,
+               **({"max_output_tokens": 64_000} if name == "claude-sonnet-4-5" else {}),
                "deployments": [{"provider": p, "upstream_model": m}]}
               for name, (p, m) in deployments.items()]
     # A Bedrock deployment that falls back to another when its credentials are missing.
@@ -126,7 +134,8 @@ def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
                        {"provider": "aws-nosts", "upstream_model": MOCK_ID},
                        {"provider": "aws", "upstream_model": MOCK_ID}]})
     doc = {"data_dir": str(workdir / "data"), "demo": False,
-           "server": {"admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
+           "server": {"admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN",
+                      "max_body_bytes": 1 << 20},  # Claude Code's turns are ~90 KB
            "providers": providers, "models": models}
     path = workdir / "mayu.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -368,6 +377,44 @@ def test_cut_bedrock_streams_keep_the_three_figures(bedrock: Bedrock, model: str
         usage = bedrock.settled(key)
         assert usage["usd_committed"] + usage["usd_liability"] == bound
         assert 0 < usage["usd_committed"] < bound
+
+
+@pytest.mark.parametrize("carrier", ["custom-header", "bearer"])
+def test_claude_code_bedrock_mode_runs_a_tool_loop(bedrock: Bedrock, claude: list[str],  # noqa: F811
+                                                   tmp_path: Path, carrier: str) -> None:
+    """Real Claude Code with CLAUDE_CODE_USE_BEDROCK=1 and ANTHROPIC_BEDROCK_BASE_URL at
+    the gateway, our key in ANTHROPIC_CUSTOM_HEADERS (x-api-key, with
+    CLAUDE_CODE_SKIP_BEDROCK_AUTH=1) or as AWS_BEARER_TOKEN_BEDROCK: it asks for its
+    default inference profile, calls the Read tool the model asks for, sends the result
+    back and prints the answer; committed equals the peer's record."""
+    key = bedrock.stack.team_key(f"claude-code-{carrier}")
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    (project / "notes.txt").write_text("the notes say 42\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+           "LANG": "C.UTF-8", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_USE_BEDROCK": "1",
+           "ANTHROPIC_BEDROCK_BASE_URL": f"{bedrock.stack.gateway.url}/bedrock",
+           "AWS_REGION": REGION}
+    if carrier == "custom-header":
+        env |= {"CLAUDE_CODE_SKIP_BEDROCK_AUTH": "1",
+                "ANTHROPIC_CUSTOM_HEADERS": f"x-api-key: {key}"}
+    else:
+        env |= {"AWS_BEARER_TOKEN_BEDROCK": key}
+    httpx.delete(f"{bedrock.peer.url}/__peer/ledger")
+    run = subprocess.run([*claude, "-p", f"READ:{project / 'notes.txt'}"], env=env,
+                         cwd=project, stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=90, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    ledger = [e for e in bedrock.ledger() if e["model"] == SONNET_ID]
+    assert any(e["tool_call"] == str(project / "notes.txt") for e in ledger), ledger
+    assert any(e["tool_result"] for e in ledger)
+    assert any(e["stream"] for e in ledger)
+    assert any("interleaved-thinking-2025-05-14" in (e["anthropic_beta"] or [])
+               for e in ledger)
+    usage = bedrock.settled(key)
+    assert usage["usd_committed"] == sum(expected_cost(e) for e in ledger)
+    assert usage["usd_liability"] == 0
 
 
 def test_no_aws_secret_in_any_file_of_the_run(bedrock: Bedrock) -> None:
