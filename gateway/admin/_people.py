@@ -5,7 +5,10 @@ token of an issuer in ``identity.issuers`` (:mod:`gateway.identity` verifies it:
 issuer's keys, algorithms, ``iss``/``aud``/``exp``/``nbf``/``iat``); the issuer's
 ``roles`` say what it may do (:mod:`gateway.roles`). The console signs people in with
 the same issuers and the same roles. One :class:`People` per app (made at the first
-use from the settings), with one JWKS cache per issuer.
+use from the settings, closed at its shutdown), with one JWKS cache per issuer. A
+console session keeps the role it signed in with until it ends (sign-out, expiry): a
+change of the issuer's ``roles`` applies at the next sign-in, and removing the issuer's
+``roles.console`` ends its sessions.
 """
 
 from __future__ import annotations
@@ -69,4 +72,5 @@ def people_of(app: Litestar) -> People:
         identity = gw.settings.identity
         found = People(list(identity.issuers) if identity is not None else [])
         app.state[_STATE] = found
+        app.on_shutdown.append(found.aclose)  # its JWKS clients close with the app
     return found
