@@ -24,7 +24,7 @@ from gateway.errors import InferplaneError
 
 # Sub-command modules, in the order --help lists them.
 _COMMANDS = ("_serve", "_migrate", "_config", "_models", "_keys", "_members", "_import",
-             "_policy", "_permits", "_mock")
+             "_policy", "_permits", "_login", "_mock")
 
 
 EXIT_PIPE = 141

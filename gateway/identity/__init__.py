@@ -10,6 +10,8 @@ them (verified locally, cached until they expire).
 """
 
 from gateway.identity._accept import GatewayCredentials, looks_like_jwt
+from gateway.identity._agent import SignInFailed, default_cache, login
+from gateway.identity._agent import credential as mint_credential
 from gateway.identity._broker import CredentialIssuer, SigningKey, derive_key
 from gateway.identity._jwks import JwksCache, JwksUnavailable, PublicKey
 from gateway.identity._settings import CredentialSettings, IdentitySettings, IssuerSettings
@@ -32,10 +34,14 @@ __all__ = [
     "JwksCache",
     "JwksUnavailable",
     "PublicKey",
+    "SignInFailed",
     "SigningKey",
     "Verifier",
     "Verifiers",
+    "default_cache",
     "derive_key",
+    "login",
+    "mint_credential",
     "looks_like_jwt",
     "unverified_issuer",
 ]

@@ -9,6 +9,7 @@ from gateway.alerts import AlertStore
 from gateway.audit import AuditLog
 from gateway.config import ModelSettings, Settings
 from gateway.governance import GovernanceStore, Governor
+from gateway.identity import GatewayCredentials
 from gateway.ingress._refine import Refiner
 from gateway.ingress._renew import Resolver
 from gateway.keys import KeyStore, Principal
@@ -44,6 +45,8 @@ class Gateway:
     """The shared profile's Postgres pool (the admin API reads the schema revision)."""
     alerts: AlertStore | None = None
     """Where budget alerts are recorded (None: alerts off; the admin API lists them)."""
+    credentials: GatewayCredentials | None = field(default=None, init=False)
+    """Brokered gateway credentials, verified locally (``identity.broker``; None: keys only)."""
     router: Router = field(default_factory=Router)
     """Deployment health, load and session pins on this replica (``gateway.routing``)."""
 
@@ -54,6 +57,9 @@ class Gateway:
 
     def __post_init__(self) -> None:
         self.models = {m.name: m for m in self.settings.models}
+        identity = self.settings.identity
+        if identity is not None and identity.broker is not None:
+            self.credentials = GatewayCredentials(identity.broker)
         server = self.settings.server
         self.refiner = Refiner(timeout_s=server.refine_timeout_s,
                                entries=server.refine_cache_entries)

@@ -74,9 +74,9 @@ from gateway.ingress._call import Call, new_request_id
 from gateway.ingress._client import client_tool
 from gateway.ingress._context import Gateway
 from gateway.ingress._prepare import (
+    credential_key_hash,
     output_bound,
     parse_json,
-    presented_key_hash,
     receive_body,
     route,
     upstream_body,
@@ -169,7 +169,7 @@ async def prepare(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Proto
     """Authenticate → read the body within ``server.max_body_bytes`` → parse → route →
     bound: the request as one value."""
     ex.request_id = rid = new_request_id()
-    key_hash = presented_key_hash(headers)
+    key_hash = await credential_key_hash(gw, headers)
     ex.principal = principal = await gw.resolver.to_admit(key_hash)
     server = gw.settings.server
     body = await receive_body(receive, headers, server.max_body_bytes)

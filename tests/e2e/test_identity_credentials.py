@@ -27,65 +27,27 @@ import psycopg
 import pytest
 
 from gateway.identity import derive_key
-from tests.e2e._controlplane import MODEL, WRITER_TOKEN, SharedStack, shared_gateway_config
-from tests.e2e._oidc import CLIENT_ID, OidcProvider
-from tests.e2e._procs import run_cli, start_gateway, wait_none_pending
+from tests.e2e._controlplane import MODEL, WRITER_TOKEN, SharedStack
+from tests.e2e._identity import DEFAULT_MEMBER_USD, SECRETS, exchange, identity_stack
+from tests.e2e._oidc import OidcProvider
+from tests.e2e._procs import wait_none_pending
 
 pytestmark = pytest.mark.e2e
 
-ISSUER = "https://inferplaned.e2e"
-SECRETS = {"IPD_SIGNING_NEW": "new-signing-secret-" + "n" * 24,
-           "IPD_SIGNING_OLD": "old-signing-secret-" + "o" * 24}
 RETIRED = "retired-signing-secret-" + "r" * 24  # listed no more: its key is retired
-EXCHANGE = {"grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
-            "subject_token_type": "urn:ietf:params:oauth:token-type:id_token"}
-DEFAULT_MEMBER_USD = 50_000_000
 
 
 @pytest.fixture(scope="module")
 def stack(oidc: OidcProvider, pg_module_dsn: str,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
-    """inferplaned brokering credentials for the provider's users; two gateways trusting
-    it; teams ``eng`` (a default member budget) and ``ml``."""
-    workdir = tmp_path_factory.mktemp("identity")
-    identity = {"issuers": [{"issuer": oidc.issuer, "audience": [CLIENT_ID],
-                             "jwks_min_refresh_s": 1.0}],
-                "credentials": {"issuer": ISSUER, "lifetime_s": 600,
-                                "signing_keys_ref": [f"env:{n}" for n in SECRETS]}}
-    stack = SharedStack.start(workdir, pg_module_dsn, gateways=0,
-                              inferplaned={"identity": identity}, env=SECRETS)
-    try:
-        assert stack.control is not None
-        broker = {"issuer": ISSUER, "audience": ["mayu"], "algorithms": ["EdDSA"],
-                  "user_claim": "sub", "jwks_min_refresh_s": 1.0,
-                  "jwks_url": f"{stack.control.url}/v1alpha1/jwks.json"}
-        for i in range(2):
-            config = shared_gateway_config(workdir, f"gw{i}",
-                                           extra={"identity": {"broker": broker}})
-            stack.config = stack.config or config
-            stack.gateways.append(start_gateway(
-                config, env={"INFERPLANE_DATABASE_URL": pg_module_dsn}))
-        env = {"INFERPLANE_DATABASE_URL": pg_module_dsn}
-        for team in ("eng", "ml"):
-            done = run_cli("teams", "create", team, "--config", str(stack.config), env=env)
-            assert done.returncode == 0, done.stderr
-        done = run_cli("members", "set-default", "eng", "--usd-micros-per-day",
-                       str(DEFAULT_MEMBER_USD), "--config", str(stack.config), env=env)
-        assert done.returncode == 0, done.stderr
-        yield stack
-    finally:
-        stack.stop()
-
-
-def _exchange(stack: SharedStack, token: str, **form: str) -> httpx.Response:
-    assert stack.control is not None
-    return httpx.post(f"{stack.control.url}/v1alpha1/token",
-                      data={**EXCHANGE, "subject_token": token, **form}, timeout=30)
+    """inferplaned brokering credentials for the provider's users; two gateways."""
+    yield from identity_stack(oidc, pg_module_dsn, tmp_path_factory.mktemp("identity"),
+                              gateways=2)
 
 
 def _credential(stack: SharedStack, oidc: OidcProvider, sub: str,
                 groups: list[str], **form: str) -> str:
-    r = _exchange(stack, oidc.token(sub, groups=groups), **form)
+    r = exchange(stack, oidc.token(sub, groups=groups), **form)
     assert r.status_code == 200, r.text
     credential: str = r.json()["access_token"]
     return credential
@@ -137,23 +99,23 @@ def test_a_person_in_several_teams_picks_one_per_credential(
     """Two teams: an exchange naming none is refused saying which; ``team=ml`` binds the
     credential to ml; a team not among the person's groups is refused."""
     token = oidc.token("bo-sub", groups=["eng", "ml"])
-    r = _exchange(stack, token)
+    r = exchange(stack, token)
     assert r.status_code == 400 and r.json()["error"] == "invalid_target"
     assert "eng, ml" in r.json()["error_description"]
-    r = _exchange(stack, token, team="ml")
+    r = exchange(stack, token, team="ml")
     assert r.status_code == 200 and r.json()["team"] == "ml"
     assert jwt.decode(r.json()["access_token"], options={"verify_signature": False})[
         "team"] == "ml"
-    assert _exchange(stack, token, team="finance").json()["error"] == "invalid_target"
+    assert exchange(stack, token, team="finance").json()["error"] == "invalid_target"
 
 
-def test_bad_subject_tokens_are_refused_by_the_exchange(
+def test_bad_subject_tokens_are_refused_by_theexchange(
         stack: SharedStack, oidc: OidcProvider) -> None:
     """An expired or wrongly addressed ID token, or a made-up one, gets no credential."""
     for token in (oidc.token("cy-sub", groups=["eng"], expires_in=-120),
                   oidc.token("cy-sub", groups=["eng"], aud="another-client"),
                   "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0."):
-        r = _exchange(stack, token)
+        r = exchange(stack, token)
         assert r.status_code == 401 and r.json()["error"] == "invalid_grant", r.text
 
 
@@ -241,7 +203,7 @@ def test_revoking_a_user_refuses_their_credentials_on_every_replica_within_secon
             assert time.monotonic() - revoked_at < 5.0, "still admitted 5 s after revoke"
             time.sleep(0.05)
         assert status == 401
-    r = _exchange(stack, oidc.token("fay-sub", groups=["eng"]))
+    r = exchange(stack, oidc.token("fay-sub", groups=["eng"]))
     assert r.status_code == 403 and r.json()["error"] == "access_denied"
 
 
@@ -250,7 +212,7 @@ def test_no_token_credential_or_secret_reaches_a_file_of_the_run(
     """The logs, data dirs and audit files of every process hold none of the tokens,
     credentials and signing secrets the run used."""
     token = oidc.token("gus-sub", groups=["eng"])
-    r = _exchange(stack, token)
+    r = exchange(stack, token)
     assert r.status_code == 200
     credential = r.json()["access_token"]
     assert _status(stack.gateways[0].url, credential, "anthropic")[0] == 200
