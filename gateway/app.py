@@ -165,7 +165,7 @@ def check_policy_source(settings: Settings) -> None:
 
 
 async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Components:
-    from gateway.db import open_pool
+    from gateway.db import durability_check, open_pool
     from gateway.governance import (
         PostgresGovernanceStore,
         PostgresPolicySource,
@@ -185,6 +185,7 @@ async def _shared_components(settings: Settings, stack: AsyncExitStack) -> Compo
                           f"{wait_s:g}s ({type(exc).__name__}: {exc})") from exc
     stack.push_async_callback(pool.close)
     await check_schema(pool)
+    await durability_check(pool)  # warns loudly; docs/failover.md
     policy = PostgresPolicySource(pool, refresh_s=settings.database.policy_refresh_s)
     governance = PostgresGovernanceStore(
         pool, coalesce=settings.database.admission_coalesce,

@@ -11,11 +11,22 @@ connection but no answer (a locked table, a stalled database): the server cancel
 :func:`wrap_exceptions` is the only translation of psycopg / pool failures into
 :class:`gateway.errors.GovernanceUnavailable` (procrastinate's ``wrap_exceptions``); the
 original error stays attached as ``__cause__``.
+
+Through a failover (docs/failover.md): the DSN lists every member with
+``target_session_attrs=read-write``, so a new connection only ever lands on the primary.
+A connection that fails (its server died or was demoted: a connection error, an admin
+shutdown) or answers read-only (SQLSTATE 25006: a standby, reached by a DSN without the
+read-write attribute) is closed and replaced by the pool, which also checks its idle
+connections at once; until a primary answers, every call fails within ``pool_timeout_s``
+(+ ``statement_timeout_s``) into a 503 with ``Retry-After``. :func:`maybe_committed` says
+whether a failed call may still have committed (its answer lost with the connection):
+the governance store then resolves it by its request or permit id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -101,8 +112,33 @@ async def wrap_exceptions(what: str = "governance database") -> AsyncIterator[No
     except psycopg.errors.QueryCanceled as exc:
         raise GovernanceUnavailable(f"{what}: no answer within the statement timeout "
                                     f"({exc})") from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        raise GovernanceUnavailable(
+            f"{what}: the database is read-only (a standby, not the primary); nothing is "
+            "admitted until a primary answers. List every member in database.dsn_ref "
+            "with target_session_attrs=read-write (docs/failover.md)") from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         raise GovernanceUnavailable(f"{what}: database unavailable ({exc})") from exc
+
+
+_LOST = (psycopg.OperationalError, psycopg.InterfaceError,
+         psycopg.errors.ReadOnlySqlTransaction)
+"""Errors after which a connection is not used again: it failed, or it reaches a standby."""
+
+
+def maybe_committed(exc: BaseException) -> bool:
+    """Whether a call that failed with ``exc`` (a GovernanceUnavailable from
+    :func:`wrap_exceptions`, or its cause) may have committed all the same: its
+    connection was lost after the statement may have reached the server, so the answer
+    (the COMMIT's acknowledgement) may be what was lost. False when nothing was sent (no
+    connection from the pool), or the server refused or cancelled the statement (read
+    only, statement timeout: rolled back)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    if isinstance(cause, (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed,
+                          psycopg.errors.QueryCanceled,
+                          psycopg.errors.ReadOnlySqlTransaction)):
+        return False
+    return isinstance(cause, (psycopg.OperationalError, psycopg.InterfaceError))
 
 
 _checks: dict[int, asyncio.Task[None]] = {}
@@ -130,10 +166,14 @@ async def connection(pool: Pool, what: str = "governance database"
     async with wrap_exceptions(what):
         try:
             async with pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except psycopg.errors.ReadOnlySqlTransaction:
+                    await conn.close()  # a standby's session: the pool replaces it
+                    raise
         except psycopg.errors.QueryCanceled:
             raise  # a statement out of time: the connection itself is fine
-        except (psycopg.OperationalError, psycopg.InterfaceError):
+        except _LOST:
             _check_pool_soon(pool)
             raise
 
@@ -188,7 +228,9 @@ class HeldConnections:
             except psycopg.errors.QueryCanceled:
                 clean = True
                 raise
-            except (psycopg.OperationalError, psycopg.InterfaceError):
+            except _LOST as exc:
+                if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+                    await conn.close()  # a standby's session: the pool replaces it
                 _check_pool_soon(self._pool)
                 raise
             finally:
@@ -210,6 +252,60 @@ class HeldConnections:
             await self._pool.putconn(conn)
 
 
+_DURABILITY = """SELECT current_setting('synchronous_commit') AS synchronous_commit,
+       current_setting('synchronous_standby_names') AS synchronous_standby_names,
+       pg_is_in_recovery() AS in_recovery,
+       (SELECT count(*) FROM pg_stat_replication) AS standbys"""
+
+
+def durability_problems(*, synchronous_commit: str, synchronous_standby_names: str,
+                        in_recovery: bool, standbys: int) -> list[str]:
+    """Why commits the database acknowledges could vanish in a failover, from its
+    settings as the gateway's sessions see them (empty: none found). docs/failover.md,
+    "Durability", says which settings make "admitted" and "settled" survive one."""
+    problems = []
+    if in_recovery:
+        problems.append("database.dsn_ref reaches a standby (read-only): nothing is "
+                        "admitted until it is promoted; list every member with "
+                        "target_session_attrs=read-write")
+    if synchronous_commit == "off":
+        problems.append("synchronous_commit=off: the database acknowledges commits "
+                        "before they are durable even on itself; a crash loses the last "
+                        "admissions and settlements the gateway was told are stored")
+    elif standbys and (not synchronous_standby_names.strip()
+                       or synchronous_commit == "local"):
+        names = synchronous_standby_names or "''"
+        problems.append(
+            f"the primary streams to {standbys} standby(s) but acknowledges commits "
+            f"before any of them has them (synchronous_commit={synchronous_commit}, "
+            f"synchronous_standby_names={names}): a failover "
+            "can lose admissions and settlements the gateway was told are stored, and a "
+            "team could spend the same budget twice. Set synchronous_standby_names "
+            "(Patroni: synchronous_mode: true) with synchronous_commit on, remote_write "
+            "or remote_apply")
+    return problems
+
+
+async def durability_check(pool: Pool) -> list[str]:
+    """Log, loudly, each :func:`durability_problems` of the pool's database (at startup);
+    returns them. Never fails the start: an unreadable setting is logged as such."""
+    log = logging.getLogger("mayu.db")
+    try:
+        async with connection(pool) as conn:
+            row = await fetch_one(conn, _DURABILITY)
+    except GovernanceUnavailable as exc:
+        log.warning("database durability not checked: %s", exc)
+        return []
+    assert row is not None
+    problems = durability_problems(
+        synchronous_commit=str(row["synchronous_commit"]),
+        synchronous_standby_names=str(row["synchronous_standby_names"]),
+        in_recovery=bool(row["in_recovery"]), standbys=int(row["standbys"]))
+    for problem in problems:
+        log.warning("DURABILITY: %s (docs/failover.md)", problem)
+    return problems
+
+
 async def fetch_one(conn: psycopg.AsyncConnection[Any], query: str,
                     params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """First row of ``query`` as a dict, whatever the connection's own row factory."""
@@ -229,5 +325,6 @@ async def fetch_all(conn: psycopg.AsyncConnection[Any], query: str,
         return await cur.fetchall()
 
 
-__all__ = ["HeldConnections", "Pool", "connection", "fetch_all", "fetch_one", "open_pool",
+__all__ = ["HeldConnections", "Pool", "connection", "durability_check",
+           "durability_problems", "fetch_all", "fetch_one", "maybe_committed", "open_pool",
            "wrap_exceptions"]

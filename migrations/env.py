@@ -1,7 +1,10 @@
 """alembic environment: the database URL comes from ``INFERPLANE_DATABASE_URL``.
 
 The URL is the plain libpq form the gateway uses (``postgresql://...``); SQLAlchemy needs
-its psycopg 3 driver spelled out, so it is rewritten to ``postgresql+psycopg://``.
+its psycopg 3 driver spelled out, so it is rewritten to ``postgresql+psycopg://``. A
+multi-host URL (``postgresql://u@h1:p1,h2:p2/db?target_session_attrs=read-write``, an HA
+cluster: docs/failover.md), which SQLAlchemy cannot parse, is rewritten to the
+equivalent query form (``?host=h1,h2&port=p1,p2``).
 Migrations are raw SQL (the schema has no ORM models), so there is no metadata to
 autogenerate from.
 
@@ -14,8 +17,10 @@ concurrent migrators (two Jobs, a Job and an operator) run one after the other.
 from __future__ import annotations
 
 import os
+from urllib.parse import quote, urlencode, urlsplit
 
 from alembic import context
+from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import create_engine, pool, text
 
 from gateway.errors import ConfigError
@@ -31,8 +36,23 @@ def sqlalchemy_url() -> str:
         raise ConfigError(f"{URL_ENV}: not set (the Postgres URL to migrate)")
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + _hosts_in_query(url)[len(prefix):]
     return url
+
+
+def _hosts_in_query(url: str) -> str:
+    """A libpq URL naming several hosts in its authority, with them moved to the query
+    (the same connection for libpq; a form SQLAlchemy reads). Any other URL as is."""
+    if "," not in urlsplit(url).netloc.rpartition("@")[2]:
+        return url
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items()}
+    user = quote(params.pop("user", ""), safe="")
+    password = params.pop("password", None)
+    if password is not None:
+        user += ":" + quote(password, safe="")
+    dbname = quote(params.pop("dbname", ""), safe="")
+    scheme = url.split("://", 1)[0]
+    return f"{scheme}://{user}@/{dbname}?{urlencode(params)}"
 
 
 def run_offline() -> None:

@@ -645,3 +645,11 @@ UPDATE console_sessions SET ended_at = now()
 -- Every live session of one credential (a revoked key, a token gone from the config).
 UPDATE console_sessions SET ended_at = now()
  WHERE credential_sha256 = %(credential_sha256)s AND ended_at IS NULL
+
+-- name: unsettled_of_requests
+-- Pending permits granted to these request ids in the last %(within_s)s seconds: the
+-- admissions whose answer a lost connection swallowed after they committed
+-- (PostgresGovernanceStore's sweep refunds them). Database time, as admission's.
+SELECT id::text AS id FROM permits
+ WHERE status = 'pending' AND request_id = ANY(%(request_ids)s)
+   AND created_at >= clock_timestamp() - make_interval(secs => %(within_s)s)

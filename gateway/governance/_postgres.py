@@ -12,15 +12,25 @@ same commit validation.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 import sql
-from gateway.db import HeldConnections, Pool, connection, fetch_all, fetch_one
+from gateway.db import (
+    HeldConnections,
+    Pool,
+    connection,
+    fetch_all,
+    fetch_one,
+    maybe_committed,
+)
 from gateway.errors import GovernanceUnavailable, SettlementConflict, UnknownPermit
 from gateway.governance._coalesce import Coalescer, MergedCoalescer, SettlementCoalescer
 from gateway.governance._model import (
@@ -60,6 +70,13 @@ REFUND_PAUSES_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Pauses between the attempts to refund the permit of a cancelled admission while the
 store is unavailable (stalled past its timeouts, restarting): no journal holds that
 permit, so giving up leaves it pending and binding until an operator resolves it."""
+
+SWEEP_PAUSES_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Pauses between the attempts to find the permits of admissions whose answer was lost
+with their connection (then every 60 s until the store closes)."""
+SWEEP_MARGIN_S = 600.0
+"""How far before the failure such a permit may have been created (database time): far
+more than a call's bound (pool timeout + statement timeout)."""
 
 
 def _refusal(raw: dict[str, Any]) -> Refusal:
@@ -165,6 +182,8 @@ class PostgresGovernanceStore:
         self.tally = Tally()
         # Admissions whose caller was cancelled, and the refunds of their permits.
         self._background: set[asyncio.Future[Any]] = set()
+        # Sweeps for the permits of admissions whose answer was lost, with their ids.
+        self._sweeps: dict[asyncio.Future[int], list[str]] = {}
         # Waiting for a coalesced call stands for waiting for a connection: same bound.
         wait_s = pool.timeout
         self._coalescer = (Coalescer(self._admit_now, self._refund, max_in_flight=coalesce,
@@ -225,11 +244,62 @@ class PostgresGovernanceStore:
         self.tally.admission_calls += 1
         self.tally.admitted += len(requests)
         payload = msgspec.json.encode(requests).decode()
-        async with self._held.connection() as conn:
-            row = await fetch_one(conn, sql.queries[self._admit_query(len(requests))],
-                                  {"requests": payload})
+        try:
+            async with self._held.connection() as conn:
+                row = await fetch_one(conn, sql.queries[self._admit_query(len(requests))],
+                                      {"requests": payload})
+        except GovernanceUnavailable as exc:
+            self._sweep_if_unsure(exc, requests)
+            raise
         assert row is not None
         return _decisions(requests, row["results"])
+
+    # -- admissions whose answer was lost ------------------------------------------------
+
+    def _sweep_if_unsure(self, exc: GovernanceUnavailable,
+                         requests: Iterable[AdmissionRequest]) -> None:
+        """After an admission call failed: if it may have committed (the connection was
+        lost with its answer, as in a failover), refund what it granted once the store
+        answers again.
+
+        Its callers were answered 503 and nothing of theirs was dispatched, so a permit
+        it granted is an orphan that would bind the budget forever: found by its
+        request id (an attempt's own id: no other admission of it follows a failed
+        one) and settled cancelled, exactly once (settlement is idempotent by permit
+        id). PostgreSQL documents that a commit whose acknowledgement was lost may
+        still have committed; docs/failover.md."""
+        if not maybe_committed(exc):
+            return
+        ids = [r.request_id for r in requests]
+        log.warning("admission of %d request(s) may have committed before its "
+                    "connection was lost (%s); their permits, if any, are refunded once "
+                    "the database answers", len(ids), exc)
+        task = asyncio.ensure_future(self._sweep(ids, time.monotonic()))
+        self._sweeps[task] = ids
+        task.add_done_callback(lambda t: self._sweeps.pop(t, None))
+
+    async def _sweep(self, request_ids: list[str], failed_at: float) -> int:
+        """Refund the pending permits of ``request_ids`` (see :meth:`_sweep_if_unsure`);
+        how many there were."""
+        for pause in itertools.chain(SWEEP_PAUSES_S, itertools.repeat(60.0)):
+            await asyncio.sleep(pause)
+            within = time.monotonic() - failed_at + SWEEP_MARGIN_S
+            try:
+                async with connection(self._pool) as conn:
+                    rows = await fetch_all(conn, sql.queries["unsettled_of_requests"],
+                                           {"request_ids": request_ids,
+                                            "within_s": within})
+                permits = [p for r in rows if (p := await self.get_permit(r["id"]))]
+            except GovernanceUnavailable as exc:
+                log.info("sweep of %d unanswered admission(s): %s; retrying",
+                         len(request_ids), exc)
+                continue
+            for permit in permits:
+                log.warning("permit %s was granted but its answer was lost with the "
+                            "connection: refunded (cancelled, never dispatched)", permit.id)
+                await self._refund(permit)
+            return len(permits)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
     def _admit_query(n: int) -> str:
@@ -249,8 +319,12 @@ class PostgresGovernanceStore:
         t.settled += len(items)
         params = {"items": _settlements_json(items), "facts": _facts_json(items),
                   "requests": msgspec.json.encode(requests).decode()}
-        async with self._held.connection() as conn:
-            row = await fetch_one(conn, sql.queries["settle_admit"], params)
+        try:
+            async with self._held.connection() as conn:
+                row = await fetch_one(conn, sql.queries["settle_admit"], params)
+        except GovernanceUnavailable as exc:
+            self._sweep_if_unsure(exc, requests)
+            raise
         assert row is not None
         return (_settle_results(items, row["results"]["settled"]),
                 _decisions(requests, row["results"]["admitted"]))
@@ -438,6 +512,11 @@ class PostgresGovernanceStore:
         the app lifespan, which closes it afterwards)."""
         if self.tally.admission_calls or self.tally.settlement_calls:
             log.info("shared governance store: %s", self.tally.line())
+        for task, ids in list(self._sweeps.items()):
+            task.cancel()
+            log.error("closing with %d admission(s) whose answer was lost unresolved: "
+                      "a permit of request %s may stay pending (mayu permits list "
+                      "--pending; mayu permits resolve)", len(ids), ", ".join(ids))
         await self._held.close()
 
 

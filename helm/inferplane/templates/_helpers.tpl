@@ -36,6 +36,35 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
     secretKeyRef:
       name: {{ .Values.database.existingSecret }}
       key: {{ .Values.database.secretKey }}
+{{- with .Values.database.hosts }}
+{{- /* An HA cluster (docs/failover.md): libpq tries every member in order and keeps the
+     one that matches PGTARGETSESSIONATTRS (read-write: the primary). */}}
+- {name: PGHOST, value: {{ $hosts := list }}{{ range . }}{{ $hosts = append $hosts .host }}{{ end }}{{ join "," $hosts | quote }}}
+- {name: PGPORT, value: {{ $ports := list }}{{ range . }}{{ $ports = append $ports (.port | default 5432) }}{{ end }}{{ join "," $ports | quote }}}
+- {name: PGTARGETSESSIONATTRS, value: {{ $.Values.database.targetSessionAttrs | quote }}}
+{{- end }}
+{{- with .Values.database.tls }}
+{{- if .sslmode }}
+- {name: PGSSLMODE, value: {{ .sslmode | quote }}}
+{{- end }}
+{{- if .caSecret }}
+- {name: PGSSLROOTCERT, value: "/etc/inferplane/db-ca/{{ .caKey }}"}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The database's CA bundle (database.tls.caSecret), mounted where PGSSLROOTCERT says. */}}
+{{- define "inferplane.dbmount" -}}
+{{- if .Values.database.tls.caSecret }}
+- {name: db-ca, mountPath: /etc/inferplane/db-ca, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "inferplane.dbvolume" -}}
+{{- if .Values.database.tls.caSecret }}
+- name: db-ca
+  secret: {secretName: {{ .Values.database.tls.caSecret }}}
+{{- end }}
 {{- end -}}
 
 {{- define "inferplane.image" -}}
@@ -150,6 +179,9 @@ securityContext:
     - {name: config, mountPath: /etc/mayu, readOnly: true}
     - {name: data, mountPath: /var/lib/mayu}
     - {name: tmp, mountPath: /tmp}
+    {{- if include "inferplane.usesDatabase" . }}
+    {{- include "inferplane.dbmount" . | nindent 4 }}
+    {{- end }}
   resources: {{ toYaml .Values.gateway.resources | nindent 4 }}
 {{- end -}}
 
@@ -212,5 +244,8 @@ spec:
     {{- if eq .Values.profile "lease" }}
     - name: data
       {{- toYaml .Values.lease.dataVolume | nindent 6 }}
+    {{- end }}
+    {{- if include "inferplane.usesDatabase" . }}
+    {{- include "inferplane.dbvolume" . | nindent 4 }}
     {{- end }}
 {{- end -}}
