@@ -137,6 +137,19 @@ async def admit(b: Backend, rid: str, *, usd: int = 1_000, tokens: int = 100) ->
     return permit
 
 
+async def crashed_journal(path: Path, never: Permit, seen: Permit) -> None:
+    """A crashed replica's journal at ``path``: ``never`` admitted only, ``seen``
+    admitted, dispatched and observed complete (40 input + 2 output tokens)."""
+    journal = Journal(str(path))
+    journal.open()
+    journal.admitted(never)
+    journal.admitted(seen)
+    await journal.dispatching(seen.id)
+    await journal.observed(seen.id, settlement(seen.request, Outcome(
+        kind=OutcomeKind.COMPLETE, usage=Usage(input=40, output=2))))
+    await journal.close()
+
+
 def usd_day(permit: Permit) -> str:
     [name] = [c.counter for c in permit.request.charges
               if c.counter.startswith("team:") and ":usd:day:" in c.counter]
@@ -234,14 +247,7 @@ async def test_bulk_resolution_uses_the_crashed_replicas_journal(backend):
     b = backend
     never, seen, unknown = (await admit(b, "never"), await admit(b, "seen"),
                             await admit(b, "unknown"))
-    journal = Journal(str(b.cwd / "journal-r1.jsonl"))
-    journal.open()
-    journal.admitted(never)
-    journal.admitted(seen)
-    await journal.dispatching(seen.id)
-    await journal.observed(seen.id, settlement(seen.request, Outcome(
-        kind=OutcomeKind.COMPLETE, usage=Usage(input=40, output=2))))
-    await journal.close()
+    await crashed_journal(b.cwd / "journal-r1.jsonl", never, seen)
     for p in (never, seen, unknown):
         b.backdate(p.id, 90)
     out = b.ok("permits", "resolve", "--all-older-than-minutes", "60",

@@ -10,11 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.ceilings import MAX_AMOUNT, MAX_TOKENS_PER_CLASS
-from gateway.governance import Journal, Outcome, OutcomeKind
-from gateway.pricing import Usage
-from tests.integration.test_cli_permits import Backend, admit, usd_day
+from tests.integration.test_cli_permits import Backend, admit, crashed_journal, usd_day
 from tests.integration.test_cli_permits import backend as backend  # noqa: F401 (fixture)
-from tests.settling import settlement
 
 KEYS = "input, output, cache_read, cache_write_5m, cache_write_1h, cache_write_unknown"
 
@@ -84,14 +81,7 @@ async def test_bulk_resolution_reports_unreadable_journal_lines(backend: Backend
     never, seen, damaged = (await admit(b, "never"), await admit(b, "seen"),
                             await admit(b, "damaged"))
     path = b.cwd / "journal-r1.jsonl"
-    journal = Journal(str(path))
-    journal.open()
-    journal.admitted(never)
-    journal.admitted(seen)
-    await journal.dispatching(seen.id)
-    await journal.observed(seen.id, settlement(seen.request, Outcome(
-        kind=OutcomeKind.COMPLETE, usage=Usage(input=40, output=2))))
-    await journal.close()
+    await crashed_journal(path, never, seen)
     secret = "sk-live-DO-NOT-LOG-55aa"
     with path.open("ab") as f:
         f.write(b'{"t":"admit","p":"' + damaged.id.encode() + b'","r":{"request_id":5,'
