@@ -44,7 +44,9 @@ class EntraTokens(CredentialSource[str]):
                                 key=f"{self._where}.credentials.client_secret_ref")
         extra: dict[str, Any] = {}
         if s.authority_host:
-            extra["authority"] = s.authority_host
+            # The named authority is trusted as given (a sovereign cloud, Azure Stack):
+            # no instance discovery against login.microsoftonline.com.
+            extra.update(authority=s.authority_host, disable_instance_discovery=True)
         return ClientSecretCredential(s.tenant_id, s.client_id, secret, **extra)
 
     def _fetch(self) -> Fetched[str]:

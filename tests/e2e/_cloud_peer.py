@@ -12,7 +12,10 @@ tool loop — and refuses what the cloud would:
   token this peer issued for Azure OpenAI's scope and that has not expired (401 as Azure
   answers), and a known ``api-version`` where the form requires one (400 otherwise);
 - the managed-identity endpoint of App Service (``GET /msi/token``, header
-  ``X-IDENTITY-HEADER`` = ``PEER_MSI_HEADER``), which azure-identity really calls;
+  ``X-IDENTITY-HEADER`` = ``PEER_MSI_HEADER``) and an Entra ID authority (tenant
+  discovery and the client-credentials token endpoint, secret ``PEER_ENTRA_CLIENT_SECRET``;
+  MSAL insists on https, so the peer also listens with TLS on ``--tls-port``), which
+  azure-identity really calls;
 - Vertex AI: ``/v1/projects/{p}/locations/{r}/publishers/anthropic/models/{m}:rawPredict``
   and ``:streamRawPredict``; a bearer token this peer's Google token endpoint issued and
   that has not expired (401 ``UNAUTHENTICATED`` otherwise), ``anthropic_version:
@@ -67,6 +70,7 @@ class Peer:
     def __init__(self) -> None:
         self.azure_key = os.environ.get("PEER_AZURE_API_KEY", "")
         self.msi_header = os.environ.get("PEER_MSI_HEADER", "")
+        self.client_secret = os.environ.get("PEER_ENTRA_CLIENT_SECRET", "")
         self.gcp_key_file = os.environ.get("PEER_GCP_PUBLIC_KEY", "")
         """Read on each token request: the key is written once the peer's URL is known."""
         self.ttl_s = float(os.environ.get("PEER_TOKEN_TTL_S", "3600"))
@@ -242,6 +246,27 @@ def create_peer_app(peer: Peer) -> Litestar:
         return _json({"access_token": token, "expires_on": str(int(expires)),
                       "resource": resource, "token_type": "Bearer"}, 200)
 
+    @get("/{tenant:str}/v2.0/.well-known/openid-configuration")
+    async def entra_discovery(request: Request[Any, Any, Any], tenant: str) -> Any:
+        base = f"{request.url.scheme}://{request.url.netloc}/{tenant}"
+        return {"issuer": f"{base}/v2.0", "token_endpoint": f"{base}/oauth2/v2.0/token",
+                "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
+                "device_authorization_endpoint": f"{base}/oauth2/v2.0/devicecode"}
+
+    @post("/{tenant:str}/oauth2/v2.0/token", status_code=200)
+    async def entra_token(request: Request[Any, Any, Any], tenant: str) -> Response[bytes]:
+        form = await request.form()
+        secret = str(form.get("client_secret", ""))
+        if form.get("grant_type") != "client_credentials" or not (
+                peer.client_secret and secrets.compare_digest(secret, peer.client_secret)):
+            return _json({"error": "invalid_client",
+                          "error_description": "AADSTS7000215: Invalid client secret"}, 401)
+        if form.get("scope") != f"{AZURE_SCOPE}/.default":
+            return _json({"error": "invalid_scope"}, 400)
+        token, expires = peer.issue(AZURE_SCOPE)
+        return _json({"token_type": "Bearer", "access_token": token,
+                      "expires_in": int(expires - time.time())}, 200)
+
     @post("/gcp/token", status_code=200)
     async def gcp_token(request: Request[Any, Any, Any]) -> Response[bytes]:
         form = await request.form()
@@ -325,17 +350,20 @@ def create_peer_app(peer: Peer) -> Litestar:
         return {"status": "ok"}
 
     return Litestar([v1_chat, v1_responses, v1_embeddings, dep_chat, dep_embeddings,
-                     dep_responses, msi_token, gcp_token, vertex, anthropic_messages, read_ledger,
-                     read_requests, read_issued, clear, health],
+                     dep_responses, msi_token, entra_discovery, entra_token, gcp_token,
+                     vertex, anthropic_messages, read_ledger, read_requests, read_issued,
+                     clear, health],
                     openapi_config=None, request_max_body_size=None)
 
 
-def start_peer(workdir: Path, env: dict[str, str]) -> Proc:
-    """The peer as a real process on a free port (``env``: its ``PEER_*`` settings)."""
+def start_peer(workdir: Path, env: dict[str, str], *, tls_port: int | None = None) -> Proc:
+    """The peer as a real process on a free port (``env``: its ``PEER_*`` settings), and
+    with TLS on ``tls_port`` too."""
     port = free_port()
     log = (workdir / f"cloud-peer-{port}.log").open("wb")
+    extra = ["--tls-port", str(tls_port)] if tls_port else []
     popen = subprocess.Popen([sys.executable, "-m", "tests.e2e._cloud_peer", "--port",
-                              str(port)], stdout=log, stderr=subprocess.STDOUT,
+                              str(port), *extra], stdout=log, stderr=subprocess.STDOUT,
                              env={**os.environ, "PYTHONPATH": str(ROOT), **env},
                              cwd=str(workdir))
     log.close()
@@ -344,13 +372,26 @@ def start_peer(workdir: Path, env: dict[str, str]) -> Proc:
 
 
 def main() -> int:
+    import asyncio
+
     import uvicorn
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tls-port", type=int, help="also https (PEER_TLS_CERT/_KEY)")
     args = parser.parse_args()
-    uvicorn.run(create_peer_app(Peer()), host="127.0.0.1", port=args.port,
-                log_level="warning", access_log=False)
+    app = create_peer_app(Peer())
+    configs = [uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning",
+                              access_log=False)]
+    if args.tls_port:
+        configs.append(uvicorn.Config(
+            app, host="127.0.0.1", port=args.tls_port, log_level="warning",
+            access_log=False, ssl_certfile=os.environ["PEER_TLS_CERT"],
+            ssl_keyfile=os.environ["PEER_TLS_KEY"]))
+
+    async def serve() -> None:
+        await asyncio.gather(*(uvicorn.Server(c).serve() for c in configs))
+    asyncio.run(serve())
     return 0
 
 

@@ -8,21 +8,25 @@ secrets it issued so a test can grep the run's files for each of them.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 
 from tests.e2e._cloud_peer import start_peer
-from tests.e2e._procs import Proc, create_key, create_team, start_gateway
+from tests.e2e._procs import Proc, create_key, create_team, free_port, start_gateway
 from tests.e2e.conftest import ADMIN_TOKEN, MAX_BODY, MAX_OUTPUT, PRICE
 
 PROJECT, REGION = "inferplane-test", "us-east5"
@@ -102,10 +106,32 @@ def _service_account(workdir: Path, token_uri: str, *, name: str = "service-acco
     return sa, pem
 
 
+def _tls_cert(workdir: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (the peer's https listener) and its key."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(minutes=5))
+            .not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = workdir / "peer-cert.pem", workdir / "peer-key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
 def _models() -> list[dict[str, Any]]:
     routes = {"gpt-azure": ("azure-v1", "mock-gpt"),
               "gpt-azure-dep": ("azure-deployments", "mock-gpt"),
               "gpt-azure-entra": ("azure-entra", "mock-gpt"),
+              "gpt-azure-secret": ("azure-client-secret", "mock-gpt"),
               "claude-vertex": ("vertex", "mock-claude"),
               "claude-up": ("anthropic", "mock-claude"),
               "claude-vertex-untrusted": ("vertex-untrusted", "mock-claude"),
@@ -130,14 +156,20 @@ def running_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Iterator[Clouds
 def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
     """The peer and a gateway with one provider per cloud credential kind."""
     found = {"azure_key": "az-" + secrets.token_urlsafe(24),
-             "msi_header": "msi-" + secrets.token_urlsafe(24)}
+             "msi_header": "msi-" + secrets.token_urlsafe(24),
+             "client_secret": "cs-" + secrets.token_urlsafe(24)}
+    cert, cert_key = _tls_cert(workdir)
+    tls_port = free_port()
     # The peer must exist before the key file names its token endpoint: start it, then
     # write the key whose public half it reads on each token request.
     public = workdir / "sa-public.pem"
     peer = start_peer(workdir, {"PEER_AZURE_API_KEY": found["azure_key"],
                                 "PEER_MSI_HEADER": found["msi_header"],
                                 "PEER_GCP_PUBLIC_KEY": str(public),
-                                "PEER_TOKEN_TTL_S": str(token_ttl_s)})
+                                "PEER_TOKEN_TTL_S": str(token_ttl_s),
+                                "PEER_ENTRA_CLIENT_SECRET": found["client_secret"],
+                                "PEER_TLS_CERT": str(cert), "PEER_TLS_KEY": str(cert_key)},
+                      tls_port=tls_port)
     try:
         sa, pem = _service_account(workdir, f"{peer.url}/gcp/token", public=public)
         # A key the peer does not trust: that provider never gets a token.
@@ -159,6 +191,13 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
                  "timeout_s": 30},
                 {"name": "azure-entra", "kind": "azure", "base_url": f"{peer.url}/openai/v1",
                  "credentials": {"kind": "azure"}, "timeout_s": 30},
+                {"name": "azure-client-secret", "kind": "azure",
+                 "base_url": f"{peer.url}/openai/v1",
+                 "credentials": {"kind": "azure", "tenant_id": "tenant-1",
+                                 "client_id": "client-1",
+                                 "client_secret_ref": "env:AZURE_CLIENT_SECRET",
+                                 "authority_host": f"https://127.0.0.1:{tls_port}"},
+                 "timeout_s": 30},
                 {"name": "vertex", "kind": "vertex", "base_url": vertex_base,
                  "credentials": {"kind": "gcp", "service_account_file": str(sa)},
                  "timeout_s": 30},
@@ -174,7 +213,10 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
             "MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN, "AZURE_OPENAI_API_KEY": found["azure_key"],
             # App Service's managed identity endpoint, as azure-identity reads it.
             "IDENTITY_ENDPOINT": f"{peer.url}/msi/token",
-            "IDENTITY_HEADER": found["msi_header"]})
+            "IDENTITY_HEADER": found["msi_header"],
+            "AZURE_CLIENT_SECRET": found["client_secret"],
+            # The peer's https authority is self-signed: trusted as requests trusts a CA.
+            "REQUESTS_CA_BUNDLE": str(cert)})
     except BaseException:
         peer.stop()
         raise

@@ -39,12 +39,13 @@ def _one(clouds: Clouds) -> dict[str, Any]:
 @pytest.mark.parametrize(("model", "path", "auth"), [
     ("gpt-azure", "/openai/v1/chat/completions", "api-key"),
     ("gpt-azure-dep", "/openai/deployments/mock-gpt/chat/completions", "api-key"),
-    ("gpt-azure-entra", "/openai/v1/chat/completions", "bearer")])
+    ("gpt-azure-entra", "/openai/v1/chat/completions", "bearer"),
+    ("gpt-azure-secret", "/openai/v1/chat/completions", "bearer")])
 def test_chat_reaches_each_azure_form_and_is_charged_its_record(
         clouds: Clouds, oai: openai.OpenAI, model: str, path: str, auth: str) -> None:
-    """Chat on the v1 API, the deployment form and with an Entra token: the peer saw its
-    path, auth and api-version, and the cost header equals the peer's record (cache read
-    included)."""
+    """Chat on the v1 API, the deployment form and with Entra tokens (managed identity,
+    client credentials): the peer saw its path, auth and api-version, and the cost header
+    equals the peer's record (cache read included)."""
     clouds.clear()
     raw = oai.chat.completions.with_raw_response.create(
         model=model, max_tokens=20, messages=[{"role": "user", "content": LONG}])
