@@ -19,7 +19,9 @@ import yaml
 from gateway.ceilings import MAX_AMOUNT
 from gateway.pricing import CLASSES, ModelPrice
 
-Provider = Literal["openai", "anthropic"]
+Provider = Literal["openai", "anthropic", "bedrock"]
+"""Who bills the model (``bedrock``: Claude on Amazon Bedrock, by model or inference-profile
+id)."""
 Lifecycle = Literal["active", "legacy", "deprecated"]
 Tokenizer = Literal["o200k_base", "cl100k_base", "anthropic_count_tokens"]
 """How a model's input is counted exactly: an OpenAI encoding the gateway counts with
@@ -93,7 +95,7 @@ def check_catalog(catalog: Catalog) -> Catalog:
                     or not 0 <= value <= MAX_AMOUNT:
                 raise CatalogError(f"{where}.price.{cls}: must be an integer µUSD/Mtok in "
                                    f"0..{MAX_AMOUNT}, got {value!r}")
-        if (m.tokenizer == "anthropic_count_tokens") != (m.provider == "anthropic"):
+        if (m.tokenizer == "anthropic_count_tokens") != (m.provider in ("anthropic", "bedrock")):
             raise CatalogError(f"{where}.tokenizer: {m.tokenizer} is not a {m.provider} "
                                "tokenizer")
         for field in ("max_input_tokens", "max_output_tokens"):

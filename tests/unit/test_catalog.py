@@ -11,7 +11,7 @@ from gateway.ceilings import MAX_AMOUNT
 from gateway.pricing import CLASSES, cost_bound_micro_usd
 
 CATALOG = builtin_catalog()
-ANTHROPIC = [m for m in CATALOG.models if m.provider == "anthropic"]
+ANTHROPIC = [m for m in CATALOG.models if m.provider in ("anthropic", "bedrock")]
 OPENAI = [m for m in CATALOG.models if m.provider == "openai"]
 
 
@@ -21,7 +21,8 @@ def test_the_shipped_catalog_is_dated_and_sourced() -> None:
     assert ANTHROPIC and OPENAI
     for m in CATALOG.models:
         assert m.source.startswith(("https://developers.openai.com/",
-                                    "https://platform.claude.com/")), m.id
+                                    "https://platform.claude.com/",
+                                    "https://docs.aws.amazon.com/bedrock/")), m.id
 
 
 @given(st.sampled_from(CATALOG.models))
