@@ -35,6 +35,6 @@ def standalone_warning(settings: Settings) -> str | None:
 
 
 def _issuers(settings: Settings) -> bool:
-    """Whether an OIDC issuer is configured (none yet: the identity settings land in
-    issue 35's identity package)."""
-    return False
+    """Whether ``identity`` names an OIDC issuer or inferplaned's credentials."""
+    identity = settings.identity
+    return identity is not None and (bool(identity.issuers) or identity.broker is not None)
