@@ -57,8 +57,9 @@ class GuardrailSettings(GuardrailProfile, frozen=True):
     """Guard every team with this block (false: only teams that name a profile)."""
     answers: bool = True
     """Scan the answers too (JSON and streamed): mask, block, and restore pseudonyms."""
-    holdback_chars: Annotated[int, msgspec.Meta(ge=16, le=4096)] = 64
-    """A stream's text held back per channel so a match split across chunks is seen
-    whole (a run of non-blank characters is held whole, up to ``max_hold_chars``)."""
+    holdback_chars: Annotated[int, msgspec.Meta(ge=16, le=4096)] = 16
+    """A stream's text held back per channel beyond what the cut rules hold (a run of
+    non-blank characters, a number's digit groups, an open private-key block: held
+    whole, up to ``max_hold_chars``); raise it for tenant patterns with spaces."""
     max_hold_chars: Annotated[int, msgspec.Meta(ge=256, le=1_048_576)] = 32_768
     profiles: dict[str, GuardrailProfile] = {}

@@ -34,7 +34,7 @@ from gateway.guardrails._guard import Guard, walk
 _EVENT = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _CONTEXT = 64
 """Released characters kept as the next scan's context (not sent again)."""
-_STEP = 32
+_STEP = 16
 """Text is released in steps of at least this many characters (fewer rescans)."""
 
 
@@ -49,6 +49,15 @@ class _Channel:
     sent: int = 0
 
 
+def _groups(before: str, after: str) -> bool:
+    """Whether a single space between ``before`` and ``after`` may join the groups of
+    one value: digits to digits (a card, a phone), digits to capitals (an IBAN's
+    ``GB82 WEST 1234``), ``(415) 555``, ``+33 (0)5``."""
+    if before.isdigit():
+        return after.isdigit() or after == "(" or (after.isascii() and after.isupper())
+    return after.isdigit() and (before == ")" or (before.isascii() and before.isupper()))
+
+
 def _safe_cut(buf: str, cut: int) -> int:
     """The release point at or before ``cut`` that splits no run a detector may match."""
     k = cut
@@ -56,10 +65,10 @@ def _safe_cut(buf: str, cut: int) -> int:
         left, right = buf[k - 1], buf[k]
         if not left.isspace() and not right.isspace():
             k -= 1  # inside a run of non-blank characters
-        elif (left == " " and k >= 2 and (buf[k - 2].isalnum() or buf[k - 2] == ")")
-              and (right.isalnum() or right == "(")
-              and (buf[k - 2].isdigit() or right.isdigit() or right == "(")):
+        elif left == " " and k >= 2 and _groups(buf[k - 2], right):
             k -= 1  # between the groups of a number written with spaces
+        elif right == " " and k + 1 < len(buf) and _groups(left, buf[k + 1]):
+            k -= 1  # the same, cut just before the space
         else:
             break
     begin = buf.rfind("-----BEGIN", 0, k)
@@ -249,7 +258,7 @@ class StreamGuard:
             k = _safe_cut(buf, len(buf) - policy.holdback) if len(buf) > policy.holdback else 0
             if len(buf) - k > policy.max_hold:
                 k = len(buf) - policy.holdback
-        if k <= 0 or (k < _STEP and not final):
+        if k <= 0 or (k < _STEP and ch.sent and not final):  # the first text: at once
             ch.buf = buf
             return ""
         # Scan what is held too: a match that starts before the cut moves the cut back.

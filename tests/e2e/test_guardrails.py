@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,9 @@ def g(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guarded]:
                 {"name": "an", "kind": "anthropic", "base_url": upstream.url}],
             "models": [
                 {"name": "gpt-g", "price": PRICE, "deployments": [{"provider": "oa"}]},
-                {"name": "claude-g", "price": PRICE, "deployments": [{"provider": "an"}]}],
+                {"name": "claude-g", "price": PRICE, "deployments": [{"provider": "an"}]},
+                {"name": "gpt-slow", "price": PRICE, "deployments": [
+                    {"provider": "oa", "upstream_model": "mock-slow-stream"}]}],
             "guardrails": {"enabled": True, "actions": {
                 "email": "pseudonymize", "phone": "pseudonymize", "private_key": "block"}}}))
         gw_port = free_port()  # info level: the findings' log lines are in the grep too
@@ -313,3 +316,30 @@ def test_no_planted_value_in_any_file_log_or_metric(g: Guarded) -> None:
         assert value not in metrics
         for path in files:
             assert value.encode() not in path.read_bytes(), f"{value!r} in {path}"
+
+
+def _first_text_s(url: str, headers: dict[str, str], model: str) -> float:
+    """Seconds from sending a streamed chat request to its first non-empty text delta."""
+    body = {"model": model, "stream": True, "max_tokens": 40,
+            "messages": [{"role": "user", "content": "count"}]}
+    start = time.monotonic()
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {") and json.loads(line[6:])["choices"] and \
+                    json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                return time.monotonic() - start
+    raise AssertionError("no text")
+
+
+def test_holdback_time_to_first_token(g: Guarded) -> None:
+    """The hold-back's time-to-first-token cost on a slow stream (one 3-character word
+    per 100 ms chunk), against the upstream direct: printed, and bounded by the chunks
+    the default 16-character hold-back needs (plus a load margin)."""
+    direct = min(_first_text_s(f"{g.upstream.url}/v1/chat/completions", {},
+                               "mock-slow-stream") for _ in range(2))
+    guarded = min(_first_text_s(f"{g.gateway.url}/v1/chat/completions",
+                                {"authorization": f"Bearer {g.key}"}, "gpt-slow")
+                  for _ in range(2))
+    print(f"time to first text: upstream {direct * 1000:.0f} ms, through the guardrails "
+          f"{guarded * 1000:.0f} ms (+{(guarded - direct) * 1000:.0f} ms)")
+    assert guarded - direct < 7 * 0.1 + 2.0

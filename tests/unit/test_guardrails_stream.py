@@ -25,8 +25,11 @@ CARD = "5425 2334 3010 9903"
 EMAIL = "ana.lima@example.com"
 
 
-def _guard() -> Guard:
-    policy = policy_for(SETTINGS, ())
+MASK_ALL = msgspec.convert({"enabled": True}, GuardrailSettings)
+
+
+def _guard(settings: GuardrailSettings = SETTINGS) -> Guard:
+    policy = policy_for(settings, ())
     assert policy is not None
     guard = Guard(policy, "req_test")
     guard.pseudonyms["[EMAIL_1]"] = EMAIL
@@ -67,10 +70,11 @@ def _text(endpoint: str, out: bytes) -> tuple[str, str]:
     return text, args
 
 
-def _run(endpoint: str, raw: bytes, cut: int) -> bytes:
+def _run(endpoint: str, raw: bytes, cut: int,
+         settings: GuardrailSettings = SETTINGS) -> bytes:
     """The filter fed complete events in pieces of about ``cut`` bytes (as the relay
     hands it what the meter completed)."""
-    sg = StreamGuard(_guard(), endpoint)
+    sg = StreamGuard(_guard(settings), endpoint)
     events = [e + b"\n\n" for e in raw.split(b"\n\n") if e]
     out = b""
     batch = b""
@@ -134,3 +138,29 @@ def test_holdback_cost_is_small() -> None:
           f"{held} events (hold-back {SETTINGS.holdback_chars} chars)")
     assert _text("chat", out)[0] == words
     assert per_kb < 20
+
+
+def test_every_split_point_at_the_minimal_holdback() -> None:
+    """At the smallest hold-back (16), a text with a spaced card, IBAN and phone number,
+    an email, an AWS key and a secret after its name is cut at every position (and in
+    three at random): no planted value, nor 8 characters of one, ever goes out."""
+    import random
+    values = ["4539 1488 0343 6467", "DE89 3704 0044 0532 0130 00", "+1 415 555 0199",
+              "ana.lima@example.com", "AKIAIOSFODNN7EXAMPLE", "q8Z!vR2#mK9@xL4pW7"]
+    text = (f"card {values[0]}, iban {values[1]}; call {values[2]} or {values[3]}. "
+            f"key {values[4]} and password = {values[5]} end")
+    rng = random.Random(39)
+    cuts = [[i] for i in range(1, len(text))]
+    cuts += [sorted(rng.sample(range(1, len(text)), 2)) for _ in range(200)]
+    for points in cuts:
+        bounds = [0, *points, len(text)]
+        parts = [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+        _, events = answer("chat", {"model": "m", "stream": True, "max_tokens": 1000,
+                                    "messages": []}, {"parts": parts})
+        raw = b"".join(events)  # type: ignore[arg-type]
+        out = _run("chat", raw, 1, MASK_ALL)
+        got = _text("chat", out)[0]
+        for value in values:
+            assert value not in got and value[:8] not in got, (points, got)
+        assert got.startswith("card [CARD], iban [IBAN]; call [PHONE] or [EMAIL]. key "
+                              "[AWS_KEY] and password = [SECRET] end"[:len(got)])
