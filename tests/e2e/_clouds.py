@@ -127,6 +127,25 @@ def _tls_cert(workdir: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+def _key_line(pem: str) -> str:
+    """One line of a PEM key's body: what a leak of the key would contain."""
+    return pem.split("-----")[2].strip().splitlines()[1]
+
+
+def _add_untrusted(config: dict[str, Any], workdir: Path, peer: Proc,
+                   found: dict[str, str]) -> None:
+    """A vertex provider whose service-account key the peer does not trust."""
+    sa, pem = _service_account(workdir, f"{peer.url}/gcp/token", name="untrusted")
+    found["untrusted_private_key"] = _key_line(pem)
+    config["providers"].append({
+        "name": "vertex-untrusted", "kind": "vertex",
+        "base_url": f"{peer.url}/v1/projects/{PROJECT}/locations/{REGION}",
+        "credentials": {"kind": "gcp", "service_account_file": str(sa)}, "timeout_s": 30})
+    config["models"].append({
+        "name": "claude-vertex-untrusted", "price": PRICE,
+        "deployments": [{"provider": "vertex-untrusted", "upstream_model": "mock-claude"}]})
+
+
 def _models() -> list[dict[str, Any]]:
     routes = {"gpt-azure": ("azure-v1", "mock-gpt"),
               "gpt-azure-dep": ("azure-deployments", "mock-gpt"),
@@ -134,7 +153,6 @@ def _models() -> list[dict[str, Any]]:
               "gpt-azure-secret": ("azure-client-secret", "mock-gpt"),
               "claude-vertex": ("vertex", "mock-claude"),
               "claude-up": ("anthropic", "mock-claude"),
-              "claude-vertex-untrusted": ("vertex-untrusted", "mock-claude"),
               # What Claude Code asks for in Vertex mode (claude-sonnet-4-5@20250929).
               "claude-sonnet-4-5-20250929": ("vertex", "mock-claude")}
     # max_input_tokens: Codex offers web_search, input the body does not carry.
@@ -144,17 +162,21 @@ def _models() -> list[dict[str, Any]]:
 
 
 @contextmanager
-def running_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Iterator[Clouds]:
+def running_clouds(workdir: Path, *, token_ttl_s: int = 3600,
+                   untrusted: bool = False) -> Iterator[Clouds]:
     """:func:`start_clouds`, stopped on exit (a module fixture's body)."""
-    clouds = start_clouds(workdir, token_ttl_s=token_ttl_s)
+    clouds = start_clouds(workdir, token_ttl_s=token_ttl_s, untrusted=untrusted)
     try:
         yield clouds
     finally:
         clouds.stop()
 
 
-def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
-    """The peer and a gateway with one provider per cloud credential kind."""
+def start_clouds(workdir: Path, *, token_ttl_s: int = 3600,
+                 untrusted: bool = False) -> Clouds:
+    """The peer and a gateway with one provider per cloud credential kind; with
+    ``untrusted``, also ``claude-vertex-untrusted`` on a service account whose key the
+    peer does not trust (it never gets a token; start-up waits 10 s for it)."""
     found = {"azure_key": "az-" + secrets.token_urlsafe(24),
              "msi_header": "msi-" + secrets.token_urlsafe(24),
              "client_secret": "cs-" + secrets.token_urlsafe(24)}
@@ -172,11 +194,7 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
                       tls_port=tls_port)
     try:
         sa, pem = _service_account(workdir, f"{peer.url}/gcp/token", public=public)
-        # A key the peer does not trust: that provider never gets a token.
-        untrusted, other = _service_account(workdir, f"{peer.url}/gcp/token",
-                                            name="untrusted")
-        found["sa_private_key"] = pem.split("-----")[2].strip().splitlines()[1]
-        found["untrusted_private_key"] = other.split("-----")[2].strip().splitlines()[1]
+        found["sa_private_key"] = _key_line(pem)
         vertex_base = f"{peer.url}/v1/projects/{PROJECT}/locations/{REGION}"
         config = {
             "data_dir": str(workdir / "data"), "demo": False,
@@ -201,12 +219,11 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600) -> Clouds:
                 {"name": "vertex", "kind": "vertex", "base_url": vertex_base,
                  "credentials": {"kind": "gcp", "service_account_file": str(sa)},
                  "timeout_s": 30},
-                {"name": "vertex-untrusted", "kind": "vertex", "base_url": vertex_base,
-                 "credentials": {"kind": "gcp", "service_account_file": str(untrusted)},
-                 "timeout_s": 30},
                 {"name": "anthropic", "kind": "anthropic", "base_url": f"{peer.url}/anthropic",
                  "api_key_ref": "env:AZURE_OPENAI_API_KEY", "timeout_s": 30}],
             "models": _models()}
+        if untrusted:
+            _add_untrusted(config, workdir, peer, found)
         path = workdir / "mayu.yaml"
         path.write_text(yaml.safe_dump(config))
         gateway = start_gateway(path, env={

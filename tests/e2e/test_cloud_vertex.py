@@ -21,7 +21,7 @@ RAW = f"/v1/projects/{PROJECT}/locations/{REGION}/publishers/anthropic/models/mo
 
 @pytest.fixture(scope="module")
 def clouds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clouds]:
-    with running_clouds(tmp_path_factory.mktemp("vertex")) as started:
+    with running_clouds(tmp_path_factory.mktemp("vertex"), untrusted=True) as started:
         yield started
 
 
