@@ -159,9 +159,15 @@ async def _within_own(request: Request[Any, Any, Any], handler: BaseRouteHandler
     which it must take), or the team list (narrowed by its handler); a member only for
     themselves (the route's ``user``) and, where it names one, one of their teams."""
     takes = handler.parsed_fn_signature.parameters
-    named = {k: v for k, v in request.query_params.items() if k in ("team", "user")}
-    named.update({k: str(v) for k, v in request.path_params.items()
-                  if k in ("team", "user")})
+    named: dict[str, str] = {}
+    for name in ("team", "user"):
+        given = {*request.query_params.getall(name, []),
+                 *([str(request.path_params[name])] if name in request.path_params else [])}
+        if len(given) > 1:  # the guard and the handler must read the same one
+            raise AccessDenied(f"{role.name.replace('_', ' ')} {role.user!r}: one {name} "
+                               "per request")
+        if given:
+            named[name] = given.pop()
     team, user = named.get("team"), named.get("user")
     if role.name == "team_lead":
         if request.url.path == "/admin/v1/teams":

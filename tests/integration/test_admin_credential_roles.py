@@ -62,8 +62,8 @@ def jwks_url() -> Iterator[str]:
 async def test_a_gateway_credential_reads_only_its_holder_s_own(
         request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         jwks_url: str) -> None:
-    """Own requests and member budget: 200; all requests, another user, another team,
-    any write: 403; after its key is revoked: 401."""
+    """Own requests and member budget: 200; all requests, another user, another team, a
+    second user or team beside its own, any write: 403; after its key is revoked: 401."""
     settings = gateway_settings(request, tmp_path, monkeypatch, profile="local")
     broker = IssuerSettings(issuer=ISSUER, audience=["mayu"], algorithms=("EdDSA",),
                             user_claim="sub", jwks_url=jwks_url)
@@ -84,7 +84,10 @@ async def test_a_gateway_credential_reads_only_its_holder_s_own(
         for path, params in (("/admin/v1/requests", {}),
                              ("/admin/v1/requests", {"user": "other@example.com"}),
                              ("/admin/v1/teams/beta", {}), ("/admin/v1/teams", {}),
-                             ("/admin/v1/requests", {"user": USER, "team": "beta"})):
+                             ("/admin/v1/requests", {"user": USER, "team": "beta"}),
+                             ("/admin/v1/requests", [("user", "o@x.com"), ("user", USER)]),
+                             ("/admin/v1/requests/summary",
+                              [("user", USER), ("team", "beta"), ("team", "alpha")])):
             r = await c.get(path, params=params, headers=me)
             assert r.status_code == 403, (path, params, r.text)
         assert (await c.post("/admin/v1/teams", headers=me,
