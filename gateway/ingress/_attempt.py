@@ -91,6 +91,8 @@ class Attempt:
     settled: bool = False
     dispatched: bool = False
     """Bytes of the request may have reached the upstream (cancelled vs uncertain)."""
+    after: tuple[str, ...] = ()
+    """The deployments this request tried before this one (a fallback: they failed)."""
 
     @property
     def request_id(self) -> str:
@@ -187,6 +189,11 @@ class Attempt:
             error.extra_headers["x-inferplane-input-bound"] = call.bounds.input_basis
         if call.output_cap is not None:
             error.extra_headers["x-inferplane-output-cap"] = str(call.output_cap)
+        if self.after:  # nothing was sent to it: the fallback is not tried
+            name = call.gw.router.name_of(call.model, self.deployment)
+            error.message = (f"{', '.join(self.after)} failed; the fallback to {name} "
+                             f"(bound {call.usd_bound} µUSD at its price) was not tried. "
+                             f"{error.message}")
         self.audit(event="refused", status=decision.status, refusal=error.message,
                    counter=decision.counter)
         return error

@@ -150,8 +150,10 @@ async def dispatch(call: Call, *, session: Session | None = None) -> Reply:
     answers."""
     plan = call.gw.router.plan(call.model, call.deployments, session=session)
     await plan.settle_affinity()  # preferAffinity: a bounded wait for the pinned one
+    failed: list[str] = []  # the deployments tried before, for a fallback's refusal
     for index, (deployment, provider) in enumerate(plan.order):
-        attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index)
+        attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index,
+                          after=tuple(failed))
         await attempt.bound()  # this deployment's cap and counts
         await attempt.admit()  # one call to the Governor: a permit, or the refusal
         # Dispatch; the permit is settled once, as the answer ends (or here, on a failure).
@@ -161,6 +163,7 @@ async def dispatch(call: Call, *, session: Session | None = None) -> Reply:
                 plan.served(deployment)
             return reply
         call = attempt.call  # settled; the next deployment starts from this value
+        failed.append(call.gw.router.name_of(call.model, deployment))
     raise UpstreamUnavailable("no deployment could be tried")  # pragma: no cover
 
 

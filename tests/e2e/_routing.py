@@ -63,31 +63,42 @@ class Routed:
             proc.stop()
 
 
+def routed_config(workdir: Path, upstreams: dict[str, Proc], providers: dict[str, str],
+                  models: list[dict[str, Any]], *, name: str = "mayu",
+                  extra: dict[str, Any] | None = None) -> Path:
+    """A gateway config over ``upstreams`` (provider name → its process; ``providers``:
+    name → kind). ``models`` are ``models:`` entries (each gets the tests' ``PRICE``
+    unless it sets one); ``extra`` is merged into the top of the config."""
+    config: dict[str, Any] = {
+        "data_dir": str(workdir / f"data-{name}"), "demo": False,
+        "server": {"max_body_bytes": MAX_BODY, "max_output_tokens": MAX_OUTPUT,
+                   "admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN", "replica_id": name},
+        "providers": [{"name": p, "kind": kind, "timeout_s": 30,
+                       "base_url": upstreams[p].url + ("/v1" if kind == "openai" else "")}
+                      for p, kind in providers.items()],
+        "models": [{"price": PRICE, **m} for m in models], **(extra or {})}
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start_routed_gateway(config: Path, env: dict[str, str] | None = None) -> Proc:
+    port = free_port()
+    return wait_ready(start(["serve", "--config", str(config), "--port", str(port),
+                             "--log-level", "warning"], port=port,
+                            log_path=config.parent / f"gateway-{port}.log",
+                            env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN, **(env or {})}))
+
+
 def start_routed(workdir: Path, providers: dict[str, str], models: list[dict[str, Any]],
-                 *, prompt_cache: bool = True, extra: dict[str, Any] | None = None) -> Routed:
-    """Start one mock upstream per provider (name → kind), then the gateway over them.
-    ``models`` are ``models:`` entries (each gets the tests' ``PRICE`` unless it sets
-    one); ``extra`` is merged into the top of the config."""
+                 *, prompt_cache: bool = True) -> Routed:
+    """Start one mock upstream per provider (name → kind), then the gateway over them."""
     upstreams: dict[str, Proc] = {}
     try:
         for name in providers:
             upstreams[name] = start_deployment(workdir, prompt_cache=prompt_cache)
-        config: dict[str, Any] = {
-            "data_dir": str(workdir / "data"), "demo": False,
-            "server": {"max_body_bytes": MAX_BODY, "max_output_tokens": MAX_OUTPUT,
-                       "admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
-            "providers": [{"name": name, "kind": kind, "timeout_s": 30,
-                           "base_url": upstreams[name].url + ("/v1" if kind == "openai"
-                                                              else "")}
-                          for name, kind in providers.items()],
-            "models": [{"price": PRICE, **m} for m in models], **(extra or {})}
-        path = workdir / "mayu.yaml"
-        path.write_text(yaml.safe_dump(config))
-        port = free_port()
-        gateway = wait_ready(start(["serve", "--config", str(path), "--port", str(port),
-                                    "--log-level", "warning"], port=port,
-                                   log_path=workdir / f"gateway-{port}.log",
-                                   env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN}))
+        path = routed_config(workdir, upstreams, providers, models)
+        gateway = start_routed_gateway(path)
     except BaseException:
         for proc in upstreams.values():
             proc.stop()
