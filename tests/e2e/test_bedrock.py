@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -36,6 +37,7 @@ from botocore.credentials import Credentials
 from tests.e2e._procs import (
     Proc,
     free_port,
+    run_cli,
     start_gateway,
     start_mock_upstream,
     wait_ready,
@@ -379,6 +381,36 @@ def test_cut_bedrock_streams_keep_the_three_figures(bedrock: Bedrock, model: str
         assert 0 < usage["usd_committed"] < bound
 
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "bedrock.md"
+
+
+def doc_env(carrier: str, *, url: str, key: str) -> dict[str, str]:
+    """Claude Code's settings as docs/bedrock.md shows them (its two ``sh`` blocks: the
+    custom-header settings; the bearer line replacing their last two), for this run."""
+    text = DOC.read_text().replace("https://gateway.example.com", url)
+    blocks = [dict(line.removeprefix("export ").split("=", 1) for line in b.splitlines())
+              for b in re.findall(r"```sh\n(.*?)```", text, re.S)]
+    env = {k: v.strip('"').replace("sk-inf-...", key) for k, v in blocks[0].items()}
+    if carrier == "bearer":
+        del env["CLAUDE_CODE_SKIP_BEDROCK_AUTH"], env["ANTHROPIC_CUSTOM_HEADERS"]
+        env |= {k: v.replace("sk-inf-...", key) for k, v in blocks[1].items()}
+    return env
+
+
+def test_the_docs_config_loads(tmp_path: Path) -> None:
+    """docs/bedrock.md's provider config is valid as written, and its inference-profile
+    model takes its prices from the catalog."""
+    block = re.search(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
+    assert block is not None
+    path = tmp_path / "mayu.yaml"
+    path.write_text(f"data_dir: {tmp_path / 'data'}\n{block.group(1)}")
+    checked = run_cli("config", "check", "--config", str(path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    listed = run_cli("models", "list", "--config", str(path), "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert "3300000" in listed.stdout.replace("_", "")  # us. profile: $3.30 / MTok input
+
+
 @pytest.mark.parametrize("carrier", ["custom-header", "bearer"])
 def test_claude_code_bedrock_mode_runs_a_tool_loop(bedrock: Bedrock, claude: list[str],  # noqa: F811
                                                    tmp_path: Path, carrier: str) -> None:
@@ -393,14 +425,8 @@ def test_claude_code_bedrock_mode_runs_a_tool_loop(bedrock: Bedrock, claude: lis
     project.mkdir()
     (project / "notes.txt").write_text("the notes say 42\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
-           "LANG": "C.UTF-8", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_USE_BEDROCK": "1",
-           "ANTHROPIC_BEDROCK_BASE_URL": f"{bedrock.stack.gateway.url}/bedrock",
-           "AWS_REGION": REGION}
-    if carrier == "custom-header":
-        env |= {"CLAUDE_CODE_SKIP_BEDROCK_AUTH": "1",
-                "ANTHROPIC_CUSTOM_HEADERS": f"x-api-key: {key}"}
-    else:
-        env |= {"AWS_BEARER_TOKEN_BEDROCK": key}
+           "LANG": "C.UTF-8", "DISABLE_AUTOUPDATER": "1",
+           **doc_env(carrier, url=bedrock.stack.gateway.url, key=key)}
     httpx.delete(f"{bedrock.peer.url}/__peer/ledger")
     run = subprocess.run([*claude, "-p", f"READ:{project / 'notes.txt'}"], env=env,
                          cwd=project, stdin=subprocess.DEVNULL, capture_output=True,
