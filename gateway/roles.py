@@ -42,6 +42,10 @@ class ConsoleClient(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         msgspec.field(default_factory=lambda: ["openid", "email", "profile"]))
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "single sign-on"
     """The sign-in button's words ("Sign in with …")."""
+    redirect_uri: Annotated[str, msgspec.Meta(
+        pattern=r"^https?://[^\s?#]{1,2000}/console/sso/callback$")] | None = None
+    """The callback URL registered at the issuer (unset: the visitor's own scheme and
+    host, as a trusted proxy forwards them, and ``/console/sso/callback``)."""
 
 
 class RoleSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

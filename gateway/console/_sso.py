@@ -27,6 +27,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 from typing import Any
 from urllib.parse import urlencode
@@ -66,8 +67,8 @@ def _challenge(verifier: str) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def _redirect_uri(request: AnyRequest) -> str:
-    return f"{request.url.scheme}://{request.url.netloc}{CALLBACK}"
+def _redirect_uri(request: AnyRequest, client: ConsoleClient) -> str:
+    return client.redirect_uri or f"{request.url.scheme}://{request.url.netloc}{CALLBACK}"
 
 
 async def _endpoints(request: AnyRequest, issuer: IssuerSettings) -> dict[str, str]:
@@ -108,7 +109,7 @@ async def sso_start(request: AnyRequest, index: FromPath[int]) -> Response[Any]:
                        503)
     flow = f"{index}.{secrets.token_urlsafe(32)}"
     query = {"response_type": "code", "client_id": client.client_id,
-             "redirect_uri": _redirect_uri(request), "scope": " ".join(client.scopes),
+             "redirect_uri": _redirect_uri(request, client), "scope": " ".join(client.scopes),
              "state": _derive(flow, b"state"), "nonce": _derive(flow, b"nonce"),
              "code_challenge": _challenge(_derive(flow, b"pkce")),
              "code_challenge_method": "S256"}
@@ -122,7 +123,7 @@ async def _exchange(request: AnyRequest, index: int, issuer: IssuerSettings,
                     client: ConsoleClient, code: str, verifier: str) -> str:
     """The ID token the issuer's token endpoint answers for ``code``."""
     form = {"grant_type": "authorization_code", "code": code, "client_id": client.client_id,
-            "redirect_uri": _redirect_uri(request), "code_verifier": verifier}
+            "redirect_uri": _redirect_uri(request, client), "code_verifier": verifier}
     auth: httpx.Auth | None = None
     if client.client_secret_ref is not None:
         secret = resolve_secret(client.client_secret_ref, key=f"identity.issuers[{index}]"
@@ -152,9 +153,10 @@ async def sso_callback(request: AnyRequest) -> Response[Any]:
     if found is None or not hmac.compare_digest(state, _derive(flow, b"state")):
         return _failed(request, "this sign-in was not started here, or it expired "
                        "(state does not match): start again", 400)
-    if request.query_params.get("error"):
+    error = request.query_params.get("error")
+    if error:  # the issuer's error code, reduced to its alphabet (it is logged)
         return _failed(request, "the issuer did not sign you in "
-                       f"({str(request.query_params.get('error'))[:64]})")
+                       f"({re.sub(r'[^A-Za-z0-9_.-]', '', error)[:64]})")
     issuer, client = found
     try:
         id_token = await _exchange(request, int(index), issuer, client,

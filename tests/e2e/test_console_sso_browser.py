@@ -86,7 +86,7 @@ def site(oidc: OidcProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """``mayu serve`` (INFO logs) trusting the provider, with roles by group and the
     console registered as a confidential client."""
     work = tmp_path_factory.mktemp("sso")
-    config = work / "mayu.yaml"
+    config, port = work / "mayu.yaml", free_port()
     config.write_text(yaml.safe_dump({
         "data_dir": str(work / "data"), "demo": False,
         "server": {"admin_tokens": [{"name": "ops", "token_ref": "env:IDC_WRITE",
@@ -97,8 +97,9 @@ def site(oidc: OidcProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             "roles": {"admin": ["platform-admins"], "reader": ["finance"],
                       "team_lead": ["leads"],
                       "console": {"client_id": CONSOLE_ID, "name": ISSUER_NAME,
-                                  "client_secret_ref": "env:IDC_CLIENT_SECRET"}}}]}}))
-    port = free_port()
+                                  "client_secret_ref": "env:IDC_CLIENT_SECRET",
+                                  "redirect_uri": f"http://127.0.0.1:{port}"
+                                                  "/console/sso/callback"}}}]}}))
     proc = wait_ready(start(["serve", "--config", str(config), "--port", str(port),
                              "--log-level", "info"], port=port, log_path=work / "gateway.log",
                             env={"IDC_WRITE": WRITE, "IDC_CLIENT_SECRET": CLIENT_SECRET}))
@@ -262,7 +263,8 @@ def test_a_forged_or_foreign_bearer_is_a_401(site: Site, oidc: OidcProvider) -> 
 
 def test_a_callback_not_started_by_this_browser_makes_no_session(site: Site) -> None:
     """A callback without the flow cookie, or with a state not derived from it, is a 400
-    and sets no session cookie."""
+    and sets no session cookie; the issuer's error is shown and logged reduced to its
+    alphabet."""
     with httpx.Client(base_url=site.url) as c:
         start = c.get("/console/sso/0")
         assert start.status_code == 303 and "code_challenge_method=S256" in (
@@ -275,6 +277,12 @@ def test_a_callback_not_started_by_this_browser_makes_no_session(site: Site) -> 
             r = c.get("/console/sso/callback", params={"state": "forged", "code": "x"})
             assert r.status_code == 400, r.text
             assert "inferplane_console=" not in r.headers.get("set-cookie", "")
+        c.cookies.set("inferplane_console_sso", flow)
+        state = parse_qs(urlsplit(start.headers["location"]).query)["state"][0]
+        refused = c.get("/console/sso/callback", params={
+            "state": state, "error": "access_denied\nforged log line"})
+        assert refused.status_code == 401 and "(access_deniedforgedlogline)" in refused.text
+        assert "forged log line" not in site.proc.logs()
 
 
 def test_an_admin_token_sign_in_is_audited_as_break_glass(browser: Any, site: Site) -> None:
