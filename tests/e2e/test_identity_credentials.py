@@ -30,7 +30,7 @@ from gateway.identity import derive_key
 from tests.e2e._controlplane import MODEL, WRITER_TOKEN, SharedStack
 from tests.e2e._identity import DEFAULT_MEMBER_USD, SECRETS, exchange, identity_stack
 from tests.e2e._oidc import OidcProvider
-from tests.e2e._procs import wait_none_pending
+from tests.e2e._procs import run_cli, wait_none_pending
 
 pytestmark = pytest.mark.e2e
 
@@ -40,9 +40,9 @@ RETIRED = "retired-signing-secret-" + "r" * 24  # listed no more: its key is ret
 @pytest.fixture(scope="module")
 def stack(oidc: OidcProvider, pg_module_dsn: str,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
-    """inferplaned brokering credentials for the provider's users; two gateways."""
+    """inferplaned brokering credentials for the provider's users; three gateways."""
     yield from identity_stack(oidc, pg_module_dsn, tmp_path_factory.mktemp("identity"),
-                              gateways=2)
+                              gateways=3)
 
 
 def _credential(stack: SharedStack, oidc: OidcProvider, sub: str,
@@ -74,7 +74,7 @@ def test_the_sdks_spend_as_the_person_under_the_default_member_budget(
     and the anthropic SDK on the other; /v1/me names ada under eng's default member
     budget; the request log names her; her user record keeps issuer and subject."""
     credential = _credential(stack, oidc, "ada-sub", ["eng"])
-    gw0, gw1 = stack.gateways
+    gw0, gw1 = stack.gateways[:2]
     chat = openai.OpenAI(base_url=f"{gw0.url}/v1", api_key=credential, max_retries=0)
     assert chat.chat.completions.create(
         model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]).choices
@@ -187,10 +187,48 @@ def test_a_credential_of_the_previous_key_works_until_that_key_is_retired(
     assert _status(stack.gateways[1].url, by_old, "anthropic")[0] == 200
 
 
+def test_the_default_member_budget_binds_a_credential_across_three_replicas(
+        stack: SharedStack, oidc: OidcProvider) -> None:
+    """With ml's default member budget at 1 500 µUSD a day (about one request's worst
+    case), ivy's credential is served round-robin by three replicas until refused (402 or
+    429 in the client's shape); what is committed for her never passes the budget."""
+    limit = 1_500
+    assert stack.config is not None
+    done = run_cli("members", "set-default", "ml", "--usd-micros-per-day", str(limit),
+                   "--config", str(stack.config), env={"INFERPLANE_DATABASE_URL": stack.dsn})
+    assert done.returncode == 0, done.stderr
+    credential = _credential(stack, oidc, "ivy-sub", ["ml"])
+    statuses = [_status(stack.gateways[n % 3].url, credential, "openai")[0]
+                for n in range(60)]
+    assert statuses[0] == 200 and statuses.count(200) >= 3
+    assert {s for s in statuses if s != 200} <= {402, 429} and statuses[-1] != 200
+    wait_none_pending(stack.dsn)
+    with psycopg.connect(stack.dsn) as conn:
+        row = conn.execute("SELECT sum(usd_committed + coalesce(usd_liability, 0)), "
+                           "count(DISTINCT key_id) FROM permits "
+                           "WHERE user_name = 'ivy-sub@example.com'").fetchone()
+    assert row is not None and 0 < row[0] <= limit and row[1] == 1
+
+
+def test_a_token_of_the_idps_new_key_is_exchanged_without_a_restart(
+        stack: SharedStack, oidc: OidcProvider) -> None:
+    """After the IdP rotates its signing key, inferplaned exchanges a token of the new
+    key (its JWKS refetched on the unknown kid, within its 1 s refresh interval) and still
+    one of the old key while that stays published."""
+    old_token = oidc.token("jay-sub", groups=["eng"])
+    oidc.rotate()
+    new_token = oidc.token("jay-sub", groups=["eng"])
+    end = time.monotonic() + 10
+    while (r := exchange(stack, new_token)).status_code != 200:
+        assert time.monotonic() < end, r.text
+        time.sleep(0.2)
+    assert exchange(stack, old_token).status_code == 200
+
+
 def test_revoking_a_user_refuses_their_credentials_on_every_replica_within_seconds(
         stack: SharedStack, oidc: OidcProvider) -> None:
     """After ``POST /v1alpha1/users/{name}/revoke`` the user's credential is a 401 on
-    both replicas within 5 s, and a new exchange is refused."""
+    every replica within 5 s, and a new exchange is refused."""
     credential = _credential(stack, oidc, "fay-sub", ["eng"])
     assert all(_status(g.url, credential, "openai")[0] == 200 for g in stack.gateways)
     assert stack.control is not None
