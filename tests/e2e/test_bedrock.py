@@ -381,6 +381,30 @@ def test_cut_bedrock_streams_keep_the_three_figures(bedrock: Bedrock, model: str
         assert 0 < usage["usd_committed"] < bound
 
 
+def test_client_leaving_a_bedrock_stream_keeps_the_three_figures(bedrock: Bedrock) -> None:
+    """A Bedrock-framed client that hangs up after the first event-stream message: the
+    attempt settles uncertain, committed what was observed and the rest of the bound
+    liability; nothing stays reserved and the peer never reported usage."""
+    key = bedrock.stack.team_key("bedrock-leaves")
+    httpx.delete(f"{bedrock.peer.url}/__peer/ledger")
+    url = (f"{bedrock.stack.gateway.url}/bedrock/model/claude-role-long/"
+           "invoke-with-response-stream")
+    with httpx.Client(timeout=60) as client, client.stream(
+            "POST", url, json=HI, headers={"x-api-key": key}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"] == "application/vnd.amazon.eventstream"
+        bound = int(r.headers["x-inferplane-usd-bound"])
+        permit = r.headers["x-inferplane-permit"]
+        assert b":event-type" in next(r.iter_bytes())  # one chunk message, then gone
+    usage = bedrock.settled(key)
+    assert usage["usd_committed"] + usage["usd_liability"] == bound
+    assert usage["usd_committed"] < bound
+    settled = [a for a in bedrock.stack.audit() if a.get("permit") == permit
+               and a.get("event") == "settled"]
+    assert [a["outcome"] for a in settled] == ["uncertain"]
+    assert bedrock.ledger() == []
+
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "bedrock.md"
 
 
