@@ -19,6 +19,7 @@ memory and refreshed off the request path.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
 import msgspec
@@ -80,3 +81,6 @@ class AzureProvider(CloudProvider):
 
     def _headers(self, client_headers: dict[str, str]) -> dict[str, str]:
         return self._auth_headers()
+
+    def _error_doc(self, kind: str, message: str) -> dict[str, Any]:
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}

@@ -11,6 +11,12 @@ starts and stops the source with the provider.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import msgspec
+
 from gateway.config import ProviderSettings, StaticCredentials, resolve_secret
 from gateway.providers._base import UpstreamResponse
 from gateway.providers._credentials import (
@@ -20,6 +26,25 @@ from gateway.providers._credentials import (
 )
 from gateway.providers._http import HttpProvider
 from gateway.usage import Endpoint
+
+
+def error_message(raw: bytes) -> str:
+    """The message of an error body in Google's, OpenAI's/Azure's or Anthropic's shape
+    (``{"error": {"message"}}``, Google's sometimes in a one-item list), else its start."""
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw[:200].decode("utf-8", "replace")
+    if isinstance(doc, list) and doc:
+        doc = doc[0]
+    error = doc.get("error") if isinstance(doc, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message) if message is not None else raw[:200].decode("utf-8", "replace")
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
 
 FIRST_TOKEN_WAIT_S = 10.0
 """How long start-up waits for a provider's first token (a token endpoint answers in well
@@ -59,7 +84,28 @@ class CloudProvider(HttpProvider):
                 self._tokens.current()
             except CredentialsUnavailable as exc:  # nothing sent: this deployment's 503
                 return unavailable_response(exc, provider=self.name)
-        return await super().send(endpoint, body, headers=headers)
+        response = await super().send(endpoint, body, headers=headers)
+        if response.status < 400:
+            return response
+        raw = await response.read()  # an error answer: small, read whole
+        status, doc = self._error(response.status, raw)
+        return replace(response, status=status, content_type="application/json",
+                       chunks=_once(raw if doc is None else msgspec.json.encode(doc)))
+
+    def _error(self, status: int, raw: bytes) -> tuple[int, dict[str, Any] | None]:
+        """An upstream error as the client should see it: the cloud refusing the
+        gateway's own credentials (401/403) is the gateway's failure, a 500 (definite:
+        nothing ran; the next deployment is tried), never the client's 401; anything
+        else as it came (``None``: the body unchanged)."""
+        if status in (401, 403):
+            return 500, self._error_doc("api_error", (
+                f"provider {self.name} refused the gateway's credentials (HTTP {status}): "
+                f"{error_message(raw)}"))
+        return status, None
+
+    def _error_doc(self, kind: str, message: str) -> dict[str, Any]:
+        """An error body in the shape of the protocol this provider speaks."""
+        return {"type": "error", "error": {"type": kind, "message": message}}
 
     def _static_header(self, secret: str) -> dict[str, str]:
         """How this cloud takes a static secret (Vertex: a bearer access token)."""

@@ -7,7 +7,9 @@ global endpoint). A Messages request goes to
 ``/publishers/anthropic/models/{model}:rawPredict`` (``:streamRawPredict`` when it
 streams) with its body as Anthropic's, ``model`` moved into the path and
 ``anthropic_version: vertex-2023-10-16`` added; ``anthropic-beta`` travels as a header.
-Responses are Anthropic's own (JSON or SSE), so usage is metered as for ``anthropic``.
+Responses are Anthropic's own (JSON or SSE), so usage is metered as for ``anthropic``;
+Vertex's own errors (Google's shape: quota, an unknown model) are turned into Anthropic's
+with their status, and Google refusing the gateway's token into a 500 of the gateway's.
 
 Authentication: an OAuth2 access token (``Authorization: Bearer``) from google-auth
 (``credentials``: a service-account key file, or application default credentials —
@@ -26,12 +28,30 @@ import msgspec
 
 from gateway.config import GcpCredentials, ProviderSettings
 from gateway.errors import ConfigError
-from gateway.providers._cloud import CloudProvider
+from gateway.providers._cloud import CloudProvider, error_message
 from gateway.providers._gcp import GcpTokens
 from gateway.usage import Endpoint
 
 VERTEX_VERSION = "vertex-2023-10-16"
 """The ``anthropic_version`` Vertex AI requires in the body."""
+
+_GOOGLE_KINDS = {400: "invalid_request_error", 404: "not_found_error",
+                 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
+"""Google's statuses (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``RESOURCE_EXHAUSTED``,
+``UNAVAILABLE``, ``DEADLINE_EXCEEDED``) as Anthropic's error types."""
+
+
+def _google_shaped(raw: bytes) -> bool:
+    """``{"error": {"code", "status", "message"}}`` (or a list of one), not Anthropic's."""
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return False
+    if isinstance(doc, list) and doc:
+        doc = doc[0]
+    return (isinstance(doc, dict) and doc.get("type") != "error"
+            and isinstance(doc.get("error"), dict) and "status" in doc["error"])
+
 
 _BASE = re.compile(r"https?://[^/]+/v1(beta1)?/projects/[^/]+/locations/[^/]+")
 
@@ -66,6 +86,15 @@ class VertexProvider(CloudProvider):
         verb = "streamRawPredict" if doc.get("stream") is True else "rawPredict"
         return (f"/publishers/anthropic/models/{quote(str(model), safe='@')}:{verb}",
                 msgspec.json.encode(doc))
+
+    def _error(self, status: int, raw: bytes) -> tuple[int, dict[str, Any] | None]:
+        """Vertex's own errors (Google's shape: quota, an unknown model, an overloaded
+        region) in Anthropic's, with their status; Anthropic's errors pass as they are."""
+        mapped = super()._error(status, raw)
+        if mapped[1] is not None or not _google_shaped(raw):
+            return mapped
+        kind = _GOOGLE_KINDS.get(status, "api_error")
+        return status, self._error_doc(kind, f"Vertex AI: {error_message(raw)}")
 
     def _headers(self, client_headers: dict[str, str]) -> dict[str, str]:
         headers = self._auth_headers()

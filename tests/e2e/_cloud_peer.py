@@ -62,6 +62,8 @@ GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 TOOL_MARKER = "PEER_TOOL"
 """Said in a prompt, it makes a Messages turn that offers ``Bash`` answer with a call."""
 TOOL_OUTPUT = "peer-tool-ran"
+QUOTA_MARKER = "quota"
+"""A Vertex model id containing it is answered Google's 429 ``RESOURCE_EXHAUSTED``."""
 API_VERSIONS = frozenset({"2024-10-21", "2025-04-01-preview", "preview", "latest"})
 """``api-version`` values this peer accepts (a few GA and preview ones)."""
 
@@ -301,6 +303,10 @@ def create_peer_app(peer: Peer) -> Litestar:
             return _google_error(404, "NOT_FOUND", f"unknown method {verb!r}")
         body = msgspec.json.decode(await request.body())
         _seen(peer, request, "bearer", body)
+        if QUOTA_MARKER in model:
+            return _google_error(429, "RESOURCE_EXHAUSTED", "Quota exceeded for "
+                                 "aiplatform.googleapis.com/online_prediction_requests_"
+                                 f"per_base_model with base model: {model}.")
         if body.get("anthropic_version") != VERTEX_VERSION:
             return _json({"type": "error", "error": {
                 "type": "invalid_request_error",

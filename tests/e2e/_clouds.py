@@ -153,6 +153,8 @@ def _models() -> list[dict[str, Any]]:
               "gpt-azure-secret": ("azure-client-secret", "mock-gpt"),
               "claude-vertex": ("vertex", "mock-claude"),
               "claude-up": ("anthropic", "mock-claude"),
+              "claude-vertex-quota": ("vertex", "mock-claude-quota"),
+              "gpt-azure-wrong-key": ("azure-wrong-key", "mock-gpt"),
               # What Claude Code asks for in Vertex mode (claude-sonnet-4-5@20250929).
               "claude-sonnet-4-5-20250929": ("vertex", "mock-claude")}
     # max_input_tokens: Codex offers web_search, input the body does not carry.
@@ -179,7 +181,8 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600,
     peer does not trust (it never gets a token; start-up waits 10 s for it)."""
     found = {"azure_key": "az-" + secrets.token_urlsafe(24),
              "msi_header": "msi-" + secrets.token_urlsafe(24),
-             "client_secret": "cs-" + secrets.token_urlsafe(24)}
+             "client_secret": "cs-" + secrets.token_urlsafe(24),
+             "wrong_key": "az-wrong-" + secrets.token_urlsafe(24)}
     cert, cert_key = _tls_cert(workdir)
     tls_port = free_port()
     # The peer must exist before the key file names its token endpoint: start it, then
@@ -207,6 +210,8 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600,
                  "base_url": f"{peer.url}/openai", "api_version": "2024-10-21",
                  "credentials": {"kind": "static", "ref": "env:AZURE_OPENAI_API_KEY"},
                  "timeout_s": 30},
+                {"name": "azure-wrong-key", "kind": "azure",
+                 "base_url": f"{peer.url}/openai/v1", "api_key_ref": "env:AZURE_WRONG_KEY"},
                 {"name": "azure-entra", "kind": "azure", "base_url": f"{peer.url}/openai/v1",
                  "credentials": {"kind": "azure"}, "timeout_s": 30},
                 {"name": "azure-client-secret", "kind": "azure",
@@ -232,6 +237,7 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600,
             "IDENTITY_ENDPOINT": f"{peer.url}/msi/token",
             "IDENTITY_HEADER": found["msi_header"],
             "AZURE_CLIENT_SECRET": found["client_secret"],
+            "AZURE_WRONG_KEY": found["wrong_key"],
             # The peer's https authority is self-signed: trusted as requests trusts a CA.
             "REQUESTS_CA_BUNDLE": str(cert)})
     except BaseException:

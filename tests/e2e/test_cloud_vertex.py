@@ -133,6 +133,20 @@ def test_vertex_path_refusals_in_anthropic_shape(clouds: Clouds, key: str) -> No
     assert clouds.requests() == []
 
 
+def test_vertex_quota_error_in_anthropic_shape(clouds: Clouds,
+                                               claude: anthropic.Anthropic) -> None:
+    """Vertex's own 429 RESOURCE_EXHAUSTED (Google's shape) reaches the client as
+    Anthropic's rate_limit_error with its message; nothing charged."""
+    clouds.clear()
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        claude.messages.create(model="claude-vertex-quota", max_tokens=5,
+                               messages=[{"role": "user", "content": "hi"}])
+    error = limited.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "rate_limit_error"
+    assert error["message"].startswith("Vertex AI: Quota exceeded")
+    assert clouds.ledger() == []
+
+
 def test_no_secret_in_any_file_of_the_run(clouds: Clouds) -> None:
     """Service-account key, Google access tokens, api-key: none in the log, config or
     data dir after Vertex traffic."""
