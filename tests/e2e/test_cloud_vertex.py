@@ -169,5 +169,7 @@ def test_a_provider_without_credentials_answers_503_alone(
     assert clouds.committed_usd(key) == before
     metrics = httpx.get(f"{clouds.gateway.url}/metrics").text
     assert 'mayu_credential_refresh_failures_total{provider="vertex-untrusted"}' in metrics
+    assert ("credential refresh failed for provider vertex-untrusted: RefreshError: "
+            "('invalid_grant: Invalid JWT Signature") in clouds.gateway.logs()
     assert claude.messages.create(model="claude-vertex", max_tokens=5,
                                   messages=[{"role": "user", "content": "hi"}]).content
