@@ -8,9 +8,10 @@ wrapped by :func:`scripted`:
   across chunks; or ``"parts": ["…", "…"]`` for exact deltas), optionally ``"tool":
   {"name": "…", "arguments": "…", "n": 2}`` (a tool call whose arguments stream in
   ``n`` deltas). In ``text`` and ``arguments``, ``{echo}`` is replaced by the text of the
-  request's last message as the upstream received it. The next generation request
-  (chat, Responses or Messages; JSON or streamed) takes the oldest queued answer, in its
-  protocol's own shape with its usage; requests with an empty queue go to the mock.
+  request's last user message (its last block) as the upstream received it. The next
+  generation request (chat, Responses or Messages; JSON or streamed) takes the oldest
+  queued answer, in its protocol's own shape with its usage; requests with an empty
+  queue go to the mock.
 - ``GET /__mock/bodies`` lists every generation request body received (as text), in
   order; ``DELETE /__mock/bodies`` clears it and the queue.
 """
@@ -50,13 +51,19 @@ def split(text: str, n: int) -> list[str]:
 
 
 def _echo(body: dict[str, Any]) -> str:
+    """The text of the request's last user message (of its last content block, when it
+    has blocks: where an agent puts the user's prompt, after its reminders)."""
     for field in ("messages", "input"):
         value = body.get(field)
-        if isinstance(value, list) and value:
-            return " ".join(text_strings(value[-1].get("content", value[-1])
-                                         if isinstance(value[-1], dict) else value[-1]))
         if isinstance(value, str):
             return value
+        if isinstance(value, list) and value:
+            users = [v for v in value if isinstance(v, dict) and v.get("role") == "user"]
+            last = (users or value)[-1]
+            content = last.get("content", last) if isinstance(last, dict) else last
+            if isinstance(content, list) and content:
+                content = content[-1]
+            return " ".join(text_strings(content))
     return ""
 
 

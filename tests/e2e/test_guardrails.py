@@ -9,6 +9,7 @@ of what left the gateway.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tests.bench.agent_budget import MODEL as CLAUDE_MODEL
 from tests.e2e._procs import (
     Proc,
     _env,
@@ -34,6 +36,7 @@ from tests.e2e._procs import (
     start,
     wait_ready,
 )
+from tests.e2e.test_refine_claude_code import claude as claude_code  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -94,6 +97,8 @@ def g(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guarded]:
             "models": [
                 {"name": "gpt-g", "price": PRICE, "deployments": [{"provider": "oa"}]},
                 {"name": "claude-g", "price": PRICE, "deployments": [{"provider": "an"}]},
+                {"name": CLAUDE_MODEL, "price": PRICE, "deployments": [
+                    {"provider": "an", "upstream_model": "mock-claude"}]},
                 {"name": "gpt-slow", "price": PRICE, "deployments": [
                     {"provider": "oa", "upstream_model": "mock-slow-stream"}]}],
             "guardrails": {"enabled": True, "actions": {
@@ -221,9 +226,8 @@ def test_messages_pseudonymized_stream(g: Guarded, claude: anthropic.Anthropic) 
         final = stream.get_final_message()
     _clean(g)
     blocks = {b.type: b for b in final.content}
-    echo = f"delivered to {PHONE} {ASK}"  # the last message's text, tool result first
-    assert blocks["text"].text == f"Done: {echo}"  # type: ignore[union-attr]
-    assert blocks["tool_use"].input == {"to": echo}  # type: ignore[union-attr]
+    assert blocks["text"].text == f"Done: {ASK}"  # type: ignore[union-attr]
+    assert blocks["tool_use"].input == {"to": ASK}  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("n", [2, 3, 10])
@@ -304,20 +308,6 @@ def test_monitor_logs_detector_and_position_only(g: Guarded, oai: openai.OpenAI)
         in metrics
 
 
-def test_no_planted_value_in_any_file_log_or_metric(g: Guarded) -> None:
-    """After the module's requests, no planted value is in the gateway's log, audit
-    lines, data dir, or metrics."""
-    metrics = httpx.get(f"{g.gateway.url}/metrics").text
-    assert "mayu_guardrails_pii_detected_total" in metrics
-    files = [p for p in g.workdir.rglob("*") if p.is_file() and p.name != "mayu.yaml"
-             and not p.name.startswith("scripted-upstream")]
-    assert any(p.name.startswith("gateway-") for p in files)
-    for value in PLANTED:
-        assert value not in metrics
-        for path in files:
-            assert value.encode() not in path.read_bytes(), f"{value!r} in {path}"
-
-
 def _first_text_s(url: str, headers: dict[str, str], model: str) -> float:
     """Seconds from sending a streamed chat request to its first non-empty text delta."""
     body = {"model": model, "stream": True, "max_tokens": 40,
@@ -343,3 +333,40 @@ def test_holdback_time_to_first_token(g: Guarded) -> None:
     print(f"time to first text: upstream {direct * 1000:.0f} ms, through the guardrails "
           f"{guarded * 1000:.0f} ms (+{(guarded - direct) * 1000:.0f} ms)")
     assert guarded - direct < 7 * 0.1 + 2.0
+
+
+def test_claude_code_pseudonymized(g: Guarded, claude_code: list[str],  # noqa: F811
+                                   tmp_path: Path) -> None:
+    """Real Claude Code (``claude -p``, streamed Messages): every body the upstream
+    received holds placeholders only, and the answer Claude Code prints has the email
+    and phone number back (the scripted upstream echoes what it received)."""
+    g.clear()
+    for _ in range(6):  # one per request Claude Code makes for the turn
+        g.script(text="You said: {echo}", n=9)
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+           "LANG": "C.UTF-8", "ANTHROPIC_BASE_URL": g.gateway.url, "ANTHROPIC_API_KEY": g.key,
+           "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    run = subprocess.run([*claude_code, "-p", ASK], env=env, cwd=project,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=90, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert g.bodies(), "Claude Code sent nothing upstream"
+    _clean(g)
+    assert EMAIL in run.stdout and PHONE in run.stdout, run.stdout
+
+
+def test_no_planted_value_in_any_file_log_or_metric(g: Guarded) -> None:
+    """After the module's requests, no planted value is in the gateway's log, audit
+    lines, data dir, or metrics."""
+    metrics = httpx.get(f"{g.gateway.url}/metrics").text
+    assert "mayu_guardrails_pii_detected_total" in metrics
+    files = [p for p in g.workdir.rglob("*") if p.is_file() and p.name != "mayu.yaml"
+             and not p.name.startswith("scripted-upstream")]
+    assert any(p.name.startswith("gateway-") for p in files)
+    for value in PLANTED:
+        assert value not in metrics
+        for path in files:
+            assert value.encode() not in path.read_bytes(), f"{value!r} in {path}"
