@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -75,12 +76,26 @@ class Clouds:
             for name, value in values.items():
                 assert value not in text, f"{name} found in {path}"
 
-    def committed_usd(self, key: str) -> int:
-        """µUSD committed today for ``key``'s team (``/v1/usage``)."""
+    def team_day(self, key: str) -> dict[str, int]:
+        """``key``'s team's figures today (``/v1/usage``): µUSD committed, liability,
+        reserved (zeros before its first request)."""
         rows = httpx.get(f"{self.gateway.url}/v1/usage",
                          headers={"Authorization": f"Bearer {key}"}).json()["data"]
-        return sum(int(r["usd_committed"]) for r in rows
-                   if r["scope"] == "team" and r["window"] == "day")
+        row = next((r for r in rows if r["scope"] == "team" and r["window"] == "day"), {})
+        return {k: int(row.get(k, 0)) for k in ("usd_committed", "usd_liability",
+                                                "usd_reserved")}
+
+    def committed_usd(self, key: str) -> int:
+        """µUSD committed today for ``key``'s team."""
+        return self.team_day(key)["usd_committed"]
+
+    def settled(self, key: str) -> dict[str, int]:
+        """:meth:`team_day` once nothing is reserved (a hang guard, not a timing test)."""
+        end = time.monotonic() + 60
+        while (day := self.team_day(key))["usd_reserved"] and time.monotonic() < end:
+            time.sleep(0.05)
+        assert day["usd_reserved"] == 0, day
+        return day
 
     def stop(self) -> None:
         self.gateway.stop()
@@ -154,6 +169,8 @@ def _models() -> list[dict[str, Any]]:
               "claude-vertex": ("vertex", "mock-claude"),
               "claude-up": ("anthropic", "mock-claude"),
               "claude-vertex-quota": ("vertex", "mock-claude-quota"),
+              "claude-vertex-cut": ("vertex", "mock-cut-stream"),
+              "claude-vertex-slow": ("vertex", "mock-slow-stream"),
               "gpt-azure-wrong-key": ("azure-wrong-key", "mock-gpt"),
               # What Claude Code asks for in Vertex mode (claude-sonnet-4-5@20250929).
               "claude-sonnet-4-5-20250929": ("vertex", "mock-claude")}

@@ -3,6 +3,7 @@ peer whose token endpoint google-auth really calls (tests/e2e/_cloud_peer.py).""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -173,3 +174,44 @@ def test_a_provider_without_credentials_answers_503_alone(
             "('invalid_grant: Invalid JWT Signature") in clouds.gateway.logs()
     assert claude.messages.create(model="claude-vertex", max_tokens=5,
                                   messages=[{"role": "user", "content": "hi"}]).content
+
+
+@pytest.mark.parametrize("route", ["messages", "vertex"])
+def test_a_cut_vertex_stream_keeps_the_three_figures(clouds: Clouds, route: str) -> None:
+    """A Vertex stream the upstream breaks mid-way, asked on /v1/messages or on the
+    Vertex path: the client gets the error event; what arrived commits, the rest of the
+    bound is liability, nothing stays reserved."""
+    key = clouds.key(f"vertex-cut-{route}")
+    url, body = (f"{clouds.gateway.url}/v1/messages",
+                 {"model": "claude-vertex-cut", "stream": True})
+    if route == "vertex":
+        url, body = (f"{clouds.gateway.url}{RAW.replace('mock-claude', 'claude-vertex-cut')}"
+                     ":streamRawPredict", {"anthropic_version": "vertex-2023-10-16"})
+    body.update(max_tokens=50, messages=[{"role": "user", "content": "a story"}])
+    with httpx.stream("POST", url, json=body, headers={"authorization": f"Bearer {key}"},
+                      timeout=60) as r:
+        assert r.status_code == 200
+        bound = int(r.headers["x-inferplane-usd-bound"])
+        text = b""
+        with contextlib.suppress(httpx.HTTPError):
+            text = r.read()
+    assert b"event: error" in text
+    day = clouds.settled(key)
+    assert day["usd_committed"] + day["usd_liability"] == bound
+    assert 0 < day["usd_committed"] < bound
+
+
+def test_client_leaving_a_vertex_stream_keeps_the_three_figures(clouds: Clouds) -> None:
+    """A client that hangs up after the first event of a Vertex stream: committed is at
+    least what message_start reported, committed + liability is the bound."""
+    key = clouds.key("vertex-leaves")
+    body = {"model": "claude-vertex-slow", "stream": True, "max_tokens": 40,
+            "messages": [{"role": "user", "content": "a long story please"}]}
+    with httpx.stream("POST", f"{clouds.gateway.url}/v1/messages", json=body,
+                      headers={"x-api-key": key}, timeout=60) as r:
+        assert r.status_code == 200
+        bound = int(r.headers["x-inferplane-usd-bound"])
+        next(r.iter_bytes())
+    day = clouds.settled(key)
+    assert day["usd_committed"] + day["usd_liability"] == bound
+    assert 0 < day["usd_committed"] < bound
