@@ -157,14 +157,24 @@ def _bearer(oidc: OidcProvider, site: Site, who: tuple[str, str, list[str]]) -> 
 
 def test_a_team_lead_signs_in_through_the_provider_and_sees_only_their_team(
         browser: Any, site: Site, oidc: OidcProvider) -> None:
-    """A team lead lands on their teams: alpha listed, beta nowhere; beta's page and the
-    all-teams pages are refused; the header names them as a team lead."""
+    """A team lead lands on their teams: alpha listed, beta nowhere; alpha's requests,
+    keys and usage open filtered to it; beta's page and the all-teams pages are refused;
+    the header names them as a team lead."""
     page = _sso(browser, site, oidc, LEAD)
     assert page.get_by_test_id("who").inner_text() == "lead@example.com (team lead)"
     listed = page.locator("main").inner_text()
     assert "alpha" in listed and "beta" not in listed
     page.goto("/console/teams/alpha")
     assert "other@example.com" in page.locator("main").inner_text()
+    for link in ("requests", "keys", "usage"):  # their team's pages, filtered to it
+        page.goto("/console/teams/alpha")
+        page.locator("[data-team-links]").get_by_role("link", name=link).click()
+        page.wait_for_load_state()
+        shown = page.content()
+        assert "bob@example.com" not in shown and site.request_ids["beta"] not in shown
+        assert page.locator("h1").count() == 1 and "Not done" not in shown, link
+    page.goto("/console/requests?team=alpha")
+    assert site.request_ids["other"] in page.content()
     for path in ("/console/teams/beta", "/console/overview", "/console/requests",
                  "/console/users", "/console/operations"):
         answer = page.goto(path)
