@@ -264,4 +264,6 @@ class Attempt:
             "token_bound": call.token_bound, "usd_bound": call.usd_bound,
             **({"input_bound": call.bounds.input_basis} if call.bounds.refined else {}),
             **({"output_cap": call.output_cap} if call.output_cap is not None else {}),
+            # Guarded requests are marked: findings so far (docs/guardrails.md).
+            **({"guardrails": call.guard.findings} if call.guard is not None else {}),
             **fields})

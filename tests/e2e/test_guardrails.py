@@ -303,6 +303,9 @@ def test_monitor_logs_detector_and_position_only(g: Guarded, oai: openai.OpenAI)
     oai.chat.completions.create(model="gpt-g", max_tokens=50, messages=[
         {"role": "user", "content": f"ping {IP} please"}])
     assert IP in g.bodies()[0]
+    audit = [json.loads(line) for line in
+             (g.workdir / "data" / "audit.jsonl").read_text().splitlines() if line]
+    assert audit[-1]["guardrails"] == 1  # the usage log marks a guarded request
     metrics = httpx.get(f"{g.gateway.url}/metrics").text
     assert 'mayu_guardrails_detected_total{action="monitor",detector="ip",direction="request"}' \
         in metrics
