@@ -119,4 +119,4 @@ class CloudProvider(HttpProvider):
 
     @property
     def counts_tokens(self) -> bool:
-        return False
+        return False  # Azure has no count endpoint; vertex has its own

@@ -173,14 +173,19 @@ class HttpProvider:
     def counts_tokens(self) -> bool:
         return self.kind == "anthropic"
 
+    def _count_request(self, body: bytes) -> tuple[str, bytes]:
+        """The path and body of a token count (Anthropic's; ``_vertex`` has its own)."""
+        return COUNT_PATH, body
+
     async def count_input_tokens(self, body: bytes, *, headers: dict[str, str]) -> int:
         """Anthropic's ``count_tokens`` for ``body`` (``gateway.providers._count``); the
         caller bounds the wait."""
         if not self.counts_tokens:
             raise CountFailed(f"{self.name}: a {self.kind} provider has no token count")
+        path, body = self._count_request(body)
         try:
             if self._client is not None:
-                response = await self._client.post(COUNT_PATH, body, self._headers(headers))
+                response = await self._client.post(path, body, self._headers(headers))
                 try:
                     raw = b"".join([chunk async for chunk in response.chunks()])
                 finally:
@@ -188,7 +193,7 @@ class HttpProvider:
                 return parse_count(response.status, raw, provider=self.name)
             if self._next is None:
                 raise CountFailed(f"{self.name}: provider is not started")
-            answer = await next(self._next).post(COUNT_PATH, content=body,
+            answer = await next(self._next).post(path, content=body,
                                                  headers=self._headers(headers))
             return parse_count(answer.status_code, answer.content, provider=self.name)
         except (ClientError, httpx.HTTPError) as exc:

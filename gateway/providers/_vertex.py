@@ -29,11 +29,16 @@ import msgspec
 from gateway.config import GcpCredentials, ProviderSettings
 from gateway.errors import ConfigError
 from gateway.providers._cloud import CloudProvider, error_message
+from gateway.providers._count import CountFailed
+from gateway.providers._credentials import CredentialsUnavailable
 from gateway.providers._gcp import GcpTokens
 from gateway.usage import Endpoint
 
 VERTEX_VERSION = "vertex-2023-10-16"
 """The ``anthropic_version`` Vertex AI requires in the body."""
+COUNT_PATH = "/publishers/anthropic/models/count-tokens:rawPredict"
+"""Vertex's token count for Claude (the model in the body): what refines the input bound
+as Anthropic's ``count_tokens`` does (docs/bounds.md)."""
 
 _GOOGLE_KINDS = {400: "invalid_request_error", 404: "not_found_error",
                  429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
@@ -95,6 +100,24 @@ class VertexProvider(CloudProvider):
             return mapped
         kind = _GOOGLE_KINDS.get(status, "api_error")
         return status, self._error_doc(kind, f"Vertex AI: {error_message(raw)}")
+
+    @property
+    def counts_tokens(self) -> bool:
+        return True
+
+    def _count_request(self, body: bytes) -> tuple[str, bytes]:
+        """Vertex's count: ``count-tokens:rawPredict``, the model in the body."""
+        doc: dict[str, Any] = msgspec.json.decode(body)
+        doc["anthropic_version"] = VERTEX_VERSION
+        return COUNT_PATH, msgspec.json.encode(doc)
+
+    async def count_input_tokens(self, body: bytes, *, headers: dict[str, str]) -> int:
+        if self._tokens is not None:
+            try:
+                self._tokens.current()
+            except CredentialsUnavailable as exc:  # no count: the byte bound stands
+                raise CountFailed(f"{self.name}: count_tokens: {exc}") from exc
+        return await super().count_input_tokens(body, headers=headers)
 
     def _headers(self, client_headers: dict[str, str]) -> dict[str, str]:
         headers = self._auth_headers()

@@ -17,7 +17,8 @@ tool loop — and refuses what the cloud would:
   MSAL insists on https, so the peer also listens with TLS on ``--tls-port``), which
   azure-identity really calls;
 - Vertex AI: ``/v1/projects/{p}/locations/{r}/publishers/anthropic/models/{m}:rawPredict``
-  and ``:streamRawPredict``; a bearer token this peer's Google token endpoint issued and
+  and ``:streamRawPredict`` (``count-tokens:rawPredict`` counting as the mock bills); a
+  bearer token this peer's Google token endpoint issued and
   that has not expired (401 ``UNAUTHENTICATED`` otherwise), ``anthropic_version:
   vertex-2023-10-16`` in the body and no ``model`` (400 otherwise);
 - Anthropic's own API (``/anthropic/v1/messages``, ``x-api-key``), for routing a
@@ -49,7 +50,7 @@ import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
 from litestar.response import Stream
 
-from gateway.mock import MockReply, plan_reply, play
+from gateway.mock import MockReply, anthropic_count, plan_reply, play
 from gateway.usage import Endpoint
 from tests.e2e._procs import ROOT, Proc, free_port, wait_ready
 
@@ -303,6 +304,12 @@ def create_peer_app(peer: Peer) -> Litestar:
             return _google_error(404, "NOT_FOUND", f"unknown method {verb!r}")
         body = msgspec.json.decode(await request.body())
         _seen(peer, request, "bearer", body)
+        if model == "count-tokens":  # the model is in the body here
+            if body.pop("anthropic_version", None) != VERTEX_VERSION or not isinstance(
+                    body.get("model"), str):
+                return _google_error(400, "INVALID_ARGUMENT", "count-tokens: "
+                                     "anthropic_version and model are required")
+            return _json({"input_tokens": anthropic_count(body)}, 200)
         if QUOTA_MARKER in model:
             return _google_error(429, "RESOURCE_EXHAUSTED", "Quota exceeded for "
                                  "aiplatform.googleapis.com/online_prediction_requests_"

@@ -175,9 +175,13 @@ def _models() -> list[dict[str, Any]]:
               # What Claude Code asks for in Vertex mode (claude-sonnet-4-5@20250929).
               "claude-sonnet-4-5-20250929": ("vertex", "mock-claude")}
     # max_input_tokens: Codex offers web_search, input the body does not carry.
-    return [{"name": name, "price": PRICE, "max_input_tokens": 200_000,
-             "deployments": [{"provider": provider, "upstream_model": upstream}]}
-            for name, (provider, upstream) in routes.items()]
+    models = [{"name": name, "price": PRICE, "max_input_tokens": 200_000,
+               "deployments": [{"provider": provider, "upstream_model": upstream}]}
+              for name, (provider, upstream) in routes.items()]
+    # Its input bound refined by Vertex's own count before every admission.
+    models.append({"name": "claude-vertex-counted", "price": PRICE, "refine_input": "always",
+                   "deployments": [{"provider": "vertex", "upstream_model": "mock-claude"}]})
+    return models
 
 
 @contextmanager

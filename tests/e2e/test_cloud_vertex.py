@@ -215,3 +215,18 @@ def test_client_leaving_a_vertex_stream_keeps_the_three_figures(clouds: Clouds) 
     day = clouds.settled(key)
     assert day["usd_committed"] + day["usd_liability"] == bound
     assert 0 < day["usd_committed"] < bound
+
+
+def test_vertex_count_refines_the_input_bound(clouds: Clouds,
+                                              claude: anthropic.Anthropic) -> None:
+    """refine_input: always on a vertex deployment: Vertex's count-tokens:rawPredict is
+    asked (the model in its body) before the message, which is charged its record."""
+    clouds.clear()
+    raw = claude.messages.with_raw_response.create(
+        model="claude-vertex-counted", max_tokens=20,
+        messages=[{"role": "user", "content": LONG}])
+    assert raw.parse().content
+    paths = [r["path"] for r in clouds.requests()]
+    assert paths == [RAW.replace("mock-claude", "count-tokens") + ":rawPredict",
+                     f"{RAW}:rawPredict"]
+    assert int(raw.headers["x-inferplane-cost-micro-usd"]) == expected_cost(_one(clouds))
