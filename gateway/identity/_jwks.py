@@ -52,11 +52,18 @@ class JwksCache:
 
     async def key(self, kid: str) -> PublicKey | None:
         """The key named ``kid``; a miss refetches once if the last fetch is older than
-        the minimum refresh interval (else None at once)."""
+        the minimum refresh interval (else None at once). When the issuer cannot be
+        reached, the keys already fetched keep verifying (an outage of the issuer stops
+        no request whose key is known); only an unknown ``kid`` then fails
+        (:class:`JwksUnavailable`)."""
         now = time.monotonic()
         stale = self._fetched_at is None or now - self._fetched_at > self.settings.jwks_max_age_s
         if stale or (kid not in self._keys and self._may_refresh(now)):
-            await self._refresh()
+            try:
+                await self._refresh()
+            except JwksUnavailable:
+                if kid not in self._keys:
+                    raise
         return self._keys.get(kid)
 
     def _may_refresh(self, now: float) -> bool:

@@ -19,7 +19,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from gateway.identity import InvalidToken, IssuerSettings, Verifier, Verifiers
+from gateway.identity import InvalidToken, IssuerSettings, JwksCache, Verifier, Verifiers
 from tests.e2e._oidc import CLIENT_ID, OidcProvider
 
 pytestmark = pytest.mark.e2e
@@ -110,3 +110,33 @@ async def test_rotation_new_tokens_verify_old_ones_until_retired(oidc: OidcProvi
     oidc.retire(old)
     await asyncio.sleep(0.6)  # the cached JWKS's max age
     assert "unknown or retired" in await _refusal(verifier, old_token)
+
+
+class _Outage(httpx.AsyncBaseTransport):
+    """The real network until ``down`` is set, then a refused connection."""
+
+    def __init__(self) -> None:
+        self.real = httpx.AsyncHTTPTransport()
+        self.down = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        return await self.real.handle_async_request(request)
+
+
+async def test_an_unreachable_issuer_stops_only_tokens_of_unknown_keys(
+        oidc: OidcProvider) -> None:
+    """Once its JWKS is stale and the issuer unreachable, a token of a key already
+    fetched still verifies; one naming an unknown kid is refused as unavailable."""
+    outage = _Outage()
+    settings = _settings(oidc, jwks_min_refresh_s=0.0, jwks_max_age_s=0.2)
+    verifier = Verifier(settings, jwks=JwksCache(
+        settings, client=httpx.AsyncClient(transport=outage)))
+    token = oidc.token("u-5")
+    assert (await verifier.verify(token)).subject == "u-5"
+    outage.down = True
+    await asyncio.sleep(0.3)
+    assert (await verifier.verify(token)).subject == "u-5"
+    assert "unavailable" in await _refusal(
+        verifier, oidc.token("u-5", header={"kid": "another"}))
