@@ -17,9 +17,11 @@ People signed in through an OIDC issuer (``identity.issuers``; :mod:`gateway.rol
 pass the same guards with their role: an ``admin`` as a write token, a ``reader`` as a
 read token, a ``team lead`` reads only routes that take a ``team`` naming one of their
 teams (and the team list, which its handler narrows), a ``member`` only routes that take
-a ``user`` naming themselves. Their bearer is the issuer's token, verified on every
-call, or a gateway credential inferplaned brokered (``identity.broker``: a member of its
-team, as the key it stands for); the console's in-process calls carry the session's role instead
+a ``user`` naming themselves; both read one request of the log
+(``…/requests/{permit_id}``) when it is of their team, or theirs (else a 404, as an
+unknown one). Their bearer is the issuer's token, verified on every call, or a gateway
+credential inferplaned brokered (``identity.broker``: a member of its team, as the key
+it stands for); the console's in-process calls carry the session's role instead
 (:data:`ACTING_AS`).
 """
 
@@ -37,10 +39,11 @@ from litestar.handlers import BaseRouteHandler
 
 from gateway.admin._people import people_of
 from gateway.config import ServerSettings, resolve_admin_tokens
-from gateway.errors import AccessDenied, Unauthenticated
+from gateway.errors import AccessDenied, NotFound, Unauthenticated
 from gateway.identity import looks_like_jwt, unverified_issuer
 from gateway.ingress import ActingFor, Gateway, authenticate, presented
 from gateway.keys import Principal
+from gateway.operations import OperatorStore
 from gateway.roles import Role
 
 Access = Literal["read", "write"]
@@ -169,6 +172,10 @@ async def _within_own(request: Request[Any, Any, Any], handler: BaseRouteHandler
         if given:
             named[name] = given.pop()
     team, user = named.get("team"), named.get("user")
+    permit = request.path_params.get("permit_id")
+    if permit is not None and not named and "permit_id" in takes:
+        await _own_permit(request, role, str(permit))
+        return
     if role.name == "team_lead":
         if request.url.path == "/admin/v1/teams":
             return
@@ -182,6 +189,19 @@ async def _within_own(request: Request[Any, Any, Any], handler: BaseRouteHandler
     if team is not None and not await _own_team(request, role, team):
         raise AccessDenied(f"{role.name.replace('_', ' ')} {role.user!r} may not read "
                            f"team {team!r}")
+
+
+async def _own_permit(request: Request[Any, Any, Any], role: Role, permit_id: str) -> None:
+    """One request of the log: a team lead's if of their team, a member's if theirs;
+    anyone else's is a 404, as an unknown one."""
+    gw: Gateway = request.app.state.gateway
+    store: OperatorStore = gw.governance  # type: ignore[assignment]  # both stores
+    info = await store.permit_info(permit_id)
+    own = info is not None and (
+        info.user == role.user if role.name == "member"
+        else await _own_team(request, role, info.team_id))
+    if not own:
+        raise NotFound(f"request {permit_id!r}: no such permit in the request log")
 
 
 async def _own_team(request: Request[Any, Any, Any], role: Role, team: str) -> bool:

@@ -175,6 +175,8 @@ def test_a_team_lead_signs_in_through_the_provider_and_sees_only_their_team(
         assert page.locator("h1").count() == 1 and "Not done" not in shown, link
     page.goto("/console/requests?team=alpha")
     assert site.request_ids["other"] in page.content()
+    assert page.goto(f"/console/requests/{site.request_ids['other']}").status == 200
+    assert page.goto(f"/console/requests/{site.request_ids['beta']}").status == 404
     for path in ("/console/teams/beta", "/console/overview", "/console/requests",
                  "/console/users", "/console/operations"):
         answer = page.goto(path)

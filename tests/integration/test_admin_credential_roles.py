@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -59,11 +60,23 @@ def jwks_url() -> Iterator[str]:
     server.shutdown()
 
 
+async def _permit(c: AsyncTestClient[Any], secret: str, user: str) -> str:
+    """One request with the key ``secret`` of ``user``: its permit id."""
+    r = await c.post("/v1/chat/completions", headers={"Authorization": f"Bearer {secret}"},
+                     json={"model": "mock-gpt", "max_tokens": 8,
+                           "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.text
+    log = await c.get("/admin/v1/requests", params={"user": user},
+                      headers={"Authorization": f"Bearer {WRITE}"})
+    return str(log.json()["data"][0]["permit_id"])
+
+
 async def test_a_gateway_credential_reads_only_its_holder_s_own(
         request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         jwks_url: str) -> None:
-    """Own requests and member budget: 200; all requests, another user, another team, a
-    second user or team beside its own, any write: 403; after its key is revoked: 401."""
+    """Own requests (the list and one), member budget: 200; another's request: 404; all
+    requests, another user, another team, a second user or team beside its own, any
+    write: 403; after its key is revoked: 401."""
     settings = gateway_settings(request, tmp_path, monkeypatch, profile="local")
     broker = IssuerSettings(issuer=ISSUER, audience=["mayu"], algorithms=("EdDSA",),
                             user_claim="sub", jwks_url=jwks_url)
@@ -74,8 +87,16 @@ async def test_a_gateway_credential_reads_only_its_holder_s_own(
             assert (await c.post("/admin/v1/teams", headers=w, json={"name": team})).is_success
         made = (await c.post("/admin/v1/keys", headers=w,
                              json={"team": "alpha", "user": USER})).json()
+        other = (await c.post("/admin/v1/keys", headers=w,
+                              json={"team": "alpha", "user": "o@x.com"})).json()
+        permits = {u: await _permit(c, secret, u)
+                   for u, secret in ((USER, made["secret"]), ("o@x.com", other["secret"]))}
         credential, _ = SIGNER.issue(user=USER, team="alpha", key_hash=hash_key(made["secret"]))
         me = {"Authorization": f"Bearer {credential}"}
+        assert (await c.get(f"/admin/v1/requests/{permits[USER]}", headers=me)
+                ).status_code == 200
+        assert (await c.get(f"/admin/v1/requests/{permits['o@x.com']}", headers=me)
+                ).status_code == 404
         for path, params in (("/admin/v1/requests", {"user": USER}),
                              (f"/admin/v1/teams/alpha/members/{USER}", {}),
                              ("/admin/v1/requests/summary", {"user": USER, "team": "alpha"})):
