@@ -22,6 +22,7 @@ AffinityConflict = Literal["preferAffinity", "preferFallback"]
 Weight = Annotated[int, msgspec.Meta(ge=0, le=1000)]
 InFlight = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 TrackedSessions = Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
+Waiters = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 
 
 class RoutingSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -48,6 +49,12 @@ class RoutingSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     affinity_wait_s: SecondsOrZero = 5.0
     affinity_sessions: TrackedSessions = 100_000
     """Sessions remembered at most per replica (the oldest pin goes first)."""
+    dedupe: bool = False
+    """Identical concurrent non-streamed requests of one team (same endpoint and body)
+    make one upstream call; the others wait for its answer, admitted and settled at zero
+    cost (``gateway/routing/_dedupe.py``)."""
+    dedupe_waiters: Waiters = 16
+    """Requests that may wait for one identical request at most (the rest go upstream)."""
 
     def __post_init__(self) -> None:
         if self.affinity and self.on_affinity_conflict is None:

@@ -73,6 +73,7 @@ from gateway.ingress._bounds import choices, input_bound, input_classes
 from gateway.ingress._call import Call, new_request_id
 from gateway.ingress._client import client_tool
 from gateway.ingress._context import Gateway
+from gateway.ingress._dedupe import deduplicated
 from gateway.ingress._prepare import (
     credential_key_hash,
     output_bound,
@@ -86,8 +87,14 @@ from gateway.ingress._reply import CLIENT_LEFT, CUT_AT_SHUTDOWN, Hangup, Reply
 from gateway.ingress._tokenize import proven_input
 from gateway.keys import Principal
 from gateway.pricing import InvalidUsage, Usage
-from gateway.providers import RETRYABLE_STATUS, Protocol_, UpstreamFailure, UpstreamResponse
-from gateway.routing import Session, retry_after_s, session_of
+from gateway.providers import (
+    RETRYABLE_STATUS,
+    Protocol_,
+    Provider,
+    UpstreamFailure,
+    UpstreamResponse,
+)
+from gateway.routing import Plan, Session, retry_after_s, session_of
 from gateway.usage import Endpoint, StreamMeter, extract_json, stream_error_event
 
 log = logging.getLogger("mayu.ingress")
@@ -150,6 +157,15 @@ async def dispatch(call: Call, *, session: Session | None = None) -> Reply:
     answers."""
     plan = call.gw.router.plan(call.model, call.deployments, session=session)
     await plan.settle_affinity()  # preferAffinity: a bounded wait for the pinned one
+    routing = call.model.routing
+    if routing is not None and routing.dedupe and not call.stream:
+        return await deduplicated(call, plan, max_waiters=routing.dedupe_waiters,
+                                  run=_in_order)
+    return await _in_order(call, plan)
+
+
+async def _in_order(call: Call, plan: Plan[Provider]) -> Reply:
+    """Each deployment in the plan's order until one answers (the module docstring)."""
     failed: list[str] = []  # the deployments tried before, for a fallback's refusal
     for index, (deployment, provider) in enumerate(plan.order):
         attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from gateway.config import Deployment, ModelSettings
+from gateway.routing._dedupe import Dedupe
 from gateway.routing._health import Health, State
 from gateway.routing._session import Session
 
@@ -111,6 +112,8 @@ class Router:
         self._models: dict[str, _Model] = {}
         self.decisions: dict[str, int] = {}
         """How often each kind of affinity decision was taken (tests, metrics)."""
+        self.dedupe = Dedupe()
+        """Identical requests in flight (``routing.dedupe``)."""
 
     def note(self, decision: str) -> None:
         self.decisions[decision] = self.decisions.get(decision, 0) + 1

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from gateway.config import Deployment, ModelSettings
-from gateway.routing import Router, session_of
+from gateway.routing import Dedupe, Router, Shared, VolatileStore, session_of
 
 
 class Clock:
@@ -190,3 +190,24 @@ def test_affinity_needs_an_explicit_conflict_rule() -> None:
     """ADR-031: neither affinity nor fallback wins by default."""
     with pytest.raises(msgspec.ValidationError, match="on_affinity_conflict"):
         _model({"provider": "a"}, affinity=True)
+
+
+async def test_dedupe_shares_one_answer_with_a_bounded_number_of_waiters() -> None:
+    """Waiters beyond dedupe_waiters lead nothing and wait for nothing; the payload is
+    released once handed over; a leader without an answer frees its waiters."""
+    dedupe = Dedupe(store=VolatileStore(max_entries=1))
+    key = dedupe.key("team", "messages", b"{}")
+    flight = dedupe.lead(key, "req_1")
+    assert flight is not None and dedupe.lead(dedupe.key("t2", "messages", b"{}"), "r") is None
+    waiters = [dedupe.follow(key, max_waiters=2) for _ in range(3)]
+    assert waiters[0] is flight and waiters[1] is flight and waiters[2] is None
+    answer = Shared(request_id="req_1", status=200, headers={}, content_type="json",
+                    data=b"x" * 10)
+    dedupe.land(key, flight, answer)
+    assert await flight.done == answer and dedupe.shared == 2 and len(dedupe.store) == 0
+    await asyncio.sleep(0)
+    assert dedupe.store.bytes == 0
+    again = dedupe.lead(key, "req_2")
+    assert again is not None and dedupe.follow(key, max_waiters=2) is again
+    dedupe.land(key, again, None)
+    assert await again.done is None
