@@ -1,6 +1,10 @@
 """Guardrails (issue 39, ADR-050's V1): PII and secrets masked, pseudonymized or blocked
 in requests and answers, JSON and streamed. docs/guardrails.md is the reference."""
 
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
 from gateway.guardrails._detect import DETECTORS, NAMES, Detector, Finding, scan
 from gateway.guardrails._guard import (
     Guard,
@@ -17,8 +21,23 @@ from gateway.guardrails._settings import (
     GuardrailProfile,
     GuardrailRule,
     GuardrailSettings,
+    GuardrailWebhook,
 )
 from gateway.guardrails._stream import StreamGuard
+from gateway.guardrails._webhook import GuardrailUnavailable, check
+
+
+async def guard_request(settings: GuardrailSettings, team_id: str, profiles: tuple[str, ...],
+                        doc: dict[str, Any], body: bytes, *, endpoint: str, request_id: str,
+                        registry: CollectorRegistry | None
+                        ) -> tuple[dict[str, Any], bytes, Guard | None]:
+    """The screen step: the built-in detectors and tenant rules (:func:`screen`), then
+    the webhook checker when one is configured. Raises to refuse (nothing admitted)."""
+    doc, body, guard = screen(settings, profiles, doc, body, request_id=request_id,
+                              registry=registry)
+    if guard is not None and settings.webhook is not None:
+        await check(settings.webhook, guard, doc, endpoint=endpoint, team_id=team_id)
+    return doc, body, guard
 
 
 def stream_filter(guard: Guard | None, endpoint: str) -> StreamGuard | None:
@@ -30,7 +49,7 @@ def stream_filter(guard: Guard | None, endpoint: str) -> StreamGuard | None:
 
 __all__ = [
     "DEFAULT_ACTIONS", "DETECTORS", "NAMES", "Detector", "Finding", "Guard",
-    "GuardrailBlocked", "GuardrailProfile", "GuardrailRule", "GuardrailSettings", "Policy",
-    "StreamGuard", "metrics_for", "policy_for", "scan", "screen", "stream_filter", "vet",
-    "walk",
+    "GuardrailBlocked", "GuardrailProfile", "GuardrailRule", "GuardrailSettings",
+    "GuardrailUnavailable", "GuardrailWebhook", "Policy", "StreamGuard", "guard_request",
+    "metrics_for", "policy_for", "scan", "screen", "stream_filter", "vet", "walk",
 ]

@@ -103,6 +103,9 @@ class GuardMetrics:
                                registry=registry)
         self.scanned = Counter("mayu_guardrails_scanned_chars", "Characters scanned.",
                                ["direction"], registry=registry)
+        self.webhook = Counter("mayu_guardrails_webhook", "Webhook checker verdicts "
+                               "(allow, block, failed_open, failed_closed).", ["outcome"],
+                               registry=registry)
 
 
 _METRICS: dict[int, tuple[CollectorRegistry, GuardMetrics]] = {}

@@ -28,6 +28,16 @@ class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     pass
 
 
+class GuardrailWebhook(_Base, frozen=True):
+    """The operator's checker (``gateway/guardrails/_webhook.py``)."""
+
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://")]
+    failure: Literal["open", "closed"]
+    """What a checker that does not answer means: let the request through, or refuse it
+    (required, no default)."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=30)] = 2.0
+
+
 class GuardrailRule(_Base, frozen=True):
     """A tenant's own pattern: found like a built-in detector, masked as ``[NAME]``."""
 
@@ -63,3 +73,5 @@ class GuardrailSettings(GuardrailProfile, frozen=True):
     whole, up to ``max_hold_chars``); raise it for tenant patterns with spaces."""
     max_hold_chars: Annotated[int, msgspec.Meta(ge=256, le=1_048_576)] = 32_768
     profiles: dict[str, GuardrailProfile] = {}
+    webhook: GuardrailWebhook | None = None
+    """Ask the operator's checker too, after the built-in detectors (guarded teams)."""

@@ -67,7 +67,7 @@ import anyio
 
 from gateway.errors import UpstreamUnavailable
 from gateway.governance import Bounds, Outcome, OutcomeKind
-from gateway.guardrails import GuardrailBlocked, screen, stream_filter
+from gateway.guardrails import GuardrailBlocked, guard_request, stream_filter
 from gateway.ingress._attempt import Attempt, outcome_for
 from gateway.ingress._bounds import choices, input_bound, input_classes
 from gateway.ingress._call import Call, new_request_id
@@ -196,8 +196,9 @@ async def prepare(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Proto
     target = route(gw, principal, doc, protocol)
     # Screen: guardrails act on every text field before anything is bounded or admitted
     # (a block is refused here: nothing admitted, nothing charged; docs/guardrails.md).
-    doc, body, guard = screen(gw.settings.guardrails, principal.team.guardrails, doc, body,
-                              request_id=rid, registry=gw.metrics.registry)
+    doc, body, guard = await guard_request(
+        gw.settings.guardrails, principal.team_id, principal.team.guardrails, doc, body,
+        endpoint=endpoint, request_id=rid, registry=gw.metrics.registry)
     out = output_bound(doc, endpoint, target.model, ceiling=server.max_output_tokens)
     bounds = Bounds(input_tokens=input_bound(body, doc, target.model), output_tokens=out,
                     price=target.model.price, input_classes=input_classes(doc),
