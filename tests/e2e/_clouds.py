@@ -31,6 +31,8 @@ from tests.e2e._procs import Proc, create_key, create_team, free_port, start_gat
 from tests.e2e.conftest import ADMIN_TOKEN, MAX_BODY, MAX_OUTPUT, PRICE
 
 PROJECT, REGION = "inferplane-test", "us-east5"
+REGIONAL = {k: v * 11 // 10 for k, v in PRICE.items()}
+"""A regional endpoint's price: the list price (``PRICE``) plus 10 %."""
 
 
 @dataclass
@@ -181,6 +183,9 @@ def _models() -> list[dict[str, Any]]:
     # Its input bound refined by Vertex's own count before every admission.
     models.append({"name": "claude-vertex-counted", "price": PRICE, "refine_input": "always",
                    "deployments": [{"provider": "vertex", "upstream_model": "mock-claude"}]})
+    # A regional endpoint's premium (list + 10 %) as its deployment's own price.
+    models.append({"name": "claude-vertex-regional", "price": PRICE, "deployments": [
+        {"provider": "vertex", "upstream_model": "mock-claude", "price": REGIONAL}]})
     return models
 
 

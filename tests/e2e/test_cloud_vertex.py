@@ -11,7 +11,8 @@ import anthropic
 import httpx
 import pytest
 
-from tests.e2e._clouds import PROJECT, REGION, Clouds, running_clouds
+from gateway.pricing import ModelPrice, Usage, cost_micro_usd
+from tests.e2e._clouds import PROJECT, REGION, REGIONAL, Clouds, running_clouds
 from tests.e2e.conftest import expected_cost
 
 pytestmark = pytest.mark.e2e
@@ -230,3 +231,17 @@ def test_vertex_count_refines_the_input_bound(clouds: Clouds,
     assert paths == [RAW.replace("mock-claude", "count-tokens") + ":rawPredict",
                      f"{RAW}:rawPredict"]
     assert int(raw.headers["x-inferplane-cost-micro-usd"]) == expected_cost(_one(clouds))
+
+
+def test_a_regional_deployment_is_charged_its_own_price(
+        clouds: Clouds, claude: anthropic.Anthropic) -> None:
+    """A vertex deployment with its own price (a regional endpoint's premium) is
+    settled at that price, not the model's, for what the peer reported."""
+    clouds.clear()
+    raw = claude.messages.with_raw_response.create(
+        model="claude-vertex-regional", max_tokens=20, system=_cached_system(),
+        messages=[{"role": "user", "content": LONG}])
+    assert raw.parse().content
+    entry = _one(clouds)
+    cost = cost_micro_usd(Usage(**entry["classes"]), ModelPrice(**REGIONAL))
+    assert int(raw.headers["x-inferplane-cost-micro-usd"]) == cost > expected_cost(entry)
