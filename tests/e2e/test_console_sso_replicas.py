@@ -1,0 +1,73 @@
+"""Console single sign-on across two shared-profile replicas (real ``mayu serve`` processes
+on one Postgres database, the tests' OIDC provider, Debian's Chromium).
+
+The sign-in starts on one replica and the issuer sends the browser back to the other
+(its ``redirect_uri``): the flow keeps nothing on a server, so the second replica
+finishes it, and the session it makes (in the shared database) is answered by the first
+too; a sign-out on the first ends it on the second.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e._browser import chromium
+from tests.e2e._controlplane import shared_gateway_config
+from tests.e2e._oidc import OidcProvider
+from tests.e2e._procs import Proc, start_gateway
+
+pytestmark = pytest.mark.e2e
+
+
+def _identity(oidc: OidcProvider, redirect_uri: str | None) -> dict[str, Any]:
+    console: dict[str, Any] = {"client_id": "mayu-console", "name": "Example IdP"}
+    if redirect_uri is not None:
+        console["redirect_uri"] = redirect_uri
+    return {"identity": {"issuers": [{"issuer": oidc.issuer, "audience": ["mayu-console"],
+                                      "roles": {"admin": ["admins"], "console": console}}]}}
+
+
+@pytest.fixture
+def replicas(oidc: OidcProvider, tmp_path: Path, pg_dsn: str) -> Iterator[list[Proc]]:
+    """Two replicas: the second finishes sign-ins (its own callback); the first sends its
+    visitors' sign-ins back to the second's callback."""
+    env = {"INFERPLANE_DATABASE_URL": pg_dsn}
+    second = start_gateway(shared_gateway_config(tmp_path, "r2", extra=_identity(oidc, None)),
+                           env=env)
+    try:
+        first = start_gateway(shared_gateway_config(tmp_path, "r1", extra=_identity(
+            oidc, f"{second.url}/console/sso/callback")), env=env)
+        try:
+            yield [first, second]
+        finally:
+            first.stop()
+    finally:
+        second.stop()
+
+
+def test_a_sign_in_started_on_one_replica_is_finished_and_kept_by_the_other(
+        replicas: list[Proc], oidc: OidcProvider) -> None:
+    """Started on r1, finished on r2 (r2's page), answered on r1 too; signed out on r1,
+    signed out on r2."""
+    first, second = replicas
+    oidc.sign_in("adm-9", email="adm9@example.com", groups=["admins"])
+    with chromium() as browser:
+        context = browser.new_context()
+        context.set_default_timeout(20_000)
+        page = context.new_page()
+        page.goto(f"{first.url}/console/login")
+        page.get_by_role("link", name="Sign in with Example IdP").click()
+        page.wait_for_url(re.compile(re.escape(second.url) + r"/console/overview$"))
+        page.goto(f"{first.url}/console/overview")
+        assert page.url == f"{first.url}/console/overview"
+        assert page.get_by_test_id("who").inner_text() == "adm9@example.com (admin)"
+        page.get_by_role("button", name="Sign out").click()
+        page.wait_for_url(re.compile(r"/console/login$"))
+        page.goto(f"{second.url}/console/overview")
+        assert page.url == f"{second.url}/console/login"
+        context.close()
