@@ -254,6 +254,20 @@ def test_streamed_card_and_iban_split_never_reach_the_client(g: Guarded, path: s
     assert "[CARD]" in raw and "[IBAN]" in raw
 
 
+def test_json_answers_masked_or_blocked(g: Guarded, claude: anthropic.Anthropic) -> None:
+    """A JSON answer's card and IBAN are masked; a JSON answer carrying a private key is
+    refused in the client's shape (the SDK raises), naming the detector, never the key."""
+    g.script(text=f"Card {CARD}, account {IBAN}.")
+    out = claude.messages.create(model="claude-g", max_tokens=300,
+                                 messages=[{"role": "user", "content": "card?"}])
+    assert out.content[0].text == "Card [CARD], account [IBAN]."  # type: ignore[union-attr]
+    g.script(text=f"Here: {PRIVATE_KEY}")
+    r = g.post("/v1/chat/completions", {"model": "gpt-g", "max_tokens": 800, "messages": [
+        {"role": "user", "content": "key?"}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "guardrail_blocked"
+    assert "private_key" in r.text and KEY_BODY[:16] not in r.text
+
+
 def test_injection_blocked_before_dispatch_charged_nothing(g: Guarded) -> None:
     """A prompt injection is refused in the client's own shape, naming the detector and
     never echoing the text; nothing reaches the upstream and nothing is charged."""

@@ -191,13 +191,16 @@ def _shapes(text: str) -> list[tuple[str, dict[str, Any]]]:
 
 def test_labelled_corpus_precision_recall_and_false_positives() -> None:
     """Faker values planted in prose, in every ingress shape and in tool calls: each
-    detector's precision and recall are printed; mask never misses a checksum-valid card,
-    IBAN or private key; ordinary code and prose stay under FALSE_POSITIVE_RATE."""
+    detector's precision and recall are printed; mask and block never miss a
+    checksum-valid card, IBAN or private key; ordinary code and prose stay under
+    FALSE_POSITIVE_RATE."""
     Faker.seed(39)
     rng = random.Random(39)
     fk = Faker(["en_US", "en_GB", "de_DE"])
     settings = msgspec.convert({"enabled": True, "actions": {
         n.name: "mask" for n in DETECTORS}}, GuardrailSettings)
+    block = msgspec.convert({"enabled": True, "actions": {
+        n: "block" for n in ("card", "iban", "private_key")}}, GuardrailSettings)
     gens = _values(fk, rng)
     tp = dict.fromkeys(gens, 0)
     fn = dict.fromkeys(gens, 0)
@@ -209,6 +212,9 @@ def test_labelled_corpus_precision_recall_and_false_positives() -> None:
             shape, doc = _shapes(text)[i % 12]
             _, body, _ = screen(settings, (), doc, b"", request_id="r", registry=None)
             out = body.decode()
+            if name in ("card", "iban", "private_key"):
+                with pytest.raises(GuardrailBlocked, match=name):
+                    screen(block, (), doc, b"", request_id="r", registry=None)
             leaked = value in out or msgspec.json.encode(value).decode()[1:-1] in out
             label = f"[{name.upper()}]"
             if not leaked and label in out:
