@@ -29,8 +29,9 @@ once makes 2. A request with fallback deployments is admitted once per attempt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from gateway.governance._bounds import Bounds
 from gateway.governance._model import AdmissionRequest, Charge, Permit, Refusal, RefusalFigures
@@ -79,8 +80,7 @@ class Refinement(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Ask:
+class Ask(msgspec.Struct, frozen=True):
     """What admission is told about a request: facts, planned by the Governor."""
 
     request_id: str
@@ -94,8 +94,7 @@ class Ask:
     refinement: Refinement | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Fit:
+class Fit(msgspec.Struct, frozen=True):
     """Budget fit's lower output allowance, and the counter it was fitted to."""
 
     per_choice: int
@@ -106,8 +105,7 @@ class Fit:
     """What the counter could still take when it refused."""
 
 
-@dataclass(frozen=True, slots=True)
-class Decided:
+class Decided(msgspec.Struct, frozen=True):
     """How an admission ended: the principal, bounds and fit the last plan was made with,
     the permit (None: refused) and how many store decisions it took."""
 

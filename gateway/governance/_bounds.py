@@ -18,7 +18,8 @@ refusals, the plan and the response headers always agree on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import msgspec
+from msgspec.structs import force_setattr, replace
 
 from gateway.pricing import INPUT_CLASSES, ModelPrice, cost_bound_micro_usd
 
@@ -26,8 +27,7 @@ BYTE, PREFIX, COUNTED, FAILED = "byte", "counted-prefix", "counted", "byte-count
 """What the input bound rests on, as the ``x-inferplane-input-bound`` header says it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Bounds:
+class Bounds(msgspec.Struct, frozen=True):
     """The most a request can be charged: tokens in, tokens out, and their µUSD."""
 
     input_tokens: int
@@ -45,13 +45,14 @@ class Bounds:
     """How a refined input bound was had, for refusals and budget-fit headers."""
     counted: bool = False
     """The provider was asked for a count of this input (at most once per deployment)."""
-    usd: int = field(init=False, repr=False, compare=False)
-    """The µUSD bound: :meth:`usd_of` the output allowance."""
+    usd: int = 0
+    """The µUSD bound: :meth:`usd_of` the output allowance, derived from the fields above
+    whenever a value is made (never given)."""
 
     def __post_init__(self) -> None:
         if not self.byte_input:
-            object.__setattr__(self, "byte_input", self.input_tokens)
-        object.__setattr__(self, "usd", self.usd_of(self.output_tokens))
+            force_setattr(self, "byte_input", self.input_tokens)
+        force_setattr(self, "usd", self.usd_of(self.output_tokens))
 
     @property
     def tokens(self) -> int:

@@ -25,8 +25,10 @@ by every value of one request so the error renderer does not write a second one.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+
+import msgspec
+from msgspec.structs import force_setattr, replace
 
 from gateway.config import Deployment, ModelSettings
 from gateway.governance import Bounds, Decided, Fit
@@ -65,8 +67,7 @@ def capped(doc: dict[str, Any], endpoint: Endpoint, cap: int | None
     return lower_output(endpoint, doc, cap)
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(msgspec.Struct, frozen=True):
     """One client request, after authentication, parsing, routing and bounding."""
 
     gw: Gateway
@@ -81,12 +82,12 @@ class Call:
     client_headers: dict[str, str]
     deployments: list[tuple[Deployment, Provider]]
     """The model's deployments that speak this ingress's protocol, in fallback order."""
-    request_id: str = field(default_factory=new_request_id)
+    request_id: str = msgspec.field(default_factory=new_request_id)
     key_hash: str = ""
     """SHA-256 of the presented key, to re-authenticate after a snapshot mismatch."""
     client: str | None = None
     """The client tool its User-Agent names (gateway.ingress._client), for the log."""
-    client_doc: dict[str, Any] = field(default_factory=dict)
+    client_doc: dict[str, Any] = msgspec.field(default_factory=dict)
     """The body as the client sent it (``doc`` before any cap or budget fit)."""
     client_body: bytes = b""
     output_cap: int | None = None
@@ -97,14 +98,14 @@ class Call:
     """The count scope (deployment) whose count refined ``bounds`` (None: not refined)."""
     counted_off_loop: bool = False
     """The input was offered to the off-loop count (``_bounds.off_loop``, once per call)."""
-    trail: AuditTrail = field(default_factory=AuditTrail)
+    trail: AuditTrail = msgspec.field(default_factory=AuditTrail)
     guard: Guard | None = None
     """The request's guardrails (its pseudonyms), set by the screen step; None: off."""
 
     def __post_init__(self) -> None:
         if not self.client_body:
-            object.__setattr__(self, "client_doc", self.doc)
-            object.__setattr__(self, "client_body", self.body)
+            force_setattr(self, "client_doc", self.doc)
+            force_setattr(self, "client_body", self.body)
 
     @property
     def token_bound(self) -> int:

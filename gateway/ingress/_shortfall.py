@@ -21,7 +21,6 @@ the response says so in ``x-inferplane-budget-fit``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -114,7 +113,7 @@ def with_field(bounds: Bounds, field: str) -> Bounds:
     the advice sends it: a field adds at most its JSON bytes (≤ len(field) + 12 for a
     7-digit value), which also covers its tokens with the counted ceiling's allowances
     (``gateway.ingress._tokenize``)."""
-    return dataclasses.replace(bounds, input_tokens=bounds.input_tokens + len(field) + 12)
+    return msgspec.structs.replace(bounds, input_tokens=bounds.input_tokens + len(field) + 12)
 
 
 def own_bound(refusal: Refusal, bounds: Bounds) -> bool:

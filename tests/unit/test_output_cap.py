@@ -6,7 +6,6 @@ what an upstream that honours the forwarded limit (the mock's reading of it) can
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -148,7 +147,7 @@ def test_an_attempt_writes_its_deployments_cap_and_a_fallback_takes_its_own() ->
         assert call.usd_bound == call.bounds.usd_of(cap)
         assert _headers(call, deployment)["x-inferplane-output-cap"] == str(cap)
     off = msgspec.structs.replace(model, default_output_tokens=None)
-    call = dataclasses.replace(call, model=off).capped_for(b)
+    call = msgspec.structs.replace(call, model=off).capped_for(b)
     assert call.output_cap is None and call.bounds.output_tokens == 128_000
     assert call.body == call.client_body and call.doc == doc
     assert "x-inferplane-output-cap" not in _headers(call, b)

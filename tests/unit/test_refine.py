@@ -8,7 +8,6 @@ counted, cached or prefix-extended — against what the upstream would bill.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -195,7 +194,7 @@ def test_requests_that_make_the_provider_add_input_are_never_counted() -> None:
     assert refiner.eligible(_call(plain), DEPLOYMENT, PROVIDER)
     off = Deployment(provider="mock", refine_input="off")
     assert not refiner.eligible(_call(plain), off, PROVIDER)
-    chat = dataclasses.replace(_call(plain), endpoint="chat")
+    chat = msgspec.structs.replace(_call(plain), endpoint="chat")
     assert not refiner.eligible(chat, DEPLOYMENT, PROVIDER)
 
 
@@ -294,7 +293,7 @@ def test_a_count_made_under_another_beta_header_is_not_reused() -> None:
            "messages": [{"role": "user", "content": "hello " * 300}]}
     refiner = Refiner(timeout_s=5, entries=8)
     asyncio.run(refiner.tighter(_call(doc), DEPLOYMENT, PROVIDER))
-    beta = dataclasses.replace(
+    beta = msgspec.structs.replace(
         _call(doc), client_headers={"anthropic-beta": "token-efficient-tools-2025-02-19"})
     refined = asyncio.run(refiner.tighter(beta, DEPLOYMENT, PROVIDER))
     assert refined is not None and "cached" not in refined.note

@@ -3,7 +3,6 @@ when), each refusal code's own machine-readable code, and no internals in a 5xx 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from datetime import UTC, datetime
 
@@ -209,7 +208,7 @@ def test_a_refusal_of_n_choices_advises_a_per_choice_max_tokens() -> None:
     figures = RefusalFigures(limit=5000, committed=2000, amount=5000, window="2026-12-01")
     decision = refusal("budget_exhausted", "team:t:usd:day", figures=figures)
     one = refusal_error(decision, BOUNDS, now=NOW).message
-    four = refusal_error(decision, dataclasses.replace(BOUNDS, choices=4), now=NOW).message
+    four = refusal_error(decision, msgspec.structs.replace(BOUNDS, choices=4), now=NOW).message
     # 3,000 µUSD left fits 1000 + 4 × 500 output tokens: 500 in all, 125 per choice.
     assert "max_tokens 1000." in one and "max_tokens <= 500 would fit now" in one
     assert "max_tokens 250 per choice × n=4." in four
