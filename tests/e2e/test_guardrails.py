@@ -300,7 +300,8 @@ def _answered_so_far(g: Guarded) -> int:
 
 def test_private_key_in_answer_blocks_mid_stream(g: Guarded) -> None:
     """A private key streamed by the upstream (split in 10) is blocked: the client gets
-    its protocol's error event naming the detector, and no line of the key."""
+    its protocol's error event naming the detector, and no line of the key; the attempt
+    settles as a cut stream (the reported input commits, the rest is liability)."""
     g.script(text=f"Here it is:\n{PRIVATE_KEY}\nkeep it safe", n=10)
     r = g.post("/v1/messages", {"model": "claude-g", "max_tokens": 800, "stream": True,
                                 "messages": [{"role": "user", "content": "key?"}]})
@@ -308,6 +309,12 @@ def test_private_key_in_answer_blocks_mid_stream(g: Guarded) -> None:
     assert "event: error" in r.text and "private_key" in r.text
     for line in PRIVATE_KEY.splitlines()[1:-1]:
         assert line[:16] not in r.text
+    audit = [json.loads(line) for line in
+             (g.workdir / "data" / "audit.jsonl").read_text().splitlines() if line]
+    settled = audit[-1]  # like a cut stream: what the upstream reported commits
+    assert settled["event"] == "settled" and settled["outcome"] == "uncertain"
+    assert "private_key" in settled["detail"] and settled["usage"]["input"] > 0
+    assert settled["tokens_committed"] > 0 and settled["tokens_liability"] > 0
 
 
 def test_monitor_logs_detector_and_position_only(g: Guarded, oai: openai.OpenAI) -> None:
