@@ -37,6 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TTL_S = 20
 """Patroni's leader key lifetime (its minimum): a crashed primary is replaced after it."""
 SCOPE = "ipt-ha"
+APP_USER = "mayu"
+APP_PASSWORD = "ha-db-pw-7f3c9e1a"  # noqa: S105 (a test cluster's, checked by scram)
+"""The application role (:func:`create_app_database`): its password must never appear in
+a file the gateways write."""
 PATRONICTL = str(Path(sys.executable).parent / "patronictl")
 
 
@@ -104,11 +108,14 @@ class Cluster:
 
     # -- addresses ----------------------------------------------------------------------
 
-    def dsn(self, dbname: str = "postgres", *, read_write: bool = True) -> str:
-        """A DSN listing every member (libpq's multi-host form), read-write by default."""
+    def dsn(self, dbname: str = "postgres", *, read_write: bool = True,
+            user: str = "postgres") -> str:
+        """A DSN listing every member (libpq's multi-host form), read-write by default;
+        as ``user`` (APP_USER: with its password, checked by scram)."""
         hosts = ",".join(f"127.0.0.1:{m.pg_port}" for m in self.members)
         attrs = "?target_session_attrs=read-write" if read_write else ""
-        return f"postgresql://postgres@{hosts}/{dbname}{attrs}"
+        auth = f"{APP_USER}:{APP_PASSWORD}" if user == APP_USER else user
+        return f"postgresql://{auth}@{hosts}/{dbname}{attrs}"
 
     def state(self) -> list[dict[str, Any]]:
         """Patroni's view of the members (``GET /cluster`` of any live member)."""
@@ -182,6 +189,33 @@ class Cluster:
         except (OSError, ValueError, IndexError):
             return
         _kill_tree(pid, data)
+
+    def stop_streaming(self) -> list[int]:
+        """SIGSTOP the primary's WAL senders (a replication link that stalls): its
+        commits stop leaving it (stopping the standbys' receivers would not do: on one
+        machine the WAL already sent waits for them in their sockets). Returns the pids
+        for :meth:`resume_streaming`."""
+        leader = self.leader()
+        assert leader is not None, "no primary to stall"
+        try:
+            postmaster = (self.root / leader.name / "data" / "postmaster.pid").read_text(
+                ).split()[0]
+        except (OSError, IndexError):
+            return []
+        pids = []
+        for child in subprocess.run(["pgrep", "-P", postmaster], capture_output=True,
+                                    text=True, check=False).stdout.split():
+            with contextlib.suppress(OSError):
+                if b"walsender" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    os.kill(int(child), signal.SIGSTOP)
+                    pids.append(int(child))
+        return pids
+
+    @staticmethod
+    def resume_streaming(pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def revive(self, m: Member) -> None:
         """Start a crashed member again: it rejoins as a standby."""
@@ -278,7 +312,9 @@ def _member_config(root: Path, m: Member, etcd_port: int, bindir: str) -> dict[s
                                "replication": {"username": "postgres"},
                                "rewind": {"username": "postgres"}},
             "parameters": {"unix_socket_directories": str(home)},
-            "pg_hba": ["local all all trust", "host all all 127.0.0.1/32 trust",
+            "pg_hba": ["local all all trust",
+                       f"host all {APP_USER} 127.0.0.1/32 scram-sha-256",
+                       "host all all 127.0.0.1/32 trust",
                        "host replication all 127.0.0.1/32 trust"],
         },
         "tags": {"nofailover": False, "noloadbalance": False},
@@ -353,3 +389,11 @@ def _wait(ok: Any, deadline_s: float, cluster: Cluster) -> None:
             break
         time.sleep(0.2)
     raise RuntimeError(f"HA cluster not up after {deadline_s}s\n{cluster.logs()}")
+
+
+def create_app_database(cluster: Cluster, dbname: str = "inferplane") -> str:
+    """A database owned by APP_USER (password-authenticated); its multi-host DSN."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {APP_USER} LOGIN PASSWORD '{APP_PASSWORD}'")
+        conn.execute(f"CREATE DATABASE {dbname} OWNER {APP_USER}")
+    return cluster.dsn(dbname, user=APP_USER)
