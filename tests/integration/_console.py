@@ -64,3 +64,13 @@ async def new_key(c: Client, csrf: str, team: str = "platform") -> str:
     secret = SECRET.search(created.text)
     assert secret, created.text
     return secret.group(1)
+
+
+async def chat(c: Client, key: str, *, times: int = 1) -> None:
+    """``times`` small chat completions (the mock's gpt) with ``key``, each a 200."""
+    for _ in range(times):
+        r = await c.post("/v1/chat/completions", json={
+            "model": "mock-gpt", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.text

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tests.integration._console import chat
 from tests.integration.test_console_pages import (
     READ,
     SECRET,
@@ -51,12 +52,7 @@ async def _team_with_spending_member(c: Client, csrf: str) -> str:
                                                   "user": "ana"})
     secret = SECRET.search(created.text)
     assert secret
-    for _ in range(3):
-        r = await c.post("/v1/chat/completions", json={
-            "model": "mock-gpt", "max_tokens": 4,
-            "messages": [{"role": "user", "content": "hi"}]},
-            headers={"Authorization": f"Bearer {secret.group(1)}"})
-        assert r.status_code == 200, r.text
+    await chat(c, secret.group(1), times=3)
     return secret.group(1)
 
 

@@ -19,11 +19,12 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from tests.integration._admin import gateway_settings
+from tests.integration._console import SECRET, chat, new_key, sign_in
+from tests.integration._console import form_value as _csrf
 
 pytestmark = pytest.mark.integration
 
 WRITE, READ = "w" * 8 + "-console-write-token", "r" * 8 + "-console-read-token"
-SECRET = re.compile(r'id="secret"[^>]*>(sk-inf-[^<]+)<')
 HOSTILE = "<script>alert('x')</script>"
 TOKENS = {"ops": ("write", WRITE), "finance": ("read", READ)}
 Client = AsyncTestClient[Any]
@@ -39,23 +40,6 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path,
     async with AsyncTestClient(app=create_app(settings)) as c:
         c.follow_redirects = False  # the tests look at each redirect
         yield c
-
-
-def _csrf(html: str, name: str = "csrf") -> str:
-    found = re.search(rf'name="{name}" value="([^"]+)"', html)
-    assert found, html
-    return found.group(1)
-
-
-async def sign_in(c: Client, credential: str) -> str:
-    """Sign in through the form; the CSRF token of the session's pages."""
-    form = await c.get("/console/login")
-    r = await c.post("/console/login", data={"credential": credential,
-                                             "login_csrf": _csrf(form.text, "login_csrf")})
-    assert r.status_code == 303, r.text
-    home = await c.get("/console/")
-    page = await c.get(home.headers["location"])
-    return _csrf(page.text)
 
 
 async def test_a_hostile_team_name_is_text_everywhere(client: Client) -> None:
@@ -235,16 +219,7 @@ async def test_requests_page_newest_first_with_a_next_page(client: Client) -> No
     """51 requests: the first page shows the 50 newest, its next-page link the oldest
     one; a filter narrows the rows and is kept in the next-page and CSV links."""
     csrf = await sign_in(client, WRITE)
-    await client.post("/console/teams", data={"csrf": csrf, "name": "platform"})
-    created = await client.post("/console/keys", data={"csrf": csrf, "team": "platform"})
-    secret = SECRET.search(created.text)
-    assert secret
-    for _ in range(51):
-        r = await client.post("/v1/chat/completions", json={
-            "model": "mock-gpt", "max_tokens": 4,
-            "messages": [{"role": "user", "content": "hi"}]},
-            headers={"Authorization": f"Bearer {secret.group(1)}"})
-        assert r.status_code == 200, r.text
+    await chat(client, await new_key(client, csrf), times=51)
     first = await client.get("/console/requests", params={"model": "mock-gpt"})
     assert first.text.count("<tr data-request=") == 50
     link = re.search(r'href="(/console/requests\?model=mock-gpt&amp;cursor=[0-9a-f]+)"',

@@ -28,7 +28,7 @@ from gateway.governance import (
 )
 from gateway.keys import KeyLimits, Principal, Team, TeamLimits
 from gateway.policy import EMPTY_SNAPSHOT
-from tests.integration.test_local_store import T0, Clock
+from tests.integration.test_local_store import T0, Clock, admit_one
 from tests.settling import exact, settlement
 
 pytestmark = pytest.mark.integration
@@ -55,10 +55,6 @@ async def store(tmp_path):
     yield s
     await s.close()
 
-
-async def admit_one(store: LocalGovernanceStore, req: AdmissionRequest) -> Permit | Refusal:
-    [result] = await store.admit([req])
-    return result
 
 
 async def together(store: LocalGovernanceStore,
