@@ -57,6 +57,7 @@ from gateway.providers._credentials import (
     unavailable_response,
 )
 from gateway.providers._eventstream import Decoder, chunk_bytes, message_headers, sse_event
+from gateway.providers._http import _chunks
 from gateway.usage import Endpoint
 
 log = logging.getLogger("mayu.providers.bedrock")
@@ -220,33 +221,29 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
     yield body
 
 
-async def _chunks(response: Response, name: str) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in response.chunks():
-            yield chunk
-    except ClientError as exc:
-        raise DispatchFailed(f"{name}: stream broken: {type(exc).__name__}: {exc}") from exc
-
-
 async def _events(response: Response, name: str) -> AsyncIterator[bytes]:
     """The event stream as Anthropic SSE, each event relayed as it is decoded."""
     decoder = Decoder()
     output = 0
     async for data in _chunks(response, name):
         out: list[bytes] = []
+        failure: DispatchFailed | None = None
         try:
             for message in decoder.feed(data):
                 event = chunk_bytes(message)
                 if event is None:
                     kind = message_headers(message).get(":exception-type") or "unknown"
-                    raise DispatchFailed(f"{name}: Bedrock stream exception {kind}: "
-                                         f"{_message(message.payload)}")
+                    failure = DispatchFailed(f"{name}: Bedrock stream exception {kind}: "
+                                             f"{_message(message.payload)}")
+                    break
                 output = _check_metrics(event, output, name)
                 out.append(sse_event(event))
         except (ChecksumMismatch, InvalidHeadersLength, InvalidPayloadLength) as exc:
-            raise DispatchFailed(f"{name}: bad event-stream framing: {exc}") from exc
-        if out:
+            failure = DispatchFailed(f"{name}: bad event-stream framing: {exc}")
+        if out:  # the events before an exception in the same read still count
             yield b"".join(out)
+        if failure is not None:
+            raise failure
 
 
 def _check_metrics(event: bytes, output: int, name: str) -> int:

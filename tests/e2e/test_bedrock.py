@@ -53,6 +53,7 @@ STATIC = ("AKIDBEDROCKPEER01", "peer-static-secret-0123456789abcdef")
 BASE = ("AKIDSTSBASE000001", "sts-base-secret-0123456789abcdef")
 ROLE = "arn:aws:iam::123456789012:role/inferplane-bedrock"
 SESSION_S = 20
+WEB_TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2EifQ.c2lnbmF0dXJlLTAxMjM0NQ"
 MOCK_ID = "us.anthropic.claude-mock-v1:0"
 SONNET_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 """Claude Code 2.1.197's default model in Bedrock mode (recorded by running it)."""
@@ -99,6 +100,8 @@ def start_peer(workdir: Path) -> tuple[Proc, str]:
 
 def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
     aws = {"kind": "aws", "region": REGION}
+    token = workdir / "web-identity-token"  # what EKS mounts; moto does not verify it
+    token.write_text(WEB_TOKEN)
     static = {**aws, "access_key_id_ref": "env:BEDROCK_AK",
               "secret_access_key_ref": "env:BEDROCK_SK"}
     role = {**aws, "access_key_id_ref": "env:STS_BASE_AK",
@@ -115,9 +118,13 @@ def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
          "credentials": {**static, "secret_access_key_ref": "env:WRONG_SK"}},
         {"name": "aws-nosts", "kind": "bedrock", "base_url": peer.url,
          "credentials": {**role, "sts_endpoint_url": f"http://127.0.0.1:{free_port()}"}},
+        {"name": "aws-webid", "kind": "bedrock", "base_url": peer.url, "credentials": {
+            **aws, "web_identity_token_file": str(token), "role_arn": ROLE,
+            "session_name": "inferplane-webid", "sts_endpoint_url": sts_url}},
         {"name": "up-anthropic", "kind": "anthropic", "base_url": upstream.url}]
     deployments = {"claude-bedrock": ("aws", MOCK_ID),
                    "claude-role": ("aws-role", MOCK_ID),
+                   "claude-webid": ("aws-webid", MOCK_ID),
                    "claude-role-long": ("aws-role", "us.anthropic.claude-drawn-out-v1:0"),
                    "claude-throttle": ("aws", "us.anthropic.claude-throttle-v1:0"),
                    "claude-cut": ("aws", "us.anthropic.claude-cut-stream-v1:0"),
@@ -266,6 +273,17 @@ def test_peer_refuses_wrong_signatures_and_the_client_pays_nothing(bedrock: Bedr
     tampered = httpx.post(url, content=body.replace(b"5", b"6"), headers=signed)
     assert tampered.status_code == 403
     assert tampered.headers["x-amzn-errortype"].startswith("InvalidSignatureException")
+
+
+def test_web_identity_role_signs_the_calls(bedrock: Bedrock) -> None:
+    """web_identity_token_file + role_arn: AssumeRoleWithWebIdentity (unsigned, the
+    token is the proof) gives the session the peer accepts, named as configured."""
+    key = bedrock.stack.team_key("bedrock-webid")
+    client = anthropic.Anthropic(base_url=bedrock.stack.gateway.url, api_key=key,
+                                 max_retries=0)
+    httpx.delete(f"{bedrock.peer.url}/__peer/ledger")
+    assert client.messages.create(model="claude-webid", **HI).content
+    assert [e["session"] for e in bedrock.ledger()] == ["inferplane-webid"]
 
 
 def test_peer_refuses_an_expired_session(bedrock: Bedrock) -> None:
@@ -468,10 +486,11 @@ def test_claude_code_bedrock_mode_runs_a_tool_loop(bedrock: Bedrock, claude: lis
 
 
 def test_no_aws_secret_in_any_file_of_the_run(bedrock: Bedrock) -> None:
-    """No secret key or session token the run used (static, STS base, every session moto
-    issued) is in the gateway's data dir (journal, audit, local stores) or its log."""
+    """No secret key, web identity token or session token the run used (static, STS
+    base, every session moto issued) is in the gateway's data dir (journal, audit,
+    local stores) or its log."""
     issued: list[str] = httpx.get(f"{bedrock.peer.url}/__peer/issued").json()
-    secrets = {STATIC[1], BASE[1], ENV["WRONG_SK"], *issued}
+    secrets = {STATIC[1], BASE[1], ENV["WRONG_SK"], WEB_TOKEN, *issued}
     assert len(secrets) >= 5
     files = [p for p in (bedrock.stack.config.parent / "data").rglob("*") if p.is_file()]
     files += list(bedrock.stack.config.parent.glob("gateway-*.log"))

@@ -7,16 +7,24 @@ import asyncio
 import base64
 import logging
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import msgspec
 import pytest
 from botocore.eventstream import EventStreamBuffer
 
 from gateway.config import AwsCredentials, Credentials, StaticCredentials
-from gateway.providers import CredentialSource, CredentialsUnavailable, Fetched
-from gateway.providers._bedrock import anthropic_error, bedrock_body, error_type
+from gateway.providers import CredentialSource, CredentialsUnavailable, DispatchFailed, Fetched
+from gateway.providers._bedrock import _events, anthropic_error, bedrock_body, error_type
 from gateway.providers._credentials import AwsSource
-from gateway.providers._eventstream import chunk_bytes, chunk_message, exception_message
+from gateway.providers._eventstream import (
+    chunk_bytes,
+    chunk_message,
+    exception_message,
+    message_headers,
+    sse_event,
+)
 
 
 class Ticking(CredentialSource[str]):
@@ -94,6 +102,27 @@ async def test_aws_source_static_keys_by_reference(monkeypatch: pytest.MonkeyPat
         "AKIDEXAMPLE", "secret-example", None)
 
 
+async def test_aws_source_profile_and_default_chain(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A named profile of the shared credentials file, and botocore's default chain
+    (here the environment), are what the source signs with."""
+    shared = tmp_path / "credentials"
+    shared.write_text("[bedrock]\naws_access_key_id = AKIDPROFILE\n"
+                      "aws_secret_access_key = profile-secret\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(shared))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDENVIRON")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "environ-secret")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    named = await AwsSource(AwsCredentials(region="us-east-1", profile="bedrock"),
+                            provider="b", where="providers[0]").fetch()
+    assert named.value.access_key == "AKIDPROFILE"
+    chain = await AwsSource(AwsCredentials(region="us-east-1"), provider="b",
+                            where="providers[0]").fetch()
+    assert (chain.value.access_key, chain.value.secret_key) == ("AKIDENVIRON",
+                                                                "environ-secret")
+
+
 def test_credentials_shape_names_the_bad_field() -> None:
     """The credentials union decodes by kind; a bad field fails with its path."""
     ok = msgspec.convert({"kind": "aws", "region": "eu-west-1", "role_arn": "arn:x",
@@ -137,4 +166,28 @@ def test_event_stream_round_trip() -> None:
     assert chunk_bytes(first) == event
     assert msgspec.json.decode(first.payload)["bytes"] == base64.b64encode(event).decode()
     assert chunk_bytes(second) is None
-    assert second.headers[":exception-type"] == "throttlingException"
+    assert message_headers(second)[":exception-type"] == "throttlingException"
+
+
+class _OneRead:
+    """A response whose whole body arrives in one read."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield self.data
+
+
+async def test_events_before_a_stream_exception_are_relayed_first() -> None:
+    """An exception message in the same read as earlier events: those events reach the
+    client (they are what a cut stream commits), then the stream fails as a cut."""
+    start = b'{"type":"message_start","message":{"usage":{"input_tokens":3}}}'
+    delta = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}'
+    read = _OneRead(chunk_message(start) + chunk_message(delta)
+                    + exception_message("modelStreamErrorException", "boom"))
+    got: list[bytes] = []
+    with pytest.raises(DispatchFailed, match="modelStreamErrorException: boom"):
+        async for out in _events(read, "b"):  # type: ignore[arg-type]
+            got.append(out)
+    assert got == [sse_event(start) + sse_event(delta)]
