@@ -103,11 +103,6 @@ def test_entra_token_refreshed_before_expiry_without_a_failed_request(
                                 messages=[{"role": "user", "content": "hi"}])
 
 
-def test_no_secret_in_any_file_of_the_run(clouds: Clouds) -> None:
-    """api-key, identity header, access tokens: none in the log, config or data dir."""
-    clouds.assert_no_secret_in_files()
-
-
 def test_azure_refusing_the_gateways_key_is_the_gateways_500(
         clouds: Clouds, oai: openai.OpenAI) -> None:
     """Azure's 401 for the gateway's own api-key reaches the client as a 500 in OpenAI's
@@ -118,3 +113,8 @@ def test_azure_refusing_the_gateways_key_is_the_gateways_500(
                                     messages=[{"role": "user", "content": "hi"}])
     assert "azure-wrong-key refused the gateway's credentials" in str(failed.value)
     assert clouds.committed_usd(oai.api_key) == before
+
+
+def test_no_secret_in_any_file_of_the_run(clouds: Clouds) -> None:
+    """api-key, identity header, access tokens: none in the log, config or data dir."""
+    clouds.assert_no_secret_in_files()

@@ -149,12 +149,6 @@ def test_vertex_quota_error_in_anthropic_shape(clouds: Clouds,
     assert clouds.ledger() == []
 
 
-def test_no_secret_in_any_file_of_the_run(clouds: Clouds) -> None:
-    """Service-account key, Google access tokens, api-key: none in the log, config or
-    data dir after Vertex traffic."""
-    clouds.assert_no_secret_in_files()
-
-
 def test_a_provider_without_credentials_answers_503_alone(
         clouds: Clouds, claude: anthropic.Anthropic, key: str) -> None:
     """A service account the token endpoint refuses: its deployment answers 503 naming
@@ -245,3 +239,9 @@ def test_a_regional_deployment_is_charged_its_own_price(
     entry = _one(clouds)
     cost = cost_micro_usd(Usage(**entry["classes"]), ModelPrice(**REGIONAL))
     assert int(raw.headers["x-inferplane-cost-micro-usd"]) == cost > expected_cost(entry)
+
+
+def test_no_secret_in_any_file_of_the_run(clouds: Clouds) -> None:
+    """Service-account keys, Google access tokens, api-key: none in the log, config or
+    data dir after all of this module's Vertex traffic (it runs last)."""
+    clouds.assert_no_secret_in_files()
