@@ -79,3 +79,9 @@ def test_codex_reaches_an_azure_deployment(agents: Path, clouds: Clouds,
     entries = clouds.ledger()
     assert entries and all(e["route"] == "azure:responses" for e in entries), entries
     assert clouds.committed_usd(key) == sum(expected_cost(e) for e in entries)
+
+
+def test_no_secret_in_any_file_of_the_agents_run(clouds: Clouds) -> None:
+    """After the agents' runs: no cloud secret or issued token in the gateway's log,
+    config or data dir."""
+    clouds.assert_no_secret_in_files()
