@@ -12,7 +12,8 @@ Postgres, the present (one current definition of everything):
   likewise through :data:`lease_queries` (the control plane's lease ledger calls) and
   ``alert_queries.sql`` through :data:`alert_queries` (budget alerts and the cluster
   gauges), ``identity_queries.sql`` through :data:`identity_queries` (inferplaned's token
-  exchange and user revocation).
+  exchange and user revocation), ``routing_queries.sql`` through :data:`routing_queries`
+  (cache affinity's shared pins).
 
 SQLite (the local profile's file, ``<data_dir>/mayu.db``): ``local/keys.sql``,
 ``local/governance.sql``, ``local/lease.sql`` and ``local/alerts.sql``, one per store,
@@ -117,6 +118,7 @@ queries = _Queries()
 lease_queries = _Queries("lease_queries")
 alert_queries = _Queries("alert_queries")
 identity_queries = _Queries("identity_queries")
+routing_queries = _Queries("routing_queries")
 local_keys = _Queries("local/keys")
 local_governance = _Queries("local/governance")
 local_lease = _Queries("local/lease")
@@ -124,4 +126,5 @@ local_alerts = _Queries("local/alerts")
 
 __all__ = ["BASELINE", "BASELINE_SHA256", "SCHEMA", "alert_queries", "baseline_script",
            "identity_queries", "lease_queries", "local_alerts", "local_governance",
-           "local_keys", "local_lease", "queries", "run_script", "script"]
+           "local_keys", "local_lease", "queries", "routing_queries", "run_script",
+           "script"]

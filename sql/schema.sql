@@ -376,3 +376,16 @@ CREATE TABLE console_sessions (
 );
 CREATE INDEX console_sessions_credential_idx ON console_sessions (credential_sha256);
 CREATE INDEX console_sessions_subject_idx ON console_sessions (subject);
+
+-- Cache affinity's pins (gateway/routing, docs/routing.md): per model, an agent session's
+-- key (a hash of its session header or cacheable prefix: never a payload) and the
+-- deployment whose prompt cache it warmed, until the cache's TTL runs out. Shared by
+-- every replica, so a session keeps its deployment whichever replica it reaches.
+CREATE TABLE routing_pins (
+    model        text NOT NULL,
+    session_key  text NOT NULL,
+    deployment   text NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    PRIMARY KEY (model, session_key)
+);
+CREATE INDEX routing_pins_expires_idx ON routing_pins (expires_at);

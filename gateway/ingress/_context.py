@@ -57,6 +57,8 @@ class Gateway:
 
     def __post_init__(self) -> None:
         self.models = {m.name: m for m in self.settings.models}
+        if self.pool is not None:
+            self.router.share(self.pool)  # cache-affinity pins shared by the replicas
         identity = self.settings.identity
         if identity is not None and identity.broker is not None:
             self.credentials = GatewayCredentials(identity.broker)

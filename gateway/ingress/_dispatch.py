@@ -155,6 +155,7 @@ async def dispatch(call: Call, *, session: Session | None = None) -> Reply:
     """Route (``gateway.routing``: the deployments in the order to try), then bound →
     admit → dispatch → settle, one attempt per deployment in that order, until one
     answers."""
+    await call.gw.router.recall(call.model, session)  # the shared profile's pin, if any
     plan = call.gw.router.plan(call.model, call.deployments, session=session)
     await plan.settle_affinity()  # preferAffinity: a bounded wait for the pinned one
     routing = call.model.routing

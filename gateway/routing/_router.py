@@ -25,11 +25,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from gateway.config import Deployment, ModelSettings
 from gateway.routing._dedupe import Dedupe
 from gateway.routing._health import Health, State
+from gateway.routing._pins import SharedPins
 from gateway.routing._session import Session
 
 log = logging.getLogger("mayu.routing")
@@ -114,6 +115,26 @@ class Router:
         """How often each kind of affinity decision was taken (tests, metrics)."""
         self.dedupe = Dedupe()
         """Identical requests in flight (``routing.dedupe``)."""
+        self.shared: SharedPins | None = None
+        """The shared profile's pins (:meth:`share`); None: this replica's memory only."""
+
+    def share(self, pool: Any) -> None:
+        """Keep pins in the shared database too (the shared profile's pool)."""
+        self.shared = SharedPins(pool)
+
+    async def recall(self, model: ModelSettings, session: Session | None) -> None:
+        """Before :meth:`plan`: a session this replica holds no live pin for takes the
+        shared database's (another replica served it), if any."""
+        if session is None or self.shared is None or model.routing is None \
+                or not model.routing.affinity:
+            return
+        if self.pinned(model, session, self.clock()) is not None:
+            return
+        row = await self.shared.get(model.name, session.lookup)
+        if row is not None:
+            st = self._state(model)
+            st.pins[session.pin] = (row[0], self.clock() + row[1])
+            self.note("affinity_recalled")
 
     def note(self, decision: str) -> None:
         self.decisions[decision] = self.decisions.get(decision, 0) + 1
@@ -223,8 +244,13 @@ class Router:
         st = self._state(model)
         routing = model.routing
         assert routing is not None
-        st.pins[session.pin] = (self.name_of(model, deployment), self.clock() + session.ttl_s)
+        name, now = self.name_of(model, deployment), self.clock()
+        before = st.pins.get(session.pin)
+        st.pins[session.pin] = (name, now + session.ttl_s)
         st.pins.move_to_end(session.pin)
+        if self.shared is not None and (before is None or before[0] != name
+                                        or before[1] - now < session.ttl_s / 2):
+            self.shared.put(model.name, session.pin, name, session.ttl_s)
         while len(st.pins) > routing.affinity_sessions:
             st.pins.popitem(last=False)
 

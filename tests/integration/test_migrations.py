@@ -20,7 +20,8 @@ pytestmark = pytest.mark.integration
 TABLES = {"authority_namespace", "teams", "keys", "bootstrap_declarations", "policy_state",
           "policy_generations", "policy_changes", "counters", "authority_accounts",
           "permits", "permit_segments", "lease_dataplanes", "lease_grants", "alert_events",
-          "key_rotations", "users", "team_members", "permit_facts", "console_sessions"}
+          "key_rotations", "users", "team_members", "permit_facts", "console_sessions",
+          "routing_pins"}
 
 
 def _tables(dsn: str) -> set[str]:
