@@ -183,10 +183,18 @@ def _gateway_config(work: Path, name: str, upstream: int, shared: bool,
                                     "pool_min_size": 4, "pool_max_size": 16}})
     for dotted, value in (overrides or {}).items():
         *parents, leaf = dotted.split(".")
-        node = config
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        node: Any = config
+        for part in parents:  # a number indexes a list (the next index appends)
+            if isinstance(node, list):
+                if int(part) == len(node):
+                    node.append({})
+                node = node[int(part)]
+            else:
+                node = node.setdefault(part, {})
+        if isinstance(node, list):
+            node[int(leaf)] = value
+        else:
+            node[leaf] = value
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
