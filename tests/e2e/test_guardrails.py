@@ -312,9 +312,13 @@ def test_private_key_in_answer_blocks_mid_stream(g: Guarded) -> None:
     audit = [json.loads(line) for line in
              (g.workdir / "data" / "audit.jsonl").read_text().splitlines() if line]
     settled = audit[-1]  # like a cut stream: what the upstream reported commits
-    assert settled["event"] == "settled" and settled["outcome"] == "uncertain"
-    assert "private_key" in settled["detail"] and settled["usage"]["input"] > 0
-    assert settled["tokens_committed"] > 0 and settled["tokens_liability"] > 0
+    assert settled["event"] == "settled" and settled["usage"]["input"] > 0
+    assert 0 < settled["tokens_committed"] <= settled["token_bound"]
+    # Its usage complete when the upstream's end arrived in the same read as the key's
+    # end (exact), else the reported input commits and the rest of the bound is liability.
+    assert settled["outcome"] == "complete" or (
+        settled["outcome"] == "uncertain" and "private_key" in settled["detail"]
+        and settled["tokens_liability"] > 0)
 
 
 def test_monitor_logs_detector_and_position_only(g: Guarded, oai: openai.OpenAI) -> None:
