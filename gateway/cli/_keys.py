@@ -151,6 +151,14 @@ def _fit_arg(parser: argparse.ArgumentParser) -> None:
              "refused")
 
 
+def _team_limit_args(parser: argparse.ArgumentParser) -> None:
+    """A team's limits, as ``teams create`` and ``teams set`` take them."""
+    _rate_args(parser, "team")
+    parser.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
+    _money_args(parser, "team")
+    _fit_arg(parser)
+
+
 def _teams_create(args: argparse.Namespace) -> int:
     limits = TeamLimits(rpm=args.rpm, tpm=args.tpm, tokens_per_day=args.tokens_per_day,
                         usd_micros_per_day=_money(args, "day"),
@@ -338,18 +346,12 @@ def _register_teams(subparsers: Any) -> None:
     create = _add(sub, "create", _teams_create, "create a team with its limits "
                   "(omitted limits are uncapped)", "print the new team as JSON")
     create.add_argument("name", metavar="NAME", type=_args.text, help="unique team name")
-    _rate_args(create, "team")
-    create.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
-    _money_args(create, "team")
-    _fit_arg(create)
+    _team_limit_args(create)
     _add(sub, "list", _teams_list, "list teams and their limits", "print JSON")
     update = _add(sub, "set", _teams_set, "change some of a team's limits (the others are "
                   "kept); the edit bumps the team's revision", "print the team as JSON")
     update.add_argument("name", metavar="NAME", type=_args.text, help="team name or id")
-    _rate_args(update, "team")
-    update.add_argument("--tokens-per-day", type=_count, help="team tokens per UTC day")
-    _money_args(update, "team")
-    _fit_arg(update)
+    _team_limit_args(update)
     update.add_argument("--unset", type=_unset_list, metavar="LIMIT[,LIMIT]",
                         help="remove these caps: " + ", ".join(_UNSET))
     update.add_argument("--expected-revision", type=_positive, metavar="N",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
-from gateway.errors import BadRequest, RevisionConflict
+from gateway.errors import BadRequest, NotFound, RevisionConflict
 
 TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month",
                "budget_fit_floor")
@@ -47,6 +47,15 @@ def check_revision(what: str, current: int, expected: int | None) -> None:
     if expected is not None and expected != current:
         raise RevisionConflict(f"{what} is at revision {current}, not {expected}; "
                                "re-read it and retry")
+
+
+def editable(what: str, row: Any, expected_revision: int | None) -> Any:
+    """``row``, the stored ``what`` an edit is about to change: NotFound when there is
+    none, RevisionConflict when it is no longer at ``expected_revision``."""
+    if row is None:
+        raise NotFound(f"{what} does not exist")
+    check_revision(what, row["revision"], expected_revision)
+    return row
 
 
 MAX_USER_CHARS = 200

@@ -35,6 +35,7 @@ from gateway.keys._limits import (
     check_new_team,
     check_revision,
     check_user_name,
+    editable,
     member_what,
 )
 from gateway.keys._members import TeamMembers, team_members_of
@@ -229,10 +230,8 @@ class PostgresKeyStore:
         """Tombstone a key; FOR UPDATE waits out admissions holding it FOR SHARE."""
         async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
-            row = await _one(conn, "get_key_for_update", id=key_id)
-            if row is None:
-                raise NotFound(f"key {key_id!r} does not exist")
-            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
+            row = editable(f"key {key_id!r}", await _one(conn, "get_key_for_update", id=key_id),
+                           expected_revision)
             if row["revoked_at"] is None:
                 row = await _one(conn, "revoke_key", id=key_id)
         assert row is not None
@@ -244,10 +243,8 @@ class PostgresKeyStore:
         sees the new revision (a Principal read before is re-read, DESIGN §4)."""
         async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
-            row = await _one(conn, "get_key_for_update", id=key_id)
-            if row is None:
-                raise NotFound(f"key {key_id!r} does not exist")
-            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
+            row = editable(f"key {key_id!r}", await _one(conn, "get_key_for_update", id=key_id),
+                           expected_revision)
             if row["revoked_at"] is not None:
                 raise KeyRevoked(f"key {key_id!r} is revoked; it can no longer be edited")
             if isinstance(changes.user, str):

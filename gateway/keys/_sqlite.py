@@ -29,6 +29,7 @@ from gateway.keys._limits import (
     check_new_team,
     check_revision,
     check_user_name,
+    editable,
     member_what,
 )
 from gateway.keys._members import TeamMembers, team_members_of
@@ -270,10 +271,7 @@ class SqliteKeyStore(SqliteBase):
     async def update_key(self, key_id: str, changes: KeyChanges, *,
                          expected_revision: int | None = None) -> KeyRecord:
         def _update(conn: sqlite3.Connection) -> KeyRecord:
-            row = _get_key(conn, key_id)
-            if row is None:
-                raise NotFound(f"key {key_id!r} does not exist")
-            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
+            row = editable(f"key {key_id!r}", _get_key(conn, key_id), expected_revision)
             if row["revoked_at"] is not None:
                 raise KeyRevoked(f"key {key_id!r} is revoked; it can no longer be edited")
             if isinstance(changes.user, str):
@@ -332,10 +330,7 @@ class SqliteKeyStore(SqliteBase):
     async def revoke_key(self, key_id: str, *,
                          expected_revision: int | None = None) -> KeyRecord:
         def _revoke(conn: sqlite3.Connection) -> KeyRecord:
-            row = _get_key(conn, key_id)
-            if row is None:
-                raise NotFound(f"key {key_id!r} does not exist")
-            check_revision(f"key {key_id!r}", row["revision"], expected_revision)
+            row = editable(f"key {key_id!r}", _get_key(conn, key_id), expected_revision)
             if row["revoked_at"] is None:
                 _SQL["revoke_key"].execute(conn, {"id": key_id,
                                                   "revoked_at": _ts(self._clock())})
