@@ -37,23 +37,26 @@ def test_bad_output_limits_are_400(doc: dict[str, object]) -> None:
     assert info.value.status == 400
 
 
+def _chat_upstream(body: bytes, *, stream: bool) -> tuple[bytes, bool]:
+    """What :func:`upstream_body` sends for a chat ``body`` on a plain deployment."""
+    return upstream_body(body, parse_json(body), Deployment(provider="p"), "chat",
+                         stream=stream)
+
+
 def test_body_is_forwarded_verbatim_when_nothing_changes() -> None:
     """Without a model rewrite or added stream option, the exact bytes go upstream."""
     body = b'{"model": "m",  "max_tokens": 3}'
-    sent, strip = upstream_body(body, parse_json(body), Deployment(provider="p"), "chat",
-                                stream=False)
+    sent, strip = _chat_upstream(body, stream=False)
     assert sent is body and not strip
 
 
 def test_chat_stream_gets_include_usage_and_strip_flag() -> None:
     """A chat stream without include_usage gets it upstream and strips the usage chunk."""
     body = b'{"model": "m", "stream": true}'
-    sent, strip = upstream_body(body, parse_json(body), Deployment(provider="p"), "chat",
-                                stream=True)
+    sent, strip = _chat_upstream(body, stream=True)
     assert strip and json.loads(sent)["stream_options"] == {"include_usage": True}
     asked = b'{"model": "m", "stream": true, "stream_options": {"include_usage": true}}'
-    sent, strip = upstream_body(asked, parse_json(asked), Deployment(provider="p"), "chat",
-                                stream=True)
+    sent, strip = _chat_upstream(asked, stream=True)
     assert sent is asked and not strip
 
 
