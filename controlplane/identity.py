@@ -20,26 +20,27 @@ ever logged: a log line names the user, team and issuer.
 from __future__ import annotations
 
 import logging
-import secrets
-import uuid
 from typing import Any
 
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
 
-import sql
 from controlplane.auth import TokenAuth
 from gateway.config import resolve_secret
-from gateway.db import fetch_one, wrap_exceptions
+from gateway.db import wrap_exceptions
 from gateway.errors import ConfigError, NotFound
 from gateway.identity import (
     CredentialIssuer,
     Identity,
     IdentitySettings,
     InvalidToken,
+    Refused,
+    Revoked,
     Verifiers,
+    brokered_key_hash,
+    reinstate_person,
+    revoke_person,
 )
-from gateway.keys import hash_key
 
 log = logging.getLogger("inferplaned.identity")
 
@@ -71,13 +72,7 @@ class Broker:
         self.issuer = CredentialIssuer(creds, signing)
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, error: str, description: str) -> None:
-        super().__init__(description)
-        self.status, self.error, self.description = status, error, description
-
-
-def _oauth_error(exc: _Refused) -> Response[dict[str, str]]:
+def _oauth_error(exc: Refused) -> Response[dict[str, str]]:
     headers = {"Cache-Control": "no-store"}
     if exc.status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="inferplaned"'
@@ -101,44 +96,15 @@ def _team_of(identity: Identity, form: dict[str, str]) -> str:
             wanted = word[5:]
     if wanted is not None:
         if wanted not in identity.teams:
-            raise _Refused(400, "invalid_target", f"team {wanted!r} is not one of yours")
+            raise Refused(400, "invalid_target", f"team {wanted!r} is not one of yours")
         return wanted
     if len(identity.teams) == 1:
         return identity.teams[0]
     if not identity.teams:
-        raise _Refused(403, "access_denied", "your token names no team (groups claim)")
-    raise _Refused(400, "invalid_target",
+        raise Refused(403, "access_denied", "your token names no team (groups claim)")
+    raise Refused(400, "invalid_target",
                    f"you are in several teams ({', '.join(identity.teams)}): pick one "
                    "with team=<name>")
-
-
-async def _key_hash(conn: Any, identity: Identity, team: str) -> str:
-    """The brokered key of the person in ``team``, binding the person and making the key
-    the first time (one transaction)."""
-    q = sql.identity_queries
-    who = {"issuer": identity.issuer, "subject": identity.subject}
-    user = await fetch_one(conn, q["user_by_subject"], who)
-    if user is None:
-        email = identity.claims.get("email")
-        user = await fetch_one(conn, q["bind_user"], {
-            **who, "name": identity.user, "email": email if isinstance(email, str) else None})
-        if user is None:
-            raise _Refused(403, "access_denied",
-                           f"user {identity.user!r} belongs to another identity")
-    if user["revoked_at"] is not None:
-        raise _Refused(403, "access_denied", f"user {user['name']!r} is revoked")
-    row = await fetch_one(conn, q["team_by_name"], {"team": team})
-    if row is None:
-        raise _Refused(400, "invalid_target", f"team {team!r} does not exist")
-    params = {"team_id": row["id"], "user": user["name"]}
-    key = await fetch_one(conn, q["brokered_key"], params)
-    if key is None:
-        key = await fetch_one(conn, q["insert_brokered_key"], {
-            **params, "id": "key_" + uuid.uuid4().hex[:16],
-            "key_hash": hash_key(secrets.token_urlsafe(32))})
-        key = key or await fetch_one(conn, q["brokered_key"], params)  # a concurrent one
-    assert key is not None
-    return str(key["key_hash"])
 
 
 @post("/v1alpha1/token", status_code=200)
@@ -148,20 +114,20 @@ async def token_exchange(request: Request[Any, Any, Any]) -> Response[dict[str, 
     form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
     try:
         if form.get("grant_type") != GRANT:
-            raise _Refused(400, "unsupported_grant_type", f"grant_type must be {GRANT}")
+            raise Refused(400, "unsupported_grant_type", f"grant_type must be {GRANT}")
         token = form.get("subject_token")
         if not token or form.get("subject_token_type") not in SUBJECT_TYPES:
-            raise _Refused(400, "invalid_request", "subject_token and a subject_token_type "
+            raise Refused(400, "invalid_request", "subject_token and a subject_token_type "
                            f"of {', '.join(SUBJECT_TYPES)} are required")
         try:
             identity = await broker.verifiers.verify(token)
         except InvalidToken as exc:
-            raise _Refused(401, "invalid_grant", f"subject_token: {exc.message}") from exc
+            raise Refused(401, "invalid_grant", f"subject_token: {exc.message}") from exc
         team = _team_of(identity, form)
         async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn, \
                 conn.transaction():
-            key_hash = await _key_hash(conn, identity, team)
-    except _Refused as exc:
+            key_hash = await brokered_key_hash(conn, identity, team)
+    except Refused as exc:
         log.info("token exchange refused: %s (%s)", exc.error, exc.description)
         return _oauth_error(exc)
     credential, exp = broker.issuer.issue(user=identity.user, team=team, key_hash=key_hash)
@@ -185,16 +151,16 @@ async def _set_revoked(request: Request[Any, Any, Any], name: str, *,
     auth: TokenAuth = request.app.state.auth
     author = auth.require(request.headers.get("authorization"), write=True).name
     _broker(request)
-    query = "revoke_user" if revoke else "reinstate_user"
     async with wrap_exceptions(_WHAT), request.app.state.pool.connection() as conn:
-        row = await fetch_one(conn, sql.identity_queries[query], {"name": name})
-    if row is None:
+        done = await revoke_person(conn, name) if revoke else \
+            await reinstate_person(conn, name)
+    if done is None or done is False:
         raise NotFound(f"user {name!r} does not exist")
     log.warning("user %s %s by %s", name, "revoked" if revoke else "reinstated", author)
-    if not revoke:
+    if not isinstance(done, Revoked):
         return {"user": name, "revoked": False}
-    return {"user": name, "revoked": True, "revoked_at": row["revoked_at"].isoformat(),
-            "keys_revoked": row["keys_revoked"]}
+    return {"user": name, "revoked": True, "revoked_at": done.revoked_at.isoformat(),
+            "keys_revoked": done.keys_revoked}
 
 
 @post("/v1alpha1/users/{name:str}/revoke", status_code=200)

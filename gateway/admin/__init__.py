@@ -14,10 +14,12 @@ from gateway.admin._members import ROUTES as _MEMBERS
 from gateway.admin._openapi import OPENAPI
 from gateway.admin._operations import ROUTES as _OPERATIONS
 from gateway.admin._people import People, people_of
+from gateway.admin._revoke import ROUTES as _REVOKE
 from gateway.admin._routes import ROUTES as _KEYS
 from gateway.admin._usage import ROUTES as _USAGE
 
-ROUTES = [Router(path="/", route_handlers=[*_KEYS, *_MEMBERS, *_USAGE, *_OPERATIONS],
+ROUTES = [Router(path="/",
+                 route_handlers=[*_KEYS, *_MEMBERS, *_USAGE, *_OPERATIONS, *_REVOKE],
                  dependencies=DEPENDENCIES,
                  exception_handlers=EXCEPTION_HANDLERS)]
 

@@ -14,6 +14,13 @@ from gateway.identity._agent import SignInFailed, default_cache, login
 from gateway.identity._agent import credential as mint_credential
 from gateway.identity._broker import CredentialIssuer, SigningKey, derive_key
 from gateway.identity._jwks import JwksCache, JwksUnavailable, PublicKey
+from gateway.identity._people import (
+    Refused,
+    Revoked,
+    brokered_key_hash,
+    reinstate_person,
+    revoke_person,
+)
 from gateway.identity._settings import CredentialSettings, IdentitySettings, IssuerSettings
 from gateway.identity._verify import (
     Identity,
@@ -34,14 +41,19 @@ __all__ = [
     "JwksCache",
     "JwksUnavailable",
     "PublicKey",
+    "Refused",
+    "Revoked",
     "SignInFailed",
     "SigningKey",
     "Verifier",
     "Verifiers",
+    "brokered_key_hash",
     "default_cache",
     "derive_key",
     "login",
     "mint_credential",
+    "reinstate_person",
+    "revoke_person",
     "looks_like_jwt",
     "unverified_issuer",
 ]

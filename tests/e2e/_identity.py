@@ -3,7 +3,8 @@ of the tests' OIDC provider (tests/e2e/_oidc.py), and shared-mode gateways that 
 (``identity.broker``), on one migrated Postgres database.
 
 Teams ``eng`` (a default member budget of :data:`DEFAULT_MEMBER_USD` per day) and ``ml``
-exist. inferplaned signs with :data:`SECRETS` (the first signs; both are published), so a
+exist. Each gateway takes :data:`ADMIN_TOKEN` as a write admin token. inferplaned signs with
+:data:`SECRETS` (the first signs; both are published), so a
 test can forge credentials with :func:`gateway.identity.derive_key`.
 """
 
@@ -22,6 +23,7 @@ ISSUER = "https://inferplaned.e2e"
 SECRETS = {"IPD_SIGNING_NEW": "new-signing-secret-" + "n" * 24,
            "IPD_SIGNING_OLD": "old-signing-secret-" + "o" * 24}
 DEFAULT_MEMBER_USD = 50_000_000
+ADMIN_TOKEN = "identity-e2e-admin-write-token"
 EXCHANGE = {"grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
             "subject_token_type": "urn:ietf:params:oauth:token-type:id_token"}
 
@@ -42,10 +44,12 @@ def start_identity_stack(oidc: OidcProvider, dsn: str, workdir: Path, *,
                   "jwks_url": f"{stack.control.url}/v1alpha1/jwks.json"}
         env = {"INFERPLANE_DATABASE_URL": dsn}
         for i in range(gateways):
-            config = shared_gateway_config(workdir, f"gw{i}",
-                                           extra={"identity": {"broker": broker}})
+            server = {"replica_id": f"gw{i}", "max_output_tokens": 100_000, "admin_tokens": [
+                {"name": "ops", "token_ref": "env:IDT_ADMIN", "access": "write"}]}
+            config = shared_gateway_config(workdir, f"gw{i}", extra={
+                "identity": {"broker": broker}, "server": server})
             stack.config = stack.config or config
-            stack.gateways.append(start_gateway(config, env=env))
+            stack.gateways.append(start_gateway(config, env={**env, "IDT_ADMIN": ADMIN_TOKEN}))
         for team in ("eng", "ml"):
             done = run_cli("teams", "create", team, "--config", str(stack.config), env=env)
             assert done.returncode == 0, done.stderr

@@ -28,7 +28,13 @@ import pytest
 
 from gateway.identity import derive_key
 from tests.e2e._controlplane import MODEL, WRITER_TOKEN, SharedStack
-from tests.e2e._identity import DEFAULT_MEMBER_USD, SECRETS, exchange, identity_stack
+from tests.e2e._identity import (
+    ADMIN_TOKEN,
+    DEFAULT_MEMBER_USD,
+    SECRETS,
+    exchange,
+    identity_stack,
+)
 from tests.e2e._oidc import OidcProvider
 from tests.e2e._procs import run_cli, wait_none_pending
 
@@ -225,15 +231,20 @@ def test_a_token_of_the_idps_new_key_is_exchanged_without_a_restart(
     assert exchange(stack, old_token).status_code == 200
 
 
+@pytest.mark.parametrize("via", ["inferplaned", "admin API"])
 def test_revoking_a_user_refuses_their_credentials_on_every_replica_within_seconds(
-        stack: SharedStack, oidc: OidcProvider) -> None:
-    """After ``POST /v1alpha1/users/{name}/revoke`` the user's credential is a 401 on
-    every replica within 5 s, and a new exchange is refused."""
-    credential = _credential(stack, oidc, "fay-sub", ["eng"])
+        stack: SharedStack, oidc: OidcProvider, via: str) -> None:
+    """After ``POST /v1alpha1/users/{name}/revoke`` (inferplaned, a writer token) or
+    ``POST /admin/v1/users/{name}/revoke`` (a gateway's admin API) the user's credential
+    is a 401 on every replica within 5 s, and a new exchange is refused."""
+    sub = "fay-sub" if via == "inferplaned" else "kim-sub"
+    credential = _credential(stack, oidc, sub, ["eng"])
     assert all(_status(g.url, credential, "openai")[0] == 200 for g in stack.gateways)
     assert stack.control is not None
-    r = httpx.post(f"{stack.control.url}/v1alpha1/users/fay-sub@example.com/revoke",
-                   headers={"Authorization": f"Bearer {WRITER_TOKEN}"}, timeout=30)
+    base, token = ((f"{stack.control.url}/v1alpha1", WRITER_TOKEN) if via == "inferplaned"
+                   else (f"{stack.gateways[1].url}/admin/v1", ADMIN_TOKEN))
+    r = httpx.post(f"{base}/users/{sub}@example.com/revoke",
+                   headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert r.status_code == 200 and r.json()["keys_revoked"] == 1, r.text
     revoked_at = time.monotonic()
     for g in stack.gateways:
@@ -241,7 +252,7 @@ def test_revoking_a_user_refuses_their_credentials_on_every_replica_within_secon
             assert time.monotonic() - revoked_at < 5.0, "still admitted 5 s after revoke"
             time.sleep(0.05)
         assert status == 401
-    r = exchange(stack, oidc.token("fay-sub", groups=["eng"]))
+    r = exchange(stack, oidc.token(sub, groups=["eng"]))
     assert r.status_code == 403 and r.json()["error"] == "access_denied"
 
 
