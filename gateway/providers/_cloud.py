@@ -6,7 +6,10 @@ tokens: ``_gcp.GcpTokens``, ``_entra.EntraTokens``), sends that source's current
 ``Authorization: Bearer`` — read before the request is written, so with no valid token
 nothing is sent and the deployment answers 503 (``_credentials.unavailable_response``:
 the next deployment is tried, nothing is charged, other providers never notice) — and
-starts and stops the source with the provider.
+starts and stops the source with the provider. An error answer is read whole and passed
+through :meth:`CloudProvider._error`: the cloud refusing the gateway's own credentials
+(401/403) becomes the gateway's 500, never a 401 the client would take for its own key;
+``_vertex`` also turns Google-shaped errors into Anthropic's.
 """
 
 from __future__ import annotations
