@@ -44,6 +44,9 @@ class Detector:
     """The span masked: the whole match (0), or its last group that took part (-1: a
     secret's value, not its name; the whole match when no group took part)."""
     placeholder: str = ""
+    needs: Callable[[str, str], bool] | None = None
+    """A cheap necessary condition on (text, lower-cased text): when false the pattern
+    cannot match and is not run (a literal every match contains)."""
 
     def find(self, text: str) -> Iterable[Finding]:
         for m in self.pattern.finditer(text):
@@ -242,6 +245,14 @@ _INJECTION = [
     r"</?(?:system|im_start|im_end)>|\[/?INST\]|<\|im_start\|>",
 ]
 
+_AWS_IDS = ("AKIA", "ASIA", "ABIA", "ACCA")
+_SECRET_WORDS = ("secret", "token", "passw", "pwd", "key", "credential")
+_INJECTION_WORDS = ("ignore", "disregard", "forget", "override", "bypass", "reveal",
+                    "print", "show", "repeat", "output", "leak", "now", "mode", "pretend",
+                    "system>", "im_start", "im_end", "inst]")
+"""A word every injection pattern contains (lower-cased; spacing is the patterns')."""
+_IBAN_LEAD = re.compile(r"[A-Z]{2}\d{2}")
+
 DETECTORS: tuple[Detector, ...] = (
     # Secrets first: where two detectors claim overlapping text, the earlier one wins.
     Detector("private_key", "secret", re.compile(
@@ -249,41 +260,51 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?:[A-Za-z0-9+/=:,\s\\-]{0,16384}?-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?"
         r"-----|[A-Za-z0-9+/=:,\s\\]{0,16384})"
         r"|-----BEGIN PRIVATE KEY-----(?:[A-Za-z0-9+/=\s\\]{0,16384}?-----END PRIVATE "
-        r"KEY-----|[A-Za-z0-9+/=\s\\]{0,16384})"), placeholder="PRIVATE_KEY"),
+        r"KEY-----|[A-Za-z0-9+/=\s\\]{0,16384})"), placeholder="PRIVATE_KEY",
+        needs=lambda t, low: "PRIVATE KEY" in t),
     Detector("jwt", "secret", re.compile(
         r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{4,8192}\.[A-Za-z0-9_-]{16,1024}"
-        r"(?![\w-])"), _jwt, placeholder="JWT"),
+        r"(?![\w-])"), _jwt, placeholder="JWT",
+        needs=lambda t, low: "eyJ" in t),
     Detector("aws_key", "secret", re.compile(
         r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])"
         r"|(?i:aws_?secret_?access_?key|secret_?access_?key)[\"']?\s{0,3}[:=]\s{0,3}[\"']?"
-        r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), placeholder="AWS_KEY"),
+        r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), placeholder="AWS_KEY",
+        needs=lambda t, low: "ccess" in low or any(p in t for p in _AWS_IDS)),
     Detector("github_token", "secret", re.compile(
         r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{60,255})"
-        r"(?![A-Za-z0-9_])"), placeholder="GITHUB_TOKEN"),
+        r"(?![A-Za-z0-9_])"), placeholder="GITHUB_TOKEN",
+        needs=lambda t, low: "gh" in t or "github_pat_" in t),
     Detector("anthropic_key", "secret", re.compile(
         r"(?<![A-Za-z0-9_-])sk-ant-[a-z0-9]{2,12}-[A-Za-z0-9_-]{32,256}(?![A-Za-z0-9_-])"),
-        placeholder="ANTHROPIC_KEY"),
+        placeholder="ANTHROPIC_KEY",
+        needs=lambda t, low: "sk-ant-" in t),
     Detector("openai_key", "secret", re.compile(
         r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:[a-z]{2,8}-)?[A-Za-z0-9_-]{32,256}"
-        r"(?![A-Za-z0-9_-])"), _openai, placeholder="OPENAI_KEY"),
+        r"(?![A-Za-z0-9_-])"), _openai, placeholder="OPENAI_KEY",
+        needs=lambda t, low: "sk-" in t),
     Detector("generic_secret", "secret", re.compile(
         r"(?=[stpacSTPAC])(?i:secret|token|passw(?:or)?d|passwd|pwd|api[_-]?key|apikey|"
         r"access[_-]?key|"
         r"auth[_-]?key|credentials?)[A-Za-z0-9_.-]{0,30}[\"']?\s{0,3}(?::=|=>|[:=])\s{0,3}"
         r"[\"'`]?([^\s\"'`,;<>(){}\[\]]{16,256})"), _high_entropy,
-        placeholder="SECRET"),
+        placeholder="SECRET",
+        needs=lambda t, low: any(w in low for w in _SECRET_WORDS)),
     Detector("card", "pii", re.compile(
         r"(?<![\w.-])\d(?:[ -]?\d){11,18}(?![\w-]|\.\d)"), _card, placeholder="CARD"),
     Detector("iban", "pii", re.compile(
         r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?"
-        r"(?![A-Za-z0-9])"), _iban, placeholder="IBAN"),
+        r"(?![A-Za-z0-9])"), _iban, placeholder="IBAN",
+        needs=lambda t, low: _IBAN_LEAD.search(t) is not None),
     Detector("ssn", "pii", re.compile(
         r"(?<![\w-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w-])"),
-        placeholder="SSN"),
+        placeholder="SSN",
+        needs=lambda t, low: "-" in t),
     Detector("email", "pii", re.compile(
         _W + r"[A-Za-z0-9_%+-][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})"
         r"(?:\.[A-Za-z0-9-]{1,63}){0,6}\.[A-Za-z]{2,24}(?![A-Za-z0-9-])"),
-        placeholder="EMAIL"),
+        placeholder="EMAIL",
+        needs=lambda t, low: "@" in t),
     Detector("phone", "pii", re.compile(
         r"(?<![\w+.-])(?:\+\d{1,3}[ .-]?(?:\(0\)[ .-]?)?|\(\d{1,5}\)[ .-]?)?\d{1,5}"
         r"(?:[ .-]\d{1,7}){0,4}(?:\s?(?:x|ext\.?)\s?\d{1,5})?(?![\w-]|\.\d)"), _phone,
@@ -298,7 +319,8 @@ DETECTORS: tuple[Detector, ...] = (
              # engine skip most positions at once: 4x faster on prose.
              re.compile(r"(?<![\w<\[])(?=[idfobrpslyeaDIFOBRPSLYEA<\[])(?:"
                         + "|".join(f"(?:{p})" for p in _INJECTION) + ")", re.IGNORECASE),
-             placeholder="INJECTION"),
+             placeholder="INJECTION",
+        needs=lambda t, low: any(w in low for w in _INJECTION_WORDS)),
 )
 """In priority order (secrets, then PII, then injection)."""
 
@@ -310,7 +332,10 @@ def scan(text: str, detectors: Iterable[Detector]) -> list[Finding]:
     """Validated, non-overlapping findings in ``text``, in text order. Of two overlapping
     findings the one of the earlier detector (in ``detectors``' order) is kept."""
     taken: list[Finding] = []
+    low = text.lower()
     for det in detectors:
+        if det.needs is not None and not det.needs(text, low):
+            continue
         for f in det.find(text):
             if all(f.end <= t.start or f.start >= t.end for t in taken):
                 taken.append(f)
