@@ -25,11 +25,19 @@ answer, unlike a proxy's 502: nothing ran, nothing is charged; the next deployme
 tried); credentials the
 gateway could not get a 503 sent without calling Bedrock. An exception
 message mid-stream ends the stream as a cut (what arrived commits, the rest is liability).
+
+It counts input tokens with Bedrock's ``CountTokens`` (``POST /model/{id}/count-tokens``
+with the InvokeModel body, base64, under ``input.invokeModel.body``; the answer's
+``inputTokens``), so a Bedrock deployment's input bound is refined as an Anthropic one's
+(docs/bounds.md). The count names the foundation model, not an inference profile
+(``us.anthropic.…`` is counted as ``anthropic.…``): profiles are not accepted there.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -51,6 +59,7 @@ from gateway.providers._base import (
     UpstreamResponse,
 )
 from gateway.providers._client import ClientError, HttpClient, Response
+from gateway.providers._count import CountFailed
 from gateway.providers._credentials import (
     AwsSource,
     CredentialsUnavailable,
@@ -64,6 +73,7 @@ log = logging.getLogger("mayu.providers.bedrock")
 
 BEDROCK_VERSION = "bedrock-2023-05-31"
 _SIGNING_NAME = "bedrock"
+_PROFILE = re.compile(r"^(?:us|eu|apac|jp|au|ca|us-gov|global)\.")
 
 # Bedrock's error type → (status the client gets, Anthropic error type).
 ERRORS: dict[str, tuple[int, str]] = {
@@ -206,6 +216,43 @@ class BedrockProvider:
         return UpstreamResponse(status=200, content_type="text/event-stream",
                                 chunks=_events(response, self.name), close=close,
                                 elapsed_s=elapsed, headers=passed)
+
+
+    @property
+    def counts_tokens(self) -> bool:
+        return True
+
+    async def count_input_tokens(self, body: bytes, *, headers: dict[str, str]) -> int:
+        """Bedrock's ``CountTokens`` for a ``count_body`` (module docstring); the caller
+        bounds the wait. Any failure is a CountFailed (the byte bound stands)."""
+        if self._client is None:
+            raise CountFailed(f"{self.name}: provider is not started")
+        try:
+            model, _, invoke = bedrock_body(body, headers)
+            # The InvokeModel body must be one Bedrock would run: it requires max_tokens.
+            invoke = msgspec.json.encode({**msgspec.json.decode(invoke), "max_tokens": 1})
+            payload = msgspec.json.encode(
+                {"input": {"invokeModel": {"body": base64.b64encode(invoke).decode()}}})
+            path = f"/model/{quote(_PROFILE.sub('', model), safe='')}/count-tokens"
+            response = await self._client.post(path, payload,
+                                               self.signed(path, payload, stream=False))
+            try:
+                raw = b"".join([chunk async for chunk in response.chunks()])
+            finally:
+                response.close()
+        except (ClientError, NotDispatched) as exc:
+            raise CountFailed(f"{self.name}: CountTokens: {type(exc).__name__}: "
+                              f"{exc}") from exc
+        if response.status != 200:
+            raise CountFailed(f"{self.name}: CountTokens answered HTTP {response.status} "
+                              f"({error_type(response.headers.get('x-amzn-errortype'))})")
+        try:
+            value = msgspec.json.decode(raw).get("inputTokens")
+        except (msgspec.DecodeError, AttributeError) as exc:
+            raise CountFailed(f"{self.name}: CountTokens answer is not a JSON object") from exc
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CountFailed(f"{self.name}: CountTokens answer has no valid inputTokens")
+        return value
 
 
 def _message(raw: bytes) -> str:

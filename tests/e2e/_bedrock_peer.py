@@ -21,6 +21,8 @@
   result is the mock's text.
 - STS (``AssumeRole``, ``AssumeRoleWithWebIdentity``) from moto's server, in this
   process, on ``--sts-port``, so the peer reads the sessions moto issued directly.
+- ``POST /model/{modelId}/count-tokens`` (``CountTokens``, foundation-model ids only),
+  counting as the mock bills; ``GET /__peer/counts`` says how many it answered.
 - ``GET``/``DELETE /__peer/ledger``: the usage it reported, one entry per answer, with
   the calling session's name (what CloudTrail would show); ``GET /__peer/refusals``.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import datetime
 import hmac
 import re
@@ -44,12 +47,13 @@ from botocore.credentials import Credentials
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gateway.mock import MockStreamCut, plan_reply, play  # noqa: E402
+from gateway.mock import MockStreamCut, PromptCache, plan_count, plan_reply, play  # noqa: E402
 from gateway.providers import chunk_message, exception_message  # noqa: E402
 
 _AUTH = re.compile(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request,"
                    r"\s*SignedHeaders=([^,]+),\s*Signature=([0-9a-f]{64})$")
-_PATH = re.compile(r"^/model/([^/]+)/(invoke|invoke-with-response-stream)$")
+_PATH = re.compile(r"^/model/([^/]+)/(invoke|invoke-with-response-stream|count-tokens)$")
+_PROFILE = re.compile(r"^(?:us|eu|apac|jp|au|ca|us-gov|global)\.")
 _SKEW = datetime.timedelta(minutes=5)
 _READ = re.compile(r"READ:(\S+)")
 
@@ -67,6 +71,9 @@ class Peer:
         self.region = region
         self.ledger: list[dict[str, Any]] = []
         self.refusals: list[dict[str, str]] = []
+        self.counts = 0
+        self.cache: PromptCache | None = None
+        """``--prompt-cache``: this region's server cache (``gateway.mock._cache``)."""
 
     def _issued(self, key_id: str) -> tuple[str, str | None, datetime.datetime | None, str]:
         """(secret, session token, expiry, session name) of a credential we issued."""
@@ -243,10 +250,32 @@ def create_app(peer: Peer) -> Any:
             await _send_json(send, 200, peer.ledger, [])
         elif path == "/__peer/refusals":
             await _send_json(send, 200, peer.refusals, [])
+        elif path == "/__peer/counts":
+            await _send_json(send, 200, {"counts": peer.counts}, [])
         elif path == "/__peer/issued":  # for the tests' grep for leaked secrets
             await _send_json(send, 200, peer.issued(), [])
         else:
             await invoke(scope, receive, send)
+
+    def count_tokens(model: str, body: bytes) -> dict[str, int]:
+        """CountTokens: the InvokeModel body under input.invokeModel.body (base64), for
+        a foundation model id (a profile is refused as Bedrock refuses it)."""
+        if _PROFILE.match(model):
+            raise Refused(400, "ValidationException",
+                          "The provided model doesn't support counting tokens.")
+        try:
+            wrapped = msgspec.json.decode(body)["input"]["invokeModel"]["body"]
+            invoke = base64.b64decode(wrapped, validate=True)
+        except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+            raise Refused(400, "ValidationException", "input.invokeModel.body: required "
+                          "(base64 of an InvokeModel body)") from None
+        doc = _check_body(invoke)
+        if not isinstance(doc.get("max_tokens"), int):
+            raise Refused(400, "ValidationException", "required key [max_tokens] not found")
+        answer = plan_count({k: v for k, v in doc.items() if k not in (
+            "anthropic_version", "anthropic_beta", "max_tokens")} | {"model": model})
+        peer.counts += 1
+        return {"inputTokens": msgspec.json.decode(answer.body or b"{}")["input_tokens"]}
 
     async def invoke(scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
@@ -256,6 +285,9 @@ def create_app(peer: Peer) -> Any:
             if scope["method"] != "POST" or match is None:
                 raise Refused(404, "UnknownOperationException", "Unknown operation")
             session, key_id = peer.verify(scope, headers, body)
+            if match.group(2) == "count-tokens":
+                await _send_json(send, 200, count_tokens(match.group(1), body), [])
+                return
             doc = _check_body(body)
         except Refused as exc:
             peer.refusals.append({"kind": exc.kind, "path": scope["path"]})
@@ -270,7 +302,8 @@ def create_app(peer: Peer) -> Any:
                              [(b"x-amzn-errortype", kind.encode())])
             return
         stream = operation == "invoke-with-response-stream"
-        reply = plan_reply("messages", {**doc, "model": model, "stream": stream})
+        reply = plan_reply("messages", {**doc, "model": model, "stream": stream},
+                           bill=peer.cache.classes if peer.cache else None)
 
         path = _read_request(doc)
 
@@ -323,6 +356,8 @@ def main() -> None:
     parser.add_argument("--sts-port", type=int, required=True)
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--drawn-out-s", type=float, default=24.0)
+    parser.add_argument("--prompt-cache", action="store_true",
+                        help="bill by a prompt cache kept in this process (one region's)")
     parser.add_argument("--key", action="append", default=[],
                         help="ID:SECRET of a static credential this peer accepts")
     args = parser.parse_args()
@@ -331,6 +366,7 @@ def main() -> None:
     sts.start()
     keys = dict(k.split(":", 1) for k in args.key)
     peer = Peer(keys, args.region, args.drawn_out_s)
+    peer.cache = PromptCache() if args.prompt_cache else None
     asyncio.run(uvicorn.Server(uvicorn.Config(create_app(peer), host="127.0.0.1",
                                               port=args.port, log_level="warning")).serve())
 

@@ -137,6 +137,10 @@ def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
                **({"max_output_tokens": 64_000} if name == "claude-sonnet-4-5" else {}),
                "deployments": [{"provider": p, "upstream_model": m}]}
               for name, (p, m) in deployments.items()]
+    # Its input bound refined by Bedrock's CountTokens before every admission.
+    models.append({"name": "claude-counted", "price": PRICE, "max_input_tokens": 200_000,
+                   "refine_input": "always",
+                   "deployments": [{"provider": "aws", "upstream_model": MOCK_ID}]})
     # A Bedrock deployment that falls back to another when its credentials are missing.
     models.append({"name": "claude-nosts-fallback", "price": PRICE,
                    "max_input_tokens": 200_000, "deployments": [
@@ -221,6 +225,26 @@ def test_bedrock_sdk_through_the_gateway_both_ways(bedrock: Bedrock) -> None:
     usage = bedrock.settled(key)
     assert usage["usd_committed"] == sum(expected_cost(e) for e in ledgers)
     assert usage["usd_liability"] == 0
+
+
+def test_count_tokens_refines_a_bedrock_input_bound(bedrock: Bedrock) -> None:
+    """refine_input: always on a bedrock deployment asks Bedrock's CountTokens (for the
+    foundation model, not the profile): the input bound is the count plus its allowance,
+    below the byte bound of the same request; the answer settles exactly."""
+    key = bedrock.stack.team_key("bedrock-counted")
+    httpx.delete(f"{bedrock.peer.url}/__peer/ledger")
+    before = httpx.get(f"{bedrock.peer.url}/__peer/counts").json()["counts"]
+    bounds = {}
+    for model in ("claude-counted", "claude-bedrock"):
+        r = httpx.post(f"{bedrock.stack.gateway.url}/v1/messages", timeout=60,
+                       json={"model": model, "system": SYSTEM, **HI},
+                       headers={"x-api-key": key})
+        assert r.status_code == 200, r.text
+        bounds[model] = int(r.headers["x-inferplane-token-bound"])
+    assert httpx.get(f"{bedrock.peer.url}/__peer/counts").json()["counts"] == before + 1
+    assert bounds["claude-counted"] < bounds["claude-bedrock"]
+    usage = bedrock.settled(key)
+    assert usage["usd_committed"] == sum(expected_cost(e) for e in bedrock.ledger())
 
 
 def test_bedrock_errors_keep_the_clients_shape_and_retryability(bedrock: Bedrock) -> None:
