@@ -16,6 +16,7 @@ import asyncio
 from typing import Any
 
 from gateway.config import AzureCredentials, resolve_secret
+from gateway.errors import ConfigError
 from gateway.providers._credentials import CredentialSource, Fetched
 
 
@@ -27,6 +28,11 @@ class EntraTokens(CredentialSource[str]):
         self._settings = settings
         self._where = where
         self._credential: Any = None
+        if settings.client_secret_ref is not None:
+            for name in ("tenant_id", "client_id"):
+                if not getattr(settings, name):
+                    raise ConfigError(f"{where}.credentials.{name}: required with "
+                                      "client_secret_ref (client credentials)")
 
     async def fetch(self) -> Fetched[str]:
         return await asyncio.to_thread(self._fetch)
@@ -35,11 +41,8 @@ class EntraTokens(CredentialSource[str]):
         from azure.identity import ClientSecretCredential, ManagedIdentityCredential
 
         s = self._settings
-        if s.client_secret_ref is None:
+        if s.client_secret_ref is None or s.tenant_id is None or s.client_id is None:
             return ManagedIdentityCredential(client_id=s.client_id)
-        if not (s.tenant_id and s.client_id):
-            raise ValueError(f"{self._where}.credentials: client_secret_ref needs "
-                             "tenant_id and client_id")
         secret = resolve_secret(s.client_secret_ref,
                                 key=f"{self._where}.credentials.client_secret_ref")
         extra: dict[str, Any] = {}

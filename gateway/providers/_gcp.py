@@ -13,19 +13,27 @@ module only runs it in a thread and hands the token to the refresher
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import UTC
 from typing import Any
 
 from gateway.config import GcpCredentials
+from gateway.errors import ConfigError
 from gateway.providers._credentials import CredentialSource, Fetched
 
 
 class GcpTokens(CredentialSource[str]):
     """An access token for ``scopes``, refreshed before it expires."""
 
-    def __init__(self, settings: GcpCredentials, *, provider: str) -> None:
+    def __init__(self, settings: GcpCredentials, *, provider: str,
+                 where: str = "providers[?]") -> None:
         super().__init__(provider=provider)
         self._settings = settings
+        path = settings.service_account_file
+        if path is not None and not os.access(path, os.R_OK):
+            # A missing key file is a config mistake, said at start-up with its key.
+            raise ConfigError(f"{where}.credentials.service_account_file: {path!r} is not "
+                              "a readable file")
         self._creds: Any = None
         """google-auth's credentials object, built on the first fetch (it reads files)."""
 

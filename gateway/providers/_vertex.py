@@ -67,7 +67,7 @@ class VertexProvider(CloudProvider):
     def __init__(self, settings: ProviderSettings, *, index: int = 0) -> None:
         where = f"providers[{index}]"
         creds = settings.credentials
-        tokens = (GcpTokens(creds, provider=settings.name)
+        tokens = (GcpTokens(creds, provider=settings.name, where=where)
                   if isinstance(creds, GcpCredentials) else None)
         super().__init__(settings, index=index, tokens=tokens)
         base = (settings.base_url or "").rstrip("/")

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from gateway.catalog import builtin_catalog
-from gateway.config import ProviderSettings, load_settings
+from gateway.config import AzureCredentials, GcpCredentials, ProviderSettings, load_settings
 from gateway.errors import BadRequest, ConfigError
 from gateway.ingress._vertex import messages_body
 from gateway.providers import build_providers
@@ -87,12 +87,30 @@ def test_vertex_ids_are_catalog_snapshots() -> None:
 
 @pytest.mark.parametrize("page", ["vertex.md", "azure.md"])
 def test_docs_config_blocks_load_and_build(page: str, tmp_path: Path) -> None:
-    """Each YAML block of the page is a valid config whose providers build."""
+    """Each YAML block of the page is a valid config whose providers build (a key file
+    it names stood in for by an empty one here)."""
     blocks = re.findall(r"```yaml\n(.*?)```", (DOCS / page).read_text(), re.S)
     assert blocks
+    key_file = tmp_path / "sa.json"
+    key_file.write_text("{}")
     for i, block in enumerate(blocks):
         path = tmp_path / f"{i}.yaml"
-        path.write_text(block)
+        path.write_text(re.sub(r"(service_account_file: )[^,}\s]+", rf"\g<1>{key_file}",
+                               block))
         settings = load_settings(path)
         assert set(build_providers(settings.providers)) == {p.name for p in
                                                             settings.providers}
+
+
+def test_credential_mistakes_are_start_up_errors_naming_the_key(tmp_path: Path) -> None:
+    """A missing service-account file, or a client secret without tenant_id: start-up
+    errors naming the credentials key, before any token is asked for."""
+    with pytest.raises(ConfigError,
+                       match=r"providers\[0\]\.credentials\.service_account_file"):
+        VertexProvider(ProviderSettings(
+            name="v", kind="vertex", base_url=VERTEX_BASE,
+            credentials=GcpCredentials(service_account_file=str(tmp_path / "none.json"))))
+    with pytest.raises(ConfigError, match=r"providers\[0\]\.credentials\.tenant_id"):
+        AzureProvider(ProviderSettings(
+            name="a", kind="azure", base_url="https://r.openai.azure.com/openai/v1",
+            credentials=AzureCredentials(client_id="c", client_secret_ref="env:S")))
