@@ -12,8 +12,8 @@ wrapped by :func:`scripted`:
   generation request (chat, Responses or Messages; JSON or streamed) takes the oldest
   queued answer, in its protocol's own shape with its usage; requests with an empty
   queue go to the mock.
-- ``GET /__mock/bodies`` lists every generation request body received (as text), in
-  order; ``DELETE /__mock/bodies`` clears it and the queue.
+- ``GET /__mock/bodies`` lists every generation request body received (as text, the
+  embeddings' too), in order; ``DELETE /__mock/bodies`` clears it and the queue.
 """
 
 from __future__ import annotations
@@ -246,10 +246,10 @@ def scripted(app: Any, script: Script | None = None) -> Any:
                 state.bodies.clear()
                 state.queue.clear()
             await _send_json(send, 200, msgspec.json.encode(state.bodies))
-        elif path in _PATHS and method == "POST":
+        elif (path in _PATHS or path == "/v1/embeddings") and method == "POST":
             raw = await _read(receive)
             state.bodies.append(raw.decode("utf-8", "replace"))
-            if not state.queue:
+            if not state.queue or path not in _PATHS:
                 await app(scope, _replay(raw, receive), send)
                 return
             kind, out = answer(_PATHS[path], msgspec.json.decode(raw), state.queue.pop(0))

@@ -268,6 +268,16 @@ def test_json_answers_masked_or_blocked(g: Guarded, claude: anthropic.Anthropic)
     assert "private_key" in r.text and KEY_BODY[:16] not in r.text
 
 
+def test_embeddings_input_screened(g: Guarded, oai: openai.OpenAI) -> None:
+    """Embeddings ``input`` (a list of strings) leaves with placeholders only."""
+    g.clear()
+    out = oai.embeddings.create(model="gpt-g", input=[ASK, f"card {CARD}"])
+    assert len(out.data) == 2
+    [body] = g.bodies()
+    assert "[EMAIL_" in body and "[CARD]" in body
+    _clean(g)
+
+
 def test_injection_blocked_before_dispatch_charged_nothing(g: Guarded) -> None:
     """A prompt injection is refused in the client's own shape, naming the detector and
     never echoing the text; nothing reaches the upstream and nothing is charged."""
