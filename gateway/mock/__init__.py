@@ -3,6 +3,7 @@
 In-process it backs the ``mock`` provider kind; over HTTP it is ``mayu mock-upstream``.
 """
 
+from gateway.mock._cache import PromptCache
 from gateway.mock._model import (
     FLAGS,
     Classes,
@@ -18,6 +19,7 @@ __all__ = [
     "Classes",
     "MockReply",
     "MockStreamCut",
+    "PromptCache",
     "anthropic_classes",
     "anthropic_count",
     "create_mock_app",

@@ -1,7 +1,8 @@
 """Cache affinity vs round robin under Claude-Code-shaped sessions (issue 37).
 
-Starts one ``mayu mock-upstream --prompt-cache`` per deployment (each its own server cache)
-and ``mayu serve`` from the tree this file is in, with two models over the same
+Starts one upstream per deployment, each its own server cache (two Bedrock regions, the
+Bedrock peer, and one ``mayu mock-upstream --prompt-cache``), and ``mayu serve`` from the
+tree this file is in, with two models over the same
 deployments: one with ``routing.affinity`` and one plain round robin. Runs ``--sessions``
 concurrent sessions of ``--turns`` turns through each (the real ``anthropic`` SDK,
 Claude Code's session header, a stable prefix with a 5-minute breakpoint and a growing
@@ -26,8 +27,8 @@ if str(ROOT) not in sys.path:
 
 from tests.e2e._routing import start_routed  # noqa: E402
 from tests.e2e._sessions import cache_share, run_sessions  # noqa: E402
+from tests.e2e.test_routing_affinity import DEPLOYMENTS, routed_model, upstream_models  # noqa: E402
 
-DEPLOYMENTS = ("east", "west", "direct")
 STRATEGIES = {"affinity": {"strategy": "weighted", "affinity": True,
                            "on_affinity_conflict": "preferFallback"},
               "round-robin": {"strategy": "weighted"}}
@@ -38,12 +39,9 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--turns", type=int, default=10)
     args = ap.parse_args()
-    models = [{"name": name, "routing": routing,
-               "deployments": [{"provider": p, "upstream_model": f"mock-claude-{name}"}
-                               for p in DEPLOYMENTS]}
-              for name, routing in STRATEGIES.items()]
+    models = [routed_model(name, name, routing) for name, routing in STRATEGIES.items()]
     with tempfile.TemporaryDirectory(prefix="mayu-affinity-") as tmp:
-        stack = start_routed(Path(tmp), dict.fromkeys(DEPLOYMENTS, "anthropic"), models)
+        stack = start_routed(Path(tmp), DEPLOYMENTS, models)
         try:
             key = stack.key("bench")
             costs = {name: run_sessions(stack.gateway.url, key, name,
@@ -53,7 +51,7 @@ def main() -> int:
         finally:
             stack.stop()
     for name, runs in costs.items():
-        share, read, write = cache_share(entries, f"mock-claude-{name}")
+        share, read, write = cache_share(entries, upstream_models(name).values())
         per = [r.cost for r in runs]
         print(f"{name:12s} cache reads {share:6.1%} of {read + write} cacheable tokens; "
               f"cost per session µUSD median {statistics.median(per):.0f}, "

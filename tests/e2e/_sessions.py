@@ -15,6 +15,7 @@ import copy
 import threading
 import time
 import uuid
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,12 +108,13 @@ def run_sessions(base_url: str, key: str, model: str, *, sessions: int = 20,
     return runs
 
 
-def cache_share(entries: list[dict[str, Any]], model: str) -> tuple[float, int, int]:
-    """Of the cacheable input tokens the upstreams billed for ``model`` (reads + writes),
+def cache_share(entries: list[dict[str, Any]], models: Collection[str]
+                ) -> tuple[float, int, int]:
+    """Of the cacheable input tokens the upstreams billed for ``models`` (reads + writes),
     the share billed as reads; and the two sums."""
     read = write = 0
     for e in entries:
-        if e.get("model") != model or not e.get("classes"):
+        if e.get("model") not in models or not e.get("classes"):
             continue
         c = e["classes"]
         read += c["cache_read"]

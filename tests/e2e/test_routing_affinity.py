@@ -1,6 +1,7 @@
-"""Cache affinity on real processes: three deployments, each a mock upstream with its own
-prompt cache, and twenty Claude-Code-shaped sessions at once through the anthropic SDK —
-once with affinity, once round robin, in the same run."""
+"""Cache affinity on real processes: three deployments — two Bedrock regions (the Bedrock
+peer, SigV4 and the event-stream framing) and one Anthropic-shaped API, each its own
+process with its own prompt cache — and twenty Claude-Code-shaped sessions at once
+through the anthropic SDK: once with affinity, once round robin, in the same run."""
 
 from __future__ import annotations
 
@@ -11,23 +12,30 @@ import pytest
 from tests.e2e._routing import Routed, start_routed
 from tests.e2e._sessions import cache_share, run_sessions
 
-DEPLOYMENTS = ("east", "west", "direct")
+DEPLOYMENTS = {"east": "bedrock:us-east-1", "west": "bedrock:us-west-2",
+               "direct": "anthropic"}
 SESSIONS, TURNS = 20, 10
 
 
-def _model(name: str, upstream: str, routing: dict[str, object]) -> dict[str, object]:
+def upstream_models(tag: str) -> dict[str, str]:
+    """Each deployment's model id for one of the test's models (its own cache entries)."""
+    return {p: f"us.anthropic.claude-mock-{tag}-v1:0" if kind.startswith("bedrock")
+            else f"mock-claude-{tag}" for p, kind in DEPLOYMENTS.items()}
+
+
+def routed_model(name: str, tag: str, routing: dict[str, object]) -> dict[str, object]:
     return {"name": name, "routing": routing,
-            "deployments": [{"provider": p, "upstream_model": upstream} for p in DEPLOYMENTS]}
+            "deployments": [{"provider": p, "upstream_model": m}
+                            for p, m in upstream_models(tag).items()]}
 
 
 @pytest.fixture(scope="module")
 def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routed]:
     stack = start_routed(
-        tmp_path_factory.mktemp("routing-affinity"), dict.fromkeys(DEPLOYMENTS, "anthropic"),
-        [_model("claude-affine", "mock-claude-affine",
-                {"strategy": "weighted", "affinity": True,
-                 "on_affinity_conflict": "preferFallback"}),
-         _model("claude-rr", "mock-claude-rr", {"strategy": "weighted"})])
+        tmp_path_factory.mktemp("routing-affinity"), DEPLOYMENTS,
+        [routed_model("claude-affine", "affine", {"strategy": "weighted", "affinity": True,
+                                                  "on_affinity_conflict": "preferFallback"}),
+         routed_model("claude-rr", "rr", {"strategy": "weighted"})])
     try:
         yield stack
     finally:
@@ -43,8 +51,8 @@ def test_affinity_bills_nine_in_ten_cacheable_tokens_as_reads_where_round_robin_
                           sessions=SESSIONS, turns=TURNS)
     rr = run_sessions(routed.gateway.url, key, "claude-rr", sessions=SESSIONS, turns=TURNS)
     entries = [e for d in DEPLOYMENTS for e in routed.ledger(d)]
-    share_a, read_a, write_a = cache_share(entries, "mock-claude-affine")
-    share_r, read_r, write_r = cache_share(entries, "mock-claude-rr")
+    share_a, read_a, write_a = cache_share(entries, upstream_models("affine").values())
+    share_r, read_r, write_r = cache_share(entries, upstream_models("rr").values())
     print(f"\naffinity:    cache reads {share_a:.1%} of {read_a + write_a} cacheable tokens")
     print(f"round robin: cache reads {share_r:.1%} of {read_r + write_r} cacheable tokens")
     print("session  affinity µUSD  round-robin µUSD")
@@ -55,6 +63,6 @@ def test_affinity_bills_nine_in_ten_cacheable_tokens_as_reads_where_round_robin_
     assert share_a >= 0.90, share_a
     assert share_r < share_a
     assert sum(a.cost for a in affine) < sum(r.cost for r in rr)
-    per_deployment = {d: sum(e["model"] == "mock-claude-affine" for e in routed.ledger(d))
-                      for d in DEPLOYMENTS}
+    per_deployment = {d: sum(e["model"] == m for e in routed.ledger(d))
+                      for d, m in upstream_models("affine").items()}
     assert all(n >= TURNS for n in per_deployment.values()), per_deployment  # spread
