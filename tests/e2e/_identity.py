@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e._controlplane import SharedStack, shared_gateway_config
+from tests.e2e._controlplane import MODEL, PRICE, SharedStack, shared_gateway_config
 from tests.e2e._oidc import CLIENT_ID, OidcProvider
 from tests.e2e._procs import run_cli, start_gateway
 
@@ -24,6 +24,10 @@ SECRETS = {"IPD_SIGNING_NEW": "new-signing-secret-" + "n" * 24,
            "IPD_SIGNING_OLD": "old-signing-secret-" + "o" * 24}
 DEFAULT_MEMBER_USD = 50_000_000
 ADMIN_TOKEN = "identity-e2e-admin-write-token"
+MODELS = [{"name": MODEL, "price": PRICE, "max_input_tokens": 400_000,
+           "deployments": [{"provider": "in-process"}]}]
+"""The shared stack's model, with a context window so that Codex's web_search tool (input
+the provider adds) can be bounded."""
 EXCHANGE = {"grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
             "subject_token_type": "urn:ietf:params:oauth:token-type:id_token"}
 
@@ -47,7 +51,7 @@ def start_identity_stack(oidc: OidcProvider, dsn: str, workdir: Path, *,
             server = {"replica_id": f"gw{i}", "max_output_tokens": 100_000, "admin_tokens": [
                 {"name": "ops", "token_ref": "env:IDT_ADMIN", "access": "write"}]}
             config = shared_gateway_config(workdir, f"gw{i}", extra={
-                "identity": {"broker": broker}, "server": server})
+                "identity": {"broker": broker}, "server": server, "models": MODELS})
             stack.config = stack.config or config
             stack.gateways.append(start_gateway(config, env={**env, "IDT_ADMIN": ADMIN_TOKEN}))
         for team in ("eng", "ml"):

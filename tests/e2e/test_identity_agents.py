@@ -1,10 +1,11 @@
 """The agents' side of identity: ``mayu login`` (device grant), ``mayu credential``, and
-real Claude Code on docs/identity.md's ``apiKeyHelper`` settings, as written.
+real Claude Code and Codex on docs/identity.md's settings, as written.
 
 Real processes: the OIDC provider, inferplaned and one shared gateway
 (tests/e2e/_identity.py), the ``mayu`` CLI, Claude Code from the npm registry
-(test_refine_claude_code's install). The doc's settings block is read from
-docs/identity.md and used with only ``ANTHROPIC_BASE_URL`` pointed at the test gateway.
+and Codex from the npm registry (test_refine_claude_code's and test_catalog_agents_npm's
+installs). The doc's blocks are read from docs/identity.md and used with only the
+gateway's URL pointed at the test gateway.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from tests.e2e._controlplane import MODEL, SharedStack
 from tests.e2e._identity import identity_stack
 from tests.e2e._oidc import CLIENT_ID, OidcProvider
 from tests.e2e._procs import ROOT, _env, mayu_cmd, run_cli, wait_none_pending
+from tests.e2e.test_catalog_agents_npm import (
+    _codex_argv,
+    agents,  # noqa: F401 (its module fixture)
+)
 from tests.e2e.test_refine_claude_code import claude  # noqa: F401 (its module fixture)
 
 pytestmark = pytest.mark.e2e
@@ -91,13 +96,34 @@ def test_credential_prints_the_cached_one_then_refreshes(stack: SharedStack,
     assert r.status_code == 200, r.text
 
 
+def _doc_block(marker: str, lang: str) -> str:
+    """The fenced ``lang`` block after ``<!-- identity:<marker> -->`` in docs/identity.md."""
+    text = (ROOT / "docs" / "identity.md").read_text()
+    block = re.search(rf"<!-- identity:{marker} -->\n```{lang}\n(.*?)```", text, re.S)
+    assert block is not None, f"docs/identity.md lost its {marker} block"
+    return block.group(1)
+
+
 def _doc_settings() -> dict[str, object]:
     """docs/identity.md's Claude Code settings block."""
-    text = (ROOT / "docs" / "identity.md").read_text()
-    block = re.search(r"<!-- identity:claude-settings -->\n```json\n(.*?)```", text, re.S)
-    assert block is not None, "docs/identity.md lost its Claude Code settings block"
-    settings: dict[str, object] = json.loads(block.group(1))
+    settings: dict[str, object] = json.loads(_doc_block("claude-settings", "json"))
     return settings
+
+
+def _permits(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM permits").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _users(dsn: str) -> list[tuple[str, bool]]:
+    """(user, brokered) of the keys every permit so far was admitted with."""
+    wait_none_pending(dsn)
+    with psycopg.connect(dsn) as conn:
+        return [(str(u), bool(b)) for u, b in conn.execute(
+            "SELECT DISTINCT k.user_name, k.brokered FROM permits p JOIN keys k "
+            "ON k.id = p.key_id").fetchall()]
 
 
 def test_claude_code_on_the_documented_api_key_helper_spends_as_the_person(
@@ -118,21 +144,37 @@ def test_claude_code_on_the_documented_api_key_helper_spends_as_the_person(
            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
            "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL,
            "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL}
-    with psycopg.connect(stack.dsn) as conn:
-        before = conn.execute("SELECT count(*) FROM permits").fetchone()
+    before = _permits(stack.dsn)
     run = subprocess.run([*claude, "-p", "say ok"], env=env, cwd=project,
                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
                          timeout=120, check=False)
     assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
-    wait_none_pending(stack.dsn)
-    with psycopg.connect(stack.dsn) as conn:
-        rows = conn.execute(
-            "SELECT DISTINCT k.user_name, k.brokered FROM permits p JOIN keys k "
-            "ON k.id = p.key_id").fetchall()
-        after = conn.execute("SELECT count(*) FROM permits").fetchone()
-    assert before is not None and after is not None and after[0] > before[0]
-    assert rows == [(USER, True)]
+    assert _users(stack.dsn) == [(USER, True)] and _permits(stack.dsn) > before
     credential = run_cli("credential", env={"MAYU_CREDENTIALS": str(cache)}).stdout.strip()
     me = httpx.get(f"{stack.gateways[0].url}/v1/me", timeout=30,
                    headers={"Authorization": f"Bearer {credential}"}).json()
     assert USER in json.dumps(me)
+
+
+def test_codex_on_the_documented_provider_settings_spends_as_the_person(
+        stack: SharedStack, cache: Path, agents: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Codex with the doc's config.toml and ``INFERPLANE_CREDENTIAL=$(mayu credential
+    --min-valid 3000)`` answers through the gateway as hal."""
+    config = _doc_block("codex-config", "toml").replace(
+        "http://127.0.0.1:4000", stack.gateways[0].url)
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".codex" / "config.toml").write_text(config)
+    fresh = run_cli("credential", "--min-valid", "3000", env={"MAYU_CREDENTIALS": str(cache)})
+    assert fresh.returncode == 0, fresh.stderr
+    before = _permits(stack.dsn)
+    run = subprocess.run(
+        _codex_argv(agents, "exec", "--skip-git-repo-check", "-c",
+                    "check_for_update_on_startup=false", "-c", f'model="{MODEL}"', "say ok"),
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+             "LANG": "C.UTF-8", "CODEX_HOME": str(home / ".codex"),
+             "INFERPLANE_CREDENTIAL": fresh.stdout.strip()},
+        cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=120, check=False)
+    assert run.returncode == 0, run.stdout[-1500:] + run.stderr[-1500:]
+    assert _users(stack.dsn) == [(USER, True)] and _permits(stack.dsn) > before
