@@ -71,8 +71,6 @@ class Peer:
         self.region = region
         self.ledger: list[dict[str, Any]] = []
         self.refusals: list[dict[str, str]] = []
-        self.cache: PromptCache | None = None
-        """``--prompt-cache``: this region's server cache (``gateway.mock._cache``)."""
         self.counts = 0
         self.cache: PromptCache | None = None
         """``--prompt-cache``: this region's server cache (``gateway.mock._cache``)."""
