@@ -105,8 +105,15 @@ def error_type(raw: str | None) -> str:
 def anthropic_error(kind: str, message: str, status: int) -> tuple[int, bytes]:
     """A Bedrock error as the status and body an Anthropic client expects."""
     mapped_status, mapped = ERRORS.get(kind, (status if status >= 400 else 500, "api_error"))
-    text = (f"Bedrock refused the gateway's credentials ({kind}): {message}"
-            if kind in _GATEWAY_SIDE else f"{kind}: {message}")
+    if kind in _GATEWAY_SIDE:
+        # Bedrock's text for these can quote the canonical request it computed, signed
+        # headers and all (the session token among them): it stays out of the answer,
+        # the audit and the log; its first line says what was wrong.
+        log.warning("Bedrock refused the gateway's credentials: %s: %s", kind,
+                    message.split("\n", 1)[0][:200])
+        text = f"Bedrock refused the gateway's credentials ({kind}); see the gateway log"
+    else:
+        text = f"{kind}: {message}"
     body = {"type": "error", "error": {"type": mapped, "message": text}}
     return mapped_status, msgspec.json.encode(body)
 

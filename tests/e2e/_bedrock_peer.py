@@ -136,12 +136,16 @@ class Peer:
                              data=body, headers={n: headers.get(n, "") for n in names})
         request.context["timestamp"] = stamp
         signer = SigV4Auth(Credentials(key_id, secret, token), service, region)
-        expected = signer.signature(
-            signer.string_to_sign(request, signer.canonical_request(request)), request)
+        canonical = signer.canonical_request(request)
+        expected = signer.signature(signer.string_to_sign(request, canonical), request)
         if not hmac.compare_digest(expected, signature):
+            # As AWS words it: the canonical request it computed, signed headers (a
+            # session token among them) included.
             raise Refused(403, "InvalidSignatureException",
                           "The request signature we calculated does not match the "
-                          "signature you provided.")
+                          "signature you provided. Check your AWS Secret Access Key and "
+                          "signing method.\n\nThe Canonical String for this request should "
+                          f"have been\n'{canonical}'\n")
         return session, key_id
 
 

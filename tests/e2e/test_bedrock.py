@@ -115,7 +115,8 @@ def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
         {"name": "aws-role", "kind": "bedrock", "base_url": peer.url, "credentials": role,
          "timeout_s": 60},
         {"name": "aws-wrong", "kind": "bedrock", "base_url": peer.url,
-         "credentials": {**static, "secret_access_key_ref": "env:WRONG_SK"}},
+         "credentials": {**static, "secret_access_key_ref": "env:WRONG_SK",
+                         "session_token_ref": "env:WRONG_TOKEN"}},
         {"name": "aws-nosts", "kind": "bedrock", "base_url": peer.url,
          "credentials": {**role, "sts_endpoint_url": f"http://127.0.0.1:{free_port()}"}},
         {"name": "aws-webid", "kind": "bedrock", "base_url": peer.url, "credentials": {
@@ -157,7 +158,8 @@ def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
 
 ENV = {"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN, "BEDROCK_AK": STATIC[0],
        "BEDROCK_SK": STATIC[1], "STS_BASE_AK": BASE[0], "STS_BASE_SK": BASE[1],
-       "WRONG_SK": "not-the-peer-secret-at-all-0000"}
+       "WRONG_SK": "not-the-peer-secret-at-all-0000",
+       "WRONG_TOKEN": "session-token-the-peer-quotes-back-0123456789"}
 
 
 @pytest.fixture(scope="module")
@@ -276,14 +278,18 @@ def test_bedrock_errors_keep_the_clients_shape_and_retryability(bedrock: Bedrock
 
 def test_peer_refuses_wrong_signatures_and_the_client_pays_nothing(bedrock: Bedrock) -> None:
     """A deployment signing with a wrong secret is refused by the peer (403
-    InvalidSignatureException): the client gets a 500 naming the refusal, nothing is
-    charged. A tampered body fails the peer's SigV4 check too."""
+    InvalidSignatureException, quoting the canonical request as AWS does): the client
+    gets a 500 naming the refusal and nothing of the quote, nothing is charged. A
+    tampered body fails the peer's SigV4 check too."""
     key = bedrock.stack.team_key("bedrock-wrong")
     client = anthropic.Anthropic(base_url=bedrock.stack.gateway.url, api_key=key,
                                  max_retries=0)
     with pytest.raises(anthropic.APIStatusError) as err:
         client.messages.create(model="claude-wrong", **HI)
     assert err.value.status_code == 500 and "InvalidSignatureException" in str(err.value)
+    # The peer quotes its canonical request, session token included, as AWS does: none
+    # of it reaches the client (nor the audit and log: the last test greps them).
+    assert ENV["WRONG_TOKEN"] not in err.value.response.text
     assert bedrock.refusals()[-1]["kind"] == "InvalidSignatureException"
     usage = bedrock.settled(key)
     assert usage["usd_committed"] == usage["usd_liability"] == 0
@@ -514,7 +520,7 @@ def test_no_aws_secret_in_any_file_of_the_run(bedrock: Bedrock) -> None:
     base, every session moto issued) is in the gateway's data dir (journal, audit,
     local stores) or its log."""
     issued: list[str] = httpx.get(f"{bedrock.peer.url}/__peer/issued").json()
-    secrets = {STATIC[1], BASE[1], ENV["WRONG_SK"], WEB_TOKEN, *issued}
+    secrets = {STATIC[1], BASE[1], ENV["WRONG_SK"], ENV["WRONG_TOKEN"], WEB_TOKEN, *issued}
     assert len(secrets) >= 5
     files = [p for p in (bedrock.stack.config.parent / "data").rglob("*") if p.is_file()]
     files += list(bedrock.stack.config.parent.glob("gateway-*.log"))
