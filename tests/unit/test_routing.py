@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import yaml
 
 from gateway.config import Deployment, ModelSettings
 from gateway.routing import Dedupe, Router, Shared, VolatileStore, session_of
@@ -211,3 +213,14 @@ async def test_dedupe_shares_one_answer_with_a_bounded_number_of_waiters() -> No
     assert again is not None and dedupe.follow(key, max_waiters=2) is again
     dedupe.land(key, again, None)
     assert await again.done is None
+
+
+def test_the_docs_routing_example_decodes() -> None:
+    """docs/routing.md's config example is a valid ``models:`` list, routing included."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "routing.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    models = msgspec.convert(yaml.safe_load(block)["models"], list[ModelSettings])
+    routing = models[0].routing
+    assert routing is not None and routing.affinity and routing.dedupe
+    assert [d.weight for d in models[0].deployments] == [2, 1, 1]
+    assert models[0].deployments[2].price is not None
