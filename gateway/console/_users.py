@@ -4,6 +4,8 @@ write token, set a user's budget, email and display name, or add a user.
 A write is ``PUT /admin/v1/users/{user}`` with ``If-Match`` of the revision the form was
 drawn from (``"0"``: create only): a change made meanwhile is the API's 412, shown with
 the current figures, and nothing is written. Every field is replaced, as in the API.
+A write token (or an admin) may also revoke a person's brokered credentials
+(``POST /admin/v1/users/{user}/revoke``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from litestar import Request, Response, get, post
+from litestar.params import FromPath
 from litestar.response import Redirect
 
 from gateway.console._client import Api
@@ -38,7 +41,8 @@ async def _users(request: AnyRequest, session: Any, api: Api, *, form_of: str | 
     return page(request, "users.html", {
         "session": session, "users": users, "fields": MEMBER_LIMITS, "labels": LABELS,
         "form_of": form_of, "errors": errors or {}, "values": values or {},
-        "saved": request.query_params.get("saved")}, status=status)
+        "saved": request.query_params.get("saved"),
+        "revoked": request.query_params.get("revoked")}, status=status)
 
 
 @post("/users", status_code=303)
@@ -73,4 +77,17 @@ async def put_user(request: AnyRequest) -> Response[Any]:
                         status=answer.status if answer.status < 500 else 502)
 
 
-ROUTES = [users_page, put_user]
+@post("/users/{user:str}/revoke", status_code=303)
+async def revoke_user(request: AnyRequest, user: FromPath[str]) -> Response[Any]:
+    """Revoke a person's brokered credentials (``POST /admin/v1/users/{user}/revoke``):
+    every replica refuses them at its next request; the API's refusal (e.g. not the
+    shared profile) is shown beside the user."""
+    session, api, _ = await writer(request)
+    answer = await api.call("POST", f"/admin/v1/users/{quote(user, safe='')}/revoke")
+    if answer.ok:
+        return Redirect(f"/console/users?revoked={quote(user, safe='')}", status_code=303)
+    return await _users(request, session, api, form_of=user, errors={"_form": answer.message},
+                        status=answer.status if answer.status < 500 else 502)
+
+
+ROUTES = [users_page, put_user, revoke_user]
