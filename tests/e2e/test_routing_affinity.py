@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e._routing import Routed, start_routed
+from tests.e2e._routing import AWS_KEY, Routed, start_routed
 from tests.e2e._sessions import cache_share, run_sessions
 
 DEPLOYMENTS = {"east": "bedrock:us-east-1", "west": "bedrock:us-west-2",
@@ -66,3 +66,13 @@ def test_affinity_bills_nine_in_ten_cacheable_tokens_as_reads_where_round_robin_
     per_deployment = {d: sum(e["model"] == m for e in routed.ledger(d))
                       for d, m in upstream_models("affine").items()}
     assert all(n >= TURNS for n in per_deployment.values()), per_deployment  # spread
+
+
+def test_the_bedrock_secret_is_in_no_file_of_the_gateway(routed: Routed) -> None:
+    """The AWS secret the Bedrock deployments sign with is in no config, log, audit line
+    or data file the gateway wrote (it reads it from its environment)."""
+    gateway_files = [p for p in routed.config.parent.rglob("*") if p.is_file()
+                     and not p.name.startswith("bedrock-")]  # the peers' own logs
+    assert any(p.name.startswith("gateway-") for p in gateway_files)
+    for path in gateway_files:
+        assert AWS_KEY[1].encode() not in path.read_bytes(), path
