@@ -24,6 +24,7 @@ from tests.e2e._procs import (
     _env,
     free_port,
     run_cli,
+    shared_stores,
     start_gateway,
     wait_ready,
 )
@@ -42,13 +43,18 @@ def start_inferplaned(workdir: Path, dsn: str, *, extra: dict[str, Any] | None =
         "database": {"dsn_ref": "env:IPD_DSN", "pool_min_size": 1, "pool_max_size": 4},
         "auth": {"writer_tokens_ref": {"e2e": "env:IPD_TOKEN"}}, **(extra or {})}))
     port = free_port()
-    log_path = workdir / f"inferplaned-{port}.log"
+    return serve_inferplaned(config, port=port, log_path=workdir / f"inferplaned-{port}.log",
+                             env={"IPD_DSN": dsn, "IPD_TOKEN": WRITER_TOKEN, **(env or {})})
+
+
+def serve_inferplaned(config: Path, *, port: int, log_path: Path,
+                      env: dict[str, str]) -> Proc:
+    """``inferplaned serve`` of ``config`` on ``port`` (its output in ``log_path``), ready."""
     with log_path.open("wb") as log:
         popen = subprocess.Popen(
             [sys.executable, "-m", "controlplane.cli", "serve", "--config", str(config),
              "--port", str(port), "--log-level", "warning"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
-            env=_env({"IPD_DSN": dsn, "IPD_TOKEN": WRITER_TOKEN, **(env or {})}))
+            stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), env=_env(env))
     return wait_ready(Proc(popen=popen, port=port, log_path=log_path))
 
 
@@ -57,9 +63,7 @@ def shared_gateway_config(workdir: Path, name: str, *,
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump({
         "data_dir": str(workdir / name), "demo": False,
-        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
-        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 1,
-                     "pool_max_size": 8, "policy_refresh_s": 1.0},
+        **shared_stores(pool_min_size=1, pool_max_size=8, policy_refresh_s=1.0),
         "server": {"replica_id": name, "max_output_tokens": 100_000},
         "providers": [{"name": "in-process", "kind": "mock"}],
         "models": [{"name": MODEL, "price": PRICE,

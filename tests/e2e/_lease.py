@@ -24,9 +24,20 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 import yaml
 
-from tests.e2e._procs import ROOT, Proc, _env, free_port, run_cli, start_gateway, wait_ready
+from tests.e2e._controlplane import serve_inferplaned
+from tests.e2e._procs import (
+    ROOT,
+    Proc,
+    _env,
+    create_key,
+    free_port,
+    run_cli,
+    shared_stores,
+    start_gateway,
+)
 
 WRITER_TOKEN = "e2e-lease-writer-token"
 DATAPLANE_TOKEN = "e2e-lease-dataplane-token"
@@ -44,14 +55,9 @@ def start_control_plane(workdir: Path, dsn: str, *, port: int) -> Proc:
         "database": {"dsn_ref": "env:IPD_DSN", "pool_min_size": 1, "pool_max_size": 4},
         "auth": {"writer_tokens_ref": {"e2e": "env:IPD_TOKEN"},
                  "dataplane_tokens_ref": {"nodes": "env:MAYU_CP_TOKEN"}}}))
-    log_path = workdir / f"inferplaned-{port}-{time.monotonic_ns()}.log"
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.cli", "serve", "--config", str(config),
-             "--port", str(port), "--log-level", "warning"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
-            env=_env({"IPD_DSN": dsn, **ENV}))
-    return wait_ready(Proc(popen=popen, port=port, log_path=log_path))
+    return serve_inferplaned(
+        config, port=port, log_path=workdir / f"inferplaned-{port}-{time.monotonic_ns()}.log",
+        env={"IPD_DSN": dsn, **ENV})
 
 
 def plane_config(workdir: Path, name: str, *, control_url: str,
@@ -240,6 +246,14 @@ def running_stack(workdir: Path, dsn: str) -> Iterator[LeaseStack]:
         stack.stop()
 
 
+@pytest.fixture
+def lease_stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
+    """:func:`running_stack` for one test on its fresh database (a module takes it as
+    ``stack = lease_stack``)."""
+    with running_stack(tmp_path, pg_dsn) as stack:
+        yield stack
+
+
 def upstream_spend(upstream: Proc) -> int:
     """µUSD the mock upstream really served (its own ledger), priced with :data:`PRICE`."""
     from gateway.pricing import ModelPrice, Usage, cost_micro_usd
@@ -256,9 +270,7 @@ def start_shared(workdir: Path, dsn: str, *, upstream: Proc, name: str = "shared
     config = workdir / f"{name}.yaml"
     config.write_text(yaml.safe_dump({
         "data_dir": str(workdir / name), "demo": False,
-        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
-        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 1,
-                     "pool_max_size": 8, "policy_refresh_s": 1.0},
+        **shared_stores(pool_min_size=1, pool_max_size=8, policy_refresh_s=1.0),
         "server": {"replica_id": name, "max_output_tokens": 100_000},
         "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
                        "timeout_s": 30}],
@@ -271,11 +283,7 @@ def shared_key(config: Path, dsn: str, team: str) -> str:
     """A key of ``team`` (created if missing) in a shared gateway's Postgres key store."""
     env = {"INFERPLANE_DATABASE_URL": dsn}
     run_cli("teams", "create", team, "--config", str(config), env=env)
-    done = run_cli("keys", "create", "--team", team, "--config", str(config), "--json",
-                   env=env)
-    assert done.returncode == 0, done.stderr
-    key: str = json.loads(done.stdout)["key"]
-    return key
+    return create_key(config, team, env=env)
 
 
 def race(targets: list[tuple[str, str]], *, workers: int, max_tokens: int = 50,

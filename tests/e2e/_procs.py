@@ -15,12 +15,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
+import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,12 +101,43 @@ def start_mock_upstream(workdir: Path, *, latency_ms: int = 0) -> Proc:
     return wait_ready(proc)
 
 
+@pytest.fixture
+def upstream_proc(tmp_path: Path) -> Iterator[Proc]:
+    """A ``mayu mock-upstream`` for one test (a module takes it as ``upstream =
+    upstream_proc``)."""
+    proc = start_mock_upstream(tmp_path)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
 def start_gateway(config: Path, *, env: dict[str, str] | None = None) -> Proc:
     port = free_port()
     proc = start(["serve", "--config", str(config), "--port", str(port),
                   "--log-level", "warning"], port=port,
                  log_path=config.parent / f"gateway-{port}.log", env=env)
     return wait_ready(proc)
+
+
+@contextmanager
+def serving(workdir: Path, doc: Callable[[Proc], dict[str, Any]], *,
+            env: dict[str, str] | None = None) -> Iterator[tuple[Proc, Proc, Path]]:
+    """A mock upstream and a gateway serving ``doc(upstream)`` (its data dir
+    ``workdir/data``, demo off, unless ``doc`` says otherwise) from ``workdir/mayu.yaml``:
+    (gateway, upstream, config path); both stopped afterwards."""
+    upstream = start_mock_upstream(workdir)
+    try:
+        config = workdir / "mayu.yaml"
+        config.write_text(yaml.safe_dump(
+            {"data_dir": str(workdir / "data"), "demo": False, **doc(upstream)}))
+        gateway = start_gateway(config, env=env)
+        try:
+            yield gateway, upstream, config
+        finally:
+            gateway.stop()
+    finally:
+        upstream.stop()
 
 
 def wait_none_pending(dsn: str, *, team_id: str | None = None,
@@ -130,21 +165,71 @@ def wait_none_pending(dsn: str, *, team_id: str | None = None,
         time.sleep(0.05)
 
 
+def replica_config(workdir: Path, replica: int, upstream: Proc, models: list[dict[str, Any]],
+                   *, server: dict[str, Any] | None = None, **database: Any) -> Path:
+    """``workdir/mayu-<replica>.yaml``: shared-profile replica ``r<replica>`` (its own data
+    dir; ``server`` adds settings) serving ``models`` from the ``up`` provider (OpenAI's
+    protocol at ``upstream``), the stores of :func:`shared_stores` (``database``)."""
+    path = workdir / f"mayu-{replica}.yaml"
+    path.write_text(yaml.safe_dump({
+        "data_dir": str(workdir / f"data-{replica}"), "demo": False,
+        "server": {"replica_id": f"r{replica}", **(server or {})},
+        **shared_stores(**database),
+        "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
+                       "timeout_s": 60}],
+        "models": models}))
+    return path
+
+
+def settled_line(data: Path, *, deadline_s: float = 30.0, **fields: Any) -> dict[str, Any]:
+    """The last ``settled`` audit line in ``data`` (a gateway's data dir) with ``fields``
+    (e.g. ``model=…`` or ``permit=…``), awaited: a line is written after the answer."""
+    end = time.monotonic() + deadline_s
+    while True:
+        found = [rec for path in sorted(data.glob("audit-*.jsonl"))
+                 for rec in map(json.loads, path.read_text().splitlines())
+                 if rec.get("event") == "settled"
+                 and all(rec.get(k) == v for k, v in fields.items())]
+        if found:
+            return found[-1]
+        if time.monotonic() > end:
+            raise AssertionError(f"no settled line with {fields} after {deadline_s}s")
+        time.sleep(0.05)
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(mayu_cmd(*args), capture_output=True, text=True, env=_env(env),
                           timeout=60, check=False)
 
 
-def create_team(config: Path, name: str, *limits: str) -> dict[str, Any]:
-    done = run_cli("teams", "create", name, "--config", str(config), "--json", *limits)
+def create_team(config: Path, name: str, *limits: str,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A new team via ``mayu teams create`` (``env``: e.g. a shared store's DSN); its record."""
+    done = run_cli("teams", "create", name, "--config", str(config), "--json", *limits,
+                   env=env)
     assert done.returncode == 0, done.stderr
     team: dict[str, Any] = json.loads(done.stdout)
     return team
 
 
-def create_key(config: Path, team: str, *extra: str) -> str:
+def create_key(config: Path, team: str, *extra: str, env: dict[str, str] | None = None) -> str:
     """A new key for ``team`` via ``mayu keys create``; the plaintext."""
-    done = run_cli("keys", "create", "--team", team, "--config", str(config), "--json", *extra)
+    done = run_cli("keys", "create", "--team", team, "--config", str(config), "--json", *extra,
+                   env=env)
     assert done.returncode == 0, done.stderr
     key: str = json.loads(done.stdout)["key"]
     return key
+
+
+def team_and_key(config: Path, team: str, *limits: str,
+                 env: dict[str, str] | None = None) -> tuple[str, str]:
+    """A new team (with ``limits``) and a key of it: (team id, key plaintext)."""
+    team_id: str = create_team(config, team, *limits, env=env)["id"]
+    return team_id, create_key(config, team, env=env)
+
+
+def shared_stores(**database: Any) -> dict[str, Any]:
+    """A shared-profile config's store sections: keys and governance in Postgres, whose DSN
+    is ``INFERPLANE_DATABASE_URL``; ``database`` adds pool sizes and the like."""
+    return {"key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
+            "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", **database}}

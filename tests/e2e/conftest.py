@@ -27,8 +27,7 @@ from tests.e2e._procs import (
     create_key,
     create_team,
     free_port,
-    start_gateway,
-    start_mock_upstream,
+    serving,
 )
 
 PRICE = {"input": 1_000_000, "output": 4_000_000, "cache_read": 100_000,
@@ -65,6 +64,15 @@ def expected_cost(entry: dict[str, Any]) -> int:
 
 
 def gateway_config(workdir: Path, upstream: Proc) -> Path:
+    """:func:`gateway_doc` written to ``workdir/mayu.yaml``."""
+    path = workdir / "mayu.yaml"
+    path.write_text(yaml.safe_dump(gateway_doc(workdir, upstream)))
+    return path
+
+
+def gateway_doc(workdir: Path, upstream: Proc) -> dict[str, Any]:
+    """The e2e gateway's config: every provider kind, the models of ``_UPSTREAM`` and
+    the special cases below, in front of the mock ``upstream``."""
     models: list[dict[str, Any]] = [
         {"name": name, "price": PRICE,
          "deployments": [{"provider": provider, "upstream_model": upstream_model}]}
@@ -106,9 +114,7 @@ def gateway_config(workdir: Path, upstream: Proc) -> Path:
             {"name": "down", "kind": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1",
              "connect_timeout_s": 2}],
         "models": models}
-    path = workdir / "mayu.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return config
 
 
 @dataclass
@@ -151,18 +157,9 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("e2e")
-    upstream = start_mock_upstream(workdir)
-    try:
-        config = gateway_config(workdir, upstream)
-        gateway = start_gateway(config, env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN})
-    except BaseException:
-        upstream.stop()
-        raise
-    try:
+    with serving(workdir, lambda upstream: gateway_doc(workdir, upstream),
+                 env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN}) as (gateway, upstream, config):
         yield Stack(gateway=gateway, upstream=upstream, config=config)
-    finally:
-        gateway.stop()
-        upstream.stop()
 
 
 # The real SDKs as clients of the module's ``stack``, with the module's own ``key``.

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import yaml
 
-from tests.e2e._procs import Proc, run_cli, start_gateway
+from tests.e2e._procs import Proc, shared_stores, start_gateway, team_and_key
 from tests.e2e.conftest import PRICE
 
 pytestmark = pytest.mark.e2e
@@ -43,9 +43,7 @@ def _config(tmp_path: Path) -> Path:
     path.write_text(yaml.safe_dump({
         "data_dir": str(tmp_path / "af"), "demo": False,
         "server": {"replica_id": "af"},  # settle_wait_s: the default
-        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
-        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 1,
-                     "pool_max_size": 4},
+        **shared_stores(pool_min_size=1, pool_max_size=4),
         "providers": [{"name": "mock", "kind": "mock"}],
         "models": [{"name": "m", "price": PRICE, "deployments": [
                        {"provider": "mock", "upstream_model": "mock-gpt"}]},
@@ -55,16 +53,8 @@ def _config(tmp_path: Path) -> Path:
 
 
 def _team_key(config: Path, dsn: str) -> tuple[str, str]:
-    env = {"INFERPLANE_DATABASE_URL": dsn}
-    done = run_cli("teams", "create", "af", "--usd-micros-per-day", str(BUDGET),
-                   "--config", str(config), "--json", env=env)
-    assert done.returncode == 0, done.stderr
-    team_id: str = json.loads(done.stdout)["id"]
-    done = run_cli("keys", "create", "--team", "af", "--config", str(config), "--json",
-                   env=env)
-    assert done.returncode == 0, done.stderr
-    key: str = json.loads(done.stdout)["key"]
-    return team_id, key
+    return team_and_key(config, "af", "--usd-micros-per-day", str(BUDGET),
+                        env={"INFERPLANE_DATABASE_URL": dsn})
 
 
 @contextmanager

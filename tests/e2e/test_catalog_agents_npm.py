@@ -257,28 +257,24 @@ def test_claude_code_default_models_are_in_the_catalog(agents: Path, capture: Ca
         "docs/models.md")
 
 
-def test_codex_stops_at_once_on_a_spent_budget(agents: Path, tmp_path: Path) -> None:
-    """Issue 26: Codex with its default retries, against a real ``mayu serve`` whose team
-    budget cannot fit a request (1 µUSD a day), sends the request once (the gateway
-    audits exactly one refusal and dispatches nothing), exits non-zero within 5 s of
-    that refusal and says the usage limit is hit and when to try again. (Codex retries a
-    402 five times, ~6.5 s; the gateway answers it the 429 usage_limit_reached it stops
-    on: gateway/ingress/_render.py codex_usage_limit.)"""
+def _codex_on_a_team(agents: Path, tmp_path: Path, *, usd_micros_per_day: int
+                     ) -> tuple[subprocess.CompletedProcess[str], float, list[dict[str, Any]]]:
+    """Real Codex (``exec "say ok"``, its default retries) against a ``mayu serve`` of the
+    in-process mock's gpt-6.2-sol, with a key of a team limited to ``usd_micros_per_day``:
+    Codex's result, the time it ended, and the gateway's audit lines."""
     import time
 
     import yaml
 
-    from tests.e2e._procs import run_cli, start_gateway
+    from tests.e2e._procs import create_key, create_team, start_gateway
 
     config = tmp_path / "mayu.yaml"
     config.write_text(yaml.safe_dump({
         "data_dir": str(tmp_path / "data"), "demo": False,
         "providers": [{"name": "in-process", "kind": "mock"}],
         "models": [{"name": "gpt-6.2-sol", "deployments": [{"provider": "in-process"}]}]}))
-    assert run_cli("teams", "create", "t", "--usd-micros-per-day", "1",
-                   "--config", str(config)).returncode == 0
-    made = run_cli("keys", "create", "--team", "t", "--json", "--config", str(config))
-    key = json.loads(made.stdout)["key"]
+    create_team(config, "t", "--usd-micros-per-day", str(usd_micros_per_day))
+    key = create_key(config, "t")
     gateway = start_gateway(config)
     try:
         home = tmp_path / "home"
@@ -296,6 +292,17 @@ def test_codex_stops_at_once_on_a_spent_budget(agents: Path, tmp_path: Path) -> 
         gateway.stop()
     audit = [json.loads(line) for f in sorted((tmp_path / "data").glob("audit-*.jsonl"))
              for line in f.read_text().splitlines() if line.strip()]
+    return result, ended, audit
+
+
+def test_codex_stops_at_once_on_a_spent_budget(agents: Path, tmp_path: Path) -> None:
+    """Issue 26: Codex with its default retries, against a real ``mayu serve`` whose team
+    budget cannot fit a request (1 µUSD a day), sends the request once (the gateway
+    audits exactly one refusal and dispatches nothing), exits non-zero within 5 s of
+    that refusal and says the usage limit is hit and when to try again. (Codex retries a
+    402 five times, ~6.5 s; the gateway answers it the 429 usage_limit_reached it stops
+    on: gateway/ingress/_render.py codex_usage_limit.)"""
+    result, ended, audit = _codex_on_a_team(agents, tmp_path, usd_micros_per_day=1)
     refusals = [a for a in audit if a.get("status") in (402, 429)]
     output = result.stdout + result.stderr
     assert len(refusals) == 1, (len(refusals), output[-2000:])
@@ -312,35 +319,7 @@ def test_codex_told_its_own_bound_is_too_large_is_never_told_its_limit_is_hit(
     nothing names no output limit, so its worst case (the 128k ceiling) passes the whole
     limit: Codex stops at once with the gateway's 400 saying which max_output_tokens
     would fit, never "You've hit your usage limit" (nothing is spent; no reset helps)."""
-    import yaml
-
-    from tests.e2e._procs import run_cli, start_gateway
-
-    config = tmp_path / "mayu.yaml"
-    config.write_text(yaml.safe_dump({
-        "data_dir": str(tmp_path / "data"), "demo": False,
-        "providers": [{"name": "in-process", "kind": "mock"}],
-        "models": [{"name": "gpt-6.2-sol", "deployments": [{"provider": "in-process"}]}]}))
-    assert run_cli("teams", "create", "t", "--usd-micros-per-day", "1000000",
-                   "--config", str(config)).returncode == 0
-    made = run_cli("keys", "create", "--team", "t", "--json", "--config", str(config))
-    key = json.loads(made.stdout)["key"]
-    gateway = start_gateway(config)
-    try:
-        home = tmp_path / "home"
-        (home / ".codex").mkdir(parents=True)
-        provider = (f'{{name="inferplane", base_url="{gateway.url}/v1", '
-                    f'env_key="INFERPLANE_KEY", wire_api="responses"}}')
-        result = _run(_codex_argv(agents, "exec", "--skip-git-repo-check",
-                                  "-c", "check_for_update_on_startup=false",
-                                  "-c", "model_provider=inferplane",
-                                  "-c", f"model_providers.inferplane={provider}", "say ok"),
-                      env=_env(home, CODEX_HOME=str(home / ".codex"), INFERPLANE_KEY=key),
-                      cwd=tmp_path)
-    finally:
-        gateway.stop()
-    audit = [json.loads(line) for f in sorted((tmp_path / "data").glob("audit-*.jsonl"))
-             for line in f.read_text().splitlines() if line.strip()]
+    result, _, audit = _codex_on_a_team(agents, tmp_path, usd_micros_per_day=1_000_000)
     output = result.stdout + result.stderr
     refusals = [a for a in audit if a.get("event") == "refused"]
     assert len(refusals) == 1, (len(refusals), output[-2000:])

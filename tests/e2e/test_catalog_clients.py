@@ -25,8 +25,7 @@ from tests.e2e._procs import (
     Proc,
     create_key,
     create_team,
-    start_gateway,
-    start_mock_upstream,
+    serving,
 )
 
 pytestmark = pytest.mark.e2e
@@ -62,35 +61,24 @@ class Served:
         return {"Authorization": f"Bearer {self.key}"}
 
 
-def _example_against(upstream: Proc, workdir: Path) -> Path:
+def _example_against(upstream: Proc, workdir: Path) -> dict[str, Any]:
     """The shipped example with only what a test must change: base URLs and the data dir."""
-    config = yaml.safe_load(EXAMPLE.read_text())
+    config: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     for provider in config["providers"]:
         provider["base_url"] = (f"{upstream.url}/v1" if provider["kind"] == "openai"
                                 else upstream.url)
     config["data_dir"] = str(workdir / "data")
-    path = workdir / "real-providers.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return config
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     workdir = tmp_path_factory.mktemp("catalog")
-    upstream = start_mock_upstream(workdir)
-    try:
-        config = _example_against(upstream, workdir)
-        gateway = start_gateway(config, env=PROVIDER_KEYS)
-    except BaseException:
-        upstream.stop()
-        raise
-    try:
+    with serving(workdir, lambda upstream: _example_against(upstream, workdir),
+                 env=PROVIDER_KEYS) as (gateway, upstream, config):
         create_team(config, "agents", "--usd-per-day", "100.00")
         yield Served(gateway=gateway, upstream=upstream, config=config,
                      key=create_key(config, "agents"))
-    finally:
-        gateway.stop()
-        upstream.stop()
 
 
 def _catalog_cost(entry: dict[str, Any], model: str) -> int:

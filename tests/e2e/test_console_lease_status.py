@@ -10,34 +10,28 @@ other planes are inferplaned's to list; the console's Operations page shows the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from gateway import __version__
-from tests.e2e._lease import ADMIN_TOKEN, LeaseStack, budget_doc, chat, running_stack, wait_until
-from tests.e2e._procs import Proc, start_mock_upstream
+from tests.e2e._lease import (
+    ADMIN_TOKEN,
+    LeaseStack,
+    budget_doc,
+    chat,
+    lease_stack,
+    wait_until,
+)
+from tests.e2e._procs import Proc, upstream_proc
 
 pytestmark = pytest.mark.e2e
 
 TEAM, UID = "lease-team", "global/spend"
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[Proc]:
-    proc = start_mock_upstream(tmp_path)
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture
-def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    with running_stack(tmp_path, pg_dsn) as s:
-        yield s
+upstream = upstream_proc  # the fixtures, under this module's names
+stack = lease_stack
 
 
 def test_a_plane_reports_its_heartbeat_and_leases(stack: LeaseStack, upstream: Proc) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,11 +36,9 @@ import httpx
 import openai
 import psycopg
 import pytest
-import yaml
 
 from gateway.policy import publish
-from tests.conftest import create_database, drop_database, dsn_for
-from tests.e2e._procs import Proc, run_cli, start_gateway, start_mock_upstream
+from tests.e2e._procs import Proc, replica_config, run_cli, start_gateway, start_mock_upstream
 from tests.e2e.conftest import PRICE
 
 pytestmark = pytest.mark.e2e
@@ -52,22 +49,12 @@ REPLICAS = 3
 
 
 def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
-    config = {
-        "data_dir": str(workdir / f"data-{replica}"), "demo": False,
-        "server": {"replica_id": f"r{replica}"},
-        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
-        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 2,
-                     "pool_max_size": 10, "admission_coalesce": 2},
-        "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
-                       "timeout_s": 60}],
-        "models": [
-            {"name": "gpt-up", "price": PRICE,
-             "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]},
-            {"name": "gpt-slow", "price": PRICE,
-             "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]}]}
-    path = workdir / f"mayu-{replica}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return replica_config(workdir, replica, upstream, [
+        {"name": "gpt-up", "price": PRICE,
+         "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]},
+        {"name": "gpt-slow", "price": PRICE,
+         "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]}],
+        pool_min_size=2, pool_max_size=10, admission_coalesce=2)
 
 
 @dataclass
@@ -131,12 +118,9 @@ async def _publish(dsn: str, key_id: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def cluster(pg_server_dsn: str, pg_template: str,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(pg_module_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("inflight")
-    name = f"ipt_{os.getpid()}_inflight"
-    create_database(pg_server_dsn, name, template=pg_template)
-    dsn = dsn_for(pg_server_dsn, name)
+    dsn = pg_module_dsn
     env = {"INFERPLANE_DATABASE_URL": dsn}
     procs: list[Proc] = []
     c: Cluster | None = None
@@ -164,7 +148,6 @@ def cluster(pg_server_dsn: str, pg_template: str,
         running = procs + (c.gateways if c is not None else [])
         for proc in {id(p): p for p in running}.values():
             proc.stop()
-        drop_database(pg_server_dsn, name)
 
 
 def _client(c: Cluster, gw: Proc, *, retries: int) -> openai.AsyncOpenAI:

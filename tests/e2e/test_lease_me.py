@@ -9,14 +9,19 @@ as of its last heartbeat (with its age), which equal the ledger's account row.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e._lease import LeaseStack, budget_doc, chat, race, running_stack, wait_until
-from tests.e2e._procs import Proc, start_mock_upstream
+from tests.e2e._lease import (
+    LeaseStack,
+    budget_doc,
+    chat,
+    lease_stack,
+    race,
+    wait_until,
+)
+from tests.e2e._procs import Proc, upstream_proc
 
 pytestmark = pytest.mark.e2e
 
@@ -24,19 +29,8 @@ TEAM, UID, LIMIT_MILLI = "lease-team", "global/spend", 50
 LIMIT_MILLI_SMALL = 20_000  # µUSD: 20 milliUSD
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[Proc]:
-    proc = start_mock_upstream(tmp_path)
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture
-def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    with running_stack(tmp_path, pg_dsn) as s:
-        yield s
+upstream = upstream_proc  # the fixtures, under this module's names
+stack = lease_stack
 
 
 def test_a_plane_shows_its_lease_and_the_global_remaining_budget(

@@ -8,24 +8,21 @@ poll for a state (bounded, as hang guards).
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from tests.e2e._lease import (
     LeaseStack,
     budget_doc,
     chat,
-    running_stack,
+    lease_stack,
+    race,
     start_drop_proxy,
+    upstream_spend,
     wait_until,
 )
-from tests.e2e._procs import Proc, start_mock_upstream
+from tests.e2e._procs import Proc, upstream_proc
 
 pytestmark = pytest.mark.e2e
 
@@ -33,57 +30,15 @@ TEAM = "lease-team"
 UID = "global/spend"
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[Proc]:
-    proc = start_mock_upstream(tmp_path)
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture
-def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    with running_stack(tmp_path, pg_dsn) as s:
-        yield s
-
-
-def upstream_spend(upstream: Proc) -> int:
-    """µUSD the mock upstream really served, priced with the tests' own table."""
-    from tests.e2e.conftest import expected_cost
-
-    entries: list[dict[str, Any]] = httpx.get(f"{upstream.url}/__mock/ledger").json()
-    return sum(expected_cost(e) for e in entries)
+upstream = upstream_proc  # the fixtures, under this module's names
+stack = lease_stack
 
 
 def drive(stack: LeaseStack, planes: list[str], *, workers: int = 4,
           max_attempts: int = 2_000) -> dict[int, int]:
-    """Concurrent requests on every plane until each worker is refused 402 ten times in
-    a row, 0.1 s apart (the budget is spent: a 402 while other requests of the plane are
-    in flight only means their reservations fill it); returns the statuses seen."""
-    seen: dict[int, int] = {}
-    lock = threading.Lock()
-
-    def work(plane: str) -> None:
-        url, key = stack.planes[plane].url, stack.keys[(plane, TEAM)]
-        refused = 0
-        with httpx.Client() as client:
-            for _ in range(max_attempts):
-                status = chat(url, key, client=client).status_code
-                with lock:
-                    seen[status] = seen.get(status, 0) + 1
-                refused = refused + 1 if status == 402 else 0
-                if refused >= 10:
-                    return
-                if status == 402:
-                    time.sleep(0.1)
-
-    threads = [threading.Thread(target=work, args=(p,)) for p in planes for _ in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return seen
+    """:func:`race` on every plane's key of TEAM until the budget is spent; the statuses."""
+    return race([(stack.planes[p].url, stack.keys[(p, TEAM)]) for p in planes],
+                workers=workers, max_attempts=max_attempts)
 
 
 def settled(stack: LeaseStack, planes: list[str]) -> bool:

@@ -24,7 +24,7 @@ from tests.e2e._lease import (
     LeaseStack,
     budget_doc,
     chat,
-    running_stack,
+    lease_stack,
     shared_key,
     wait_until,
 )
@@ -35,10 +35,7 @@ pytestmark = pytest.mark.e2e
 TEAM = "mixed"
 
 
-@pytest.fixture
-def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    with running_stack(tmp_path, pg_dsn) as s:
-        yield s
+stack = lease_stack  # the fixture, under this module's name
 
 
 @pytest.fixture

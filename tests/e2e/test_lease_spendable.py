@@ -13,9 +13,6 @@ from "in flight elsewhere").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import psycopg
 import pytest
 
@@ -23,14 +20,14 @@ from tests.e2e._lease import (
     LeaseStack,
     budget_doc,
     chat,
+    lease_stack,
     race,
-    running_stack,
     shared_key,
     start_shared,
     upstream_spend,
     wait_until,
 )
-from tests.e2e._procs import Proc, start_mock_upstream, wait_none_pending
+from tests.e2e._procs import Proc, upstream_proc, wait_none_pending
 
 pytestmark = pytest.mark.e2e
 
@@ -39,19 +36,8 @@ UID = "small/spend"
 PLANES = ("p1", "p2", "p3")
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[Proc]:
-    proc = start_mock_upstream(tmp_path)
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture
-def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    with running_stack(tmp_path, pg_dsn) as s:
-        yield s
+upstream = upstream_proc  # the fixtures, under this module's names
+stack = lease_stack
 
 
 def grant_rows(dsn: str, plane: str) -> list[tuple[str, int]]:

@@ -8,22 +8,17 @@ guards), no timing is asserted."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.e2e._lease import LeaseStack, budget_doc, chat, running_stack, wait_until
+from tests.e2e._lease import LeaseStack, budget_doc, chat, lease_stack, wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    with running_stack(tmp_path, pg_dsn) as s:
-        yield s
+stack = lease_stack  # the fixture, under this module's name
 
 
 def accounts_of(dsn: str, uid: str) -> list[tuple[Any, ...]]:

@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.e2e._lease import ENV, LeaseStack, chat, running_stack, wait_until
+from tests.e2e._lease import ENV, LeaseStack, chat, lease_stack, wait_until
 from tests.e2e._procs import run_cli
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    with running_stack(tmp_path, pg_dsn) as s:
-        yield s
+stack = lease_stack  # the fixture, under this module's name
 
 
 def test_a_users_first_request_gets_its_lease(stack: LeaseStack) -> None:

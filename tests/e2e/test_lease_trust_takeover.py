@@ -7,8 +7,6 @@ state (bounded, as hang guards)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.e2e._controlplane import serve_inferplaned
 from tests.e2e._lease import (
     ENV,
     LeaseStack,
@@ -23,7 +22,7 @@ from tests.e2e._lease import (
     chat,
     wait_until,
 )
-from tests.e2e._procs import ROOT, Proc, _env, start_gateway, wait_ready
+from tests.e2e._procs import Proc, start_gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -43,14 +42,9 @@ def start_control(stack: LeaseStack) -> Proc:
                  "dataplane_tokens_ref": {
                      "nodes-a": {"token_ref": "env:TOKEN_A", "planes": ["node-a"]},
                      "nodes-b": {"token_ref": "env:TOKEN_B", "planes": ["node-b"]}}}}))
-    log_path = stack.workdir / "inferplaned.log"
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.cli", "serve", "--config", str(config),
-             "--port", str(stack.port), "--log-level", "warning"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT),
-            env=_env({"IPD_DSN": stack.dsn, "TOKEN_A": TOKEN_A, "TOKEN_B": TOKEN_B, **ENV}))
-    proc = wait_ready(Proc(popen=popen, port=stack.port, log_path=log_path))
+    proc = serve_inferplaned(config, port=stack.port, log_path=stack.workdir / "inferplaned.log",
+                             env={"IPD_DSN": stack.dsn, "TOKEN_A": TOKEN_A, "TOKEN_B": TOKEN_B,
+                                  **ENV})
     stack.control = proc
     return proc
 

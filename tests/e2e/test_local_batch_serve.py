@@ -9,18 +9,15 @@ request really cost; the SQLite file says what was admitted and settled.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from tests.e2e._load import load_watching_usage, local_permits, one_chat
 from tests.e2e._procs import Proc, create_key, create_team, free_port, start, wait_ready
 from tests.e2e._procs import start_mock_upstream as mock_upstream
 from tests.e2e.conftest import ADMIN_TOKEN, expected_cost, gateway_config
@@ -53,25 +50,6 @@ def gateway(tmp_path: Path) -> Iterator[tuple[Proc, Proc, Path]]:
         upstream.stop()
 
 
-async def _one(client: httpx.AsyncClient, i: int) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "gpt-up", "max_tokens": 16 + i % 7,
-        "messages": [{"role": "user", "content": f"request {i} " * (1 + i % 4)}]}
-    if i % 3 == 0:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
-            text = (await r.aread()).decode()
-        found = re.search(r'"id":"chatcmpl-mock-(\d+)"', text)
-    else:
-        r = await client.post("/v1/chat/completions", json=body)
-        text = r.text
-        found = re.search(r'"id":"chatcmpl-mock-(\d+)"', text) if r.status_code == 200 else None
-    return {"status": r.status_code, "permit": r.headers.get("x-inferplane-permit"),
-            "mock": int(found.group(1)) if found else None,
-            "body": None if r.status_code == 200 else json.loads(text)}
-
-
 def test_batched_store_never_overshoots_and_settles_every_permit_once(gateway) -> None:
     """40 concurrent clients sending 6 calls each (a third streamed) on a small day
     budget, /v1/usage polled all along: committed + reserved never exceeds the limit at
@@ -81,45 +59,19 @@ def test_batched_store_never_overshoots_and_settles_every_permit_once(gateway) -
     gw, upstream, config = gateway
     create_team(config, "batch", "--usd-micros-per-day", str(LIMIT))
     key = create_key(config, "batch")
-    headers = {"Authorization": f"Bearer {key}"}
-    observed: list[int] = []
-
-    async def run() -> list[dict[str, Any]]:
-        limits = httpx.Limits(max_connections=N, max_keepalive_connections=N)
-        async with httpx.AsyncClient(base_url=gw.url, limits=limits, timeout=120,
-                                     headers=headers) as client:
-            done = asyncio.Event()
-
-            async def watch() -> None:
-                while not done.is_set():
-                    r = await client.get("/v1/usage")
-                    for row in r.json()["data"]:  # absent until the first charge
-                        if (row["scope"], row["window"]) == ("team", "day"):
-                            observed.append(row["usd_committed"] + row["usd_reserved"]
-                                            + row["usd_liability"])
-                    await asyncio.sleep(0.005)
-            watcher = asyncio.ensure_future(watch())
-            async def worker(w: int) -> list[dict[str, Any]]:
-                return [await _one(client, w * EACH + j) for j in range(EACH)]
-            try:
-                done_by = await asyncio.gather(*(worker(w) for w in range(WORKERS)))
-                return [r for rs in done_by for r in rs]
-            finally:
-                done.set()
-                await watcher
-
-    results = asyncio.run(run())
+    results, observed = load_watching_usage(gw.url, key, one_chat, clients=WORKERS, each=EACH)
     admitted = [r for r in results if r["status"] == 200]
     refused = [r for r in results if r["status"] != 200]
     assert admitted and refused, "the limit should admit some and refuse others"
     for r in refused:
-        assert r["status"] == 402 and r["body"]["error"]["type"] == "insufficient_quota", r
+        assert r["status"] == 402, r
+        assert json.loads(r["body"])["error"]["type"] == "insufficient_quota", r
     assert observed and max(observed) <= LIMIT
 
     ledger = {e["id"]: e for e in httpx.get(f"{upstream.url}/__mock/ledger").json()}
     assert len(ledger) == len(admitted)
     assert sorted(r["mock"] for r in admitted) == sorted(ledger)
-    settled = _settled_rows(config.parent / "data" / "mayu.db", len(admitted))
+    settled = local_permits(config.parent / "data" / "mayu.db", "batch", len(admitted))
     assert len(settled) == len(admitted)  # one permit per admitted request, no other
     for r in admitted:
         row = settled[r["permit"]]
@@ -136,26 +88,7 @@ def test_batched_store_never_overshoots_and_settles_every_permit_once(gateway) -
     assert transactions < ops
 
 
-def _settled_rows(db: Path, expected: int) -> dict[str, dict[str, Any]]:
-    """The team's permits with their settlements, once none is pending (a stream's
-    settlement may follow its last byte)."""
-    end = time.monotonic() + 60
-    while True:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        conn.row_factory = sqlite3.Row
-        try:
-            rows = conn.execute(
-                "SELECT p.id, p.status, s.kind, s.usd_committed, s.tokens_committed,"
-                " (SELECT count(*) FROM gov_settlements x WHERE x.permit_id = p.id)"
-                " AS settlements FROM gov_permits p JOIN teams t ON t.id = p.team_id"
-                " LEFT JOIN gov_settlements s ON s.permit_id = p.id"
-                " WHERE t.name = 'batch'").fetchall()
-        finally:
-            conn.close()
-        pending = [r for r in rows if r["status"] == "pending"]
-        if (not pending and len(rows) >= expected) or time.monotonic() > end:
-            return {r["id"]: dict(r) for r in rows}
-        time.sleep(0.1)
+
 
 
 def _batching(log: str) -> tuple[int, int]:

@@ -20,7 +20,6 @@ About 7-15 s: ~5 s to start the mock and three gateways, then ~80 requests per r
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,12 +30,10 @@ import httpx
 import openai
 import psycopg
 import pytest
-import yaml
 
 from gateway.governance import CounterKey, utc_windows
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd
-from tests.conftest import create_database, drop_database, dsn_for
-from tests.e2e._procs import Proc, start_gateway, start_mock_upstream
+from tests.e2e._procs import Proc, replica_config, start_gateway, start_mock_upstream
 
 pytestmark = pytest.mark.e2e
 
@@ -54,19 +51,9 @@ def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
     models = [{"name": f"m-{u}", "price": PRICE, "input_overhead_tokens": 0,
                "deployments": [{"provider": "up", "upstream_model": f"mock-gpt-{u}"}]}
               for u in USERS]
-    config = {
-        "data_dir": str(workdir / f"data-{replica}"), "demo": False,
-        "server": {"replica_id": f"r{replica}", "admin_tokens": [
-            {"name": "terraform", "token_ref": "env:IPT_ADMIN_WRITE", "access": "write"}]},
-        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
-        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 2,
-                     "pool_max_size": 8, "admission_coalesce": 2},
-        "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
-                       "timeout_s": 60}],
-        "models": models}
-    path = workdir / f"mayu-{replica}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return replica_config(workdir, replica, upstream, models, server={"admin_tokens": [
+        {"name": "terraform", "token_ref": "env:IPT_ADMIN_WRITE", "access": "write"}]},
+        pool_min_size=2, pool_max_size=8, admission_coalesce=2)
 
 
 @dataclass
@@ -86,12 +73,9 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(pg_server_dsn: str, pg_template: str,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(pg_module_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("members")
-    name = f"ipt_{os.getpid()}_members"
-    create_database(pg_server_dsn, name, template=pg_template)
-    dsn = dsn_for(pg_server_dsn, name)
+    dsn = pg_module_dsn
     env = {"INFERPLANE_DATABASE_URL": dsn, "IPT_ADMIN_WRITE": WRITE}
     procs: list[Proc] = []
     try:
@@ -120,7 +104,6 @@ def cluster(pg_server_dsn: str, pg_template: str,
     finally:
         for proc in procs:
             proc.stop()
-        drop_database(pg_server_dsn, name)
 
 
 @dataclass

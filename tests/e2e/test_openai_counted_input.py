@@ -5,20 +5,18 @@ stream cut after content commits its exactly counted input (docs/bounds.md)."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
-import yaml
 
 from gateway.ingress._bounds import INLINE_BYTES
 from gateway.ingress._tokenize import STRING_ALLOWANCE, encoding
 from gateway.mock._model import openai_classes
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
-from tests.e2e._procs import start_gateway, start_mock_upstream
+from tests.e2e._procs import serving, settled_line
 from tests.e2e.conftest import PRICE, Stack
 
 pytestmark = pytest.mark.e2e
@@ -37,36 +35,16 @@ QUESTION = "Why does the build fail on the second run? " * 20
 
 @pytest.fixture(scope="module")
 def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("counted")
-    upstream = start_mock_upstream(workdir)
-    config = workdir / "mayu.yaml"
-    config.write_text(yaml.safe_dump({
-        "data_dir": str(workdir / "data"), "demo": False,
+    with serving(tmp_path_factory.mktemp("counted"), lambda upstream: {
         "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1"}],
         "models": [{"name": name, "catalog": "gpt-5", "price": PRICE, "max_output_tokens": 4096,
                     "deployments": [{"provider": "up", "upstream_model": up}]}
-                   for name, up in MODELS.items()]}))
-    try:
-        gateway = start_gateway(config)
-    except BaseException:
-        upstream.stop()
-        raise
-    try:
+                   for name, up in MODELS.items()]}) as (gateway, upstream, config):
         yield Stack(gateway=gateway, upstream=upstream, config=config)
-    finally:
-        gateway.stop()
-        upstream.stop()
 
 
 def _settled_line(stack: Stack, model: str) -> dict[str, Any]:
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        lines = [a for a in stack.audit() if a.get("event") == "settled"
-                 and a.get("model") == model]
-        if lines:
-            return lines[-1]
-        time.sleep(0.05)
-    raise AssertionError(f"no settlement for {model}")
+    return settled_line(stack.config.parent / "data", model=model)
 
 
 def _exact(*texts: str) -> int:

@@ -7,16 +7,14 @@ open."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
-import yaml
 
 from gateway.pricing import ModelPrice, cost_bound_micro_usd
-from tests.e2e._procs import start_gateway, start_mock_upstream
+from tests.e2e._procs import serving, settled_line
 from tests.e2e.conftest import PRICE, Stack
 
 pytestmark = pytest.mark.e2e
@@ -28,14 +26,10 @@ OVERHEAD = 1024  # models[].input_overhead_tokens, the default
 
 @pytest.fixture(scope="module")
 def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("cap")
-    upstream = start_mock_upstream(workdir)
     up = {"provider": "up", "upstream_model": "mock-gpt"}
-    config = workdir / "mayu.yaml"
     # Names outside the catalog: the input bound is the body's bytes + the overhead, so
     # the test computes the expected bound from the bytes the SDK sent.
-    config.write_text(yaml.safe_dump({
-        "data_dir": str(workdir / "data"), "demo": False,
+    with serving(tmp_path_factory.mktemp("cap"), lambda upstream: {
         "server": {"max_output_tokens": 200_000},
         "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1"}],
         "models": [
@@ -46,17 +40,8 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
              "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream",
                               "default_output_tokens": 16}]},
             {"name": "no-cap", "price": PRICE, "max_output_tokens": CEILING,
-             "deployments": [up]}]}))
-    try:
-        gateway = start_gateway(config)
-    except BaseException:
-        upstream.stop()
-        raise
-    try:
+             "deployments": [up]}]}) as (gateway, upstream, config):
         yield Stack(gateway=gateway, upstream=upstream, config=config)
-    finally:
-        gateway.stop()
-        upstream.stop()
 
 
 def _client(stack: Stack, team: str) -> tuple[openai.OpenAI, str]:
@@ -71,14 +56,7 @@ def _bound(body_bytes: int, output: int) -> int:
 
 
 def _settled(stack: Stack, model: str) -> dict[str, Any]:
-    end = time.monotonic() + 20
-    while time.monotonic() < end:
-        lines = [a for a in stack.audit() if a.get("event") == "settled"
-                 and a.get("model") == model]
-        if lines:
-            return lines[-1]
-        time.sleep(0.05)
-    raise AssertionError(f"no settlement for {model}")
+    return settled_line(stack.config.parent / "data", model=model)
 
 
 def test_a_responses_request_without_a_limit_is_forwarded_and_bounded_with_the_cap(
@@ -178,7 +156,6 @@ def test_budget_fit_splits_the_allowance_between_choices(capped: Stack) -> None:
     assert output_bound == 4 * per_choice
     assert int(raw.headers["x-inferplane-usd-bound"]) == _bound(sent, 4 * per_choice)
     assert _bound(sent, 4 * per_choice) <= 200_000 < _bound(sent, 4 * (per_choice + 1))
-
 
 
 def test_a_refusal_carries_the_cap_it_was_bounded_with(capped: Stack) -> None:

@@ -11,9 +11,8 @@ from collections.abc import Iterator
 import anthropic
 import httpx
 import pytest
-import yaml
 
-from tests.e2e._procs import start_gateway, start_mock_upstream
+from tests.e2e._procs import serving
 from tests.e2e.conftest import PRICE, Stack
 
 pytestmark = pytest.mark.e2e
@@ -23,29 +22,16 @@ PROMPT = "Explain the failing build step by step, with the log lines. " * 40
 
 @pytest.fixture(scope="module")
 def refining(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("refine-metrics")
-    upstream = start_mock_upstream(workdir)
-    config = workdir / "mayu.yaml"
-
     def model(name: str, upstream_model: str, mode: str) -> dict[str, object]:
         return {"name": name, "price": PRICE, "refine_input": mode,
                 "deployments": [{"provider": "up", "upstream_model": upstream_model}]}
-    config.write_text(yaml.safe_dump({
-        "data_dir": str(workdir / "data"), "demo": False,
+    with serving(tmp_path_factory.mktemp("refine-metrics"), lambda upstream: {
         "providers": [{"name": "up", "kind": "anthropic", "base_url": upstream.url}],
         "models": [model("always", "mock-claude", "always"),
                    model("always-failing", "mock-count-error", "always"),
-                   model("shortfall", "mock-claude", "on_shortfall")]}))
-    try:
-        gateway = start_gateway(config)
-    except BaseException:
-        upstream.stop()
-        raise
-    try:
+                   model("shortfall", "mock-claude", "on_shortfall")]}
+    ) as (gateway, upstream, config):
         yield Stack(gateway=gateway, upstream=upstream, config=config)
-    finally:
-        gateway.stop()
-        upstream.stop()
 
 
 def _samples(url: str) -> dict[str, float]:

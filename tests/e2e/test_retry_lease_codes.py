@@ -8,22 +8,17 @@ inferplaned on Postgres, one ``mayu serve`` plane, the real openai and anthropic
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import anthropic
 import openai
 import pytest
 
-from tests.e2e._lease import MODEL, LeaseStack, budget_doc, chat, running_stack, wait_until
+from tests.e2e import _lease
+from tests.e2e._lease import MODEL, LeaseStack, budget_doc, chat, wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def stack(tmp_path: Path, pg_dsn: str) -> Iterator[LeaseStack]:
-    with running_stack(tmp_path, pg_dsn) as s:
-        yield s
+stack = _lease.lease_stack  # the fixture, under this module's name
 
 
 def test_an_expired_lease_is_lease_expired_in_both_shapes(stack: LeaseStack) -> None:

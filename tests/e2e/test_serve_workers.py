@@ -16,9 +16,7 @@ import os
 import re
 import signal
 import socket
-import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +27,20 @@ import psycopg
 import pytest
 import yaml
 
-from tests.conftest import create_database, drop_database, dsn_for
+from tests.e2e._load import load_watching_usage, local_permits, one_chat
 from tests.e2e._procs import (
     Proc,
     create_key,
     create_team,
     free_port,
     run_cli,
+    shared_stores,
     start,
+    team_and_key,
+    upstream_proc,
     wait_none_pending,
     wait_ready,
 )
-from tests.e2e._procs import start_mock_upstream as mock_upstream
 from tests.e2e.conftest import ADMIN_TOKEN, expected_cost, gateway_config
 
 pytestmark = pytest.mark.e2e
@@ -91,34 +91,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _permits(db: Path, team: str, expected: int) -> dict[str, dict[str, Any]]:
-    """The team's permits with their settlement, once none is pending."""
+def _kill_supervisor(gw: Proc, pids: dict[int, int]) -> None:
+    """SIGKILL the supervisor alone, then wait (a hang guard) until its workers ``pids``
+    have exited (the kernel sends them SIGTERM: PR_SET_PDEATHSIG)."""
+    os.kill(gw.popen.pid, signal.SIGKILL)
+    gw.popen.wait(10)
     end = time.monotonic() + 60
-    while True:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        conn.row_factory = sqlite3.Row
-        try:
-            rows = conn.execute(
-                "SELECT p.id, p.status, s.kind, s.usd_committed, s.tokens_committed,"
-                " s.usd_liability, (SELECT count(*) FROM gov_settlements x"
-                " WHERE x.permit_id = p.id) AS settlements FROM gov_permits p"
-                " JOIN teams t ON t.id = p.team_id LEFT JOIN gov_settlements s"
-                " ON s.permit_id = p.id WHERE t.name = ?", (team,)).fetchall()
-        finally:
-            conn.close()
-        if (not any(r["status"] == "pending" for r in rows) and len(rows) >= expected) \
-                or time.monotonic() > end:
-            return {r["id"]: dict(r) for r in rows}
+    while any(_alive(pid) for pid in pids.values()):
+        assert time.monotonic() < end, f"workers {pids} still running"
         time.sleep(0.1)
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[Proc]:
-    proc = mock_upstream(tmp_path)
-    try:
-        yield proc
-    finally:
-        proc.stop()
+upstream = upstream_proc  # the fixture, under this module's name
 
 
 async def _read_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> None:
@@ -129,23 +113,6 @@ async def _read_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> None:
                 pass
     except httpx.HTTPError:
         pass
-
-
-async def _one(client: httpx.AsyncClient, i: int) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "gpt-up", "max_tokens": 16 + i % 7,
-        "messages": [{"role": "user", "content": f"request {i} " * (1 + i % 4)}]}
-    if i % 3 == 0:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
-            text = (await r.aread()).decode()
-    else:
-        r = await client.post("/v1/chat/completions", json=body)
-        text = r.text
-    found = re.search(r'"id":"chatcmpl-mock-(\d+)"', text) if r.status_code == 200 else None
-    return {"status": r.status_code, "permit": r.headers.get("x-inferplane-permit"),
-            "mock": int(found.group(1)) if found else None, "body": text}
 
 
 def test_two_workers_hold_one_budget_exactly(tmp_path: Path, upstream: Proc) -> None:
@@ -161,34 +128,8 @@ def test_two_workers_hold_one_budget_exactly(tmp_path: Path, upstream: Proc) -> 
         pids = _worker_pids(gw, 2)
         create_team(config, "w", "--usd-micros-per-day", str(LIMIT))
         key = create_key(config, "w")
-        observed: list[int] = []
-
-        async def run() -> list[dict[str, Any]]:
-            limits = httpx.Limits(max_connections=N, max_keepalive_connections=N)
-            async with httpx.AsyncClient(base_url=gw.url, limits=limits, timeout=120,
-                                         headers={"Authorization": f"Bearer {key}"}) as c:
-                done = asyncio.Event()
-
-                async def watch() -> None:
-                    while not done.is_set():
-                        r = await c.get("/v1/usage")
-                        for row in r.json()["data"]:
-                            if (row["scope"], row["window"]) == ("team", "day"):
-                                observed.append(row["usd_committed"] + row["usd_reserved"]
-                                                + row["usd_liability"])
-                        await asyncio.sleep(0.005)
-                watcher = asyncio.ensure_future(watch())
-
-                async def client(w: int) -> list[dict[str, Any]]:
-                    return [await _one(c, w * EACH + j) for j in range(EACH)]
-                try:
-                    got = await asyncio.gather(*(client(w) for w in range(CLIENTS)))
-                    return [r for rs in got for r in rs]
-                finally:
-                    done.set()
-                    await watcher
-
-        results = asyncio.run(run())
+        results, observed = load_watching_usage(gw.url, key, one_chat, clients=CLIENTS,
+                                                each=EACH)
         admitted = [r for r in results if r["status"] == 200]
         refused = [r for r in results if r["status"] != 200]
         assert admitted and refused, "the limit should admit some and refuse others"
@@ -198,7 +139,7 @@ def test_two_workers_hold_one_budget_exactly(tmp_path: Path, upstream: Proc) -> 
 
         ledger = {e["id"]: e for e in httpx.get(f"{upstream.url}/__mock/ledger").json()}
         assert sorted(r["mock"] for r in admitted) == sorted(ledger)
-        permits = _permits(config.parent / "data" / "mayu.db", "w", len(admitted))
+        permits = local_permits(config.parent / "data" / "mayu.db", "w", len(admitted))
         assert len(permits) == len(admitted)
         for r in admitted:
             row, entry = permits[r["permit"]], ledger[r["mock"]]
@@ -277,7 +218,7 @@ def test_a_killed_worker_is_restarted_and_what_it_left_open_resolved(
         assert restarted.keys() == {victim} and restarted[victim] != pids[victim]
         assert (f"worker {victim} (pid {pids[victim]}) exited with status -9; restarting it"
                 in gw.logs())
-        permits = _permits(data / "mayu.db", "k", 8)
+        permits = local_permits(data / "mayu.db", "k", 8)
         kinds = sorted(str(p["kind"]) for p in permits.values())
         assert len(permits) == 8 and all(p["status"] != "pending" for p in permits.values())
         assert "uncertain" in kinds, kinds
@@ -331,7 +272,7 @@ def test_journals_no_worker_owns_are_resolved_by_the_next_run(
     single = _config(tmp_path, upstream, workers=1)
     gw = _serve(single, "second")
     try:
-        permits = _permits(data / "mayu.db", "o", 6)
+        permits = local_permits(data / "mayu.db", "o", 6)
         assert sorted(p["kind"] for p in permits.values()) == ["uncertain"] * 6
         # One more stream left open in the single process's journal, then two workers.
         asyncio.run(streams(gw.url, 1, [gw.popen.pid], "journal-gw.jsonl"))
@@ -339,7 +280,7 @@ def test_journals_no_worker_owns_are_resolved_by_the_next_run(
         gw.stop()
     gw = _serve(_config(tmp_path, upstream, workers=2), "third")
     try:
-        permits = _permits(data / "mayu.db", "o", 7)
+        permits = local_permits(data / "mayu.db", "o", 7)
         assert len(permits) == 7
         assert sorted(p["kind"] for p in permits.values()) == ["uncertain"] * 7
     finally:
@@ -347,14 +288,12 @@ def test_journals_no_worker_owns_are_resolved_by_the_next_run(
 
 
 def test_shared_profile_workers_hold_a_hot_budget(tmp_path: Path, upstream: Proc,
-                                                  pg_server_dsn: str, pg_template: str) -> None:
+                                                  pg_dsn: str) -> None:
     """Shared profile: a two-worker gateway and a single one on one database, 240 calls
     on one team's day budget: every answer 200 or 402, committed never above the budget
     and equal to the cost of the upstream's ledger once settled, nothing reserved; both
     workers answered and audited."""
-    name = f"ipt_{os.getpid()}_workers"
-    create_database(pg_server_dsn, name, template=pg_template)
-    dsn = dsn_for(pg_server_dsn, name)
+    dsn = pg_dsn
     env = {"INFERPLANE_DATABASE_URL": dsn, "MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN}
     procs: list[Proc] = []
     try:
@@ -364,10 +303,7 @@ def test_shared_profile_workers_hold_a_hot_budget(tmp_path: Path, upstream: Proc
             path = gateway_config(tmp_path / replica, upstream)
             config = yaml.safe_load(path.read_text())
             config["server"].update(workers=workers, replica_id=replica)
-            config.update(key_store={"type": "postgres"},
-                          governance_store={"type": "postgres"},
-                          database={"dsn_ref": "env:INFERPLANE_DATABASE_URL",
-                                    "pool_min_size": 1, "pool_max_size": 4})
+            config.update(shared_stores(pool_min_size=1, pool_max_size=4))
             path.write_text(yaml.safe_dump(config))
             configs.append(path)
             port = free_port()
@@ -375,14 +311,8 @@ def test_shared_profile_workers_hold_a_hot_budget(tmp_path: Path, upstream: Proc
                                            str(port), "--log-level", "info"], port=port,
                                           log_path=path.parent / "gateway.log", env=env)))
         _worker_pids(procs[0], 2)
-        done = run_cli("teams", "create", "hot", "--config", str(configs[0]), "--json",
-                       "--usd-micros-per-day", str(LIMIT), env=env)
-        assert done.returncode == 0, done.stderr
-        team_id = json.loads(done.stdout)["id"]
-        done = run_cli("keys", "create", "--team", "hot", "--config", str(configs[0]),
-                       "--json", env=env)
-        assert done.returncode == 0, done.stderr
-        key = json.loads(done.stdout)["key"]
+        team_id, key = team_and_key(configs[0], "hot", "--usd-micros-per-day", str(LIMIT),
+                                    env=env)
 
         async def run() -> list[dict[str, Any]]:
             clients = [httpx.AsyncClient(base_url=p.url, timeout=120,
@@ -391,7 +321,7 @@ def test_shared_profile_workers_hold_a_hot_budget(tmp_path: Path, upstream: Proc
                        for p in procs]
             try:
                 # Two thirds of the calls to the two-worker gateway.
-                return await asyncio.gather(*(_one(clients[min(i % 3, 1)], i)
+                return await asyncio.gather(*(one_chat(clients[min(i % 3, 1)], i)
                                               for i in range(N)))
             finally:
                 for c in clients:
@@ -415,7 +345,6 @@ def test_shared_profile_workers_hold_a_hot_budget(tmp_path: Path, upstream: Proc
     finally:
         for proc in procs:
             proc.stop()
-        drop_database(pg_server_dsn, name)
     assert procs[0].popen.returncode == 0  # the supervisor, once its workers drained
 
 
@@ -456,12 +385,7 @@ def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path, upstream: Pr
     gw = _serve(_config(tmp_path, upstream, workers=2), "gateway")
     try:
         pids = _worker_pids(gw, 2)
-        os.kill(gw.popen.pid, signal.SIGKILL)
-        gw.popen.wait(10)
-        end = time.monotonic() + 60
-        while any(_alive(pid) for pid in pids.values()):
-            assert time.monotonic() < end, f"workers {pids} still running"
-            time.sleep(0.1)
+        _kill_supervisor(gw, pids)
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{gw.url}/readyz", timeout=5)
     finally:

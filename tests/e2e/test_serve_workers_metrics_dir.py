@@ -9,27 +9,18 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e._procs import Proc, free_port, start, wait_ready
-from tests.e2e._procs import start_mock_upstream as mock_upstream
+from tests.e2e._procs import Proc, free_port, start, upstream_proc, wait_ready
 from tests.e2e.conftest import ADMIN_TOKEN
-from tests.e2e.test_serve_workers import _alive, _config, _worker_pids
+from tests.e2e.test_serve_workers import _alive, _config, _kill_supervisor, _worker_pids
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[Proc]:
-    proc = mock_upstream(tmp_path)
-    try:
-        yield proc
-    finally:
-        proc.stop()
+upstream = upstream_proc  # the fixture, under this module's name
 
 
 def _serve(config: Path, tmp: Path, name: str) -> Proc:
@@ -56,12 +47,7 @@ def test_a_killed_supervisors_metrics_dir_is_removed_at_the_next_start(
         pids = _worker_pids(first, 2)
         (left,) = _metric_dirs(tmp)
         assert left.startswith(f"mayu-metrics-{first.popen.pid}-")
-        os.kill(first.popen.pid, signal.SIGKILL)
-        first.popen.wait(10)
-        end = time.monotonic() + 60
-        while any(_alive(pid) for pid in pids.values()):
-            assert time.monotonic() < end, f"workers {pids} still running"
-            time.sleep(0.1)
+        _kill_supervisor(first, pids)
         assert _metric_dirs(tmp) == {left} and any((tmp / left).iterdir())
     finally:
         first.stop()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -36,11 +35,12 @@ from psycopg_pool import AsyncConnectionPool
 from gateway.governance import BUCKET_SCALE
 from gateway.keys import PostgresKeyStore, TeamLimits
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd
-from tests.conftest import ROOT, create_database, drop_database, dsn_for
+from tests.conftest import ROOT
 from tests.e2e._procs import (
     Proc,
     free_port,
     run_cli,
+    shared_stores,
     start_gateway,
     start_mock_upstream,
     wait_none_pending,
@@ -137,11 +137,9 @@ def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
     config = {
         "data_dir": str(workdir / f"data-{replica}"), "demo": False,
         "server": {"replica_id": f"r{replica}"},
-        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
-        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 2,
-                     "pool_max_size": 10, "pool_timeout_s": 2.0, "connect_timeout_s": 2.0,
-                     # Coalesced admissions must keep every invariant below.
-                     "admission_coalesce": 2},
+        # Coalesced admissions must keep every invariant below.
+        **shared_stores(pool_min_size=2, pool_max_size=10, pool_timeout_s=2.0,
+                        connect_timeout_s=2.0, admission_coalesce=2),
         "providers": [
             {"name": "up-openai", "kind": "openai", "base_url": f"{upstream.url}/v1",
              "timeout_s": 60},
@@ -154,13 +152,10 @@ def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def shared(pg_server_dsn: str, pg_template: str,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+def shared(pg_module_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     """One migrated database, a TCP proxy in front of it, 3 gateways behind the proxy."""
     workdir = tmp_path_factory.mktemp("shared")
-    name = f"ipt_{os.getpid()}_shared"
-    create_database(pg_server_dsn, name, template=pg_template)
-    dsn = dsn_for(pg_server_dsn, name)
+    dsn = pg_module_dsn
     params = conninfo_to_dict(dsn)
     host, port = str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))
     proxy = Proxy(free_port(), host, port)
@@ -180,7 +175,6 @@ def shared(pg_server_dsn: str, pg_template: str,
         for proc in procs:
             proc.stop()
         proxy.stop()
-        drop_database(pg_server_dsn, name)
 
 
 def test_replicas_start_and_serve(shared: Shared) -> None:
@@ -345,7 +339,6 @@ def test_revoked_on_one_replica_is_refused_on_the_others(shared: Shared) -> None
         r = _chat(gw, key, 8)
         assert r.status_code == 401, r.text
     assert shared.ledger() == []
-
 
 
 def test_team_edited_after_its_key_was_used_binds_at_the_next_request(shared: Shared) -> None:

@@ -16,7 +16,6 @@ ledger.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e._procs import (
     Proc,
-    run_cli,
+    shared_stores,
     start_gateway,
     start_mock_upstream,
+    team_and_key,
     wait_none_pending,
 )
 from tests.e2e.conftest import PRICE, expected_cost
@@ -55,11 +55,9 @@ def _config(tmp_path: Path, upstream: Proc) -> Path:
     path.write_text(yaml.safe_dump({
         "data_dir": str(tmp_path / "data"), "demo": False,
         "server": {"replica_id": "stall"},
-        "key_store": {"type": "postgres"}, "governance_store": {"type": "postgres"},
         # admission_coalesce and settlement_coalesce: the defaults (on).
-        "database": {"dsn_ref": "env:INFERPLANE_DATABASE_URL", "pool_min_size": 2,
-                     "pool_max_size": 10, "pool_timeout_s": POOL_TIMEOUT_S,
-                     "statement_timeout_s": STATEMENT_TIMEOUT_S},
+        **shared_stores(pool_min_size=2, pool_max_size=10, pool_timeout_s=POOL_TIMEOUT_S,
+                        statement_timeout_s=STATEMENT_TIMEOUT_S),
         "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
                        "timeout_s": 60}],
         "models": [{"name": "gpt-up", "price": PRICE, "deployments": [
@@ -70,16 +68,8 @@ def _config(tmp_path: Path, upstream: Proc) -> Path:
 
 
 def _team_key(config: Path, dsn: str) -> tuple[str, str]:
-    env = {"INFERPLANE_DATABASE_URL": dsn}
-    done = run_cli("teams", "create", "stall", "--usd-micros-per-day", str(10**9),
-                   "--config", str(config), "--json", env=env)
-    assert done.returncode == 0, done.stderr
-    team_id: str = json.loads(done.stdout)["id"]
-    done = run_cli("keys", "create", "--team", "stall", "--config", str(config), "--json",
-                   env=env)
-    assert done.returncode == 0, done.stderr
-    key: str = json.loads(done.stdout)["key"]
-    return team_id, key
+    return team_and_key(config, "stall", "--usd-micros-per-day", str(10**9),
+                        env={"INFERPLANE_DATABASE_URL": dsn})
 
 
 async def _stream(client: httpx.AsyncClient, started: asyncio.Event) -> int:
