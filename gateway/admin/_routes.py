@@ -128,7 +128,8 @@ async def list_teams(request: AnyRequest, caller: Caller, cursor: Cursor = None,
 async def create_team(request: AnyRequest, data: JSONBody[TeamCreate],
                      caller: Caller) -> Response[TeamView]:
     gw = _gateway(request)
-    team = await gw.key_store.create_team(name=data.name, limits=data.limits)
+    team = await gw.key_store.create_team(name=data.name, limits=data.limits,
+                                          guardrails=tuple(data.guardrails))
     _audit(gw, caller, "team.create", team_id=team.id, team=team.name,
            revision=team.revision, limits=data.limits)
     return _tagged(team_view(team), 201)

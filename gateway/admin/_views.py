@@ -49,6 +49,9 @@ class TeamView(msgspec.Struct, frozen=True, kw_only=True):
 class TeamCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Name
     limits: TeamLimits = TeamLimits()
+    guardrails: Annotated[list[Annotated[str, msgspec.Meta(
+        pattern=r"^[a-z][a-z0-9_-]{0,39}$")]], msgspec.Meta(max_length=16)] = []
+    """The guardrail profiles the team opts into (docs/guardrails.md, "Per team")."""
 
 
 class TeamPage(msgspec.Struct, frozen=True, kw_only=True):

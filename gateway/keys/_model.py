@@ -245,7 +245,8 @@ class KeyStore(Protocol):
     async def resolve(self, key_hash: str) -> Principal | None:
         """The Principal for a key hash, or None if unknown, revoked or expired."""
 
-    async def create_team(self, *, name: str, limits: TeamLimits) -> Team: ...
+    async def create_team(self, *, name: str, limits: TeamLimits,
+                          guardrails: tuple[str, ...] = ()) -> Team: ...
 
     async def get_team(self, name_or_id: str) -> Team | None: ...
 
