@@ -428,9 +428,12 @@ def test_asynchronous_replication_loses_at_most_what_it_measures(
         time.sleep(2)
         # A replication link that stalls for STALL_S before the crash (as a slow
         # network does): what the primary acknowledged meanwhile is on no standby.
+        leader = ha.cluster.leader()
+        assert leader is not None
         stalled = ha.cluster.stop_streaming()
-        assert stalled, "no WAL receiver found to stall"
+        assert stalled, "no WAL sender found to stall"
         time.sleep(STALL_S)
+        lag = _unsent_wal(leader)
         window, refused, crashed = _crash_under_load(ha, load, after_crash=lambda: (
             ha.cluster.resume_streaming(stalled)))
         time.sleep(3)
@@ -457,7 +460,8 @@ def test_asynchronous_replication_loses_at_most_what_it_measures(
         "SELECT coalesce(sum(committed), 0), coalesce(sum(liability), 0), "
         "coalesce(sum(reserved), 0) FROM counters WHERE key LIKE %s",
         f"team:{team_id}:usd:day:%")
-    print(f"\nasynchronous: {window:.1f}s without admission, {refused} refused; lost "
+    print(f"\nasynchronous ({lag} bytes of WAL unsent at the crash): "
+          f"{window:.1f}s without admission, {refused} refused; lost "
           f"{len(lost_admissions)} admissions and {len(lost_settlements)} settlements of "
           f"{len(admitted)} permits, {lost_usd} µUSD of {reported} reported (committed "
           f"{committed}, liability {liability}, reserved {reserved})")
@@ -466,7 +470,12 @@ def test_asynchronous_replication_loses_at_most_what_it_measures(
     # What stays reserved is the bounds of the lost settlements' permits, pending again
     # until an operator resolves them (docs/failover.md), and nothing else.
     assert int(reserved) == sum(stored[p][1] for p in lost_settlements)
-    # The runbook: each resolved at the usage its replica observed (the audit line).
+    # The runbook (docs/failover.md): the pending list shows them, each is resolved at
+    # the usage its replica observed (the audit line).
+    listed = run_cli("permits", "list", "--pending", "--json", "--config",
+                     str(ha.configs[0]))
+    assert listed.returncode == 0, listed.stderr
+    assert lost_settlements <= {p["id"] for p in json.loads(listed.stdout)}
     for p in lost_settlements:
         usage = {k: v for k, v in settled[p]["usage"].items() if k in USAGE_CLASSES}
         done = run_cli("permits", "resolve", p, "--usage", json.dumps(usage),
@@ -480,6 +489,14 @@ def test_asynchronous_replication_loses_at_most_what_it_measures(
     ha.cluster.patch_config({"synchronous_mode": True})
     ha.cluster.revive(crashed)
     ha.cluster.wait_healthy(deadline_s=120)
+
+
+def _unsent_wal(leader: Member) -> int:
+    """Bytes of WAL the primary wrote that its standbys have not received (the most)."""
+    with psycopg.connect(leader.dsn(), autocommit=True, connect_timeout=3) as conn:
+        row = conn.execute("SELECT coalesce(max(pg_current_wal_lsn() - write_lsn), -1) "
+                           "FROM pg_stat_replication").fetchone()
+    return -1 if row is None else int(row[0])
 
 
 def _replayed(ha: HA, deadline_s: float = 120) -> None:
