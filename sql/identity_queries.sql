@@ -49,3 +49,8 @@ RETURNING name, revoked_at, (SELECT count(*) FROM revoked_keys) AS keys_revoked
 UPDATE users SET revoked_at = NULL, revision = revision + 1, updated_at = clock_timestamp()
  WHERE name = %(name)s
 RETURNING name
+
+-- name: user_revoked
+-- Whether a person is revoked, by user name (the console's sessions and the admin API's
+-- bearers of people signed in through an issuer; gateway/admin/_people.py).
+SELECT revoked_at FROM users WHERE name = %(name)s AND revoked_at IS NOT NULL

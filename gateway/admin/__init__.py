@@ -13,7 +13,7 @@ from gateway.admin._errors import EXCEPTION_HANDLERS
 from gateway.admin._members import ROUTES as _MEMBERS
 from gateway.admin._openapi import OPENAPI
 from gateway.admin._operations import ROUTES as _OPERATIONS
-from gateway.admin._people import People, people_of
+from gateway.admin._people import People, people_of, revoked
 from gateway.admin._revoke import ROUTES as _REVOKE
 from gateway.admin._routes import ROUTES as _KEYS
 from gateway.admin._usage import ROUTES as _USAGE
@@ -24,4 +24,4 @@ ROUTES = [Router(path="/",
                  exception_handlers=EXCEPTION_HANDLERS)]
 
 __all__ = ["ACTING_AS", "OPENAPI", "ROUTES", "AdminAccess", "AdminCaller", "People",
-           "people_of"]
+           "people_of", "revoked"]

@@ -37,7 +37,7 @@ from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency, Provide
 from litestar.handlers import BaseRouteHandler
 
-from gateway.admin._people import people_of
+from gateway.admin._people import people_of, revoked
 from gateway.config import ServerSettings, resolve_admin_tokens
 from gateway.errors import AccessDenied, NotFound, Unauthenticated
 from gateway.identity import looks_like_jwt, unverified_issuer
@@ -130,7 +130,10 @@ async def _caller_of(request: Request[Any, Any, Any]) -> AdminCaller:
         if broker is not None and unverified_issuer(who) == broker.issuer:
             return _role_caller(await _credential_role(request, broker.issuer))
         if people_of(request.app).configured:
-            return _role_caller(await people_of(request.app).role_of_token(who))
+            role = await people_of(request.app).role_of_token(who)
+            if await revoked(gw, role.user):
+                raise AccessDenied(f"user {role.user!r} is revoked")
+            return _role_caller(role)
     raise Unauthenticated("the admin API needs an admin token or a token of a trusted "
                           "issuer (Authorization: Bearer ...; server.admin_tokens, "
                           "identity.issuers)")

@@ -8,7 +8,8 @@ the same issuers and the same roles. One :class:`People` per app (made at the fi
 use from the settings, closed at its shutdown), with one JWKS cache per issuer. A
 console session keeps the role it signed in with until it ends (sign-out, expiry): a
 change of the issuer's ``roles`` applies at the next sign-in, and removing the issuer's
-``roles.console`` ends its sessions.
+``roles.console`` ends its sessions, and so does revoking the person
+(:func:`revoked`: their next console request, and every bearer of theirs is refused).
 """
 
 from __future__ import annotations
@@ -62,6 +63,19 @@ class People:
 
     async def aclose(self) -> None:
         await self._verifiers.aclose()
+
+
+async def revoked(gw: Gateway, user: str) -> bool:
+    """Whether ``user`` is revoked (``POST /admin/v1/users/{user}/revoke``; people are
+    revoked in the shared profile's database only)."""
+    if gw.pool is None:
+        return False
+    import sql
+    from gateway.db import connection, fetch_one
+
+    async with connection(gw.pool, "key store") as conn:
+        row = await fetch_one(conn, sql.identity_queries["user_revoked"], {"name": user})
+    return row is not None
 
 
 def people_of(app: Litestar) -> People:

@@ -44,7 +44,7 @@ from typing import Any, Literal, cast
 from litestar import Request, Response
 from litestar.datastructures import Cookie
 
-from gateway.admin import AdminAccess, people_of
+from gateway.admin import AdminAccess, people_of, revoked
 from gateway.config import ConsoleSettings
 from gateway.ingress import ActingFor, Gateway
 from gateway.keys import ConsoleSession, ConsoleSessionStore, SessionAccess
@@ -124,7 +124,7 @@ async def _stands(request: AnyRequest, row: ConsoleSession) -> bool:
     acting = ActingFor(row.credential_sha256)
     role = Role.parse(row.subject)
     if role is not None:
-        return _sso_stands(request, role)
+        return await _sso_stands(request, role)
     if row.access != "key":
         admin: AdminAccess = request.app.state.admin
         caller = admin.caller(acting)
@@ -135,9 +135,12 @@ async def _stands(request: AnyRequest, row: ConsoleSession) -> bool:
     return principal is not None and row.subject == f"key:{principal.key_id}"
 
 
-def _sso_stands(request: AnyRequest, role: Role) -> bool:
-    """A person's session stands while their issuer still signs in to the console."""
-    return any(s.issuer == role.issuer for _, s, _ in people_of(request.app).consoles())
+async def _sso_stands(request: AnyRequest, role: Role) -> bool:
+    """A person's session stands while their issuer still signs in to the console and
+    they are not revoked."""
+    gw: Gateway = request.app.state.gateway
+    return (any(s.issuer == role.issuer for _, s, _ in people_of(request.app).consoles())
+            and not await revoked(gw, role.user))
 
 
 async def open_session(request: AnyRequest) -> Session | None:

@@ -4,7 +4,8 @@ on one Postgres database, the tests' OIDC provider, Debian's Chromium).
 The sign-in starts on one replica and the issuer sends the browser back to the other
 (its ``redirect_uri``): the flow keeps nothing on a server, so the second replica
 finishes it, and the session it makes (in the shared database) is answered by the first
-too; a sign-out on the first ends it on the second.
+too; a sign-out on the first ends it on the second. Revoking a person through one
+replica's admin API signs them out on the other at their next page.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e._browser import chromium
@@ -71,3 +73,33 @@ def test_a_sign_in_started_on_one_replica_is_finished_and_kept_by_the_other(
         page.goto(f"{second.url}/console/overview")
         assert page.url == f"{second.url}/console/login"
         context.close()
+
+
+def test_revoking_a_person_signs_them_out_on_every_replica(
+        replicas: list[Proc], oidc: OidcProvider) -> None:
+    """A person signed in on r2 is revoked through r1's admin API (by another admin's
+    bearer): their next page on r2 is the sign-in form, and their bearer is refused."""
+    first, second = replicas
+    other = {"Authorization": "Bearer " + oidc.token(
+        "adm-8", email="adm8@example.com", groups=["admins"], aud="mayu-console")}
+    made = httpx.put(f"{first.url}/admin/v1/users/adm7@example.com",
+                     headers={**other, "If-Match": '"0"'}, json={"limits": {}})
+    assert made.status_code == 201, made.text
+    oidc.sign_in("adm-7", email="adm7@example.com", groups=["admins"])
+    with chromium() as browser:
+        context = browser.new_context()
+        context.set_default_timeout(20_000)
+        page = context.new_page()
+        page.goto(f"{second.url}/console/login")
+        page.get_by_role("link", name="Sign in with Example IdP").click()
+        page.wait_for_url(re.compile(re.escape(second.url) + r"/console/overview$"))
+        revoked = httpx.post(f"{first.url}/admin/v1/users/adm7@example.com/revoke",
+                             headers=other)
+        assert revoked.status_code == 200, revoked.text
+        page.goto(f"{second.url}/console/overview")
+        assert page.url == f"{second.url}/console/login"
+        context.close()
+    own = oidc.token("adm-7", email="adm7@example.com", groups=["admins"],
+                     aud="mayu-console")
+    r = httpx.get(f"{second.url}/admin/v1/teams", headers={"Authorization": f"Bearer {own}"})
+    assert r.status_code == 403 and "revoked" in r.text
