@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import time
 
+import jwt
+
 from gateway.identity._settings import IssuerSettings
 from gateway.identity._verify import InvalidToken, Verifier
 
@@ -31,8 +33,8 @@ class GatewayCredentials:
 
     def __init__(self, broker: IssuerSettings) -> None:
         self.verifier = Verifier(broker)
-        self._verified: dict[bytes, tuple[float, str]] = {}
-        """Credential SHA-256 → (its exp, the key hash it stands for)."""
+        self._verified: dict[bytes, tuple[float, str, str]] = {}
+        """Credential SHA-256 → (its exp, the key hash it stands for, its kid)."""
 
     async def key_hash(self, credential: str) -> str:
         """The key hash a valid credential stands for; :class:`InvalidToken` otherwise."""
@@ -40,14 +42,18 @@ class GatewayCredentials:
         cached = self._verified.get(digest)
         now = time.time()
         if cached is not None and now < cached[0]:
-            return cached[1]
+            if await self.verifier.jwks.key(cached[2]) is not None:
+                return cached[1]
+            self._verified.pop(digest, None)
+            raise InvalidToken("credential signing key is unknown or retired")
         claims = await self.verifier.claims(credential)
         kh = claims.get("kh")
         if not isinstance(kh, str) or len(kh) != 64:
             raise InvalidToken("credential names no gateway key")
         if len(self._verified) >= _MAX_CACHED:  # bounded: drop the oldest
             self._verified.pop(next(iter(self._verified)))
-        self._verified[digest] = (float(claims["exp"]), kh)
+        kid = str(jwt.get_unverified_header(credential)["kid"])
+        self._verified[digest] = (float(claims["exp"]), kh, kid)
         return kh
 
     async def aclose(self) -> None:

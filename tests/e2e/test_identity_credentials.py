@@ -31,9 +31,11 @@ from tests.e2e._controlplane import MODEL, WRITER_TOKEN, SharedStack
 from tests.e2e._identity import (
     ADMIN_TOKEN,
     DEFAULT_MEMBER_USD,
+    JWKS_MAX_AGE_S,
     SECRETS,
     exchange,
     identity_stack,
+    restart_inferplaned,
 )
 from tests.e2e._oidc import OidcProvider
 from tests.e2e._procs import run_cli, wait_none_pending
@@ -115,7 +117,7 @@ def test_a_person_in_several_teams_picks_one_per_credential(
     assert exchange(stack, token, team="finance").json()["error"] == "invalid_target"
 
 
-def test_bad_subject_tokens_are_refused_by_theexchange(
+def test_bad_subject_tokens_are_refused_by_the_exchange(
         stack: SharedStack, oidc: OidcProvider) -> None:
     """An expired or wrongly addressed ID token, or a made-up one, gets no credential."""
     for token in (oidc.token("cy-sub", groups=["eng"], expires_in=-120),
@@ -183,7 +185,9 @@ def test_forged_credentials_get_a_401_in_each_shape_and_nothing_is_charged(
 def test_a_credential_of_the_previous_key_works_until_that_key_is_retired(
         stack: SharedStack, oidc: OidcProvider) -> None:
     """inferplaned signs with the first listed secret; a credential the second (the
-    previous one) signed is still accepted, its key being published."""
+    previous one) signed is accepted while its key is published. Once inferplaned runs
+    without that secret (retired), the gateways refuse it within their JWKS max age,
+    with no gateway restart, and the current key's credentials still work."""
     valid = _credential(stack, oidc, "eve-sub", ["eng"])
     claims = jwt.decode(valid, options={"verify_signature": False})
     old = derive_key(SECRETS["IPD_SIGNING_OLD"], "EdDSA")
@@ -191,6 +195,13 @@ def test_a_credential_of_the_previous_key_works_until_that_key_is_retired(
         SECRETS["IPD_SIGNING_NEW"], "EdDSA").kid
     by_old = jwt.encode(claims, old.private, algorithm="EdDSA", headers={"kid": old.kid})
     assert _status(stack.gateways[1].url, by_old, "anthropic")[0] == 200
+    restart_inferplaned(stack, signing=["IPD_SIGNING_NEW"])
+    retired_at = time.monotonic()
+    while (answer := _status(stack.gateways[1].url, by_old, "anthropic"))[0] == 200:
+        assert time.monotonic() - retired_at < JWKS_MAX_AGE_S + 10, "retired key accepted"
+        time.sleep(0.1)
+    assert answer[0] == 401 and "unknown or retired" in answer[1]["error"]["message"]
+    assert all(_status(g.url, valid, "openai")[0] == 200 for g in stack.gateways)
 
 
 def test_the_default_member_budget_binds_a_credential_across_three_replicas(
