@@ -10,8 +10,7 @@ import yaml
 from litestar.testing import AsyncTestClient
 
 from controlplane import create_app
-from controlplane.settings import AuthSettings, ControlPlaneConfig
-from gateway.config import DatabaseSettings
+from tests.integration._inferplaned import control_plane_config
 
 pytestmark = pytest.mark.integration
 
@@ -36,16 +35,9 @@ def bearer(token: str) -> dict[str, str]:
 @pytest.fixture
 async def client(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
                  ) -> AsyncIterator[AsyncTestClient[Any]]:
-    monkeypatch.setenv("IPD_TEST_DSN", pg_dsn)
-    monkeypatch.setenv("IPD_TEST_WRITER", WRITER)
-    monkeypatch.setenv("IPD_TEST_WRITER2", OTHER_WRITER)
-    monkeypatch.setenv("IPD_TEST_READER", READER)
-    config = ControlPlaneConfig(
-        database=DatabaseSettings(dsn_ref="env:IPD_TEST_DSN", pool_min_size=1,
-                                  pool_max_size=2),
-        auth=AuthSettings(writer_tokens_ref={"ci": "env:IPD_TEST_WRITER",
-                                             "alice": "env:IPD_TEST_WRITER2"},
-                          reader_tokens_ref={"dashboards": "env:IPD_TEST_READER"}))
+    config = control_plane_config(monkeypatch, pg_dsn,
+                                  writers={"ci": WRITER, "alice": OTHER_WRITER},
+                                  readers={"dashboards": READER})
     async with AsyncTestClient(app=create_app(config)) as c:
         yield c
 

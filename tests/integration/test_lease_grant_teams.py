@@ -19,8 +19,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from controlplane import create_app
-from controlplane.settings import AuthSettings, ControlPlaneConfig, DataPlaneToken
-from gateway.config import DatabaseSettings
+from tests.integration._inferplaned import control_plane_config
 from tests.integration.test_lease_trust_sync import (
     NODE_A,
     READER,
@@ -38,17 +37,9 @@ pytestmark = pytest.mark.integration
 async def client(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
                  ) -> AsyncIterator[AsyncTestClient[Any]]:
     """inferplaned with node-a's token granted team alpha only, and the budget rule."""
-    for name, value in (("DSN", pg_dsn), ("WRITER", WRITER), ("READER", READER),
-                        ("A", NODE_A)):
-        monkeypatch.setenv(f"IPD_GRANT_{name}", value)
-    config = ControlPlaneConfig(
-        database=DatabaseSettings(dsn_ref="env:IPD_GRANT_DSN", pool_min_size=1,
-                                  pool_max_size=2),
-        auth=AuthSettings(
-            writer_tokens_ref={"ci": "env:IPD_GRANT_WRITER"},
-            reader_tokens_ref={"dash": "env:IPD_GRANT_READER"},
-            dataplane_tokens_ref={"nodes-a": DataPlaneToken(
-                token_ref="env:IPD_GRANT_A", planes=["node-a"], teams=["alpha"])}))
+    config = control_plane_config(
+        monkeypatch, pg_dsn, writers={"ci": WRITER}, readers={"dash": READER},
+        planes={"nodes-a": (NODE_A, {"planes": ["node-a"], "teams": ["alpha"]})})
     async with AsyncTestClient(app=create_app(config)) as c:
         r = await c.put("/v1alpha1/policies/spend", json=budget_doc(), headers=bearer(WRITER))
         assert r.status_code == 200, r.text

@@ -11,8 +11,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from controlplane import create_app
-from controlplane.settings import AuthSettings, ControlPlaneConfig
-from gateway.config import DatabaseSettings
+from tests.integration._inferplaned import control_plane_config
 
 pytestmark = pytest.mark.integration
 
@@ -51,16 +50,8 @@ def heartbeat(*, seq: int = 1, fingerprint: str = "",
 @pytest.fixture
 async def client(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
                  ) -> AsyncIterator[AsyncTestClient[Any]]:
-    monkeypatch.setenv("IPD_TEST_DSN", pg_dsn)
-    monkeypatch.setenv("IPD_TEST_WRITER", WRITER)
-    monkeypatch.setenv("IPD_TEST_READER", READER)
-    monkeypatch.setenv("IPD_TEST_PLANE", PLANE)
-    config = ControlPlaneConfig(
-        database=DatabaseSettings(dsn_ref="env:IPD_TEST_DSN", pool_min_size=1,
-                                  pool_max_size=2),
-        auth=AuthSettings(writer_tokens_ref={"ci": "env:IPD_TEST_WRITER"},
-                          reader_tokens_ref={"dash": "env:IPD_TEST_READER"},
-                          dataplane_tokens_ref={"nodes": "env:IPD_TEST_PLANE"}))
+    config = control_plane_config(monkeypatch, pg_dsn, writers={"ci": WRITER},
+                                  readers={"dash": READER}, planes={"nodes": PLANE})
     async with AsyncTestClient(app=create_app(config)) as c:
         r = await c.put("/v1alpha1/policies/spend", json=budget_doc(), headers=bearer(WRITER))
         assert r.status_code == 200, r.text

@@ -17,13 +17,10 @@ from litestar.testing import AsyncTestClient
 
 from controlplane import create_app
 from controlplane.settings import (
-    AuthSettings,
-    ControlPlaneConfig,
-    DataPlaneToken,
     LeaseSettings,
 )
-from gateway.config import DatabaseSettings
 from gateway.governance import CounterKey
+from tests.integration._inferplaned import control_plane_config
 
 pytestmark = pytest.mark.integration
 
@@ -65,20 +62,10 @@ def report(day: str, *, committed: int = 0, want: int = 0, team: str = "alpha",
 @pytest.fixture
 async def client(pg_dsn: str, monkeypatch: pytest.MonkeyPatch
                  ) -> AsyncIterator[AsyncTestClient[Any]]:
-    for name, value in (("DSN", pg_dsn), ("WRITER", WRITER), ("READER", READER),
-                        ("A", NODE_A), ("B", NODE_B), ("ANY", ANY)):
-        monkeypatch.setenv(f"IPD_TRUST_{name}", value)
-    config = ControlPlaneConfig(
-        database=DatabaseSettings(dsn_ref="env:IPD_TRUST_DSN", pool_min_size=1,
-                                  pool_max_size=2),
-        auth=AuthSettings(
-            writer_tokens_ref={"ci": "env:IPD_TRUST_WRITER"},
-            reader_tokens_ref={"dash": "env:IPD_TRUST_READER"},
-            dataplane_tokens_ref={
-                "nodes-a": DataPlaneToken(token_ref="env:IPD_TRUST_A", planes=["node-a"]),
-                "nodes-b": DataPlaneToken(token_ref="env:IPD_TRUST_B",
-                                          planes=["node-b", "pool-b-*"]),
-                "legacy": "env:IPD_TRUST_ANY"}),
+    config = control_plane_config(
+        monkeypatch, pg_dsn, writers={"ci": WRITER}, readers={"dash": READER},
+        planes={"nodes-a": (NODE_A, {"planes": ["node-a"]}),
+                "nodes-b": (NODE_B, {"planes": ["node-b", "pool-b-*"]}), "legacy": ANY},
         lease=LeaseSettings(frame_change_interval_s=600, max_accounts_per_plane=3))
     async with AsyncTestClient(app=create_app(config)) as c:
         r = await c.put("/v1alpha1/policies/spend", json=budget_doc(), headers=bearer(WRITER))
