@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -59,6 +60,14 @@ def _rate(text: str) -> int:
 def _positive(text: str) -> int:
     """A revision, a count of minutes, a listing limit: 1 to ``MAX_COUNT``."""
     return _args.whole(text, low=1, high=MAX_COUNT)
+
+
+def _profile(text: str) -> str:
+    """A guardrail profile's name: a lowercase label (docs/guardrails.md)."""
+    if not re.fullmatch(r"[a-z][a-z0-9_-]{0,39}", text):
+        raise argparse.ArgumentTypeError(
+            f"{_args.shown(text)} is not a profile name (a lowercase label, at most 40)")
+    return text
 
 
 def _days(text: str) -> int:
@@ -164,7 +173,8 @@ def _teams_create(args: argparse.Namespace) -> int:
                         usd_micros_per_day=_money(args, "day"),
                         usd_micros_per_month=_money(args, "month"),
                         budget_fit_floor=args.budget_fit_floor)
-    team = _run(args, lambda s: s.create_team(name=args.name, limits=limits))
+    team = _run(args, lambda s: s.create_team(name=args.name, limits=limits,
+                                              guardrails=tuple(args.guardrails)))
     return _answer(args, team, f"created team {team.name} (id {team.id}, revision "
                                f"{team.revision}): {_limits_text(team.limits)}")
 
@@ -347,6 +357,9 @@ def _register_teams(subparsers: Any) -> None:
                   "(omitted limits are uncapped)", "print the new team as JSON")
     create.add_argument("name", metavar="NAME", type=_args.text, help="unique team name")
     _team_limit_args(create)
+    create.add_argument("--guardrails", metavar="PROFILE", action="append", default=[],
+                        type=_profile, help="a guardrail profile the team opts into "
+                        "(repeatable; docs/guardrails.md)")
     _add(sub, "list", _teams_list, "list teams and their limits", "print JSON")
     update = _add(sub, "set", _teams_set, "change some of a team's limits (the others are "
                   "kept); the edit bumps the team's revision", "print the team as JSON")

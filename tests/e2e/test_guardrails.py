@@ -33,6 +33,7 @@ from tests.e2e._procs import (
     create_key,
     create_team,
     free_port,
+    run_cli,
     start,
     wait_ready,
 )
@@ -394,6 +395,18 @@ def test_claude_code_pseudonymized(g: Guarded, claude_code: list[str],  # noqa: 
     assert g.bodies(), "Claude Code sent nothing upstream"
     _clean(g)
     assert EMAIL in run.stdout and PHONE in run.stdout, run.stdout
+
+
+def test_cli_creates_a_team_with_profiles(g: Guarded) -> None:
+    """``mayu teams create --guardrails`` stores the profiles; a name that is not a
+    lowercase label is refused naming the flag."""
+    config = str(g.workdir / "mayu.yaml")
+    done = run_cli("teams", "create", "legal", "--guardrails", "strict", "--guardrails",
+                   "pii", "--config", config, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["guardrails"] == ["strict", "pii"]
+    bad = run_cli("teams", "create", "other", "--guardrails", "No Way", "--config", config)
+    assert bad.returncode == 2 and "--guardrails" in bad.stderr
 
 
 def test_no_planted_value_in_any_file_log_or_metric(g: Guarded) -> None:
