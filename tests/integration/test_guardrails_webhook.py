@@ -46,12 +46,9 @@ class _Checker(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def checker() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Checker)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with ThreadingHTTPServer(("127.0.0.1", 0), _Checker) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
         yield f"http://127.0.0.1:{server.server_address[1]}/check"
-    finally:
         server.shutdown()
 
 
