@@ -25,9 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -48,29 +46,10 @@ from gateway.identity import (  # noqa: E402
 )
 from gateway.keys import hash_key  # noqa: E402
 from gateway.roles import RoleSettings  # noqa: E402
+from tests.json_http import serving  # noqa: E402
 
 IDP, BROKER = "https://idp.bench", "https://inferplaned.bench"
 TOKEN = "bench-admin-token-0123456789"
-
-
-def _serve(documents: dict[str, bytes]) -> str:
-    """The documents over HTTP from a thread; the base URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            body = documents[self.path]
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 async def _time(c: AsyncTestClient[Any], path: str, bearer: str, repeats: int
@@ -95,9 +74,13 @@ async def main(repeats: int) -> None:
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     signer = CredentialIssuer(CredentialSettings(issuer=BROKER, signing_keys_ref=["env:X"]),
                               ["bench-signing-secret-" + "b" * 24])
-    base = _serve({"/jwks": json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "RS256"}]}
-                                       ).encode(),
-                   "/broker": json.dumps(signer.jwks()).encode()})
+    with serving({"/jwks": {"keys": [{**jwk, "kid": "k1", "alg": "RS256"}]},
+                  "/broker": signer.jwks()}) as base:
+        await _run(base, key, signer, repeats)
+
+
+async def _run(base: str, key: rsa.RSAPrivateKey, signer: CredentialIssuer,
+               repeats: int) -> None:
     issuer = IssuerSettings(issuer=IDP, audience=["console"], jwks_url=f"{base}/jwks",
                             roles=RoleSettings(admin=["admins"], team_lead=["leads"]))
     broker = IssuerSettings(issuer=BROKER, audience=["mayu"], algorithms=("EdDSA",),

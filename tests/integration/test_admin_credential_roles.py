@@ -9,10 +9,7 @@ credential is a 401.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from gateway.identity import (
 )
 from gateway.keys import hash_key
 from tests.integration._admin import WRITE, gateway_settings
+from tests.json_http import serving
 
 pytestmark = pytest.mark.integration
 ISSUER = "https://inferplaned.test"
@@ -40,24 +38,8 @@ USER = "cred@example.com"
 @pytest.fixture(scope="module")
 def jwks_url() -> Iterator[str]:
     """inferplaned's JWKS as a gateway fetches it, from a local HTTP server."""
-    body = json.dumps(SIGNER.jwks()).encode()
-
-    class Jwks(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1alpha1/jwks.json"
-    server.shutdown()
+    with serving({"/v1alpha1/jwks.json": SIGNER.jwks()}) as base:
+        yield f"{base}/v1alpha1/jwks.json"
 
 
 async def _permit(c: AsyncTestClient[Any], secret: str, user: str) -> str:
