@@ -6,7 +6,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -23,21 +23,10 @@ from gateway.keys import (
     hash_key,
     open_key_store,
 )
+from tests.integration import test_local_store
+from tests.integration.test_local_store import T0
 
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+clock = test_local_store.clock  # the fixture (a settable Clock at T0), under this name
 
 
 @pytest.fixture
