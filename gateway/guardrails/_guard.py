@@ -33,9 +33,10 @@ class GuardrailBlocked(BadRequest):
     code = "guardrail_blocked"
 
     def __init__(self, detector: str, path: str, *, answer: bool = False) -> None:
-        what = "the answer" if answer else "the request"
+        what, rest = (("the answer", "the match was not relayed") if answer
+                      else ("the request", "nothing was sent upstream"))
         super().__init__(f"{what} was blocked by the guardrail {detector!r} (found in "
-                         f"{path}); nothing of it was sent", param=path)
+                         f"{path}); {rest}", param=path)
         self.detector = detector
 
 
