@@ -257,6 +257,7 @@ async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:
     try:
         return await _json_response(attempt, upstream)
     except UpstreamFailure as exc:
+        router.failed(call.model, attempt.deployment, retry_after_s=None, why=str(exc))
         await attempt.finish(Outcome(kind=OutcomeKind.UNCERTAIN, detail=str(exc)), status=502)
         if last:
             raise UpstreamUnavailable(f"upstream {provider.name} failed: {exc}") from exc
@@ -377,6 +378,8 @@ async def _relay(attempt: Attempt, upstream: UpstreamResponse, meter: StreamMete
             ended = True
         except UpstreamFailure as exc:
             cut = f"upstream stream cut: {exc}"
+            call = attempt.call  # a cut is a failure its deployment's health counts
+            call.gw.router.failed(call.model, attempt.deployment, retry_after_s=None, why=cut)
         except GuardrailBlocked as exc:  # cut like an upstream cut: what arrived commits
             cut = blocked = f"{exc.message} (request {attempt.call.request_id})"
         except asyncio.CancelledError:

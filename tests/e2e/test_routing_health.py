@@ -82,7 +82,8 @@ def test_a_failing_deployment_is_left_out_within_one_cooldown_and_comes_back(
 
 def test_a_stream_cut_after_its_first_byte_is_never_retried(routed: Routed) -> None:
     """The first deployment cuts the stream after its first events: the client's SDK
-    raises, and the fallback deployment is never called for it."""
+    raises, the fallback deployment is never called for it, and the cut deployment is
+    left out of the next request."""
     client = _client(routed, routed.key("cut"))
     routed.clear()
     with pytest.raises(anthropic.APIError), \
@@ -91,3 +92,8 @@ def test_a_stream_cut_after_its_first_byte_is_never_retried(routed: Routed) -> N
             pass
     assert routed.ledger("west") == []
     assert routed.counts("west")["failed"] == 0
+    # The cut counted against the first deployment's health: the next request, within
+    # its cooldown, is answered by the other one.
+    raw = client.messages.with_raw_response.create(  # type: ignore[call-overload]
+        model="claude-cut-first", **HI)
+    assert raw.status_code == 200 and len(routed.ledger("west")) == 1
