@@ -40,6 +40,10 @@ HTTP API (Authorization: Bearer <token>; writers publish and read, readers only 
   GET    /v1alpha1/dataplanes        connected lease-profile gateways and their leases
   GET    /metrics                    Prometheus: lease refusals, frame changes
   GET    /healthz, /readyz           liveness; readiness (database reachable)
+  POST   /v1alpha1/token             RFC 8693: an OIDC token -> a gateway credential
+                                     (no bearer; with identity configured)
+  GET    /v1alpha1/jwks.json         the credentials' public keys (no bearer)
+  POST   /v1alpha1/users/{name}/revoke, /reinstate   a person's credentials (writers)
 """
 
 CONFIG_HELP = """\
@@ -59,6 +63,11 @@ YAML config file. Keys (all optional):
   max_body_bytes              largest accepted document (default 1048576)
   max_sync_bytes              largest accepted heartbeat (default 4194304)
   shutdown_grace_s            SIGTERM: time in-flight requests get to finish (default 30)
+  identity.issuers            OIDC issuers whose tokens are exchanged: issuer, audience,
+                              user_claim, groups_claim, team_aliases, algorithms,
+                              leeway_s, jwks_min_refresh_s (docs/identity.md)
+  identity.credentials        issuer, audience, lifetime_s (3600), algorithm (EdDSA),
+                              signing_keys_ref: [env:NAME | file:PATH] (first signs)
 Token names are recorded as the author of each change."""
 
 
@@ -99,6 +108,10 @@ def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     authenticated = check_bind(config, config.listen.host)
     tokens = resolve_tokens(config.auth)
+    if config.identity is not None:
+        from controlplane.identity import Broker
+
+        Broker(config.identity)  # resolves the signing secrets: a bad one names its key
     print(f"ok  {args.config}: listen {config.listen.host}:{config.listen.port}, "
           f"{len(tokens.writers)} writer, {len(tokens.readers)} reader and "
           f"{len(tokens.dataplanes)} data plane tokens"

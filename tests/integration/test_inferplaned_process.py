@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -57,13 +58,26 @@ def test_refuses_non_loopback_without_tokens(tmp_path: Path) -> None:
     assert "listen.host" in done.stderr and "no token is configured" in done.stderr
 
 
-def test_bad_token_reference_is_a_clear_startup_error(tmp_path: Path) -> None:
-    """An unset token variable fails startup naming the config key."""
-    config = write_config(tmp_path, auth={"writer_tokens_ref": {"ci": "env:IPD_UNSET_VAR"}})
+@pytest.mark.parametrize(("section", "key"), [
+    ({"auth": {"writer_tokens_ref": {"ci": "env:IPD_UNSET_VAR"}}},
+     "auth.writer_tokens_ref.ci"),
+    ({"identity": {"issuers": [{"issuer": "https://idp.example.com", "audience": ["x"]}],
+                   "credentials": {"issuer": "https://ipd.example.com",
+                                   "signing_keys_ref": ["env:IPD_UNSET_VAR"]}}},
+     "identity.credentials.signing_keys_ref[0]"),
+    ({"identity": {"issuers": [{"issuer": "https://idp.example.com", "audience": ["x"],
+                                "algorithms": ["HS256"]}]}},
+     "identity.issuers[0].algorithms[0]"),
+])
+def test_bad_token_reference_is_a_clear_startup_error(tmp_path: Path, section: dict[str, Any],
+                                                      key: str) -> None:
+    """An unset token or signing-secret variable, or an HMAC algorithm for an issuer,
+    fails startup naming the config key."""
+    config = write_config(tmp_path, **section)
     done = subprocess.run(inferplaned_cmd("check-config", "--config", str(config)),
                           capture_output=True, text=True, env=_env(), timeout=60, check=False)
     assert done.returncode == 2
-    assert "auth.writer_tokens_ref.ci" in done.stderr
+    assert key in done.stderr
 
 
 def test_help_lists_commands_and_config_keys() -> None:
@@ -74,7 +88,7 @@ def test_help_lists_commands_and_config_keys() -> None:
                            env=_env(), timeout=60, check=True).stdout
     assert "PUT    /v1alpha1/policies/{name}" in top and "check-config" in top
     for key in ("database.dsn_ref", "listen.host", "auth.writer_tokens_ref",
-                "auth.reader_tokens_ref"):
+                "auth.reader_tokens_ref", "identity.issuers", "identity.credentials"):
         assert key in serve
 
 
