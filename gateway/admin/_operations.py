@@ -29,7 +29,7 @@ import msgspec
 from litestar import Request, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from gateway import __version__
+from gateway import __version__, operations
 from gateway.admin._access import Caller, read_access, write_access
 from gateway.admin._routes import error_responses
 from gateway.admin._usage import Cursor, RequestPage, cursor_of, position, view
@@ -38,17 +38,6 @@ from gateway.ceilings import MAX_AMOUNT, MAX_TOKENS_PER_CLASS
 from gateway.errors import BadRequest
 from gateway.governance import FrozenCounter, LogFilter, OutcomeKind, SettleResult
 from gateway.ingress import Gateway
-from gateway.operations import (
-    OperatorStore,
-    permit_of,
-    price_of,
-    resolve_permit,
-    settle_as_operator,
-    settlement_at_cost,
-    settlement_at_usage,
-    unfreeze,
-    usage_of,
-)
 from gateway.standalone import standalone_warning
 
 AnyRequest = Request[Any, Any, Any]
@@ -191,9 +180,9 @@ def _gateway(request: AnyRequest) -> Gateway:
     return gw
 
 
-def _store(request: AnyRequest) -> OperatorStore:
+def _store(request: AnyRequest) -> operations.OperatorStore:
     # Both governance stores (and the lease plane's) implement the operator protocol.
-    store: OperatorStore = _gateway(request).governance  # type: ignore[assignment]
+    store: operations.OperatorStore = _gateway(request).governance  # type: ignore[assignment]
     return store
 
 
@@ -238,26 +227,27 @@ async def resolve(request: AnyRequest, permit_id: FromPath[str],
     store = _store(request)
     if data.as_ is not None:
         kind = OutcomeKind.UNCERTAIN if data.as_ == "uncertain" else OutcomeKind.CANCELLED
-        result: SettleResult = await resolve_permit(store, permit_id, kind,
-                                                             data.reason)
+        result: SettleResult = await operations.resolve_permit(store, permit_id, kind,
+                                                               data.reason)
     else:
-        permit = await permit_of(store, permit_id)
+        permit = await operations.permit_of(store, permit_id)
         if data.usage is not None:
-            price = price_of(gw.settings.models, permit.request.model)
+            price = operations.price_of(gw.settings.models, permit.request.model)
             if price is None:
                 raise BadRequest(f"model {permit.request.model!r} is not in this gateway's "
                                  "config, so its usage cannot be priced; give usd_micros",
                                  param="usage")
             counts = {k: v for k, v in msgspec.structs.asdict(data.usage).items()
                       if v is not msgspec.UNSET}
-            settlement = settlement_at_usage(permit, usage_of(counts, label="usage"), price,
-                                             reason=data.reason, label="usage")
+            settlement = operations.settlement_at_usage(
+                permit, operations.usage_of(counts, label="usage"), price,
+                reason=data.reason, label="usage")
         else:
             assert data.usd_micros is not None
-            settlement = settlement_at_cost(permit, usd=data.usd_micros, tokens=data.tokens,
-                                            reason=data.reason, label="usd_micros")
-        result = await settle_as_operator(store, permit_id, settlement,
-                                                   exact=True)
+            settlement = operations.settlement_at_cost(
+                permit, usd=data.usd_micros, tokens=data.tokens, reason=data.reason,
+                label="usd_micros")
+        result = await operations.settle_as_operator(store, permit_id, settlement, exact=True)
     if not result.replay:
         gw.audit.write({"event": "admin", "action": "permit.resolve", "token": caller.name,
                         "permit": permit_id, "outcome": str(result.kind),
@@ -289,7 +279,7 @@ async def unfreeze_counter(request: AnyRequest, data: JSONBody[Unfreeze],
                            caller: Caller) -> Unfrozen:
     """After investigating the invalid usage; an unknown counter is a 404, one not
     frozen answers ``lifted: false`` and changes nothing."""
-    lifted: bool = await unfreeze(_store(request), data.counter)
+    lifted: bool = await operations.unfreeze(_store(request), data.counter)
     if lifted:
         _gateway(request).audit.write({"event": "admin", "action": "counter.unfreeze",
                                        "token": caller.name, "counter": data.counter})

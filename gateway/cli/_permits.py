@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from gateway import operations
 from gateway.ceilings import MAX_AMOUNT
 from gateway.cli._keys import _positive, _table, format_usd
 from gateway.config import Settings, load_settings
@@ -46,17 +47,6 @@ from gateway.governance import (
 )
 from gateway.jsondepth import MAX_JSON_DEPTH, json_too_deep
 from gateway.keys import sqlite_path
-from gateway.operations import (
-    USAGE_KEYS,
-    permit_of,
-    price_of,
-    resolve_permit,
-    settle_as_operator,
-    settlement_at_cost,
-    settlement_at_usage,
-    unfreeze,
-    usage_of,
-)
 from gateway.pricing import ModelPrice, Usage
 from gateway.replicas import journal_path, orphan_journals
 
@@ -272,7 +262,7 @@ def _print_unlisted(journals: list[_JournalLine], listed: set[str],
 
 
 def _price_of(settings: Settings, model: str) -> ModelPrice:
-    price = price_of(settings.models, model)
+    price = operations.price_of(settings.models, model)
     if price is None:
         raise ConfigError(f"models: no model {model!r} in this config, so its usage cannot "
                           "be priced; pass --cost-micro-usd instead, or the config that "
@@ -298,8 +288,8 @@ def parse_usage(text: str) -> Usage:
         raise BadRequest(f"--usage: not valid JSON ({exc}); e.g. {_USAGE_EXAMPLE}") from None
     if not isinstance(raw, dict):
         raise BadRequest(f"--usage: must be a JSON object with at least one of "
-                         f"{', '.join(USAGE_KEYS)}; e.g. {_USAGE_EXAMPLE}")
-    return usage_of(raw, label="--usage")
+                         f"{', '.join(operations.USAGE_KEYS)}; e.g. {_USAGE_EXAMPLE}")
+    return operations.usage_of(raw, label="--usage")
 
 
 def parse_figure(flag: str, text: str | None, unit: str) -> int | None:
@@ -323,22 +313,23 @@ def _exact_settlement(permit: Permit, args: argparse.Namespace,
     ``--cost-micro-usd`` (+ ``--tokens``; without it the tokens stay liability). Every
     figure is checked against the store's ceilings here, before anything is written."""
     if args.usage is not None:
-        return settlement_at_usage(permit, parse_usage(args.usage),
-                                   _price_of(settings, permit.request.model),
-                                   reason=args.reason)
+        return operations.settlement_at_usage(permit, parse_usage(args.usage),
+                                              _price_of(settings, permit.request.model),
+                                              reason=args.reason)
     usd = parse_figure("--cost-micro-usd", args.cost_micro_usd, "µUSD")
     assert usd is not None  # _permits_resolve: --usage or --cost-micro-usd
-    return settlement_at_cost(permit, usd=usd, reason=args.reason,
-                              tokens=parse_figure("--tokens", args.tokens, "tokens"))
+    return operations.settlement_at_cost(
+        permit, usd=usd, reason=args.reason,
+        tokens=parse_figure("--tokens", args.tokens, "tokens"))
 
 
 def _resolve_exact(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
 
     async def _exact(store: Any) -> SettleResult:
-        permit = await permit_of(store, args.permit_id)
-        return await settle_as_operator(store, args.permit_id,
-                                        _exact_settlement(permit, args, settings), exact=True)
+        permit = await operations.permit_of(store, args.permit_id)
+        return await operations.settle_as_operator(
+            store, args.permit_id, _exact_settlement(permit, args, settings), exact=True)
     result = _run(args, _exact)
     print(_result_line(result))
     return 0
@@ -378,7 +369,7 @@ def _permits_resolve(args: argparse.Namespace) -> int:
         raise BadRequest("permits resolve PERMIT_ID: give --as uncertain|cancelled, "
                          "--usage JSON or --cost-micro-usd N")
     kind = _AS[args.as_]
-    result = _run(args, lambda s: resolve_permit(s, args.permit_id, kind, args.reason))
+    result = _run(args, lambda s: operations.resolve_permit(s, args.permit_id, kind, args.reason))
     print(_result_line(result))
     return 0
 
@@ -421,10 +412,11 @@ def _resolve_bulk(args: argparse.Namespace) -> int:
     async def _one(store: Any, permit_id: str) -> SettleResult:
         entry = journal.get(permit_id)
         if entry is None:
-            return await resolve_permit(store, permit_id, OutcomeKind.UNCERTAIN, args.reason)
+            return await operations.resolve_permit(store, permit_id, OutcomeKind.UNCERTAIN,
+                                                   args.reason)
         settlement = entry.settlement or settlement_for(
             entry.request, recovered_outcome(entry, boot))
-        return await settle_as_operator(store, permit_id, settlement, exact=False)
+        return await operations.settle_as_operator(store, permit_id, settlement, exact=False)
 
     async def _bulk(store: Any) -> int:
         stale = await store.permits(pending_only=True,
@@ -466,7 +458,7 @@ def _accounts_frozen(args: argparse.Namespace) -> int:
 
 def _accounts_unfreeze(args: argparse.Namespace) -> int:
     async def _lift(store: Any) -> str:
-        if await unfreeze(store, args.counter):
+        if await operations.unfreeze(store, args.counter):
             return f"unfroze {args.counter}: admissions charging it are accepted again"
         return f"{args.counter} is not frozen; nothing changed"
     print(_run(args, _lift))
