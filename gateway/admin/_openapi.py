@@ -20,6 +20,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import OpenAPIRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
+from gateway.admin import _views as views
 from gateway.admin._members import BODIES as MEMBER_BODIES
 from gateway.admin._operations import (
     AlertList,
@@ -31,19 +32,6 @@ from gateway.admin._operations import (
     Unfrozen,
 )
 from gateway.admin._usage import RequestDetail
-from gateway.admin._views import (
-    ErrorBody,
-    KeyCreate,
-    KeyCreated,
-    KeyPage,
-    KeyPatch,
-    KeyRotate,
-    KeyRotated,
-    KeyView,
-    TeamCreate,
-    TeamPage,
-    TeamView,
-)
 from gateway.keys import KeyLimits, TeamLimits
 
 
@@ -74,8 +62,9 @@ def closed(document: dict[str, Any]) -> dict[str, Any]:
 
 
 _REF = "#/components/schemas/{name}"
-BODIES = (TeamCreate, TeamView, TeamPage, TeamLimits, KeyCreate, KeyCreated, KeyView,
-          KeyPage, KeyLimits, KeyPatch, KeyRotate, KeyRotated, ErrorBody, *MEMBER_BODIES,
+BODIES = (views.TeamCreate, views.TeamView, views.TeamPage, TeamLimits, views.KeyCreate,
+          views.KeyCreated, views.KeyView, views.KeyPage, KeyLimits, views.KeyPatch,
+          views.KeyRotate, views.KeyRotated, views.ErrorBody, *MEMBER_BODIES,
           PermitResolve, Resolved, FrozenList, Unfreeze, Unfrozen, Status, AlertList,
           RequestDetail)
 
