@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -23,7 +24,7 @@ import yaml
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from gateway.config import ServerSettings
+from gateway.config import ServerSettings, Settings
 from gateway.ingress import ROUTES
 from gateway.server import GatewayServer, uvicorn_config
 from tests.e2e._procs import Proc, create_key, create_team, start_gateway
@@ -137,7 +138,9 @@ def test_the_drain_hook_sets_the_flag_and_readyz_fails() -> None:
     """handle_exit(SIGTERM) runs the drain hook before uvicorn's own exit, and a
     draining app answers /readyz with 503."""
     app = Litestar(route_handlers=ROUTES)
-    app.state.gateway = object()  # any started gateway: readiness reads only its presence
+    # A started gateway as readiness reads it: present, with its settings (the standalone
+    # warning is read from them).
+    app.state.gateway = SimpleNamespace(settings=Settings())
     with TestClient(app=app) as client:
         assert client.get("/readyz").status_code == 200
         server = GatewayServer(uvicorn.Config(app), on_drain=lambda: setattr(
