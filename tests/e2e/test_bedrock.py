@@ -345,7 +345,8 @@ def test_peer_refuses_an_expired_session(bedrock: Bedrock) -> None:
 def test_sts_session_expiring_mid_run_fails_no_request(bedrock: Bedrock) -> None:
     """With a 20 s STS session, requests for 45 s never fail: the role is assumed again
     before expiry, off the request path; a stream longer than a session completes; each
-    call names the configured session (what CloudTrail shows)."""
+    call names the configured session (what CloudTrail shows). ~45 s: two sessions must
+    expire under load, and a session shorter than 20 s leaves no room to refresh early."""
     key = bedrock.stack.team_key("bedrock-sts")
     client = anthropic.Anthropic(base_url=bedrock.stack.gateway.url, api_key=key,
                                  max_retries=0)

@@ -303,7 +303,8 @@ def test_a_primary_crash_under_load_loses_and_doubles_nothing(ha: HA, variant: s
     """Kill -9 of the primary under load on 3 replicas (streams in flight, a hard
     budget binding): Patroni promotes a standby, every replica admits again within the
     bound, committed == the upstream's ledger, nothing reserved or liability, the
-    limit never passed, the same usage everywhere."""
+    limit never passed, the same usage everywhere. 30-60 s: Patroni promotes only after
+    its leader key expires (ttl 20 s, its minimum), once per crash."""
     team_id, key = ha.team_key(f"ha-{variant}")
     since = len(_ledger(ha))
     load = Load(ha=ha, team_id=team_id, key=key)
@@ -408,7 +409,8 @@ def test_asynchronous_replication_loses_at_most_what_it_measures(
     the new primary lacks; permits settled, pending again there) with their µUSD; every
     µUSD the upstream reported is committed on the new primary or in a counted loss;
     what stays reserved is exactly the lost settlements' bounds, and the runbook
-    (mayu permits resolve at the observed usage) clears it."""
+    (mayu permits resolve at the observed usage) clears it. ~40 s: one leader-key expiry
+    (ttl 20 s) after the stall."""
     ha.cluster.patch_config({"synchronous_mode": False})
     ha.cluster.wait_healthy(sync=False, deadline_s=120)
     end = time.monotonic() + 60
