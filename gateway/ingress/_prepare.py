@@ -30,6 +30,7 @@ from gateway.identity import looks_like_jwt
 from gateway.ingress._context import Gateway
 from gateway.jsondepth import check_json_depth, too_deep_error
 from gateway.keys import Principal, hash_key
+from gateway.policy import routed_model
 from gateway.providers import Protocol_, Provider
 from gateway.usage import Endpoint
 
@@ -174,6 +175,7 @@ def route(gw: Gateway, principal: Principal, doc: dict[str, Any],
         raise UnknownModel(f"model {name!r} is not configured on this gateway", param="model")
     if not principal.may_use(name):
         raise Forbidden(f"this key may not use model {name!r}", param="model")
+    model = routed_model(model, gw.policy.snapshot())  # a published RoutingPolicy, if any
     deployments = [(d, gw.providers[d.provider]) for d in model.deployments
                    if gw.providers[d.provider].speaks(protocol)]
     if not deployments:

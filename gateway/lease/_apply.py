@@ -6,7 +6,10 @@ reported on the next heartbeat as a :class:`Rejection`, and the others apply. "C
 enforce" is what this build's validator refuses (version skew: an unknown field or rule
 type) and what the lease profile cannot hold exactly: ``tokenQuota`` needs one shared
 counter across planes (ADR-046), so it is rejected here and enforced by the shared
-profile.
+profile. RoutingPolicy and GuardrailPolicy documents apply like the shared profile's
+(:mod:`gateway.policy._overlay`); a RoutingPolicy naming a model or deployment this plane
+does not have is rejected (no gate: the config file's routing stays), and a rejected
+GuardrailPolicy gates its subject team (the org's: every team), fail closed.
 
 A rejected document is never silently ignored: each of its ``FailClosed`` rules (a rule
 whose ``failurePolicy`` is missing or unreadable counts as FailClosed) becomes a *gate*
@@ -19,19 +22,22 @@ form no published uid can take, since uids cannot hold ``:``): the planner then 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
 
 from gateway.lease._wire import Problem, Rejection
 from gateway.policy import (
+    CompiledGuardrails,
+    CompiledRouting,
     CompiledRule,
     PolicyInvalid,
     PolicySnapshot,
-    compile_documents,
+    compile_all,
     validate_document,
 )
+from gateway.policy._kinds import routing_problems
 
 GATE_PREFIX = "rejected:"
 
@@ -104,6 +110,16 @@ def _gates(policy: str, doc: Any, problems: list[tuple[str, str]]) -> list[Compi
     spec = doc.get("spec") if isinstance(doc, dict) else None
     rules = spec.get("rules") if isinstance(spec, dict) else None
     first = f"{problems[0][0]}: {problems[0][1]}" if problems else "rejected"
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind == "RoutingPolicy":
+        return []  # the config file's routing stays: nothing to refuse
+    if kind == "GuardrailPolicy":
+        # Guardrails a plane cannot apply fail closed for their subject (its text would
+        # leave unscreened); an unreadable subject covers every team.
+        subject = spec.get("subject") if isinstance(spec, dict) else None
+        team = _name(subject.get("team")) if isinstance(subject, dict) else None
+        return [_gate(policy, 0, {"name": "guardrails",
+                                  "subject": {"kind": "team", "team": team}}, first)]
     if not isinstance(rules, list):
         return [_gate(policy, 0, {}, first)]
     return [_gate(policy, i, r if isinstance(r, dict) else {}, first)
@@ -118,9 +134,16 @@ def gate_message(rule: CompiledRule) -> str:
 
 
 def apply_documents(documents: Mapping[str, Any], *, namespace: str, generation: int,
-                    fingerprint: str) -> AppliedPolicy:
-    """Apply each document on its own: the enforceable ones, the rejections, the gates."""
+                    fingerprint: str,
+                    deployments: Mapping[str, Sequence[str]] | None = None) -> AppliedPolicy:
+    """Apply each document on its own: the enforceable ones, the rejections, the gates.
+
+    ``deployments`` (this plane's models → their deployments' routing names), when
+    given, rejects a RoutingPolicy naming a model or deployment the plane does not have
+    (its routing stays the config file's)."""
     rules: list[CompiledRule] = []
+    routing: list[CompiledRouting] = []
+    guardrails: list[CompiledGuardrails] = []
     rejections: list[Rejection] = []
     gates: list[CompiledRule] = []
     uids: set[str] = set()
@@ -128,11 +151,22 @@ def apply_documents(documents: Mapping[str, Any], *, namespace: str, generation:
         doc = documents[name]
         problems = _problems(doc)
         compiled: tuple[CompiledRule, ...] = ()
+        routes: tuple[CompiledRouting, ...] = ()
+        guards: tuple[CompiledGuardrails, ...] = ()
         if not problems:
             try:
-                compiled = compile_documents([doc])
+                compiled, routes, guards = compile_all([doc])
             except PolicyInvalid as exc:
                 problems = exc.problems
+        if deployments is not None and routes:
+            problems = [("spec.models", m) for _, m in routing_problems(routes, deployments)]
+        taken = {r.model for r in routing} & {r.model for r in routes}
+        if taken:
+            problems = [("spec.models", f"model {sorted(taken)[0]!r} is also routed by "
+                                        "another applied document")]
+        if {g.team for g in guardrails} & {g.team for g in guards}:
+            problems = [("spec.subject", "its subject already has an applied guardrail "
+                                         "document")]
         dup = sorted({r.uid for r in compiled} & uids)
         if dup:
             problems = [("spec.rules", f"rule uid {dup[0]!r} is also used by another "
@@ -143,6 +177,8 @@ def apply_documents(documents: Mapping[str, Any], *, namespace: str, generation:
             gates += _gates(name, doc, problems)
             continue
         rules += compiled
+        routing += routes
+        guardrails += guards
         uids |= {r.uid for r in compiled}
     managed = {r.uid: ManagedRule(uid=r.uid, fail_open=r.failure_policy == "FailOpen",
                                   hard=r.hard_cap)
@@ -151,5 +187,6 @@ def apply_documents(documents: Mapping[str, Any], *, namespace: str, generation:
     unique = list({g.uid: g for g in gates}.values())
     managed |= {g.uid: ManagedRule(uid=g.uid, gate=gate_message(g)) for g in unique}
     snapshot = PolicySnapshot(namespace=namespace, generation=generation,
-                              fingerprint=fingerprint, rules=(*rules, *unique))
+                              fingerprint=fingerprint, rules=(*rules, *unique),
+                              routing=tuple(routing), guardrails=tuple(guardrails))
     return AppliedPolicy(snapshot=snapshot, rejections=tuple(rejections), managed=managed)

@@ -1,13 +1,27 @@
-"""GovernancePolicy (inferplane.dev/v1alpha1): wire types, validation, merge, compilation.
+"""Policy documents (inferplane.dev/v1alpha1: GovernancePolicy, RoutingPolicy,
+GuardrailPolicy): wire types, validation, merge, compilation.
 
 Imported by both binaries, so a schema skew between mayu and inferplaned is an import
 error rather than a surprise in production.
 """
 
-from gateway.policy._compile import canonical_json, compile_documents, decode_documents, fingerprint
+from gateway.policy._compile import (
+    canonical_json,
+    compile_all,
+    compile_documents,
+    decode_documents,
+    fingerprint,
+)
 from gateway.policy._compiled import EMPTY_SNAPSHOT, CompiledRule, PolicySnapshot
 from gateway.policy._files import FilePolicySource, check_files
+from gateway.policy._kinds import (
+    CompiledGuardrails,
+    CompiledRouting,
+    GuardrailPolicy,
+    RoutingPolicy,
+)
 from gateway.policy._merge import EffectiveLimits, effective_limits, tightest_renew_ms
+from gateway.policy._overlay import routed_model, tenant_guardrails
 from gateway.policy._pgstore import (
     CurrentPolicy,
     GenerationInfo,
@@ -33,6 +47,13 @@ from gateway.policy._wire import (
 )
 
 __all__ = [
+    "CompiledGuardrails",
+    "CompiledRouting",
+    "GuardrailPolicy",
+    "RoutingPolicy",
+    "compile_all",
+    "routed_model",
+    "tenant_guardrails",
     "API_VERSION",
     "BudgetRule",
     "GovernancePolicy",

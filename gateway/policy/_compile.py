@@ -18,7 +18,15 @@ from typing import Any
 import msgspec
 
 from gateway.policy._compiled import CompiledRule
-from gateway.policy._validate import PolicyInvalid, validate_documents
+from gateway.policy._kinds import (
+    CompiledGuardrails,
+    CompiledRouting,
+    GuardrailPolicy,
+    RoutingPolicy,
+    compile_guardrails,
+    compile_routing,
+)
+from gateway.policy._validate import Document, PolicyInvalid, validate_documents
 from gateway.policy._wire import GovernancePolicy, Rule, duration_ms, rule_uid
 
 MICRO_PER_MILLI = 1000
@@ -62,34 +70,53 @@ def compile_rule(policy: str, rule: Rule) -> CompiledRule:
         **common)
 
 
-def decode_documents(docs: Sequence[dict[str, Any] | GovernancePolicy], *,
-                     origins: Sequence[str] | None = None) -> list[GovernancePolicy]:
-    """Validate a set and return its typed documents sorted by name, or raise."""
+def decode_documents(docs: Sequence[dict[str, Any] | Document], *,
+                     origins: Sequence[str] | None = None) -> list[Document]:
+    """Validate a set and return its typed documents (every kind) sorted by name, or
+    raise."""
     policies, problems = validate_documents(docs, origins=origins)
     if problems:
         raise PolicyInvalid(problems)
     return sorted(policies, key=lambda p: p.metadata.name)
 
 
-def compile_documents(docs: Sequence[dict[str, Any] | GovernancePolicy], *,
+def compile_documents(docs: Sequence[dict[str, Any] | Document], *,
                       origins: Sequence[str] | None = None) -> tuple[CompiledRule, ...]:
-    """Validate and compile a whole policy set, all or nothing.
+    """Validate and compile a whole policy set, all or nothing: the GovernancePolicy
+    rules (the other kinds are validated too; :func:`compile_all` returns them).
 
     Rules come out ordered by policy name, then document order, whatever order the
     documents were given in, so equal sets compile to equal tuples.
     """
-    return tuple(compile_rule(p.metadata.name, rule)
-                 for p in decode_documents(docs, origins=origins) for rule in p.spec.rules)
+    return compile_all(docs, origins=origins)[0]
 
 
-def canonical_json(docs: Sequence[dict[str, Any] | GovernancePolicy]) -> bytes:
+Compiled = tuple[tuple[CompiledRule, ...], tuple[CompiledRouting, ...],
+                 tuple[CompiledGuardrails, ...]]
+
+
+def compile_all(docs: Sequence[dict[str, Any] | Document], *,
+                origins: Sequence[str] | None = None) -> Compiled:
+    """Validate a whole set (all or nothing) and compile every kind: the governance
+    rules, the routing overrides, the guardrail documents (each ordered by name)."""
+    decoded = decode_documents(docs, origins=origins)
+    rules = tuple(compile_rule(p.metadata.name, rule) for p in decoded
+                  if isinstance(p, GovernancePolicy) for rule in p.spec.rules)
+    routing = tuple(r for p in decoded if isinstance(p, RoutingPolicy)
+                    for r in compile_routing(p))
+    guardrails = tuple(compile_guardrails(p) for p in decoded
+                       if isinstance(p, GuardrailPolicy))
+    return rules, routing, guardrails
+
+
+def canonical_json(docs: Sequence[dict[str, Any] | Document]) -> bytes:
     """Canonical JSON of a document set: sorted by name, sorted keys, no whitespace."""
-    plain = [msgspec.to_builtins(d) if isinstance(d, GovernancePolicy) else d for d in docs]
+    plain = [d if isinstance(d, dict) else msgspec.to_builtins(d) for d in docs]
     plain.sort(key=lambda d: str((d.get("metadata") or {}).get("name", "")))
     return json.dumps(plain, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode()
 
 
-def fingerprint(docs: Sequence[dict[str, Any] | GovernancePolicy]) -> str:
+def fingerprint(docs: Sequence[dict[str, Any] | Document]) -> str:
     """sha256 (hex) of :func:`canonical_json`: equal sets, equal fingerprints."""
     return hashlib.sha256(canonical_json(docs)).hexdigest()

@@ -16,6 +16,8 @@ from typing import Literal
 
 import msgspec
 
+from gateway.policy._kinds import CompiledGuardrails, CompiledRouting
+
 RuleKind = Literal["rate", "budget", "tokenQuota", "concurrency"]
 SubjectKind = Literal["team", "user", "team-user", "key"]
 FailurePolicy = Literal["FailOpen", "FailClosed"]
@@ -99,6 +101,10 @@ class PolicySnapshot(msgspec.Struct, frozen=True, kw_only=True):
     generation: int = 0
     fingerprint: str = ""
     rules: tuple[CompiledRule, ...] = ()
+    routing: tuple[CompiledRouting, ...] = ()
+    """RoutingPolicy documents: one model's overrides each (docs/routing.md)."""
+    guardrails: tuple[CompiledGuardrails, ...] = ()
+    """GuardrailPolicy documents: one team's, or the org's, each (docs/guardrails.md)."""
 
     def rules_for(self, team_name: str, user: str | None,
                   key_id: str | None = None) -> list[CompiledRule]:

@@ -26,7 +26,7 @@ import yaml
 
 from gateway.errors import NestingTooDeep
 from gateway.jsondepth import check_yaml_depth
-from gateway.policy._compile import compile_documents, fingerprint
+from gateway.policy._compile import compile_all, compile_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, PolicySnapshot
 from gateway.policy._tasks import cancel_and_wait
 from gateway.policy._validate import PolicyInvalid, Problem
@@ -156,10 +156,11 @@ class FilePolicySource:
         digest = fingerprint(docs)
         if digest == self._snapshot.fingerprint:
             return False
-        rules = compile_documents(docs, origins=origins)
+        rules, routing, guardrails = compile_all(docs, origins=origins)
         self._snapshot = PolicySnapshot(namespace=self._namespace,
                                         generation=self._snapshot.generation + 1,
-                                        fingerprint=digest, rules=rules)
+                                        fingerprint=digest, rules=rules, routing=routing,
+                                        guardrails=guardrails)
         log.info("policy generation %d applied (%d rules, %s)", self._snapshot.generation,
                  len(rules), digest[:12])
         return True

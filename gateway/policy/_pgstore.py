@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 import sql
 from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import InferplaneError, NotFound
-from gateway.policy._compile import compile_documents, fingerprint
+from gateway.policy._compile import Compiled, compile_all, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, PolicySnapshot
 from gateway.policy._tasks import cancel_and_wait
 
@@ -65,9 +65,9 @@ class PolicyChange(msgspec.Struct, frozen=True, kw_only=True):
     after: dict[str, Any] | None
 
 
-def _compile(documents: dict[str, dict[str, Any]]) -> tuple[Any, ...]:
+def _compile(documents: dict[str, dict[str, Any]]) -> Compiled:
     names = sorted(documents)
-    return compile_documents([documents[n] for n in names], origins=names)
+    return compile_all([documents[n] for n in names], origins=names)
 
 
 async def publish(conn: psycopg.AsyncConnection[Any], *,
@@ -156,15 +156,17 @@ class PostgresPolicySource:
                     and self._snapshot.namespace != EMPTY_SNAPSHOT.namespace):
                 return False
             published = await current(conn)
-        rules = _compile(published.documents)
+        rules, routing, guardrails = _compile(published.documents)
         if published.generation < self._snapshot.generation:
             # A slower concurrent refresh already installed a newer generation.
             return False
         self._snapshot = PolicySnapshot(  # one assignment: readers never see a mix
             namespace=published.namespace, generation=published.generation,
-            fingerprint=published.fingerprint, rules=rules)
-        log.info("policy generation %d loaded (%d rules, %s)", published.generation,
-                 len(rules), published.fingerprint[:12])
+            fingerprint=published.fingerprint, rules=rules, routing=routing,
+            guardrails=guardrails)
+        log.info("policy generation %d loaded (%d rules, %d routed models, %d guardrail "
+                 "documents, %s)", published.generation, len(rules), len(routing),
+                 len(guardrails), published.fingerprint[:12])
         return True
 
     async def start(self) -> None:

@@ -8,6 +8,9 @@ several fields: one rule type per rule, ``unlimited`` versus limits (ADR-039), s
 ``tokenQuota`` needing ``FailClosed``, key subjects taking only ``concurrency``, leases.
 Across a set, document names and rule uids must be unique. Nothing is rounded: a
 fractional milliUSD is an error.
+
+The ``kind`` picks the document's type: GovernancePolicy, or the RoutingPolicy and
+GuardrailPolicy kinds of :mod:`gateway.policy._kinds` (same two passes).
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ import msgspec
 from msgspec import inspect as mi
 
 from gateway.errors import InferplaneError
+from gateway.policy._kinds import (
+    GuardrailPolicy,
+    RoutingPolicy,
+    guardrail_semantic,
+    routing_semantic,
+    set_problems,
+)
 from gateway.policy._wire import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
@@ -152,6 +162,15 @@ def _check_int(value: Any, t: mi.IntType, path: str, out: list[Problem]) -> None
 
 _POLICY_TYPE = mi.type_info(GovernancePolicy)
 
+Document = GovernancePolicy | RoutingPolicy | GuardrailPolicy
+"""A decoded document of any kind this build knows."""
+
+_KINDS: dict[str, tuple[type[Any], Any, Any]] = {
+    "RoutingPolicy": (RoutingPolicy, mi.type_info(RoutingPolicy), routing_semantic),
+    "GuardrailPolicy": (GuardrailPolicy, mi.type_info(GuardrailPolicy), guardrail_semantic),
+}
+"""The kinds besides GovernancePolicy: (type, its msgspec type info, semantic checks)."""
+
 
 # The semantic checks read the raw mappings by *presence* (a key with a non-null value),
 # like the CRD's CEL rules do, so they run on every rule, even one with a structural
@@ -280,20 +299,32 @@ def _semantic_problems(doc: Any) -> list[Problem]:
     return out
 
 
-def validate_document(doc: Any) -> tuple[GovernancePolicy | None, list[Problem]]:
-    """Check one document; returns the decoded policy (if structurally sound) and problems.
+def validate_document(doc: Any) -> tuple[Document | None, list[Problem]]:
+    """Check one document; returns the decoded document (if structurally sound) and
+    problems. The ``kind`` field picks the type (GovernancePolicy when it names none
+    this build knows, so an unknown kind is reported against the known ones).
 
     Paths are relative to the document (``spec.rules[2].budget.limitMilliUSD``).
     """
-    if isinstance(doc, GovernancePolicy):
+    if isinstance(doc, GovernancePolicy | RoutingPolicy | GuardrailPolicy):
         doc = msgspec.to_builtins(doc)
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    cls: type[Any]
+    if isinstance(kind, str) and kind in _KINDS:
+        cls, info, semantic = _KINDS[kind]
+    else:
+        cls, info, semantic = GovernancePolicy, _POLICY_TYPE, _semantic_problems
     structural: list[Problem] = []
-    _check(doc, _POLICY_TYPE, "", structural)
-    problems = structural + _semantic_problems(doc)
+    _check(doc, info, "", structural)
+    if cls is GovernancePolicy and isinstance(kind, str) and kind != "GovernancePolicy":
+        known = ", ".join(["GovernancePolicy", *_KINDS])
+        structural = [(p, f"must be one of {known}; got {kind!r}") if p == "kind"
+                      else (p, m) for p, m in structural]
+    problems = structural + semantic(doc)
     if structural:
         return None, problems
     try:
-        policy = msgspec.convert(doc, GovernancePolicy)
+        policy: Document = msgspec.convert(doc, cls)
     except msgspec.ValidationError as exc:  # the walker should have caught it; be safe
         return None, [("$", str(exc))]
     return policy, problems
@@ -301,7 +332,7 @@ def validate_document(doc: Any) -> tuple[GovernancePolicy | None, list[Problem]]
 
 def document_label(doc: Any, index: int) -> str:
     """How a document is named in problem paths: its metadata.name, else its position."""
-    if isinstance(doc, GovernancePolicy):
+    if isinstance(doc, GovernancePolicy | RoutingPolicy | GuardrailPolicy):
         return doc.metadata.name
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
@@ -309,16 +340,17 @@ def document_label(doc: Any, index: int) -> str:
 
 
 def validate_documents(docs: Sequence[Any], *, origins: Sequence[str] | None = None
-                       ) -> tuple[list[GovernancePolicy], list[Problem]]:
+                       ) -> tuple[list[Document], list[Problem]]:
     """Check a whole set; every path is prefixed with its document (``name:path``).
 
     ``origins`` (one per document, e.g. ``policies/a.yaml``) is prepended to the label
     so a problem also names the file it is in (``policies/a.yaml:name:path``).
     """
-    policies: list[GovernancePolicy] = []
+    policies: list[Document] = []
     problems: list[Problem] = []
     seen_names: dict[str, str] = {}
     seen_uids: dict[str, str] = {}
+    others: list[tuple[str, RoutingPolicy | GuardrailPolicy]] = []
     for i, doc in enumerate(docs):
         label = document_label(doc, i)
         if origins is not None and origins[i] != label:
@@ -332,12 +364,16 @@ def validate_documents(docs: Sequence[Any], *, origins: Sequence[str] | None = N
             problems.append((f"{label}:metadata.name", f"duplicate policy name {name!r} "
                                                        f"(also {seen_names[name]})"))
         seen_names.setdefault(name, label)
-        for j, rule in enumerate(policy.spec.rules):
-            uid, where = rule_uid(name, rule), f"{label}:spec.rules[{j}]"
-            if uid in seen_uids:
-                problems.append((f"{where}.uid", f"duplicate rule uid {uid!r} "
-                                                 f"(also {seen_uids[uid]})"))
-            seen_uids.setdefault(uid, where)
+        if not isinstance(policy, GovernancePolicy):
+            others.append((label, policy))
+        else:
+            for j, rule in enumerate(policy.spec.rules):
+                uid, where = rule_uid(name, rule), f"{label}:spec.rules[{j}]"
+                if uid in seen_uids:
+                    problems.append((f"{where}.uid", f"duplicate rule uid {uid!r} "
+                                                     f"(also {seen_uids[uid]})"))
+                seen_uids.setdefault(uid, where)
         if not doc_problems:
             policies.append(policy)
+    problems += set_problems(others)
     return policies, problems
