@@ -20,6 +20,13 @@ Example::
     lease:
       frame_change_interval_s: 300  # a plane's counters replaced at most this often
       max_accounts_per_plane: 5000  # ledger rows one plane may hold in the open windows
+    credentials:                    # brokered to lease planes (POST /v1alpha1/credentials)
+      bedrock:                      # the name a plane's provider asks for
+        aws:                        # the role assumed per team (gateway's {kind: aws})
+          region: us-east-1
+          role_arn: arn:aws:iam::123456789012:role/inferplane-bedrock
+          duration_s: 900
+        teams: [ml, platform]       # who may have it (unset: any team a token serves)
 
 Tokens are never inline: each value is an ``env:NAME`` or ``file:PATH`` reference resolved
 by :func:`gateway.config.resolve_secret`. A data-plane token given as a bare reference
@@ -38,6 +45,7 @@ from typing import Annotated, NamedTuple
 import msgspec
 
 from gateway.config import (
+    AwsCredentials,
     Bytes,
     DatabaseSettings,
     Port,
@@ -108,6 +116,18 @@ class LeaseSettings(_Base, frozen=True):
     current ones and, around midnight, the adjacent ones)."""
 
 
+class BrokeredCredential(_Base, frozen=True):
+    """Cloud credentials inferplaned hands to lease planes (:mod:`controlplane.credentials`):
+    STS sessions of ``aws.role_arn``, one per request, named and tagged with the team
+    and the plane, for a team the asking plane's token serves."""
+
+    aws: AwsCredentials
+    """The role to assume and inferplaned's own credentials to assume it with (the
+    gateway's ``{kind: aws}`` shape; ``role_arn`` required, ``broker`` not allowed)."""
+    teams: Annotated[list[TeamName], msgspec.Meta(min_length=1)] | None = None
+    """The teams that may have it (unset: any team a plane's token serves)."""
+
+
 class ControlPlaneConfig(_Base, frozen=True):
     database: DatabaseSettings = DatabaseSettings()
     listen: ListenSettings = ListenSettings()
@@ -123,6 +143,9 @@ class ControlPlaneConfig(_Base, frozen=True):
     identity: IdentitySettings | None = None
     """The OIDC issuers whose tokens it exchanges and the gateway credentials it signs
     (``POST /v1alpha1/token``, docs/identity.md); unset: no token exchange."""
+    credentials: dict[str, BrokeredCredential] = {}
+    """Name → a cloud credential brokered to lease planes (docs/bedrock.md, "Lease
+    profile"); empty: ``POST /v1alpha1/credentials`` answers 404 for every name."""
 
 
 def is_loopback(host: str) -> bool:

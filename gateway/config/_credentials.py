@@ -9,7 +9,9 @@ the path of the bad field (``providers[2].credentials.duration_s``):
   container and instance roles, as botocore finds them), a named ``profile``, keys by
   reference, or ``web_identity_token_file``; then, with ``role_arn``, STS ``AssumeRole``
   (``AssumeRoleWithWebIdentity`` with a token file) with ``external_id``,
-  ``session_name``, ``duration_s`` and ``session_tags``.
+  ``session_name``, ``duration_s`` and ``session_tags``; or, with ``broker``, none of
+  these: short-lived session credentials fetched from inferplaned (the lease profile,
+  ADR-031: the plane holds no cloud secret, only its data-plane token).
 
 A new cloud adds one Struct here (``tag="gcp"``, say) and one member to
 :data:`Credentials`; its source lives in the providers package (the refresher base's
@@ -40,6 +42,27 @@ class StaticCredentials(_Shape, frozen=True, tag="static"):
     """``env:NAME`` or ``file:PATH``."""
 
 
+class AwsBroker(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Session credentials brokered by inferplaned (``POST /v1alpha1/credentials``): the
+    plane asks for one named credential for one team it serves and keeps the answer in
+    memory only, asking again before it expires. Use TLS (``https://``) between plane and
+    daemon anywhere but loopback: the answer carries a secret key and session token."""
+
+    url: str
+    """inferplaned's base URL (as ``control_plane.url``)."""
+    token_ref: str
+    """The plane's data-plane token (as ``control_plane.token_ref``); inferplaned hands
+    out credentials only for the teams that token's ``teams`` names."""
+    credential: str
+    """The name of the credential in inferplaned's ``credentials`` section."""
+    team: str
+    """The team whose session this deployment signs with (CloudTrail names it)."""
+    dataplane_id: str | None = None
+    """This plane's id (as ``control_plane.dataplane_id``), checked against the token's
+    ``planes`` and put into the session's name; unset: the token's name stands for it."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
+
+
 class AwsCredentials(_Shape, frozen=True, tag="aws"):
     """AWS credentials for SigV4, refreshed before they expire."""
 
@@ -64,6 +87,22 @@ class AwsCredentials(_Shape, frozen=True, tag="aws"):
     """STS session tags (``team``, ``user``): attribute the calls in CloudTrail."""
     sts_endpoint_url: str | None = None
     """STS endpoint (unset: the regional ``https://sts.{region}.amazonaws.com``)."""
+    broker: AwsBroker | None = None
+    """Session credentials from inferplaned instead of any source above (alone: with a
+    broker no other key but ``region`` may be set)."""
+
+    def __post_init__(self) -> None:
+        if self.broker is None:
+            return
+        local = [name for name in ("profile", "access_key_id_ref", "secret_access_key_ref",
+                                   "session_token_ref", "web_identity_token_file",
+                                   "role_arn", "external_id", "sts_endpoint_url")
+                 if getattr(self, name) is not None]
+        if self.session_tags:
+            local.append("session_tags")
+        if local:
+            raise ValueError(f"broker: inferplaned is the only source of brokered "
+                             f"credentials; remove {', '.join(local)}")
 
 
 class GcpCredentials(_Shape, frozen=True, tag="gcp"):
@@ -100,6 +139,8 @@ def credential_refs(where: str, creds: Credentials | None) -> list[tuple[str, st
         refs = [(f"{where}.credentials.{name}", getattr(creds, name))
                 for name in ("access_key_id_ref", "secret_access_key_ref",
                              "session_token_ref")]
+        if creds.broker is not None:
+            refs.append((f"{where}.credentials.broker.token_ref", creds.broker.token_ref))
         return [(key, ref) for key, ref in refs if ref is not None]
     if isinstance(creds, AzureCredentials) and creds.client_secret_ref is not None:
         return [(f"{where}.credentials.client_secret_ref", creds.client_secret_ref)]

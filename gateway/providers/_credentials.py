@@ -29,7 +29,11 @@ How a new source plugs in (``gateway/providers/_gcp.py``, say)::
 and the provider calls ``await source.start()`` in its ``start``, ``source.current()`` per
 request and ``await source.close()`` in its ``close``. The config shape goes into
 ``gateway/config/_credentials.py``. :class:`AwsSource` (botocore's credential chain and
-STS) is the AWS one.
+STS) is the AWS one; with ``broker`` set it asks inferplaned instead
+(``POST /v1alpha1/credentials`` with the plane's data-plane token, ADR-031): the session
+credentials it answers live in this object only (never written, never logged), and are
+asked for again on the same schedule as STS's. inferplaned's own side
+(:mod:`controlplane.credentials`) assumes the role with :func:`fetch_aws`.
 """
 
 from __future__ import annotations
@@ -41,15 +45,18 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import botocore
 import botocore.config
 import botocore.credentials
 import botocore.session
+import httpx
 import msgspec
 
 from gateway.config import AwsCredentials, resolve_secret
+from gateway.config._credentials import AwsBroker
 from gateway.providers._base import NotDispatched, UpstreamResponse
 
 log = logging.getLogger("mayu.credentials")
@@ -158,10 +165,107 @@ class CredentialSource(ABC, Generic[T]):
             await asyncio.sleep(self._next_in(got))
 
 
+class BrokerRefused(Exception):
+    """inferplaned did not hand out the credential (its status and message: no secret)."""
+
+
+class _Brokered(msgspec.Struct, frozen=True):
+    """inferplaned's answer to ``POST /v1alpha1/credentials``."""
+
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    expiration: str
+    """ISO 8601, with its offset."""
+
+    def __repr__(self) -> str:  # never a secret in a traceback or a log line
+        return f"_Brokered(expiration={self.expiration!r})"
+
+
+async def fetch_brokered(broker: AwsBroker, *, where: str
+                         ) -> Fetched[botocore.credentials.ReadOnlyCredentials]:
+    """One session from inferplaned (:class:`BrokerRefused` when it refuses)."""
+    token = resolve_secret(broker.token_ref, key=f"{where}.credentials.broker.token_ref")
+    body = {"credential": broker.credential, "team": broker.team,
+            "dataplane_id": broker.dataplane_id}
+    async with httpx.AsyncClient(timeout=broker.timeout_s) as client:
+        answer = await client.post(f"{broker.url.rstrip('/')}/v1alpha1/credentials",
+                                   json=body, headers={"Authorization": f"Bearer {token}"})
+    if answer.status_code != 200:
+        try:
+            message = answer.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = answer.reason_phrase
+        raise BrokerRefused(f"inferplaned answered {answer.status_code} for credential "
+                            f"{broker.credential!r} of team {broker.team!r}: {message}")
+    got = msgspec.json.decode(answer.content, type=_Brokered)
+    return Fetched(botocore.credentials.ReadOnlyCredentials(
+        got.access_key_id, got.secret_access_key, got.session_token),
+        datetime.fromisoformat(got.expiration).timestamp())
+
+
+def fetch_aws(s: AwsCredentials, *, where: str
+              ) -> Fetched[botocore.credentials.ReadOnlyCredentials]:
+    """Credentials of ``s`` (not brokered): the chain, a profile or keys, then STS when a
+    role is named. Blocking (botocore): run it in a thread."""
+    session = _session(s, where=where)
+    if s.role_arn is None:
+        creds = session.get_credentials()
+        if creds is None:
+            raise LookupError("no AWS credentials found (environment, profile, "
+                              "web identity, container or instance role)")
+        return Fetched(creds.get_frozen_credentials())
+    sts: Any = session.create_client(
+        "sts", region_name=s.region,
+        endpoint_url=s.sts_endpoint_url or f"https://sts.{s.region}.amazonaws.com",
+        config=botocore.config.Config(
+            # AssumeRoleWithWebIdentity is unsigned: the token is the proof.
+            signature_version=(botocore.UNSIGNED if s.web_identity_token_file
+                               else None),
+            # botocore refuses a DurationSeconds below AWS's 900 before sending; a
+            # shorter session (a test peer's) is left for the STS to judge.
+            parameter_validation=s.duration_s >= 900))
+    args: dict[str, object] = {"RoleArn": s.role_arn, "RoleSessionName": s.session_name,
+                               "DurationSeconds": s.duration_s}
+    if s.web_identity_token_file:
+        with open(s.web_identity_token_file, encoding="utf-8") as f:
+            args["WebIdentityToken"] = f.read().strip()
+        answer = sts.assume_role_with_web_identity(**args)
+    else:
+        if s.external_id:
+            args["ExternalId"] = s.external_id
+        if s.session_tags:
+            args["Tags"] = [{"Key": k, "Value": v} for k, v in s.session_tags.items()]
+        answer = sts.assume_role(**args)
+    c = answer["Credentials"]
+    return Fetched(botocore.credentials.ReadOnlyCredentials(
+        c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]),
+        c["Expiration"].timestamp())
+
+
+def _session(s: AwsCredentials, *, where: str) -> botocore.session.Session:
+    session = botocore.session.Session(profile=s.profile)
+    if s.access_key_id_ref or s.secret_access_key_ref:
+        if not (s.access_key_id_ref and s.secret_access_key_ref):
+            raise ValueError(f"{where}.credentials: access_key_id_ref and "
+                             "secret_access_key_ref go together")
+        token = (resolve_secret(s.session_token_ref,
+                                key=f"{where}.credentials.session_token_ref")
+                 if s.session_token_ref else None)
+        session.set_credentials(
+            resolve_secret(s.access_key_id_ref,
+                           key=f"{where}.credentials.access_key_id_ref"),
+            resolve_secret(s.secret_access_key_ref,
+                           key=f"{where}.credentials.secret_access_key_ref"),
+            token)
+    return session
+
+
 class AwsSource(CredentialSource[botocore.credentials.ReadOnlyCredentials]):
     """AWS credentials (``{kind: aws}``): botocore's chain or a profile, keys by
     reference, then STS ``AssumeRole`` / ``AssumeRoleWithWebIdentity`` when a role is
-    named. botocore is synchronous: every fetch runs in a thread."""
+    named (botocore is synchronous: every fetch runs in a thread); or, with ``broker``,
+    session credentials from inferplaned."""
 
     def __init__(self, settings: AwsCredentials, *, provider: str, where: str) -> None:
         super().__init__(provider=provider)
@@ -169,58 +273,6 @@ class AwsSource(CredentialSource[botocore.credentials.ReadOnlyCredentials]):
         self._where = where
 
     async def fetch(self) -> Fetched[botocore.credentials.ReadOnlyCredentials]:
-        return await asyncio.to_thread(self._fetch)
-
-    def _session(self) -> botocore.session.Session:
-        s = self.settings
-        session = botocore.session.Session(profile=s.profile)
-        if s.access_key_id_ref or s.secret_access_key_ref:
-            if not (s.access_key_id_ref and s.secret_access_key_ref):
-                raise ValueError(f"{self._where}.credentials: access_key_id_ref and "
-                                 "secret_access_key_ref go together")
-            token = (resolve_secret(s.session_token_ref,
-                                    key=f"{self._where}.credentials.session_token_ref")
-                     if s.session_token_ref else None)
-            session.set_credentials(
-                resolve_secret(s.access_key_id_ref,
-                               key=f"{self._where}.credentials.access_key_id_ref"),
-                resolve_secret(s.secret_access_key_ref,
-                               key=f"{self._where}.credentials.secret_access_key_ref"),
-                token)
-        return session
-
-    def _fetch(self) -> Fetched[botocore.credentials.ReadOnlyCredentials]:
-        s = self.settings
-        session = self._session()
-        if s.role_arn is None:
-            creds = session.get_credentials()
-            if creds is None:
-                raise LookupError("no AWS credentials found (environment, profile, "
-                                  "web identity, container or instance role)")
-            return Fetched(creds.get_frozen_credentials())
-        sts: Any = session.create_client(
-            "sts", region_name=s.region,
-            endpoint_url=s.sts_endpoint_url or f"https://sts.{s.region}.amazonaws.com",
-            config=botocore.config.Config(
-                # AssumeRoleWithWebIdentity is unsigned: the token is the proof.
-                signature_version=(botocore.UNSIGNED if s.web_identity_token_file
-                                   else None),
-                # botocore refuses a DurationSeconds below AWS's 900 before sending; a
-                # shorter session (a test peer's) is left for the STS to judge.
-                parameter_validation=s.duration_s >= 900))
-        args: dict[str, object] = {"RoleArn": s.role_arn, "RoleSessionName": s.session_name,
-                                   "DurationSeconds": s.duration_s}
-        if s.web_identity_token_file:
-            with open(s.web_identity_token_file, encoding="utf-8") as f:
-                args["WebIdentityToken"] = f.read().strip()
-            answer = sts.assume_role_with_web_identity(**args)
-        else:
-            if s.external_id:
-                args["ExternalId"] = s.external_id
-            if s.session_tags:
-                args["Tags"] = [{"Key": k, "Value": v} for k, v in s.session_tags.items()]
-            answer = sts.assume_role(**args)
-        c = answer["Credentials"]
-        return Fetched(botocore.credentials.ReadOnlyCredentials(
-            c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]),
-            c["Expiration"].timestamp())
+        if self.settings.broker is not None:
+            return await fetch_brokered(self.settings.broker, where=self._where)
+        return await asyncio.to_thread(fetch_aws, self.settings, where=self._where)
