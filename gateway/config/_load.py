@@ -15,6 +15,7 @@ from gateway.ceilings import MAX_AMOUNT
 from gateway.config._credentials import AwsCredentials, credential_refs
 from gateway.config._models import ModelFigures, check_output_caps, resolve_models
 from gateway.config._ranges import PRICE_FIELDS
+from gateway.config._routing import check_soft_tier
 from gateway.config._settings import Deployment, ModelSettings, ProviderSettings, Settings
 from gateway.errors import ConfigError
 from gateway.pricing import ModelPrice
@@ -112,6 +113,8 @@ def _check(settings: Settings) -> None:
                 raise ConfigError(f"models[{i}].deployments[{j}].provider: unknown provider "
                                   f"{d.provider!r} (known: {', '.join(names) or 'none'})")
         _check_price(f"models[{i}]", m)
+        if (wrong := check_soft_tier(f"models[{i}]", m)) is not None:
+            raise ConfigError(wrong)
     check_output_caps(settings)
     if settings.policies is not None and settings.control_plane is not None:
         raise ConfigError("policies: mutually exclusive with control_plane "

@@ -64,6 +64,7 @@ from gateway.governance._plan import (
     refill,
     retry_after_seconds,
     settlement_fingerprint,
+    soft_charges,
     tpm_estimate,
     utc_windows,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "build_request",
     "is_slot",
     "plan_charges",
+    "soft_charges",
     "read_journal",
     "recovered_outcome",
     "refill",

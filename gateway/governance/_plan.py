@@ -220,6 +220,20 @@ def plan_charges(principal: Principal, snapshot: PolicySnapshot, *, token_bound:
     return tuple(sorted(charges, key=lambda c: c.counter))
 
 
+def soft_charges(principal: Principal, snapshot: PolicySnapshot, *,
+                 now: datetime) -> list[Charge]:
+    """The soft budgets (policy ``budget`` rules with ``hardCap: false``) that bind the
+    caller, as the accounts :func:`plan_charges` would charge (amounts 0): what routing
+    reads to switch a caller past one to its model's cheaper tier (ADR-046)."""
+    day, month = utc_windows(now)
+    charges: list[Charge] = []
+    for rule in snapshot.rules_for(principal.team.name, principal.user, principal.key_id):
+        if rule.kind == "budget" and not rule.hard_cap:
+            scope = rule.scope(principal.team.name, principal.user, principal.key_id)
+            charges += _rule_charges(rule, scope, 0, 0, day, month, 0)
+    return charges
+
+
 def build_request(principal: Principal, snapshot: PolicySnapshot, *, request_id: str,
                   model: str, token_bound: int, usd_bound: int,
                   now: datetime, tpm: int | None = None) -> AdmissionRequest:

@@ -93,6 +93,11 @@ class Attempt:
     """Bytes of the request may have reached the upstream (cancelled vs uncertain)."""
     after: tuple[str, ...] = ()
     """The deployments this request tried before this one (a fallback: they failed)."""
+    tier: str | None = None
+    """``soft`` or ``standard`` for a model with ``routing.soft_tier`` (which tier this
+    deployment is), else None: the answer's ``x-inferplane-tier``, the usage log's tier."""
+    tier_kept: str | None = None
+    """Past a soft budget, kept on the standard tier for this capability."""
 
     @property
     def request_id(self) -> str:
@@ -113,6 +118,10 @@ class Attempt:
             h["x-inferplane-input-bound"] = call.bounds.input_basis
         if call.output_cap is not None:
             h["x-inferplane-output-cap"] = str(call.output_cap)
+        if self.tier is not None:
+            h["x-inferplane-tier"] = self.tier
+            if self.tier_kept is not None:
+                h["x-inferplane-tier-kept"] = self.tier_kept
         return h
 
     async def bound(self) -> None:
@@ -266,4 +275,5 @@ class Attempt:
             **({"output_cap": call.output_cap} if call.output_cap is not None else {}),
             # Guarded requests are marked: findings so far (docs/guardrails.md).
             **({"guardrails": call.guard.findings} if call.guard is not None else {}),
+            **({"tier": self.tier} if self.tier is not None else {}),
             **fields})

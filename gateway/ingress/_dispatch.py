@@ -60,13 +60,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 import anyio
 
 from gateway.errors import UpstreamUnavailable
-from gateway.governance import Bounds, Outcome, OutcomeKind
+from gateway.governance import Bounds, Outcome, OutcomeKind, soft_charges
 from gateway.guardrails import GuardrailBlocked, guard_request, stream_filter
 from gateway.ingress._attempt import Attempt, outcome_for
 from gateway.ingress._bounds import choices, input_bound, input_classes
@@ -94,7 +95,15 @@ from gateway.providers import (
     UpstreamFailure,
     UpstreamResponse,
 )
-from gateway.routing import Plan, Session, retry_after_s, session_of
+from gateway.routing import (
+    STANDARD,
+    Plan,
+    Session,
+    TierChoice,
+    choose_tier,
+    retry_after_s,
+    session_of,
+)
 from gateway.usage import Endpoint, StreamMeter, extract_json, stream_error_event
 
 log = logging.getLogger("mayu.ingress")
@@ -156,7 +165,8 @@ async def dispatch(call: Call, *, session: Session | None = None) -> Reply:
     admit → dispatch → settle, one attempt per deployment in that order, until one
     answers."""
     await call.gw.router.recall(call.model, session)  # the shared profile's pin, if any
-    plan = call.gw.router.plan(call.model, call.deployments, session=session)
+    tier = await _tier(call)  # past a soft budget: the model's cheaper tier, if it can
+    plan = call.gw.router.plan(call.model, call.deployments, session=session, tier=tier)
     await plan.settle_affinity()  # preferAffinity: a bounded wait for the pinned one
     routing = call.model.routing
     if routing is not None and routing.dedupe and not call.stream:
@@ -165,12 +175,26 @@ async def dispatch(call: Call, *, session: Session | None = None) -> Reply:
     return await _in_order(call, plan)
 
 
+async def _tier(call: Call) -> TierChoice:
+    """The tier of a request of a model with ``routing.soft_tier`` (``gateway.routing``'s
+    ``choose_tier``: its caller's soft budgets as the store holds them, a few hundred ms
+    old at most); standard for every other model, without a read."""
+    routing = call.model.routing
+    if routing is None or routing.soft_tier is None:
+        return STANDARD
+    charges = soft_charges(call.principal, call.gw.policy.snapshot(), now=datetime.now(UTC))
+    return await choose_tier(call.gw.router.soft, call.gw.governance, call.model, charges,
+                             input_tokens=call.bounds.input_tokens,
+                             tools=bool(call.client_doc.get("tools")))
+
+
 async def _in_order(call: Call, plan: Plan[Provider]) -> Reply:
     """Each deployment in the plan's order until one answers (the module docstring)."""
     failed: list[str] = []  # the deployments tried before, for a fallback's refusal
     for index, (deployment, provider) in enumerate(plan.order):
         attempt = Attempt(call=call, deployment=deployment, provider=provider, index=index,
-                          after=tuple(failed))
+                          after=tuple(failed), tier=plan.tier_of(deployment),
+                          tier_kept=plan.tier.kept)
         await attempt.bound()  # this deployment's cap and counts
         await attempt.admit()  # one call to the Governor: a permit, or the refusal
         # Dispatch; the permit is settled once, as the answer ends (or here, on a failure).

@@ -28,30 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from gateway.config import Deployment, ModelSettings
+from gateway.config._routing import deployment_names
 from gateway.routing._dedupe import Dedupe
 from gateway.routing._health import Health, State
 from gateway.routing._pins import SharedPins
 from gateway.routing._session import Session
+from gateway.routing._soft import STANDARD, SoftBudgets, TierChoice, soft_names
 
 log = logging.getLogger("mayu.routing")
 
 P = TypeVar("P")
-
-
-def deployment_names(model: ModelSettings) -> dict[int, str]:
-    """Each deployment's name (by its index): ``name``, else ``provider/upstream_model``,
-    with ``#n`` added to a repeated one."""
-    names: dict[int, str] = {}
-    seen: set[str] = set()
-    for i, d in enumerate(model.deployments):
-        base = d.name or f"{d.provider}/{d.upstream_model or model.name}"
-        name, n = base, 1
-        while name in seen:
-            n += 1
-            name = f"{base}#{n}"
-        seen.add(name)
-        names[i] = name
-    return names
 
 
 @dataclass
@@ -80,6 +66,17 @@ class Plan(Generic[P]):
     """The session's pinned deployment, if any (whether or not it is first)."""
     wait_for: str | None = None
     """``preferAffinity``: the pinned deployment to wait for before the first attempt."""
+    tier: TierChoice = STANDARD
+    """The tier chosen (``routing.soft_tier``): soft puts the soft-tier deployments
+    first and keeps the others as their fallbacks; standard leaves them out."""
+
+    def tier_of(self, deployment: Deployment) -> str | None:
+        """What the usage log and the answer say served: ``soft`` or ``standard`` for a
+        model with a soft tier, None for one without."""
+        soft = soft_names(self.model)
+        if not soft:
+            return None
+        return "soft" if self.router.name_of(self.model, deployment) in soft else "standard"
 
     async def settle_affinity(self) -> None:
         """``preferAffinity``: wait up to ``affinity_wait_s`` for the pinned deployment to
@@ -117,6 +114,8 @@ class Router:
         """Identical requests in flight (``routing.dedupe``)."""
         self.shared: SharedPins | None = None
         """The shared profile's pins (:meth:`share`); None: this replica's memory only."""
+        self.soft = SoftBudgets(clock=clock)
+        """Soft budget figures, read at most every ``soft_tier.max_age_s``."""
 
     def share(self, pool: Any) -> None:
         """Keep pins in the shared database too (the shared profile's pool)."""
@@ -162,11 +161,29 @@ class Router:
         return h
 
     def plan(self, model: ModelSettings, candidates: Sequence[tuple[Deployment, P]], *,
-             session: Session | None = None) -> Plan[P]:
-        """The order to try ``candidates`` in for one request (module docstring)."""
+             session: Session | None = None, tier: TierChoice = STANDARD) -> Plan[P]:
+        """The order to try ``candidates`` in for one request (module docstring). With a
+        soft tier: on ``tier`` soft its deployments first (affinity among them), the
+        others after them as fallbacks; on standard the soft-tier ones are left out."""
         routing = model.routing
         if routing is None:
             return Plan(self, model, list(candidates))
+        soft = soft_names(model)
+        if soft:
+            ours = [c for c in candidates if self.name_of(model, c[0]) in soft]
+            rest = [c for c in candidates if self.name_of(model, c[0]) not in soft]
+            if tier.tier == "soft" and ours:
+                plan = self._plan(model, ours, session)
+                plan.order += self._plan(model, rest, None).order
+                plan.tier = tier
+                return plan
+            candidates = rest
+        return self._plan(model, candidates, session)
+
+    def _plan(self, model: ModelSettings, candidates: Sequence[tuple[Deployment, P]],
+              session: Session | None) -> Plan[P]:
+        routing = model.routing
+        assert routing is not None
         now = self.clock()
         groups: dict[State, list[tuple[Deployment, P]]] = {s: [] for s in State}
         states: dict[str, State] = {}
