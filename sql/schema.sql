@@ -240,7 +240,11 @@ CREATE TABLE permits (
     -- Valid usage above the admitted bound was committed in full (DESIGN §5).
     bound_exceeded      boolean NOT NULL DEFAULT false,
     -- When an operator or a provider figure resolved the permit's liability.
-    resolved_at         timestamptz
+    resolved_at         timestamptz,
+    -- The lease-profile plane whose usage record this is (POST /v1alpha1/usage, shipped
+    -- after the plane settled it; counters and accounts are not charged by it: the
+    -- plane's heartbeat reports its spend). NULL: admitted by the shared profile.
+    plane               text
 );
 CREATE INDEX permits_team_month_idx ON permits (team_id, month);
 CREATE INDEX permits_key_month_idx ON permits (key_id, month);
@@ -253,6 +257,9 @@ CREATE INDEX permits_key_created_idx ON permits (key_id, created_at);
 -- summary; retention's oldest first. Admission time only grows, so an insert lands at
 -- its right edge.
 CREATE INDEX permits_created_idx ON permits (created_at, id);
+-- One plane's request log (GET /admin/v1/requests?plane=…), newest first.
+CREATE INDEX permits_plane_created_idx ON permits (plane, created_at)
+    WHERE plane IS NOT NULL;
 
 -- The request log's facts beyond a permit: the route a request came in by, the deployment
 -- that answered it, the client tool its User-Agent names (claude-code, codex,
