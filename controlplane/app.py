@@ -10,7 +10,8 @@ the name of the token that made it.
 Routes: ``PUT/GET/DELETE /v1alpha1/policies/{name}``, ``GET /v1alpha1/policies``,
 ``GET /v1alpha1/generation``, ``GET /v1alpha1/changes?since=N``, the lease profile's
 ``POST /v1alpha1/sync`` (data plane tokens, each for its own plane ids) and
-``GET /v1alpha1/dataplanes`` (:mod:`controlplane.leases`), the token exchange, its JWKS
+``GET /v1alpha1/dataplanes`` (:mod:`controlplane.leases`), the planes' request logs
+``POST /v1alpha1/usage`` (:mod:`controlplane.usage`), the token exchange, its JWKS
 and user revocation (:mod:`controlplane.identity`), ``GET /metrics``
 (:mod:`controlplane.metrics`, reader and writer tokens), ``/healthz``, ``/readyz``, and
 the OpenAPI document of them all, ``GET /v1alpha1/openapi.json`` (:mod:`controlplane.openapi`).
@@ -34,7 +35,7 @@ from litestar import Litestar, Request, Response, delete, get, post, put
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, FromQuery
 
-from controlplane import identity, leases
+from controlplane import identity, leases, usage
 from controlplane.auth import Identity, TokenAuth
 from controlplane.metrics import ControlPlaneMetrics
 from controlplane.openapi import OPENAPI
@@ -297,7 +298,7 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
     app = Litestar(
         route_handlers=[put_policy, delete_policy, get_policy, list_policies, generation,
                         list_changes, sync, dataplanes, metrics, healthz, readyz,
-                        *identity.ROUTES],
+                        *identity.ROUTES, *usage.ROUTES],
         lifespan=[lifespan],
         exception_handlers={InferplaneError: _on_inferplane_error,
                             HTTPException: _on_http_error, Exception: _on_unhandled},
@@ -310,6 +311,7 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
     app.state.pool = pool
     app.state.metrics = metrics_
     app.state.broker = None if config.identity is None else identity.Broker(config.identity)
+    app.state.usage_log = usage.UsageLog(pool=pool, registry=metrics_.registry)
     app.state.ledger = leases.Ledger(pool=pool, cache=leases.PolicyCache(),
                                      settings=config.lease, tokens=auth.dataplane_names,
                                      metrics=metrics_)

@@ -57,6 +57,7 @@ from gateway.standalone import standalone_warning
 
 if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
     from gateway.db import Pool
+    from gateway.lease import UsageSpool
 
 log = logging.getLogger("mayu")
 
@@ -89,6 +90,8 @@ class Components:
     providers: dict[str, Provider] | None = None
     pool: Pool | None = None
     """The shared profile's pool (budget alerts and the cluster gauges read through it)."""
+    usage_spool: UsageSpool | None = None
+    """The lease profile's usage spool (its figures on /metrics)."""
 
 
 def _local_path(settings: Settings, configured: str | None) -> str:
@@ -120,7 +123,13 @@ async def build_components(settings: Settings, stack: AsyncExitStack) -> Compone
 async def _lease_components(settings: Settings, keys: KeyStore,
                             stack: AsyncExitStack) -> Components:
     """The lease profile: local stores, clamped and gated by leases from inferplaned."""
-    from gateway.lease import LeaseClient, LeaseFile, LeaseGovernanceStore, LeaseState
+    from gateway.lease import (
+        LeaseClient,
+        LeaseFile,
+        LeaseGovernanceStore,
+        LeaseState,
+        UsageSpool,
+    )
 
     cp = settings.control_plane
     assert cp is not None
@@ -137,7 +146,14 @@ async def _lease_components(settings: Settings, keys: KeyStore,
         default_id=settings.server.replica_id or socket.gethostname(),
         timeout_s=cp.timeout_s, min_interval_s=cp.min_heartbeat_interval_s,
         max_interval_s=cp.max_heartbeat_interval_s)
-    return Components(key_store=keys, governance=governance, policy=client)
+    # Each settled request's usage record, shipped to inferplaned (docs/lease.md).
+    spool = UsageSpool(path, url=cp.url, token=token, key_store=keys,
+                       timeout_s=max(cp.timeout_s, 5.0))
+    await spool.open()
+    stack.push_async_callback(spool.close)
+    await spool.start()
+    return Components(key_store=keys, governance=governance, policy=client,
+                      usage_spool=spool)
 
 
 def _dataplane_id(configured: str | None) -> str | None:
@@ -369,6 +385,8 @@ def create_app(settings: Settings, *, components: Components | None = None,
             await provider.start()
             stack.push_async_callback(provider.close)
         metrics = Metrics(team_labels=settings.server.metrics_team_labels)
+        if comps.usage_spool is not None:
+            metrics.registry.register(comps.usage_spool.collector())
         _count_policy_errors(metrics, stack)
         if not settings.shared and (worker is None or worker[0] == 0):
             # Workers: their gauges are summed, so one of them starts from the day's total.

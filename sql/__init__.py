@@ -13,10 +13,12 @@ Postgres, the present (one current definition of everything):
   ``alert_queries.sql`` through :data:`alert_queries` (budget alerts and the cluster
   gauges), ``identity_queries.sql`` through :data:`identity_queries` (inferplaned's token
   exchange and user revocation), ``routing_queries.sql`` through :data:`routing_queries`
-  (cache affinity's shared pins).
+  (cache affinity's shared pins), ``usage_queries.sql`` through :data:`usage_queries`
+  (lease planes' request logs, stored by inferplaned).
 
 SQLite (the local profile's file, ``<data_dir>/mayu.db``): ``local/keys.sql``,
-``local/governance.sql``, ``local/lease.sql`` and ``local/alerts.sql``, one per store,
+``local/governance.sql``, ``local/lease.sql``, ``local/usage.sql`` (the lease plane's
+usage spool) and ``local/alerts.sql``, one per store,
 each its ``schema`` (run with executescript when the store opens) then one named
 statement per call (``:name`` parameters), exposed through :data:`local_keys`,
 :data:`local_governance`, :data:`local_lease` and :data:`local_alerts`.
@@ -119,12 +121,14 @@ lease_queries = _Queries("lease_queries")
 alert_queries = _Queries("alert_queries")
 identity_queries = _Queries("identity_queries")
 routing_queries = _Queries("routing_queries")
+usage_queries = _Queries("usage_queries")
 local_keys = _Queries("local/keys")
 local_governance = _Queries("local/governance")
 local_lease = _Queries("local/lease")
+local_usage = _Queries("local/usage")
 local_alerts = _Queries("local/alerts")
 
 __all__ = ["BASELINE", "BASELINE_SHA256", "SCHEMA", "alert_queries", "baseline_script",
            "identity_queries", "lease_queries", "local_alerts", "local_governance",
-           "local_keys", "local_lease", "queries", "routing_queries", "run_script",
-           "script"]
+           "local_keys", "local_lease", "local_usage", "queries", "routing_queries",
+           "run_script", "script", "usage_queries"]

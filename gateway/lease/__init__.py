@@ -5,13 +5,16 @@ arithmetic (:mod:`._ledger`, executed by ``sql/lease.sql``). The data plane's si
 per-document application of the distributed set (:mod:`._apply`), the lease table with
 clamp-and-gate (:mod:`._state`), the local store it bounds (:mod:`._store`), its SQLite
 bookkeeping (:mod:`._local`) and the heartbeat that is its policy source
-(:mod:`._client`).
+(:mod:`._client`). Both sides of the usage protocol's wire types (:mod:`._records`), and
+the plane's spool that ships its request log to inferplaned (:mod:`._spool`).
 """
 
 from gateway.lease._apply import AppliedPolicy, ManagedRule, apply_documents
 from gateway.lease._client import LeaseClient
 from gateway.lease._ledger import Account, LedgerRow, Report, sync
 from gateway.lease._local import LeaseFile
+from gateway.lease._records import MAX_RECORDS, USAGE_PATH, UsageAck, UsageBatch, UsageRecord
+from gateway.lease._spool import DEFAULT_BOUND, UsageSpool
 from gateway.lease._state import Lease, LeaseState
 from gateway.lease._store import LeaseGovernanceStore
 from gateway.lease._wire import (
@@ -35,6 +38,13 @@ from gateway.lease._wire import (
 )
 
 __all__ = [
+    "DEFAULT_BOUND",
+    "MAX_RECORDS",
+    "USAGE_PATH",
+    "UsageAck",
+    "UsageBatch",
+    "UsageRecord",
+    "UsageSpool",
     "AppliedPolicy",
     "Lease",
     "LeaseClient",

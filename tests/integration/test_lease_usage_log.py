@@ -1,0 +1,157 @@
+"""A lease plane's usage records: the spool that queues them (real SQLite) and the request
+log inferplaned stores them in (real Postgres).
+
+The end-to-end path (three planes, inferplaned killed for a minute) is
+``tests/e2e/test_lease_usage_spool.py``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controlplane.auth import Identity
+from controlplane.usage import PlaneNotSynced, PlaneOfAnotherToken, UsageLog
+from gateway.db import Pool
+from gateway.governance import LocalGovernanceStore
+from gateway.lease import UsageBatch, UsageRecord, UsageSpool
+
+pytestmark = pytest.mark.integration
+
+NODE = Identity("node-a", "dataplane", ("p1",), ("ml", "ops"))
+
+
+def record(*, team: str = "ml", usd: int = 1_234, **extra: Any) -> UsageRecord:
+    fields: dict[str, Any] = {
+        "id": uuid.uuid4().hex, "request_id": f"req-{uuid.uuid4().hex[:8]}",
+        "key_id": "k1", "team": team, "model": "gpt-lease", "status": "complete",
+        "generation": 3, "day": "2026-12-07", "month": "2026-12", "token_bound": 300,
+        "usd_bound": 9_000, "created_us": 1_796_600_000_000_000,
+        "settled_us": 1_796_600_000_500_000, "tokens_committed": 120,
+        "usd_committed": usd, "route": "/v1/chat/completions", "deployment": "up/mock",
+        "client": "httpx", "http_status": 200, "input": 20, "output": 100}
+    return UsageRecord(**(fields | extra))
+
+
+async def synced(pool: Pool, plane: str, token: str) -> None:
+    async with pool.connection() as conn:
+        await conn.execute("INSERT INTO lease_dataplanes (id, token_name, frame, boot, seq)"
+                           " VALUES (%s, %s, 'f', 'b', 1)", (plane, token))
+
+
+def log_rows(dsn: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT replace(p.id::text, '-', ''), p.plane, p.team_id, p.usd_committed,"
+            " p.tokens_committed, f.input, f.output, f.deployment FROM permits p"
+            " LEFT JOIN permit_facts f ON f.permit_id = p.id ORDER BY 1").fetchall()
+
+
+async def test_a_batch_sent_twice_is_stored_once(pg_pool: Pool, pg_dsn: str) -> None:
+    """A replayed batch stores nothing twice: the second answer lists every id as
+    present, and the log holds each record once with its figures and facts."""
+    await synced(pg_pool, "p1", "node-a")
+    log = UsageLog(pool=pg_pool, registry=CollectorRegistry())
+    batch = UsageBatch(plane="p1", records=[record(usd=100 + i) for i in range(5)])
+    first = await log.store(batch, NODE)
+    again = await log.store(batch, NODE)
+    ids = sorted(r.id for r in batch.records)
+    assert sorted(first.stored) == ids and first.present == [] and first.conflicts == []
+    assert again.stored == [] and sorted(again.present) == ids
+    rows = log_rows(pg_dsn)
+    assert [r[0] for r in rows] == ids
+    by_id = {r.id: r for r in batch.records}
+    for permit, plane, team, usd, tokens, inp, out, deployment in rows:
+        assert (plane, team, usd, tokens) == ("p1", "ml", by_id[permit].usd_committed, 120)
+        assert (inp, out, deployment) == (20, 100, "up/mock")
+
+
+async def test_an_id_of_another_plane_is_a_conflict_left_alone(pg_pool: Pool,
+                                                              pg_dsn: str) -> None:
+    """The same permit id from another plane is answered as a conflict and never
+    overwrites the first plane's record."""
+    await synced(pg_pool, "p1", "node-a")
+    await synced(pg_pool, "p2", "node-b")
+    log = UsageLog(pool=pg_pool, registry=CollectorRegistry())
+    shared = record(usd=7)
+    await log.store(UsageBatch(plane="p1", records=[shared]), NODE)
+    other = Identity("node-b", "dataplane", ("p2",), None)
+    ack = await log.store(UsageBatch(plane="p2", records=[
+        UsageRecord(**{**{f: getattr(shared, f) for f in shared.__struct_fields__},
+                       "usd_committed": 999})]), other)
+    assert ack.conflicts == [shared.id] and ack.stored == []
+    assert [(r[1], r[3]) for r in log_rows(pg_dsn)] == [("p1", 7)]
+
+
+async def test_a_team_the_token_may_not_report_is_refused(pg_pool: Pool,
+                                                          pg_dsn: str) -> None:
+    """Records of a team outside the token's ``teams`` are refused and never stored;
+    the others of the batch are."""
+    await synced(pg_pool, "p1", "node-a")
+    log = UsageLog(pool=pg_pool, registry=CollectorRegistry())
+    good, bad = record(team="ops"), record(team="finance")
+    ack = await log.store(UsageBatch(plane="p1", records=[good, bad]), NODE)
+    assert ack.stored == [good.id] and ack.refused == [bad.id]
+    assert [r[0] for r in log_rows(pg_dsn)] == [good.id]
+
+
+async def test_a_plane_stores_only_after_its_token_synced_it(pg_pool: Pool,
+                                                             pg_dsn: str) -> None:
+    """A plane that never synced is told to sync first (409), and a plane bound to
+    another token is refused (409); neither stores anything."""
+    log = UsageLog(pool=pg_pool, registry=CollectorRegistry())
+    with pytest.raises(PlaneNotSynced):
+        await log.store(UsageBatch(plane="p1", records=[record()]), NODE)
+    await synced(pg_pool, "p1", "node-z")
+    with pytest.raises(PlaneOfAnotherToken):
+        await log.store(UsageBatch(plane="p1", records=[record()]), NODE)
+    assert log_rows(pg_dsn) == []
+
+
+def settle_rows(path: Path, count: int) -> list[str]:
+    """``count`` permits and their settlements written as the local store writes them."""
+    ids = [uuid.uuid4().hex for _ in range(count)]
+    with sqlite3.connect(path) as conn:
+        for i, permit in enumerate(ids):
+            conn.execute(
+                "INSERT INTO gov_permits (id, request_id, key_id, team_id, user, model, day,"
+                " month, token_bound, usd_bound, request, status, created_us) VALUES"
+                " (?, ?, 'k1', 't1', NULL, 'm', '2026-12-07', '2026-12', 10, 100, ?,"
+                " 'settled', ?)", (permit, f"r{i}", b'{"policy_generation": 4}', i))
+            conn.execute(
+                "INSERT INTO gov_settlements (permit_id, kind, fingerprint, tokens_committed,"
+                " usd_committed, settled_us) VALUES (?, 'complete', 'fp', 5, 50, ?)",
+                (permit, i))
+    return ids
+
+
+async def test_the_spool_queues_each_settlement_up_to_its_bound(tmp_path: Path) -> None:
+    """Each settlement queues its permit in its own transaction; past the bound the
+    settlement still commits and is counted as dropped; the state survives a reopen."""
+    path = tmp_path / "mayu.db"
+    store = LocalGovernanceStore(str(path))
+    await store.open()
+    spool = UsageSpool(str(path), url="http://127.0.0.1:9", token=None, bound=3)
+    await spool.open()
+    try:
+        ids = settle_rows(path, 5)
+        with sqlite3.connect(path) as conn:
+            queued = [r[0] for r in conn.execute(
+                "SELECT permit_id FROM usage_spool ORDER BY seq")]
+            settled = conn.execute("SELECT count(*) FROM gov_settlements").fetchone()[0]
+        assert queued == ids[:3] and settled == 5
+    finally:
+        await spool.close()
+    again = UsageSpool(str(path), url="http://127.0.0.1:9", token=None, bound=3)
+    await again.open()
+    try:
+        assert (again.state.queued, again.state.dropped, again.state.bound) == (3, 2, 3)
+    finally:
+        await again.close()
+        await store.close()
