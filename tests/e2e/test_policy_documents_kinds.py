@@ -254,3 +254,42 @@ def test_a_routing_document_moves_the_traffic(kinds: Kinds) -> None:
     assert sorted(p["path"] for p in r.json()["error"]["problems"]) == [
         "broken:spec.models[0].deployments[0].weight", "broken:spec.models[0].strategy"]
     assert k.stack.unpublish("move-west").status_code == 200
+
+
+# -- the lease profile: one plane ----------------------------------------------------------
+
+
+def test_a_lease_plane_applies_a_guardrail_document_per_team(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """One lease-profile plane: a GuardrailPolicy arrives in the sync answer's documents
+    and applies to its team only, without a restart."""
+    from tests.e2e._lease import MODEL as LEASE_MODEL
+    from tests.e2e._lease import running_stack, wait_until
+
+    upstream = _scripted_upstream(tmp_path, "lease")
+    try:
+        with running_stack(tmp_path, pg_dsn) as stack:
+            plane = stack.add_plane("plane-a", teams=["team-a", "team-b"], upstream=upstream)
+            assert plane is not None
+
+            def chat(team: str, text: str) -> httpx.Response:
+                return httpx.post(
+                    f"{plane.url}/v1/chat/completions", timeout=60,
+                    headers={"authorization": f"Bearer {stack.keys[('plane-a', team)]}"},
+                    json={"model": LEASE_MODEL, "max_tokens": 20,
+                          "messages": [{"role": "user", "content": text}]})
+
+            stack.publish(guardrail_doc("team-a-guardrails", "team-a",
+                                        actions={"aws_key": "block"}))
+            wait_until(lambda: stack.applied_generation("plane-a") == 1,
+                       what="the plane reports the published generation")
+            leak = f"deploy with {AWS_KEY}"
+            r = chat("team-a", leak)
+            assert r.status_code == 400 and "aws_key" in r.text and AWS_KEY not in r.text
+            r = chat("team-b", leak)
+            assert r.status_code == 200, r.text
+            bodies = httpx.get(f"{upstream.url}/__mock/bodies").json()
+            assert [AWS_KEY in b for b in bodies] == [True]  # team B's only
+            assert stack.dataplanes()["plane-a"]["rejections"] == []
+    finally:
+        upstream.stop()
