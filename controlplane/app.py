@@ -37,6 +37,7 @@ from litestar.params import FromPath, FromQuery
 
 from controlplane import identity, leases, usage
 from controlplane.auth import Identity, TokenAuth
+from controlplane.identity import Broker, people_for
 from controlplane.metrics import ControlPlaneMetrics
 from controlplane.openapi import OPENAPI
 from controlplane.settings import ControlPlaneConfig, resolve_tokens
@@ -232,7 +233,7 @@ async def sync(request: Request[Any, Any, Any]) -> Response[bytes]:
         ledger.refuse_token(req, identity, exc)
         raise
     try:
-        return _json(await ledger.sync(req, identity))
+        answer = await ledger.sync(req, identity)
     except leases.PlaneConflict as exc:
         if exc.answer is None:
             raise
@@ -240,6 +241,11 @@ async def sync(request: Request[Any, Any, Any]) -> Response[bytes]:
         refused = {"error": {"message": exc.message, "problems": []}, "answer": exc.answer}
         return Response(msgspec.json.encode(refused), status_code=exc.status,
                         media_type="application/json", headers=exc.headers())
+    broker: Broker | None = request.app.state.broker
+    if broker is not None:  # the brokered keys of the plane's teams, when they changed
+        people = await people_for(request.app.state.pool, broker, req, identity.teams)
+        answer = msgspec.structs.replace(answer, people=people)
+    return _json(answer)
 
 
 @get("/v1alpha1/dataplanes")

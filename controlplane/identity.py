@@ -8,6 +8,10 @@ record to their issuer and subject (a renamed email stays the same person) and m
 brokered key the credential stands for in that team: the person is then admitted as
 any user is, under the team's default member budget until an admin sets their own.
 ``GET /v1alpha1/jwks.json`` publishes the signing keys (gateways verify locally).
+Lease-profile planes learn the brokered keys of their teams, and the deny list, from
+every heartbeat's answer (:func:`people_for`, ``SyncResponse.people``), so a credential
+issued once works on every plane of its team and a revocation reaches each plane with
+its next heartbeat.
 ``POST /v1alpha1/users/{name}/revoke`` (a writer token) refuses the user's exchanges and
 revokes their brokered keys, so every credential already issued is refused by every
 gateway on its next request; ``…/reinstate`` lets them exchange again.
@@ -19,15 +23,19 @@ ever logged: a log line names the user, team and issuer.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
 
+import sql
 from controlplane.auth import TokenAuth
 from gateway.config import resolve_secret
-from gateway.db import wrap_exceptions
+from gateway.db import Pool, connection, fetch_all, wrap_exceptions
 from gateway.errors import ConfigError, NotFound
 from gateway.identity import (
     CredentialIssuer,
@@ -41,6 +49,7 @@ from gateway.identity import (
     reinstate_person,
     revoke_person,
 )
+from gateway.lease import BrokeredKey, DeniedKey, People, SyncRequest
 
 log = logging.getLogger("inferplaned.identity")
 
@@ -174,6 +183,47 @@ async def reinstate_user(request: Request[Any, Any, Any],
                          name: FromPath[str]) -> dict[str, Any]:
     """Let a revoked user exchange tokens again (their old credentials stay refused)."""
     return await _set_revoked(request, name, revoke=False)
+
+
+MAX_PLANE_KEYS = 100_000
+"""Brokered keys (deny list first) one heartbeat answer carries at most."""
+
+
+async def people_for(pool: Pool, broker: Broker, req: SyncRequest,
+                     granted: tuple[str, ...] | None) -> People | None:
+    """The brokered keys and deny list of the plane's teams (those its heartbeat names
+    and its token may serve), or None when the plane already holds them (``req.people``).
+    The deny list reaches back one credential lifetime plus the leeway: a key revoked
+    earlier can no longer be presented by an unexpired credential (and a plane that holds
+    it revokes it anyway, as a key missing from a complete answer)."""
+    teams = [t for t in req.teams if granted is None or t in granted]
+    if not teams:
+        return None if req.people == _EMPTY.fingerprint else _EMPTY
+    creds = broker.issuer.settings
+    since = datetime.now(UTC) - timedelta(seconds=creds.lifetime_s + 300)
+    async with connection(pool, _WHAT) as conn:
+        rows = await fetch_all(conn, sql.identity_queries["plane_brokered_keys"], {
+            "teams": teams, "revoked_since": since, "limit": MAX_PLANE_KEYS + 1})
+    complete = len(rows) <= MAX_PLANE_KEYS
+    if not complete:
+        log.warning("a heartbeat of data plane %r carries the first %d brokered keys of "
+                    "its teams only", req.dataplane.id, MAX_PLANE_KEYS)
+        rows = rows[:MAX_PLANE_KEYS]
+    keys = [BrokeredKey(id=r["id"], team=r["team"], user=r["user_name"],
+                        key_hash=r["key_hash"]) for r in rows if r["revoked_at"] is None]
+    denied = [DeniedKey(id=r["id"], team=r["team"], user=r["user_name"],
+                        revoked_at=r["revoked_at"]) for r in rows
+              if r["revoked_at"] is not None]
+    people = _people(keys, denied, complete=complete)
+    return None if people.fingerprint == req.people else people
+
+
+def _people(keys: list[BrokeredKey], denied: list[DeniedKey], *, complete: bool) -> People:
+    digest = hashlib.sha256(msgspec.json.encode([keys, denied, complete])).hexdigest()
+    return People(fingerprint=digest, keys=keys, denied=denied, complete=complete)
+
+
+_EMPTY = _people([], [], complete=True)
 
 
 ROUTES = [token_exchange, jwks, revoke_user, reinstate_user]

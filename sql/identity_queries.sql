@@ -54,3 +54,15 @@ RETURNING name
 -- Whether a person is revoked, by user name (the console's sessions and the admin API's
 -- bearers of people signed in through an issuer; gateway/admin/_people.py).
 SELECT revoked_at FROM users WHERE name = %(name)s AND revoked_at IS NOT NULL
+
+-- name: plane_brokered_keys
+-- What a lease-profile plane of these teams holds for brokered credentials
+-- (controlplane/identity.py, on every heartbeat): first the deny list (brokered keys
+-- revoked since %(revoked_since)s, with their time), then the active ones, in id order;
+-- at most %(limit)s rows.
+SELECT k.id, t.name AS team, k.user_name, k.key_hash, k.revoked_at
+  FROM keys k JOIN teams t ON t.id = k.team_id
+ WHERE k.brokered AND t.name = ANY(%(teams)s)
+   AND (k.revoked_at IS NULL OR k.revoked_at > %(revoked_since)s)
+ ORDER BY k.revoked_at IS NULL, k.id
+ LIMIT %(limit)s

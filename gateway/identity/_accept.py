@@ -8,12 +8,18 @@ key's, so the credential is admitted as that key (its counters, member budget, i
 limit and user) and a revoked user's key refuses it on every replica at once. The
 verification is cached by the credential's SHA-256 until its ``exp`` (bounded), so a
 repeated credential costs one hash and one dict lookup.
+
+On a lease-profile plane the brokered keys come with inferplaned's heartbeat answers: a
+credential issued since the last one names a key the plane does not hold yet, so its
+first verification waits for one early heartbeat (``on_new``,
+:meth:`gateway.lease.LeaseClient.await_brokered_key`) instead of answering 401.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Awaitable, Callable
 
 import jwt
 
@@ -31,8 +37,12 @@ def looks_like_jwt(presented: str) -> bool:
 class GatewayCredentials:
     """inferplaned's credentials as one gateway accepts them."""
 
-    def __init__(self, broker: IssuerSettings) -> None:
+    def __init__(self, broker: IssuerSettings, *,
+                 on_new: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.verifier = Verifier(broker)
+        self.on_new = on_new
+        """Awaited with the key hash of each newly verified credential (the lease
+        profile fetches a key it does not hold yet)."""
         self._verified: dict[bytes, tuple[float, str, str]] = {}
         """Credential SHA-256 → (its exp, the key hash it stands for, its kid)."""
 
@@ -54,6 +64,8 @@ class GatewayCredentials:
             self._verified.pop(next(iter(self._verified)))
         kid = str(jwt.get_unverified_header(credential)["kid"])
         self._verified[digest] = (float(claims["exp"]), kh, kid)
+        if self.on_new is not None:
+            await self.on_new(kh)
         return kh
 
     async def aclose(self) -> None:

@@ -61,7 +61,10 @@ class Gateway:
             self.router.share(self.pool)  # cache-affinity pins shared by the replicas
         identity = self.settings.identity
         if identity is not None and identity.broker is not None:
-            self.credentials = GatewayCredentials(identity.broker)
+            # A lease plane fetches the brokered key of a credential issued since its
+            # last heartbeat (gateway/lease/_client.py).
+            self.credentials = GatewayCredentials(
+                identity.broker, on_new=getattr(self.policy, "await_brokered_key", None))
         server = self.settings.server
         self.refiner = Refiner(timeout_s=server.refine_timeout_s,
                                entries=server.refine_cache_entries)

@@ -337,6 +337,40 @@ class SqliteKeyStore(SqliteBase):
             return _key(_get_key(conn, key_id))
         return await self._run(_revoke)
 
+    async def sync_brokered(self, keys: list[tuple[str, str, str, str]],
+                            denied: list[tuple[str, datetime]], *,
+                            complete: bool) -> tuple[int, int]:
+        """Hold inferplaned's brokered keys (a lease-profile plane, docs/identity.md):
+        each of ``keys`` (id, team name, user, key hash) of a team this store has is
+        added when missing, each of ``denied`` (id, revoked at) is revoked at its time
+        and, when ``complete``, every other brokered key held is revoked now. One write
+        transaction; (keys added, keys revoked)."""
+        def _sync(conn: sqlite3.Connection) -> tuple[int, int]:
+            now = _ts(self._clock())
+            held = {r["id"]: r for r in _SQL["brokered_keys"].execute(conn)}
+            team_ids: dict[str, str | None] = {}
+            added = revoked = 0
+            for key_id, team, user, key_hash in keys:
+                if key_id in held:
+                    continue
+                if team not in team_ids:
+                    row = _find_team(conn, team)
+                    team_ids[team] = None if row is None else str(row["id"])
+                team_id = team_ids[team]
+                if team_id is not None:
+                    added += _SQL["insert_brokered_key"].execute(conn, {
+                        "id": key_id, "team_id": team_id, "key_hash": key_hash,
+                        "user": user, "created_at": now}).rowcount
+            active, deny = {k[0] for k in keys}, dict(denied)
+            for key_id, row in held.items():
+                at = _ts(deny[key_id]) if key_id in deny else (
+                    now if complete and key_id not in active else None)
+                if row["revoked_at"] is None and at is not None:
+                    _SQL["revoke_key"].execute(conn, {"id": key_id, "revoked_at": at})
+                    revoked += 1
+            return added, revoked
+        return await self._run(_sync)
+
     # -- members and users -----------------------------------------------------------
 
     async def list_members(self, team: str) -> list[Member]:

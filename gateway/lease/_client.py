@@ -22,6 +22,13 @@ the request that asked waits for its answer (:class:`gateway.lease.LeaseGovernan
 Each account's report asks for what its admissions needed over the last renew interval
 and releases what the plane holds but does not need (:mod:`gateway.lease._state`).
 Routine heartbeats log at DEBUG (httpx's request line for the sync URL included).
+
+The answer also carries inferplaned's brokered keys of the plane's teams and the deny
+list when they changed (``SyncResponse.people``, docs/identity.md): the plane holds them
+in its key store (hashes only), so a credential verified here resolves to its person's
+key, and a revoked person's key is revoked here by the first answer after the revoke.
+A verified credential whose key the plane does not hold yet asks for an early heartbeat
+and waits for its answer (:meth:`LeaseClient.await_brokered_key`).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from gateway.lease._wire import (
     WINDOW_GRACE_S,
     AccountReport,
     DataPlaneInfo,
+    People,
     Problem,
     Rejection,
     SyncRequest,
@@ -136,6 +144,8 @@ class LeaseClient:
         self._frame = ""
         self._received = ""
         """Fingerprint of the published set last received (not necessarily all applied)."""
+        self._people = ""
+        """Fingerprint of the brokered keys last held (:class:`People`)."""
         self._http: httpx.AsyncClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._teams: tuple[float, list[str]] = (float("-inf"), [])
@@ -269,7 +279,7 @@ class LeaseClient:
             frame=self._frame, boot=self._boot, seq=self._seq, fingerprint=self._received,
             applied_generation=applied.snapshot.generation,
             rejections=[_bounded(r) for r in applied.rejections[:MAX_REJECTIONS]],
-            accounts=accounts[:MAX_ACCOUNTS], teams=teams[:MAX_TEAMS])
+            accounts=accounts[:MAX_ACCOUNTS], teams=teams[:MAX_TEAMS], people=self._people)
 
     def _interval_s(self) -> float:
         return min(self._max_interval, self.state.heartbeat_ms / 1000)
@@ -378,6 +388,36 @@ class LeaseClient:
         for ignored in answer.ignored:
             log.warning("lease profile: the control plane ignored account %s: %s",
                         ignored.key, ignored.reason)
+        if answer.people is not None:
+            await self._hold(answer.people)
+
+    async def _hold(self, people: People) -> None:
+        """Hold exactly the brokered keys of ``people`` (revoking the denied ones)."""
+        sync = getattr(self._keys, "sync_brokered", None)
+        if sync is None:
+            return
+        try:
+            added, revoked = await sync(
+                [(k.id, k.team, k.user, k.key_hash) for k in people.keys],
+                [(d.id, d.revoked_at) for d in people.denied], complete=people.complete)
+        except Exception as exc:  # the next answer carries them again
+            log.warning("lease profile: cannot hold the brokered keys (%s: %s)",
+                        type(exc).__name__, exc)
+            return
+        self._people = people.fingerprint
+        if added or revoked:
+            log.info("lease profile: brokered keys: %d added, %d revoked (%d active, %d "
+                     "on the deny list)", added, revoked, len(people.keys),
+                     len(people.denied))
+
+    async def await_brokered_key(self, key_hash: str) -> None:
+        """A verified credential names ``key_hash``: when this plane does not hold it yet
+        (issued since the last answer), ask for a heartbeat now and wait for its answer
+        (at most the request path's bounded wait)."""
+        if self._keys is None or self._task is None \
+                or await self._keys.resolve(key_hash) is not None:
+            return
+        await self.state.next_answer(self.state.ask_answer())
 
     def _install(self, saved: SavedPolicy) -> None:
         applied = apply_documents(saved.documents, namespace=saved.namespace,

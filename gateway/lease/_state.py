@@ -253,6 +253,11 @@ class LeaseState:
                      if (lease := self.leases.get(c.counter)) is not None)
         return self._begun if frozen else self._begun + 1
 
+    def ask_answer(self) -> int:
+        """Ask for an early heartbeat; the number of the one whose answer follows."""
+        self.wake.set()
+        return self._begun + 1
+
     async def next_answer(self, target: int) -> bool:
         """Wait (at most :attr:`answer_wait_s`) until heartbeat number ``target`` has
         ended; whether it has."""

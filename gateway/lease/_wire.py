@@ -138,6 +138,9 @@ class SyncRequest(_Wire, frozen=True, kw_only=True):
     teams: Annotated[list[TeamName], msgspec.Meta(max_length=MAX_TEAMS)] = []
     """The teams of the plane's key store: a team-scoped account of any other team is
     ignored (a plane leases only the teams it can serve)."""
+    people: Annotated[str, msgspec.Meta(max_length=128)] = ""
+    """Fingerprint of the brokered keys the plane last applied (:class:`People`): the
+    answer carries them again only when they changed."""
 
 
 class LeaseGrant(_Wire, frozen=True, kw_only=True, omit_defaults=False):
@@ -165,6 +168,40 @@ class Ignored(_Wire, frozen=True, kw_only=True):
     reason: str
 
 
+class BrokeredKey(_Wire, frozen=True, kw_only=True, omit_defaults=False):
+    """A key inferplaned brokers credentials for (docs/identity.md): its hash only, since
+    no secret of it exists anywhere; a plane resolves a verified credential's ``kh`` to
+    it and admits the request as this key's team and user."""
+
+    id: str
+    team: str
+    user: str
+    key_hash: str
+
+
+class DeniedKey(_Wire, frozen=True, kw_only=True, omit_defaults=False):
+    """A brokered key revoked (its user was revoked), and when: the deny list."""
+
+    id: str
+    team: str
+    user: str
+    revoked_at: datetime
+
+
+class People(_Wire, frozen=True, kw_only=True, omit_defaults=False):
+    """The brokered keys of the plane's teams, and the deny list (ADR-031 on the lease
+    profile): a plane holds exactly ``keys`` as its brokered keys (any other one it
+    holds is revoked, when ``complete``) and revokes each of ``denied`` at its time."""
+
+    fingerprint: str
+    keys: list[BrokeredKey] = []
+    denied: list[DeniedKey] = []
+    """Brokered keys revoked within the longest credential lifetime (older ones can no
+    longer be presented by an unexpired credential)."""
+    complete: bool = True
+    """False when ``keys`` was cut at its bound: the plane then revokes only ``denied``."""
+
+
 class SyncResponse(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     protocol: str = PROTOCOL
     namespace: str
@@ -182,6 +219,9 @@ class SyncResponse(_Wire, frozen=True, kw_only=True, omit_defaults=False):
     """False when the request was an older heartbeat of the same process than one the
     ledger already applied (a late retry): nothing was changed, the stored leases are
     returned as they are."""
+    people: People | None = None
+    """The brokered keys and deny list, when they differ from the request's ``people``
+    fingerprint (None: unchanged, or a control plane that brokers no credentials)."""
 
 
 class LeaseView(_Wire, frozen=True, kw_only=True, omit_defaults=False):

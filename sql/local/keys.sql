@@ -241,3 +241,15 @@ UPDATE console_sessions SET ended_at = :now WHERE id_sha256 = :id_sha256 AND end
 -- name: end_console_sessions
 UPDATE console_sessions SET ended_at = :now
  WHERE credential_sha256 = :credential_sha256 AND ended_at IS NULL
+
+-- name: brokered_keys
+-- The keys a lease-profile plane holds for inferplaned's brokered credentials
+-- (gateway/lease/_client.py): display prefix 'brokered', which no created key has (a
+-- created key's prefix is the first characters of its secret, ``sk-inf-…``).
+SELECT id, team_id, key_hash, user, revoked_at FROM keys WHERE display_prefix = 'brokered'
+
+-- name: insert_brokered_key
+-- No secret of a brokered key exists: only the hash its credentials carry.
+INSERT INTO keys (id, team_id, key_hash, display_prefix, name, user, revision, created_at)
+VALUES (:id, :team_id, :key_hash, 'brokered', 'brokered credential', :user, 1, :created_at)
+ON CONFLICT DO NOTHING
