@@ -23,6 +23,9 @@ each its ``schema`` (run with executescript when the store opens) then one named
 statement per call (``:name`` parameters), exposed through :data:`local_keys`,
 :data:`local_governance`, :data:`local_lease` and :data:`local_alerts`.
 
+The agents' own usage reports (gateway/otlp_import): ``agent_usage_queries.sql`` and
+``local/agent_usage.sql``, through :data:`agent_usage_queries` and :data:`local_agent_usage`.
+
 Files are read once with :mod:`importlib.resources`, so they ship as package data. After
 a release, a changed function is a new ``_vN+1`` created by a migration (CONTRIBUTING.md).
 """
@@ -127,8 +130,11 @@ local_governance = _Queries("local/governance")
 local_lease = _Queries("local/lease")
 local_usage = _Queries("local/usage")
 local_alerts = _Queries("local/alerts")
+agent_usage_queries = _Queries("agent_usage_queries")
+local_agent_usage = _Queries("local/agent_usage")
 
-__all__ = ["BASELINE", "BASELINE_SHA256", "SCHEMA", "alert_queries", "baseline_script",
+__all__ = ["BASELINE", "BASELINE_SHA256", "SCHEMA", "agent_usage_queries", "alert_queries",
+           "baseline_script", "local_agent_usage",
            "identity_queries", "lease_queries", "local_alerts", "local_governance",
            "local_keys", "local_lease", "local_usage", "queries", "routing_queries",
            "run_script", "script", "usage_queries"]

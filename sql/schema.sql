@@ -396,3 +396,31 @@ CREATE TABLE routing_pins (
     PRIMARY KEY (model, session_key)
 );
 CREATE INDEX routing_pins_expires_idx ON routing_pins (expires_at);
+
+-- The agents' own usage reports (gateway/otlp_import, docs/telemetry.md): what Claude
+-- Code or Codex exported about itself over OTLP to the gateway's receiver, one row per
+-- reported event ('event': a log record such as claude_code.api_request; 'metric': a
+-- delta data point of claude_code.token.usage / cost.usage), keyed by a stable event id
+-- so a replayed export is stored once. Never billed: no counter, permit or account reads
+-- it; the usage API sets it beside the request log (a large gap is traffic that
+-- bypassed the gateway). Tokens per class and the agent's own cost estimate (µUSD) are
+-- never negative.
+CREATE TABLE client_usage_reports (
+    event_id            text PRIMARY KEY,
+    team_id             text NOT NULL,
+    key_id              text NOT NULL,
+    user_name           text,
+    agent               text NOT NULL,   -- 'claude-code', 'codex', or the service.name
+    signal              text NOT NULL CHECK (signal IN ('event', 'metric')),
+    session_id          text,
+    model               text,
+    input_tokens        bigint NOT NULL CHECK (input_tokens >= 0),
+    output_tokens       bigint NOT NULL CHECK (output_tokens >= 0),
+    cache_read_tokens   bigint NOT NULL CHECK (cache_read_tokens >= 0),
+    cache_write_tokens  bigint NOT NULL CHECK (cache_write_tokens >= 0),
+    reported_cost_uusd  bigint CHECK (reported_cost_uusd >= 0),
+    reported_at         timestamptz NOT NULL,
+    received_at         timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX client_usage_reports_team_idx ON client_usage_reports (team_id, reported_at);
+CREATE INDEX client_usage_reports_key_idx ON client_usage_reports (key_id, reported_at);
