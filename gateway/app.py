@@ -50,6 +50,8 @@ from gateway.ingress import (
 )
 from gateway.keys import KeyStore
 from gateway.metrics import CREDENTIALS_LOGGER, POLICY_LOGGERS, Metrics
+from gateway.otlp_import import ROUTES as OTLP_ROUTES
+from gateway.otlp_import import PostgresReportStore, ReportStore, SqliteReportStore
 from gateway.policy import PolicySource, StaticPolicySource
 from gateway.providers import Provider, build_providers
 from gateway.replicas import audit_path, journal_path, orphan_journals, worker_settings
@@ -361,6 +363,18 @@ def _start_retention(settings: Settings, store: GovernanceStore, stack: AsyncExi
     stack.push_async_callback(stop)
 
 
+async def _open_agent_usage(settings: Settings, comps: Components,
+                            stack: AsyncExitStack) -> ReportStore:
+    """Where the agents' own usage reports go (gateway/otlp_import): beside the request
+    log, in the shared database or the local file."""
+    store: ReportStore = (
+        PostgresReportStore(comps.pool) if comps.pool is not None
+        else SqliteReportStore(_local_path(settings, settings.governance_store.path)))
+    await store.open()
+    stack.push_async_callback(store.close)
+    return store
+
+
 def create_app(settings: Settings, *, components: Components | None = None,
                worker: tuple[int, int] | None = None,
                adopt_journals: bool = False) -> Litestar:
@@ -411,6 +425,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
         governor = await _start_governor(settings, comps.governance, metrics, audit, stack,
                                          alerts, orphans, keys=resolver)
         _start_retention(settings, comps.governance, stack, worker)
+        app.state.agent_usage = await _open_agent_usage(settings, comps, stack)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,
@@ -439,7 +454,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
             yield
 
     # GatewayApp: a Litestar app whose generation routes are served below it (ingress._asgi).
-    return GatewayApp(route_handlers=[*ROUTES, *ADMIN_ROUTES, *CONSOLE_ROUTES],
+    return GatewayApp(route_handlers=[*ROUTES, *ADMIN_ROUTES, *CONSOLE_ROUTES, *OTLP_ROUTES],
                       template_config=CONSOLE_TEMPLATES, lifespan=[lifespan],
                       exception_handlers={Exception: error_handler},
                       before_request=refuse_nul_bytes,

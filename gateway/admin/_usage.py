@@ -19,7 +19,7 @@ and group by the tool.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -35,6 +35,7 @@ from gateway.governance import LogFilter, PermitInfo, SummaryFigures
 from gateway.ingress import Gateway
 from gateway.keys import Principal
 from gateway.operations import OperatorStore
+from gateway.otlp_import import ReportedFigures, ReportFilter, ReportStore
 
 AnyRequest = Request[Any, Any, Any]
 Status = Literal["pending", "complete", "tokens_known", "uncertain", "invalid", "cancelled"]
@@ -88,6 +89,9 @@ class RequestView(msgspec.Struct, frozen=True, kw_only=True):
     cache_write_5m_tokens: int | None = None
     cache_write_1h_tokens: int | None = None
     cache_write_unknown_tokens: int | None = None
+    tier: str | None = None
+    """``soft``: served by the model's cheaper tier (a caller past a soft budget,
+    ``routing.soft_tier``); None: by its usual deployments."""
 
 
 class RequestPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,7 +148,8 @@ def view(p: PermitInfo) -> RequestView:
                        cache_read_tokens=p.cache_read_tokens,
                        cache_write_5m_tokens=p.cache_write_5m_tokens,
                        cache_write_1h_tokens=p.cache_write_1h_tokens,
-                       cache_write_unknown_tokens=p.cache_write_unknown_tokens)
+                       cache_write_unknown_tokens=p.cache_write_unknown_tokens,
+                       tier=p.tier)
 
 
 def cursor_of(p: PermitInfo) -> str:
@@ -299,3 +304,148 @@ async def get_request(request: AnyRequest, permit_id: FromPath[str]) -> RequestD
 
 
 ROUTES = [list_requests, export_requests, summarize_requests, get_request]
+
+
+# -- the agents' own usage reports beside the gateway's (gateway/otlp_import) -------------
+
+AgentGroup = Literal["team", "user", "key"]
+AgentGroupBy = Annotated[str, QueryParameter(
+    pattern=r"^(?:team|user|key)(?:,(?:team|user|key)){0,2}$",
+    description="comma-separated: team, user, key")]
+
+GAP_SHARE = 0.10
+"""A gap is flagged when the agents reported more than the gateway saw by over this share
+of what they reported …"""
+GAP_MIN_TOKENS = 1000
+"""… and by over this many tokens (a request admitted just before midnight and reported
+just after is a small gap, not traffic around the gateway)."""
+MAX_SESSIONS = 1000
+
+
+class GatewayFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """What the gateway admitted and committed (the request log, as ``/v1/usage``)."""
+
+    requests: int = 0
+    tokens_committed: int = 0
+    usd_committed: int = 0
+    tokens_liability: int = 0
+    usd_liability: int = 0
+    tokens_reserved: int = 0
+    usd_reserved: int = 0
+
+
+class ReportedView(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agents reported about themselves over OTLP (never billed)."""
+
+    reports: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    tokens: int = 0
+    reported_cost_uusd: int = 0
+    """The agents' own estimate, µUSD."""
+
+
+class AgentUsageRow(msgspec.Struct, frozen=True, kw_only=True):
+    team_id: str | None = None
+    user: str | None = None
+    key_id: str | None = None
+    period: str | None = None
+    gateway: GatewayFigures
+    reported: ReportedView
+    gap_tokens: int
+    """Reported tokens minus the gateway's committed + liability + reserved tokens:
+    above zero, the agents say they used more than passed through the gateway."""
+    gap_uusd: int
+    """The agents' own cost estimate minus the gateway's committed + liability +
+    reserved µUSD (their estimate is list price: a guide, not a bill)."""
+    bypass_suspected: bool
+    """The token gap is over ``GAP_SHARE`` of what was reported and ``GAP_MIN_TOKENS``."""
+
+
+class AgentSession(msgspec.Struct, frozen=True, kw_only=True):
+    key_id: str | None
+    team_id: str | None
+    user: str | None
+    session_id: str | None
+    agent: str | None
+    reported: ReportedView
+    first_at: datetime | None
+    last_at: datetime | None
+
+
+class AgentUsage(msgspec.Struct, frozen=True, kw_only=True):
+    object: Literal["agent_usage"] = "agent_usage"
+    group_by: list[AgentGroup]
+    bucket: Literal["day", "none"]
+    data: list[AgentUsageRow]
+    sessions: list[AgentSession]
+    """Per agent session (newest first, at most ``MAX_SESSIONS``): the gateway does not
+    know an agent's session, so these are the reported side only."""
+
+
+def _reported(r: ReportedFigures) -> ReportedView:
+    return ReportedView(reports=r.reports, input_tokens=r.input_tokens,
+                        output_tokens=r.output_tokens, cache_read_tokens=r.cache_read_tokens,
+                        cache_write_tokens=r.cache_write_tokens, tokens=r.tokens,
+                        reported_cost_uusd=r.reported_cost_uusd)
+
+
+def _side_by_side(gateway: list[SummaryFigures], reported: list[ReportedFigures]
+                  ) -> list[AgentUsageRow]:
+    rows: dict[tuple[str | None, ...], tuple[GatewayFigures, ReportedView]] = {}
+    for g in gateway:
+        key = (g.period, g.team_id, g.user, g.key_id)
+        rows[key] = (GatewayFigures(**{f: getattr(g, f)
+                                       for f in GatewayFigures.__struct_fields__}),
+                     ReportedView())
+    for r in reported:
+        key = (r.period, r.team_id, r.user, r.key_id)
+        rows[key] = (rows.get(key, (GatewayFigures(), None))[0], _reported(r))
+    out = []
+    for (period, team, user, key_id), (gw, rep) in sorted(
+            rows.items(), key=lambda kv: tuple("" if v is None else v for v in kv[0])):
+        gap = rep.tokens - gw.tokens_committed - gw.tokens_liability - gw.tokens_reserved
+        out.append(AgentUsageRow(
+            team_id=team, user=user, key_id=key_id, period=period, gateway=gw, reported=rep,
+            gap_tokens=gap,
+            gap_uusd=rep.reported_cost_uusd - gw.usd_committed - gw.usd_liability
+            - gw.usd_reserved,
+            bypass_suspected=gap > max(GAP_MIN_TOKENS, GAP_SHARE * rep.tokens)))
+    return out
+
+
+@get(["/admin/v1/agent-usage", "/v1/me/agent-usage"],
+     summary="What the agents reported about their own usage, beside what the gateway "
+             "committed", responses=_ERRORS, guards=[own_or_read])
+async def agent_usage(request: AnyRequest, group_by: AgentGroupBy = "team,user,key",
+                      bucket: FromQuery[Literal["day", "none"]] = "day", team: Text = None,
+                      key_id: Text = None, user: Text = None, since: Moment = None,
+                      until: Moment = None) -> AgentUsage:
+    """Per group and UTC day: the gateway's committed, liability and reserved figures
+    (the request log) and the usage Claude Code or Codex exported to the gateway's OTLP
+    receiver for the same keys (``POST /v1/logs``, ``/v1/metrics``), with the gap; and
+    the reports per agent session. A key (``/v1/me/agent-usage``) sees only its own."""
+    f = await _filter(request, team=team, key_id=key_id, user=user, model=None, status=None,
+                      since=since, until=until, cursor=None)
+    groups: list[AgentGroup] = list(dict.fromkeys(group_by.split(",")))  # type: ignore[arg-type]
+    gw: Gateway = request.app.state.gateway
+    reports: ReportStore = request.app.state.agent_usage
+    await gw.governor.caught_up(timeout_s=1.0)
+    gateway = await gw.governance.request_summary(f, groups=tuple(groups), bucket=bucket)
+    rf = ReportFilter(team_id=f.team_id, key_id=f.key_id, user=f.user, since=f.since,
+                      until=f.until)
+    reported = await reports.summary(rf, groups=tuple(groups), bucket=bucket)
+    sessions = await reports.summary(rf, groups=("team", "user", "key", "session", "agent"),
+                                     bucket="none")
+    sessions.sort(key=lambda s: s.last_at or datetime.min.replace(tzinfo=UTC), reverse=True)
+    return AgentUsage(group_by=groups, bucket=bucket, data=_side_by_side(gateway, reported),
+                      sessions=[AgentSession(key_id=s.key_id, team_id=s.team_id, user=s.user,
+                                             session_id=s.session_id, agent=s.agent,
+                                             reported=_reported(s), first_at=s.first_at,
+                                             last_at=s.last_at)
+                                for s in sessions[:MAX_SESSIONS]])
+
+
+ROUTES = [*ROUTES, agent_usage]
