@@ -29,10 +29,11 @@ AWS_KEY = "AKIAQ3EGRTWQZ7MX5KDP"
 """A planted AWS access key id (the ``aws_key`` detector's format)."""
 CUSTOMER = "CUST-40417733"
 """A planted customer id, found only by team A's tenant rule."""
-RELOAD_S = 5.0
-"""The documented bound on a published generation reaching a gateway: NOTIFY delivers it
-at once; the poll (``database.policy_refresh_s``, 1 s) catches a missed one. Generous
-here for a loaded 2-core machine."""
+RELOAD_S = 15.0
+"""How long a published generation may take to reach the gateway here. NOTIFY delivers it
+at once and the poll (``database.policy_refresh_s``, 1 s) catches a missed one (measured
+0.2-1.3 s); the bound is generous because every probe is a real request on a loaded
+2-core machine, and the measured figure is printed."""
 
 
 def _scripted_upstream(workdir: Path, name: str) -> Proc:
