@@ -39,6 +39,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -125,6 +126,7 @@ class LeaseClient:
     def __init__(self, *, url: str, token: str | None, dataplane_id: str | None,
                  default_id: str, state: LeaseState, lease_file: LeaseFile,
                  key_store: KeyStore | None = None,
+                 deployments: Mapping[str, Sequence[str]] | None = None,
                  timeout_s: float = 5.0, min_interval_s: float = 0.05,
                  max_interval_s: float = 60.0, max_backoff_s: float = 5.0) -> None:
         self.state = state
@@ -135,6 +137,9 @@ class LeaseClient:
         self._id = dataplane_id or default_id
         self._file = lease_file
         self._keys = key_store
+        self._deployments = deployments
+        """This plane's models → their deployments' routing names: a RoutingPolicy naming
+        another is rejected (:func:`gateway.lease.apply_documents`)."""
         self._timeout = timeout_s
         self._min_interval = min_interval_s
         self._max_interval = max_interval_s
@@ -421,7 +426,8 @@ class LeaseClient:
 
     def _install(self, saved: SavedPolicy) -> None:
         applied = apply_documents(saved.documents, namespace=saved.namespace,
-                                  generation=saved.generation, fingerprint=saved.fingerprint)
+                                  generation=saved.generation, fingerprint=saved.fingerprint,
+                                  deployments=self._deployments)
         self.state.applied = applied  # one assignment: readers never see a mix
         self._received = saved.fingerprint
         log.info("lease profile: policy generation %d applied (%d rules, %d documents "
