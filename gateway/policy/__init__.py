@@ -21,7 +21,7 @@ from gateway.policy._kinds import (
     RoutingPolicy,
 )
 from gateway.policy._merge import EffectiveLimits, effective_limits, tightest_renew_ms
-from gateway.policy._overlay import routed_model, tenant_guardrails
+from gateway.policy._overlay import deployment_routing_names, routed_model, tenant_guardrails
 from gateway.policy._pgstore import (
     CurrentPolicy,
     GenerationInfo,
@@ -52,6 +52,7 @@ __all__ = [
     "GuardrailPolicy",
     "RoutingPolicy",
     "compile_all",
+    "deployment_routing_names",
     "routed_model",
     "tenant_guardrails",
     "API_VERSION",
