@@ -12,7 +12,8 @@ Routes: ``PUT/GET/DELETE /v1alpha1/policies/{name}``, ``GET /v1alpha1/policies``
 ``POST /v1alpha1/sync`` (data plane tokens, each for its own plane ids) and
 ``GET /v1alpha1/dataplanes`` (:mod:`controlplane.leases`), the planes' request logs
 ``POST /v1alpha1/usage`` (:mod:`controlplane.usage`), the token exchange, its JWKS
-and user revocation (:mod:`controlplane.identity`), ``GET /metrics``
+and user revocation (:mod:`controlplane.identity`), ``POST /v1alpha1/credentials``
+(cloud credentials brokered to lease planes, :mod:`controlplane.credentials`), ``GET /metrics``
 (:mod:`controlplane.metrics`, reader and writer tokens), ``/healthz``, ``/readyz``, and
 the OpenAPI document of them all, ``GET /v1alpha1/openapi.json`` (:mod:`controlplane.openapi`).
 Every error — ours, Litestar's own refusals (404, 405, 413) and an unhandled bug (500,
@@ -35,7 +36,7 @@ from litestar import Litestar, Request, Response, delete, get, post, put
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, FromQuery
 
-from controlplane import identity, leases, usage
+from controlplane import credentials, identity, leases, usage
 from controlplane.auth import Identity, TokenAuth
 from controlplane.identity import Broker, people_for
 from controlplane.metrics import ControlPlaneMetrics
@@ -304,7 +305,7 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
     app = Litestar(
         route_handlers=[put_policy, delete_policy, get_policy, list_policies, generation,
                         list_changes, sync, dataplanes, metrics, healthz, readyz,
-                        *identity.ROUTES, *usage.ROUTES],
+                        *identity.ROUTES, *credentials.ROUTES, *usage.ROUTES],
         lifespan=[lifespan],
         exception_handlers={InferplaneError: _on_inferplane_error,
                             HTTPException: _on_http_error, Exception: _on_unhandled},
@@ -317,6 +318,7 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
     app.state.pool = pool
     app.state.metrics = metrics_
     app.state.broker = None if config.identity is None else identity.Broker(config.identity)
+    app.state.credentials = credentials.CredentialBroker(config.credentials)
     app.state.usage_log = usage.UsageLog(pool=pool, registry=metrics_.registry)
     app.state.ledger = leases.Ledger(pool=pool, cache=leases.PolicyCache(),
                                      settings=config.lease, tokens=auth.dataplane_names,

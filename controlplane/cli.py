@@ -44,6 +44,8 @@ HTTP API (Authorization: Bearer <token>; writers publish and read, readers only 
                                      (no bearer; with identity configured)
   GET    /v1alpha1/jwks.json         the credentials' public keys (no bearer)
   POST   /v1alpha1/users/{name}/revoke, /reinstate   a person's credentials (writers)
+  POST   /v1alpha1/credentials       a short-lived cloud session (STS) for a team the
+                                     plane's data plane token serves (lease profile)
 """
 
 CONFIG_HELP = """\
@@ -68,6 +70,13 @@ YAML config file. Keys (all optional):
                               leeway_s, jwks_min_refresh_s (docs/identity.md)
   identity.credentials        issuer, audience, lifetime_s (3600), algorithm (EdDSA),
                               signing_keys_ref: [env:NAME | file:PATH] (first signs)
+  credentials.NAME.aws        a role brokered to lease planes: region, role_arn,
+                              external_id, session_name, duration_s, session_tags,
+                              sts_endpoint_url, and inferplaned's own AWS identity
+                              (default chain, profile, access_key_id_ref /
+                              secret_access_key_ref) (docs/bedrock.md, "Lease profile")
+  credentials.NAME.teams      teams that may have it (default: any a token serves);
+                              a token needs auth.dataplane_tokens_ref.N.teams to get any
 Token names are recorded as the author of each change."""
 
 
@@ -112,6 +121,9 @@ def _check_config(args: argparse.Namespace) -> int:
         from controlplane.identity import Broker
 
         Broker(config.identity)  # resolves the signing secrets: a bad one names its key
+    from controlplane.credentials import CredentialBroker
+
+    CredentialBroker(config.credentials)  # a brokered role's references, likewise
     print(f"ok  {args.config}: listen {config.listen.host}:{config.listen.port}, "
           f"{len(tokens.writers)} writer, {len(tokens.readers)} reader and "
           f"{len(tokens.dataplanes)} data plane tokens"

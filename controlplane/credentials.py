@@ -55,6 +55,21 @@ class CredentialRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     dataplane_id: _NAME | None = None
 
 
+class CredentialAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    credential: str
+    team: str
+    session_name: str
+    """The role session's name (``<session_name>-<team>@<plane>``): CloudTrail's caller."""
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    expiration: str
+    """ISO 8601 (UTC): the plane asks again before then."""
+
+    def __repr__(self) -> str:  # never a secret in a traceback or a log line
+        return f"CredentialAnswer(session_name={self.session_name!r})"
+
+
 class NotGranted(Forbidden):
     """This data-plane token may not have this credential for this team."""
 
@@ -105,7 +120,7 @@ class CredentialBroker:
         return entry
 
     async def issue(self, entry: BrokeredCredential, req: CredentialRequest,
-                    plane: str) -> dict[str, Any]:
+                    plane: str) -> CredentialAnswer:
         """One STS session of ``entry``'s role for ``req.team`` on ``plane``."""
         aws = entry.aws
         session = _UNSAFE.sub("_", f"{aws.session_name}-{req.team}@{plane}")[:64]
@@ -121,11 +136,14 @@ class CredentialBroker:
             raise IssueFailed(f"credential {req.credential!r}: the STS did not issue a "
                               f"session: {type(exc).__name__}: {exc}") from exc
         creds, expires_at = got.value, got.expires_at
-        assert expires_at is not None  # an AssumeRole answer always has one
+        # An AssumeRole answer always has all three and an expiry.
+        assert creds.access_key and creds.secret_key and creds.token
+        assert expires_at is not None
         expiration = datetime.fromtimestamp(expires_at, UTC).isoformat()
-        return {"credential": req.credential, "team": req.team, "session_name": session,
-                "access_key_id": creds.access_key, "secret_access_key": creds.secret_key,
-                "session_token": creds.token, "expiration": expiration}
+        return CredentialAnswer(
+            credential=req.credential, team=req.team, session_name=session,
+            access_key_id=creds.access_key, secret_access_key=creds.secret_key,
+            session_token=creds.token, expiration=expiration)
 
 
 @post("/v1alpha1/credentials", status_code=200)
@@ -155,7 +173,7 @@ async def credentials(request: Request[Any, Any, Any]) -> Response[bytes]:
     answer = await broker.issue(entry, req, plane)
     log.info("credential %r issued to token %r (plane %r) for team %r: session %s "
              "until %s", req.credential, identity.name, plane, req.team,
-             answer["session_name"], answer["expiration"])
+             answer.session_name, answer.expiration)
     return Response(msgspec.json.encode(answer), media_type="application/json",
                     headers={"cache-control": "no-store"})
 

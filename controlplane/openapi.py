@@ -20,6 +20,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import OpenAPIRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
+from controlplane.credentials import CredentialAnswer, CredentialRequest
 from gateway.lease import SyncRequest, SyncResponse
 
 
@@ -62,7 +63,8 @@ def _error(description: str) -> dict[str, Any]:
 def completed(document: dict[str, Any]) -> dict[str, Any]:
     """The generated document with the bodies the handlers read by hand, the error shape
     on every operation (4XX, 5XX) and no token asked by the health probes."""
-    _, own = msgspec.json.schema_components((ErrorBody, SyncRequest, SyncResponse),
+    _, own = msgspec.json.schema_components((ErrorBody, SyncRequest, SyncResponse,
+                                             CredentialRequest, CredentialAnswer),
                                             ref_template=_REF)
     document.setdefault("components", {}).setdefault("schemas", {}).update(own)
     paths: dict[str, dict[str, Any]] = document.get("paths", {})
@@ -82,6 +84,11 @@ def completed(document: dict[str, Any]) -> dict[str, Any]:
         "application/json": {"schema": _ref("SyncRequest")}}}
     sync["responses"]["200"] = {"description": "the heartbeat's answer", "content": {
         "application/json": {"schema": _ref("SyncResponse")}}}
+    issue = paths["/v1alpha1/credentials"]["post"]
+    issue["requestBody"] = {"required": True, "content": {
+        "application/json": {"schema": _ref("CredentialRequest")}}}
+    issue["responses"]["200"] = {"description": "a short-lived cloud session", "content": {
+        "application/json": {"schema": _ref("CredentialAnswer")}}}
     return document
 
 

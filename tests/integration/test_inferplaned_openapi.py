@@ -27,7 +27,8 @@ ROUTES = {"/v1alpha1/policies/{name}": {"get", "put", "delete"},
           "/v1alpha1/dataplanes": {"get"}, "/metrics": {"get"}, "/healthz": {"get"},
           "/readyz": {"get"}, "/v1alpha1/token": {"post"}, "/v1alpha1/jwks.json": {"get"},
           "/v1alpha1/users/{name}/revoke": {"post"},
-          "/v1alpha1/users/{name}/reinstate": {"post"}}
+          "/v1alpha1/users/{name}/reinstate": {"post"},
+          "/v1alpha1/credentials": {"post"}}
 OPEN = ("/healthz", "/readyz", "/v1alpha1/token", "/v1alpha1/jwks.json")
 
 
