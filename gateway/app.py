@@ -52,10 +52,11 @@ from gateway.keys import KeyStore
 from gateway.metrics import CREDENTIALS_LOGGER, POLICY_LOGGERS, Metrics
 from gateway.otlp_import import ROUTES as OTLP_ROUTES
 from gateway.otlp_import import PostgresReportStore, ReportStore, SqliteReportStore
-from gateway.policy import PolicySource, StaticPolicySource
+from gateway.policy import PolicySource, StaticPolicySource, deployment_routing_names
 from gateway.providers import Provider, build_providers
 from gateway.replicas import audit_path, journal_path, orphan_journals, worker_settings
 from gateway.standalone import standalone_warning
+from gateway.telemetry import Telemetry, start_telemetry
 
 if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
     from gateway.db import Pool
@@ -144,6 +145,7 @@ async def _lease_components(settings: Settings, keys: KeyStore,
     stack.push_async_callback(governance.close)
     client = LeaseClient(
         url=cp.url, token=token, state=state, lease_file=LeaseFile(path), key_store=keys,
+        deployments={m.name: deployment_routing_names(m) for m in settings.models},
         dataplane_id=_dataplane_id(cp.dataplane_id),
         default_id=settings.server.replica_id or socket.gethostname(),
         timeout_s=cp.timeout_s, min_interval_s=cp.min_heartbeat_interval_s,
@@ -363,6 +365,22 @@ def _start_retention(settings: Settings, store: GovernanceStore, stack: AsyncExi
     stack.push_async_callback(stop)
 
 
+def _start_telemetry(settings: Settings, metrics: Metrics, stack: AsyncExitStack) -> Telemetry:
+    """OTLP spans and metrics when ``telemetry:`` is set (docs/telemetry.md); else off."""
+    conf = settings.telemetry
+    if conf is None:
+        return start_telemetry(None, registry=metrics.registry)
+    headers = {**conf.headers, **{name: resolve_secret(ref, key=f"telemetry.header_refs.{name}")
+                                  for name, ref in conf.header_refs.items()}}
+    replica = settings.server.replica_id or socket.gethostname()
+    telemetry = start_telemetry(
+        conf, registry=metrics.registry, headers=headers, instance=f"{replica}:{os.getpid()}",
+        providers={p.name: (p.kind, p.base_url) for p in settings.providers},
+        refresh=metrics.cluster.refresh if metrics.cluster.reader is not None else None)
+    stack.push_async_callback(telemetry.aclose)
+    return telemetry
+
+
 async def _open_agent_usage(settings: Settings, comps: Components,
                             stack: AsyncExitStack) -> ReportStore:
     """Where the agents' own usage reports go (gateway/otlp_import): beside the request
@@ -426,13 +444,15 @@ def create_app(settings: Settings, *, components: Components | None = None,
                                          alerts, orphans, keys=resolver)
         _start_retention(settings, comps.governance, stack, worker)
         app.state.agent_usage = await _open_agent_usage(settings, comps, stack)
+        telemetry = _start_telemetry(settings, metrics, stack)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,
                        providers=providers, metrics=metrics, audit=audit,
                        admin_token=admin, governor=governor,
                        principal_ttl_s=resolver.principal_ttl_s, resolver=resolver,
                        pool=comps.pool,
-                       alerts=alerts.store if alerts is not None else None)
+                       alerts=alerts.store if alerts is not None else None,
+                       telemetry=telemetry)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

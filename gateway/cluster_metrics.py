@@ -8,7 +8,9 @@ dashboard or alert rule takes ``max`` over replicas, never ``sum``:
   ``policy``), its ``committed``, ``liability`` and ``reserved`` µUSD over its limit.
   ``committed`` + ``liability`` is what the 80/90/100 % budget alerts compare (the
   figures that bind besides what is in flight);
-- ``mayu_cluster_budget_limit_micro_usd{scope, id, team, window}``: that limit;
+- ``mayu_cluster_budget_limit_micro_usd{scope, id, team, window}``: that limit, and
+  ``mayu_cluster_budget_remaining_micro_usd{…}`` what it has left (the limit less
+  committed, liability and reserved; 0 at or past it);
 - ``mayu_cluster_pending_permits`` and ``mayu_cluster_oldest_pending_permit_seconds``:
   permits admitted by any replica and not yet settled;
 - ``mayu_cluster_frozen_counters``: money windows and accounts frozen by invalid usage;
@@ -170,6 +172,10 @@ class ClusterView(Collector):
             GaugeMetricFamily("mayu_cluster_budget_limit_micro_usd",
                               "Each money budget's limit in µUSD (current windows).",
                               labels=_BUDGET_LABELS),
+            GaugeMetricFamily("mayu_cluster_budget_remaining_micro_usd",
+                              "What each money budget has left in µUSD: its limit less "
+                              "committed, liability and reserved (0 at or past it).",
+                              labels=_BUDGET_LABELS),
             GaugeMetricFamily("mayu_cluster_budgets_omitted",
                               "Budgets with a limit not exported (beyond the series cap)."),
             GaugeMetricFamily("mayu_cluster_pending_permits",
@@ -186,7 +192,7 @@ class ClusterView(Collector):
         return iter(self._families())
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        ratio, limit, omitted, pending, oldest, frozen, age = self._families()
+        ratio, limit, remaining, omitted, pending, oldest, frozen, age = self._families()
         figures = self._figures
         if figures is not None:
             budgets = sorted(figures.budgets, reverse=True,
@@ -196,9 +202,11 @@ class ClusterView(Collector):
                 for name in _FIGURES:
                     ratio.add_metric([*labels, name], getattr(b, name) / b.limit)
                 limit.add_metric(labels, b.limit)
+                remaining.add_metric(
+                    labels, max(0, b.limit - b.committed - b.liability - b.reserved))
             omitted.add_metric([], max(0, len(budgets) - self._max))
             pending.add_metric([], figures.pending_permits)
             oldest.add_metric([], figures.oldest_pending_s)
             frozen.add_metric([], figures.frozen)
             age.add_metric([], time.monotonic() - self._read_at)
-        return iter([ratio, limit, omitted, pending, oldest, frozen, age])
+        return iter([ratio, limit, remaining, omitted, pending, oldest, frozen, age])

@@ -151,6 +151,9 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     note: str
     warning: str | None = None
     """Standalone mode's "not recommended for production" (ADR-031); None otherwise."""
+    telemetry_dropped_spans: int | None = None
+    """Spans this process dropped since it started (collector down or the queue full;
+    docs/telemetry.md); None with telemetry off."""
 
 
 class AlertView(msgspec.Struct, frozen=True, kw_only=True):
@@ -305,7 +308,9 @@ async def status(request: AnyRequest) -> Status:
                   version=__version__, policy_generation=gw.policy.snapshot().generation,
                   schema_revision=revision, settlement_backlog=gw.governor.backlog,
                   open_permits=gw.governor.open_permits, data_planes=planes, note=note,
-                  warning=standalone_warning(settings))
+                  warning=standalone_warning(settings),
+                  telemetry_dropped_spans=(gw.telemetry.dropped() if gw.telemetry.enabled
+                                           else None))
 
 
 async def _schema_revision(gw: Gateway) -> list[str]:

@@ -70,6 +70,9 @@ def secret_refs(settings: Settings) -> list[tuple[str, str]]:
     refs += [(f"identity.issuers[{i}].roles.console.client_secret_ref",
               x.roles.console.client_secret_ref) for i, x in enumerate(issuers)
              if x.roles is not None and x.roles.console is not None]
+    if settings.telemetry is not None:
+        refs += [(f"telemetry.header_refs.{name}", ref)
+                 for name, ref in settings.telemetry.header_refs.items()]
     return [(key, ref) for key, ref in refs if ref is not None]
 
 

@@ -42,6 +42,7 @@ from gateway.config._routing import (
 from gateway.guardrails import GuardrailSettings
 from gateway.identity import IdentitySettings
 from gateway.pricing import ModelPrice
+from gateway.telemetry import TelemetrySettings
 
 
 # msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
@@ -399,6 +400,8 @@ class Settings(_Base, frozen=True):
     """PII and secrets masked, pseudonymized or blocked (docs/guardrails.md); off."""
     identity: IdentitySettings | None = None
     """OIDC issuers and the gateway credentials accepted (docs/identity.md); unset: keys only."""
+    telemetry: TelemetrySettings | None = None
+    """OpenTelemetry spans and metrics over OTLP/HTTP (docs/telemetry.md); unset: off."""
 
     @property
     def shared(self) -> bool:

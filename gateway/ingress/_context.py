@@ -17,6 +17,7 @@ from gateway.metrics import Metrics
 from gateway.policy import PolicySource
 from gateway.providers import Provider
 from gateway.routing import Router
+from gateway.telemetry import TELEMETRY_OFF, Telemetry
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Gateway:
     """Brokered gateway credentials, verified locally (``identity.broker``; None: keys only)."""
     router: Router = field(default_factory=Router)
     """Deployment health, load and session pins on this replica (``gateway.routing``)."""
+    telemetry: Telemetry = TELEMETRY_OFF
+    """Spans and OTLP metrics (``gateway.telemetry``); off unless configured."""
 
     @property
     def principals(self) -> dict[str, tuple[float, Principal]]:

@@ -26,6 +26,7 @@ import msgspec
 
 from gateway.config import AzureCredentials, ProviderSettings
 from gateway.errors import ConfigError
+from gateway.providers._base import with_trace
 from gateway.providers._cloud import CloudProvider
 from gateway.providers._entra import EntraTokens
 from gateway.usage import Endpoint
@@ -80,7 +81,7 @@ class AzureProvider(CloudProvider):
                 body)
 
     def _headers(self, client_headers: dict[str, str]) -> dict[str, str]:
-        return self._auth_headers()
+        return with_trace(self._auth_headers(), client_headers)
 
     def _error_doc(self, kind: str, message: str) -> dict[str, Any]:
         return {"error": {"message": message, "type": kind, "param": None, "code": None}}

@@ -20,6 +20,20 @@ PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
 """Upstream response headers relayed to the client: when to retry, and the upstream's
 own request id for support tickets."""
 
+TRACE_HEADERS = ("traceparent", "tracestate")
+"""W3C trace context the gateway puts in an attempt's headers (``gateway.telemetry``),
+passed upstream by every HTTP kind."""
+
+
+def with_trace(headers: dict[str, str], client_headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` with the attempt's trace context, when it is traced."""
+    if "traceparent" in client_headers:
+        for name in TRACE_HEADERS:
+            if name in client_headers:
+                headers[name] = client_headers[name]
+    return headers
+
+
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
 """Upstream statuses after which a fallback deployment is tried."""
 

@@ -31,6 +31,7 @@ from gateway.providers._base import (
     NotDispatched,
     Protocol_,
     UpstreamResponse,
+    with_trace,
 )
 from gateway.providers._client import ClientError, HttpClient, Response
 from gateway.providers._count import COUNT_PATH, CountFailed, parse_count
@@ -109,7 +110,7 @@ class HttpProvider:
                                                               _ANTHROPIC_VERSION)
             if "anthropic-beta" in client_headers:
                 headers["anthropic-beta"] = client_headers["anthropic-beta"]
-        return headers
+        return with_trace(headers, client_headers)
 
     async def send(self, endpoint: Endpoint, body: bytes, *,
                    headers: dict[str, str]) -> UpstreamResponse:

@@ -28,6 +28,7 @@ import msgspec
 
 from gateway.config import GcpCredentials, ProviderSettings
 from gateway.errors import ConfigError
+from gateway.providers._base import with_trace
 from gateway.providers._cloud import CloudProvider, error_message
 from gateway.providers._count import CountFailed
 from gateway.providers._credentials import CredentialsUnavailable
@@ -123,4 +124,4 @@ class VertexProvider(CloudProvider):
         headers = self._auth_headers()
         if "anthropic-beta" in client_headers:
             headers["anthropic-beta"] = client_headers["anthropic-beta"]
-        return headers
+        return with_trace(headers, client_headers)

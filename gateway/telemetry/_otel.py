@@ -1,0 +1,196 @@
+"""Tracing with the OpenTelemetry SDK (the ``inferplane[otel]`` extra): imported only
+when a ``telemetry:`` block is configured (:func:`gateway.telemetry.start_telemetry`).
+
+One request's spans (attributes: :mod:`gateway.telemetry._semconv`)::
+
+    {operation} {model}            SERVER  the request, from first byte to the response's end
+    ├── apply_guardrail            INTERNAL  where a guardrail screened the request
+    ├── admission                  INTERNAL  one per attempt: the Governor's decision
+    ├── {operation} {upstream}     CLIENT  one per upstream attempt (routing may make several)
+    └── settlement                 INTERNAL  one per attempt: the figures committed
+
+The root continues the client's W3C ``traceparent``; each attempt sends its own
+``traceparent`` upstream. Spans are ended explicitly with their parent's context handed
+over (no context variables), so a stream's relay, which outlives its handler, needs none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Span as OtelSpan
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from gateway.telemetry._bridge import MetricsExport
+from gateway.telemetry._export import BoundedExport
+from gateway.telemetry._semconv import (
+    SCHEMA_URL,
+    error_type,
+    operation_name,
+    principal_attributes,
+    provider_name,
+    server_attributes,
+    settlement_attributes,
+    span_name,
+)
+from gateway.telemetry._trace import RequestTrace, Span, Telemetry
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _fail(span: OtelSpan, kind: str | None) -> None:
+    if kind is not None:
+        span.set_attribute("error.type", kind)
+        span.set_status(Status(StatusCode.ERROR))
+
+
+class StageSpan(Span):
+    """A stage's span while it runs (ended when the ``with`` block exits)."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: OtelSpan) -> None:
+        self._span = span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _fail(self._span, error_type(exc))
+        self._span.end()
+
+    def set(self, attributes: Mapping[str, Any]) -> None:
+        self._span.set_attributes(attributes)
+
+
+class OtelTrace(RequestTrace):
+    """One request's spans (module docstring)."""
+
+    __slots__ = ("_attempts", "_root", "_context", "_owner", "_operation", "_totals",
+                 "_stage")
+
+    recording = True
+
+    def __init__(self, owner: OtelTelemetry, root: OtelSpan, endpoint: str) -> None:
+        self._owner = owner
+        self._root = root
+        self._context = set_span_in_context(root)
+        self._operation = operation_name(endpoint)
+        self._attempts: dict[int, OtelSpan] = {}
+        self._totals = [0, 0]  # committed, liability µUSD over the attempts
+        self._stage: StageSpan | None = None
+
+    def begin(self, call: Any) -> None:
+        root = self._root
+        root.update_name(span_name(self._operation, call.model.name))
+        root.set_attributes({"gen_ai.request.model": call.model.name,
+                             "gen_ai.request.stream": call.stream,
+                             "inferplane.request_id": call.request_id,
+                             **principal_attributes(call.principal)})
+        if self._owner.capture_content:
+            doc = call.client_doc
+            messages = doc.get("messages", doc.get("input"))
+            if messages is not None:
+                root.set_attribute("gen_ai.input.messages", json.dumps(messages))
+
+    def span(self, name: str, *, attempt: int | None = None, when: bool = True) -> Span:
+        if not when:
+            return super().span(name)
+        span = self._owner.tracer.start_span(name, context=self._context)
+        if attempt is not None:
+            span.set_attribute("inferplane.attempt", attempt)
+        if name == "apply_guardrail":
+            span.set_attribute("gen_ai.operation.name", "apply_guardrail")
+        self._stage = stage = StageSpan(span)
+        return stage
+
+    def dispatch(self, index: int, *, deployment: str, provider: str, model: str,
+                 headers: dict[str, str]) -> dict[str, str]:
+        kind, base_url = self._owner.providers.get(provider, (provider, None))
+        span = self._owner.tracer.start_span(
+            span_name(self._operation, model), context=self._context, kind=SpanKind.CLIENT,
+            attributes={"gen_ai.operation.name": self._operation,
+                        "gen_ai.provider.name": provider_name(kind),
+                        "gen_ai.request.model": model, "inferplane.attempt": index,
+                        "inferplane.deployment": deployment,
+                        **server_attributes(base_url)})
+        self._attempts[index] = span
+        if index == 0:
+            self._root.set_attribute("gen_ai.provider.name", provider_name(kind))
+        out = dict(headers)
+        _PROPAGATOR.inject(out, context=set_span_in_context(span))
+        return out
+
+    def settled(self, index: int, settlement: Any, *, status: int) -> None:
+        figures = settlement_attributes(settlement)
+        if self._stage is not None:
+            self._stage.set(figures)
+        self._totals[0] += settlement.usd_committed
+        self._totals[1] += settlement.usd_liability
+        root = self._root
+        root.set_attributes({k: v for k, v in figures.items() if k.startswith("gen_ai.")})
+        root.set_attributes({"inferplane.outcome": figures["inferplane.outcome"],
+                             "inferplane.committed_uusd": self._totals[0],
+                             "inferplane.liability_uusd": self._totals[1],
+                             "inferplane.attempts": len(self._attempts)})
+        span = self._attempts.pop(index, None)
+        if span is not None:
+            span.set_attributes(figures)
+            span.set_attribute("http.response.status_code", status)
+            _fail(span, error_type(None, status))
+            span.end()
+
+    def end(self, status: int, error: BaseException | None = None) -> None:
+        for span in self._attempts.values():  # dispatched, never settled here
+            span.end()
+        self._attempts.clear()
+        root = self._root
+        root.set_attribute("http.response.status_code", status)
+        _fail(root, error_type(error, status))
+        root.end()
+
+
+class OtelTelemetry(Telemetry):
+    """Tracing on: a tracer over the bounded export (``gateway.telemetry._export``)."""
+
+    enabled = True
+
+    def __init__(self, provider: TracerProvider, *, capture_content: bool,
+                 providers: Mapping[str, tuple[str, str | None]],
+                 export: BoundedExport | None, metrics: MetricsExport | None = None) -> None:
+        self._provider = provider
+        self.tracer: Tracer = provider.get_tracer("inferplane", schema_url=SCHEMA_URL)
+        self.capture_content = capture_content
+        self.providers = dict(providers)
+        """Configured provider name → (kind, base URL)."""
+        self._export = export
+        self._metrics = metrics
+
+    def request(self, headers: Mapping[str, str], endpoint: str) -> RequestTrace:
+        if self._export is None:  # telemetry.traces: false (metrics only)
+            return super().request(headers, endpoint)
+        parent = _PROPAGATOR.extract(headers) if "traceparent" in headers else None
+        operation = operation_name(endpoint)
+        root = self.tracer.start_span(operation, context=parent, kind=SpanKind.SERVER,
+                                      attributes={"gen_ai.operation.name": operation})
+        return OtelTrace(self, root, endpoint)
+
+    def dropped(self) -> int:
+        return self._export.dropped_count if self._export is not None else 0
+
+    async def aclose(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.aclose()
+        await asyncio.to_thread(self._provider.shutdown)
+
+
+def tracer_provider(*, service: str, instance: str, ratio: float) -> TracerProvider:
+    resource = Resource.create({"service.name": service, "service.instance.id": instance},
+                               schema_url=SCHEMA_URL)
+    return TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(ratio)))
