@@ -321,14 +321,20 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
        detail, f.route, f.deployment, f.client, f.http_status, f.input AS input_tokens,
        f.output AS output_tokens, f.cache_read AS cache_read_tokens,
        f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
-       f.cache_write_unknown AS cache_write_unknown_tokens
+       f.cache_write_unknown AS cache_write_unknown_tokens, t.tier
   FROM permits LEFT JOIN permit_facts f ON f.permit_id = permits.id
+       LEFT JOIN permit_tiers t ON t.permit_id = permits.id
  WHERE (NOT %(pending_only)s OR status = 'pending')
    AND (%(older_than_s)s::bigint IS NULL
         OR created_at <= clock_timestamp() - %(older_than_s)s::bigint * interval '1 second')
    AND (%(permit_id)s::uuid IS NULL OR id = %(permit_id)s::uuid)
  ORDER BY created_at, id
  LIMIT %(limit)s
+
+-- name: insert_permit_tier
+-- The tier that served a permit's attempt (routing.soft_tier), once per permit.
+INSERT INTO permit_tiers (permit_id, tier) VALUES (%(permit_id)s::uuid, %(tier)s)
+ON CONFLICT (permit_id) DO NOTHING
 
 -- name: request_log
 -- The request log (GET /admin/v1/requests): permits newest first, as list_permits, each
@@ -344,8 +350,9 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
        detail, f.route, f.deployment, f.client, f.http_status, f.input AS input_tokens,
        f.output AS output_tokens, f.cache_read AS cache_read_tokens,
        f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
-       f.cache_write_unknown AS cache_write_unknown_tokens
+       f.cache_write_unknown AS cache_write_unknown_tokens, t.tier
   FROM permits LEFT JOIN permit_facts f ON f.permit_id = permits.id
+       LEFT JOIN permit_tiers t ON t.permit_id = permits.id
  WHERE (%(team_id)s::text IS NULL OR team_id = %(team_id)s)
    AND (%(key_id)s::text IS NULL OR key_id = %(key_id)s)
    AND (%(user)s::text IS NULL OR user_name = %(user)s)
@@ -606,6 +613,8 @@ WITH lock AS (
     DELETE FROM permit_segments WHERE permit_id IN (SELECT id FROM doomed)
 ), facts AS (
     DELETE FROM permit_facts WHERE permit_id IN (SELECT id FROM doomed)
+), tiers AS (
+    DELETE FROM permit_tiers WHERE permit_id IN (SELECT id FROM doomed)
 ), gone AS (
     DELETE FROM permits WHERE id IN (SELECT id FROM doomed) RETURNING 1
 )

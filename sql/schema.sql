@@ -281,6 +281,14 @@ CREATE TABLE permit_facts (
     cache_write_unknown  bigint
 );
 
+-- The tier that served a permit's attempt when it was not the model's usual deployments
+-- ('soft': routing.soft_tier, a caller past a soft budget; docs/routing.md). Written by
+-- its own statement after the settlement, once per permit; no row: the usual ones.
+CREATE TABLE permit_tiers (
+    permit_id  uuid PRIMARY KEY,
+    tier       text NOT NULL
+);
+
 -- Every counter a permit charged, with the window and limit it captured, so settlement
 -- never re-reads current policy (ADR-046: deletion and midnight cannot move a charge).
 CREATE TABLE permit_segments (

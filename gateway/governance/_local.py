@@ -396,7 +396,7 @@ class LocalGovernanceStore(SqliteBase):
         def _prune(conn: sqlite3.Connection) -> int:
             ids = [(r["id"],) for r in _SQL["prunable_permits"].execute(
                 conn, {"before_us": before_us, "month": month, "limit": limit})]
-            for name in ("prune_charges", "prune_settlement", "prune_facts",
+            for name in ("prune_charges", "prune_settlement", "prune_facts", "prune_tier",
                          "prune_permit"):
                 _SQL[name].executemany(conn, ({"id": i} for (i,) in ids))
             return len(ids)
@@ -418,6 +418,12 @@ class LocalGovernanceStore(SqliteBase):
     async def frozen(self) -> list[FrozenCounter]:
         """Counters frozen by invalid usage, with the permit that froze each."""
         return await self._run(local_frozen, write=False)
+
+    async def note_tier(self, permit_id: str, tier: str) -> None:
+        """The request log's tier of a permit (``routing.soft_tier``), once."""
+        def _note(conn: sqlite3.Connection) -> None:
+            _SQL["insert_permit_tier"].execute(conn, {"permit_id": permit_id, "tier": tier})
+        await self._run(_note, inline=True)
 
     async def unfreeze(self, name: str) -> bool:
         """Operator action: lift a freeze after investigating the invalid usage."""

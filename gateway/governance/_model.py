@@ -292,6 +292,10 @@ class GovernanceStore(Protocol):
         ``model``, ``tool``) and UTC period (``day``, ``hour``, ``none``) as
         ``/v1/usage`` counts them, by the store (the admin API's summary)."""
 
+    async def note_tier(self, permit_id: str, tier: str) -> None:
+        """Record in the request log that ``tier`` served the permit's attempt (the
+        ``soft`` tier of ``routing.soft_tier``); the first note stays."""
+
     async def figures(self, charges: list[Charge]) -> dict[str, StoredFigures]:
         """What each of ``charges``' counters holds now, read in one step (no charge is
         made: the amounts are ignored, the limits give the buckets' capacities)."""

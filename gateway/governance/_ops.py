@@ -57,6 +57,9 @@ class PermitInfo(msgspec.Struct, frozen=True, kw_only=True):
     cache_write_5m_tokens: int | None = None
     cache_write_1h_tokens: int | None = None
     cache_write_unknown_tokens: int | None = None
+    tier: str | None = None
+    """The tier that served it when not the model's usual deployments (``soft``:
+    ``routing.soft_tier``, a caller past a soft budget); None: the usual ones."""
 
 
 class LogFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,7 +148,7 @@ def _permit_info(row: sqlite3.Row, now_us: int) -> PermitInfo:
 
 FACTS = ("route", "deployment", "client", "http_status", "input_tokens", "output_tokens",
          "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
-         "cache_write_unknown_tokens")
+         "cache_write_unknown_tokens", "tier")
 """The request log's facts every permit read carries (:class:`PermitInfo`)."""
 
 

@@ -411,6 +411,12 @@ class PostgresGovernanceStore:
         async with connection(self._pool) as conn:
             return await fetch_one(conn, sql.queries["counter"], {"key": name})
 
+    async def note_tier(self, permit_id: str, tier: str) -> None:
+        """The request log's tier of a permit (``routing.soft_tier``), once."""
+        async with connection(self._pool) as conn:
+            await conn.execute(sql.queries["insert_permit_tier"],
+                               {"permit_id": permit_id, "tier": tier})
+
     async def unfreeze(self, name: str) -> bool:
         """Operator action: lift a freeze after investigating the invalid usage."""
         async with connection(self._pool) as conn:

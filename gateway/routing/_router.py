@@ -178,7 +178,9 @@ class Router:
                 plan.tier = tier
                 return plan
             candidates = rest
-        return self._plan(model, candidates, session)
+        plan = self._plan(model, candidates, session)
+        plan.tier = tier  # standard, perhaps kept there for a capability (TierChoice.kept)
+        return plan
 
     def _plan(self, model: ModelSettings, candidates: Sequence[tuple[Deployment, P]],
               session: Session | None) -> Plan[P]:

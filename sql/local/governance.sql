@@ -68,6 +68,12 @@ CREATE TABLE IF NOT EXISTS gov_permit_facts (
     input INTEGER, output INTEGER, cache_read INTEGER, cache_write_5m INTEGER,
     cache_write_1h INTEGER, cache_write_unknown INTEGER
 );
+-- The tier that served a permit's attempt when it was not the model's usual one
+-- (routing.soft_tier: 'soft'; Postgres: permit_tiers, sql/schema.sql).
+CREATE TABLE IF NOT EXISTS gov_permit_tiers (
+    permit_id TEXT PRIMARY KEY,
+    tier TEXT NOT NULL
+);
 
 -- name: counter
 -- One counter, its columns in CounterState's field order (gateway/governance/_counters.py).
@@ -188,9 +194,10 @@ SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
        s.usd_liability, s.bound_exceeded, f.route, f.deployment, f.client, f.http_status,
        f.input AS input_tokens, f.output AS output_tokens, f.cache_read AS cache_read_tokens,
        f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
-       f.cache_write_unknown AS cache_write_unknown_tokens
+       f.cache_write_unknown AS cache_write_unknown_tokens, t.tier
   FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
        LEFT JOIN gov_permit_facts f ON f.permit_id = p.id
+       LEFT JOIN gov_permit_tiers t ON t.permit_id = p.id
  WHERE p.id = :id
 
 -- name: permits
@@ -202,9 +209,10 @@ SELECT p.id, p.request_id, p.key_id, p.team_id, p.user, p.model, p.token_bound,
        s.usd_liability, s.bound_exceeded, f.route, f.deployment, f.client, f.http_status,
        f.input AS input_tokens, f.output AS output_tokens, f.cache_read AS cache_read_tokens,
        f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
-       f.cache_write_unknown AS cache_write_unknown_tokens
+       f.cache_write_unknown AS cache_write_unknown_tokens, t.tier
   FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
        LEFT JOIN gov_permit_facts f ON f.permit_id = p.id
+       LEFT JOIN gov_permit_tiers t ON t.permit_id = p.id
  WHERE (NOT :pending_only OR p.status = 'pending')
    AND (:created_before IS NULL OR p.created_us <= :created_before)
  ORDER BY p.created_us, p.id
@@ -222,9 +230,10 @@ SELECT * FROM (
            s.usd_liability, s.bound_exceeded, f.route, f.deployment, f.client, f.http_status,
            f.input AS input_tokens, f.output AS output_tokens, f.cache_read AS cache_read_tokens,
            f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
-           f.cache_write_unknown AS cache_write_unknown_tokens
+           f.cache_write_unknown AS cache_write_unknown_tokens, t.tier
       FROM gov_permits p LEFT JOIN gov_settlements s ON s.permit_id = p.id
            LEFT JOIN gov_permit_facts f ON f.permit_id = p.id
+           LEFT JOIN gov_permit_tiers t ON t.permit_id = p.id
      WHERE (:team_id IS NULL OR p.team_id = :team_id)
        AND (:key_id IS NULL OR p.key_id = :key_id)
        AND (:user IS NULL OR p.user = :user)
@@ -371,6 +380,12 @@ DELETE FROM gov_settlements WHERE permit_id = :id
 
 -- name: prune_facts
 DELETE FROM gov_permit_facts WHERE permit_id = :id
+
+-- name: prune_tier
+DELETE FROM gov_permit_tiers WHERE permit_id = :id
+
+-- name: insert_permit_tier
+INSERT OR IGNORE INTO gov_permit_tiers (permit_id, tier) VALUES (:permit_id, :tier)
 
 -- name: prune_permit
 DELETE FROM gov_permits WHERE id = :id

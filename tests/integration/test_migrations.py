@@ -21,7 +21,7 @@ TABLES = {"authority_namespace", "teams", "keys", "bootstrap_declarations", "pol
           "policy_generations", "policy_changes", "counters", "authority_accounts",
           "permits", "permit_segments", "lease_dataplanes", "lease_grants", "alert_events",
           "key_rotations", "users", "team_members", "permit_facts", "console_sessions",
-          "routing_pins", "client_usage_reports"}
+          "routing_pins", "client_usage_reports", "permit_tiers"}
 
 
 def _tables(dsn: str) -> set[str]:

@@ -1,0 +1,226 @@
+"""The soft tier on real processes (ADR-046): a team past its soft budget is served by the
+model's cheaper deployment; reserved amounts alone never switch it.
+
+One ``mayu serve`` (local profile) over two mock upstreams, one per deployment: ``full``
+(the model's usual deployment) and ``cheap`` (``routing.soft_tier``, its own lower
+price). The soft budgets are policy rules with ``hardCap: false``. The upstreams' own
+ledgers say which deployment got each request; the request log and the audit say which
+tier served.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+import yaml
+
+from tests.e2e._procs import Proc
+from tests.e2e._routing import (
+    Routed,
+    routed_config,
+    start_deployment,
+    start_routed_gateway,
+)
+from tests.e2e.conftest import ADMIN_TOKEN, PRICE
+
+CHEAP = {k: v // 10 for k, v in PRICE.items()}
+SPENDER_LIMIT = 1_000  # µUSD: limitMilliUSD 1
+BURST_LIMIT = 5_000  # µUSD: limitMilliUSD 5
+MODEL = "claude-tiered"
+SLOW = "claude-tiered-slow"
+
+POLICY = {
+    "apiVersion": "inferplane.dev/v1alpha1", "kind": "GovernancePolicy",
+    "metadata": {"name": "soft-budgets"},
+    "spec": {"rules": [
+        {"name": "spender-soft", "subject": {"kind": "team", "team": "spender"},
+         "failurePolicy": "FailOpen",
+         "budget": {"limitMilliUSD": SPENDER_LIMIT // 1000, "window": "day",
+                    "hardCap": False}},
+        {"name": "burst-soft", "subject": {"kind": "team", "team": "burst"},
+         "failurePolicy": "FailOpen",
+         "budget": {"limitMilliUSD": BURST_LIMIT // 1000, "window": "day",
+                    "hardCap": False}},
+        {"name": "tools-soft", "subject": {"kind": "team", "team": "toolsy"},
+         "failurePolicy": "FailOpen",
+         "budget": {"limitMilliUSD": 1, "window": "day", "hardCap": False}}]}}
+
+
+@dataclass
+class Stack:
+    routed: Routed
+    workdir: Path
+
+    def client(self, key: str) -> anthropic.Anthropic:
+        return anthropic.Anthropic(api_key=key, base_url=self.routed.gateway.url,
+                                   max_retries=0, timeout=60)
+
+    def me(self, key: str) -> dict[str, Any]:
+        """The team's soft budget as ``GET /v1/me`` lists it."""
+        doc = httpx.get(f"{self.routed.gateway.url}/v1/me",
+                        headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
+        return next(x for x in doc["limits"] if x["kind"] == "account" and not x["hard"])
+
+    def log(self, team: str) -> list[dict[str, Any]]:
+        """The admin API's request log of one team, oldest first."""
+        r = httpx.get(f"{self.routed.gateway.url}/admin/v1/requests",
+                      params={"team": team, "limit": 500},
+                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+        r.raise_for_status()
+        return list(reversed(r.json()["data"]))
+
+
+def _tiered(name: str, full: str, cheap: str) -> dict[str, Any]:
+    """A model served by ``full``, with ``cheap`` as its soft tier (a tenth of the price,
+    no tool use declared)."""
+    return {"name": name, "routing": {
+        "strategy": "ordered",
+        # max_age_s 0: every request reads the budget afresh, so the switch point is
+        # exact (the default caches the read for 250 ms).
+        "soft_tier": {"deployments": ["cheap"], "max_age_s": 0, "tools": False}},
+        "deployments": [{"provider": "full", "name": "full", "upstream_model": full},
+                        {"provider": "cheap", "name": "cheap", "price": CHEAP,
+                         "upstream_model": cheap}]}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("routing-soft")
+    (workdir / "policy.yaml").write_text(yaml.safe_dump(POLICY))
+    upstreams: dict[str, Proc] = {}
+    try:
+        for name in ("full", "cheap"):
+            upstreams[name] = start_deployment(workdir, prompt_cache=False)
+        providers = {"full": "anthropic", "cheap": "anthropic"}
+        config = routed_config(workdir, upstreams, providers, [
+            _tiered(MODEL, "mock-claude", "mock-claude-haiku"),
+            _tiered(SLOW, "mock-claude-slow-stream", "mock-claude-haiku-slow-stream")],
+            extra={"policies": [str(workdir / "policy.yaml")]})
+        gateway = start_routed_gateway(config)
+    except BaseException:
+        for proc in upstreams.values():
+            proc.stop()
+        raise
+    routed = Routed(gateway=gateway, upstreams=upstreams, config=config, kinds=providers)
+    try:
+        yield Stack(routed=routed, workdir=workdir)
+    finally:
+        routed.stop()
+
+
+def _ask(client: anthropic.Anthropic, text: str, **extra: Any) -> Any:
+    return client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": text}], **extra)
+
+
+def test_a_team_past_its_soft_budget_is_served_by_the_cheaper_deployment(
+        stack: Stack) -> None:
+    """Requests go to ``full`` until the team's committed + liability reaches its soft
+    limit; the very next request (and every one after it) goes to ``cheap``, is answered
+    (not refused), settled at the cheap price, and the request log says ``soft``."""
+    key = stack.routed.key("spender")
+    client = stack.client(key)
+    stack.routed.clear()
+    tiers: list[str] = []
+    spent_before: list[int] = []
+    for i in range(40):
+        held = stack.me(key)
+        spent_before.append(held["committed"] + held["liability"])
+        raw = _ask(client, f"question {i}: how much is spent?")
+        assert raw.http_response.status_code == 200
+        tiers.append(raw.headers["x-inferplane-tier"])
+        if tiers[-3:] == ["soft"] * 3:
+            break
+    switch = tiers.index("soft")
+    assert switch > 0 and tiers[:switch] == ["standard"] * switch
+    assert tiers[switch:] == ["soft"] * (len(tiers) - switch)
+    # The switch point is exact: every standard request started under the limit, the
+    # first soft one at or past it.
+    assert all(s < SPENDER_LIMIT for s in spent_before[:switch])
+    assert spent_before[switch] >= SPENDER_LIMIT
+    full, cheap = stack.routed.ledger("full"), stack.routed.ledger("cheap")
+    assert len(full) == switch and len(cheap) == len(tiers) - switch
+    assert {e["model"] for e in cheap} == {"mock-claude-haiku"}
+    log = stack.log("spender")
+    # The request log's tier: "soft", or none (the usual deployments).
+    assert [r["tier"] or "standard" for r in log] == tiers
+    assert [r["deployment"] for r in log] == ["full" if t == "standard" else "cheap"
+                                              for t in tiers]
+    # Settled at each deployment's own price, to the µUSD the upstream reported.
+    from gateway.pricing import ModelPrice, Usage, cost_micro_usd
+    want = ([cost_micro_usd(Usage(**e["classes"]), ModelPrice(**PRICE)) for e in full]
+            + [cost_micro_usd(Usage(**e["classes"]), ModelPrice(**CHEAP)) for e in cheap])
+    assert [r["usd_committed"] for r in log] == want
+    audit = [json.loads(line) for path in (stack.workdir / "data-mayu").glob("audit*.jsonl")
+             for line in path.read_text().splitlines()]
+    settled = [a for a in audit if a.get("event") == "settled" and a.get("model") == MODEL
+               and a.get("request_id") in {r["request_id"] for r in log}]
+    assert sorted(a["tier"] for a in settled) == sorted(tiers)
+
+
+def test_reserved_but_unsettled_streams_never_switch_the_tier(stack: Stack) -> None:
+    """Slow streams (4 s each) started 0.3 s apart: their reservations pass the soft
+    limit within the first two, while what is committed + liability stays under it.
+    Every one is served by ``full``; mid-burst ``GET /v1/me`` shows reserved above the
+    limit and committed + liability below it (so the burst did test the rule)."""
+    key = stack.routed.key("burst")
+    client = stack.client(key)
+    stack.routed.clear()
+    n = 8
+    samples: list[dict[str, Any]] = []
+    go = threading.Event()
+
+    def stream(i: int) -> tuple[str, str]:
+        go.wait()
+        time.sleep(0.3 * i)
+        with client.messages.stream(
+                model=SLOW, max_tokens=2000,
+                messages=[{"role": "user", "content": f"stream {i}"}]) as s:
+            tier = s.response.headers["x-inferplane-tier"]
+            text = "".join(s.text_stream)
+        return tier, text
+
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(stream, i) for i in range(n)]
+        go.set()
+        time.sleep(0.3 * n)  # the last stream has started; the first has not ended
+        samples.append(stack.me(key))
+        answers = [f.result(timeout=120) for f in futures]
+    assert [tier for tier, _ in answers] == ["standard"] * n
+    assert all(text for _, text in answers)
+    mid = samples[0]
+    assert mid["reserved"] > BURST_LIMIT
+    assert mid["committed"] + mid["liability"] < BURST_LIMIT
+    assert len(stack.routed.ledger("full")) == n and stack.routed.ledger("cheap") == []
+    assert [r["tier"] for r in stack.log("burst")] == [None] * n
+
+
+def test_a_request_the_cheaper_tier_cannot_serve_keeps_its_deployment(stack: Stack) -> None:
+    """The soft tier is declared without tool use (``tools: false``): past the soft
+    budget, a request with tools is served by ``full`` and says why; one without tools
+    goes to ``cheap``."""
+    key = stack.routed.key("toolsy")
+    client = stack.client(key)
+    for i in range(40):  # spend the team's 1,000 µUSD
+        if _ask(client, f"spend {i}").headers["x-inferplane-tier"] == "soft":
+            break
+    tool = {"name": "lookup", "description": "look a word up",
+            "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    stack.routed.clear()
+    with_tools = _ask(client, "use the tool", tools=[tool])
+    plain = _ask(client, "no tools here")
+    assert (with_tools.headers["x-inferplane-tier"],
+            with_tools.headers["x-inferplane-tier-kept"]) == ("standard", "tools")
+    assert plain.headers["x-inferplane-tier"] == "soft"
+    assert "x-inferplane-tier-kept" not in plain.headers
+    assert (len(stack.routed.ledger("full")), len(stack.routed.ledger("cheap"))) == (1, 1)
