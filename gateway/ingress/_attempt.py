@@ -233,6 +233,8 @@ class Attempt:
             self.permit, outcome, price=call.bounds.price, facts=facts)
         if settlement.bound_exceeded:
             self._bound_exceeded(settlement)
+        if self.tier == "soft":
+            await self._note_tier()
         self.audit(event="settled", status=status, outcome=str(settlement.kind),
                    detail=settlement.detail,
                    usage=None if settlement.usage is None
@@ -244,6 +246,16 @@ class Attempt:
                    bound_exceeded=settlement.bound_exceeded,
                    stored=self.result is not None)
         return settlement
+
+    async def _note_tier(self) -> None:
+        """The request log's tier (only the soft one is written: None is the usual);
+        the answer's header and the audit line say it whatever happens here."""
+        assert self.permit is not None
+        try:
+            await self.call.gw.governance.note_tier(self.permit.id, "soft")
+        except Exception as exc:  # a log column: never the request's failure
+            log.warning("request %s: the tier of permit %s was not recorded: %s",
+                        self.call.request_id, self.permit.id, exc)
 
     def _bound_exceeded(self, s: Settlement) -> None:
         call = self.call
