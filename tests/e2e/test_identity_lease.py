@@ -10,7 +10,9 @@ team) and on each plane (with a default member budget of :data:`MEMBER_USD` per 
 
 The planes heartbeat every :data:`HEARTBEAT_S` seconds (``max_heartbeat_interval_s``;
 no published policy sets a tighter ``renewInterval``), with :data:`ANSWER_S` as their
-sync timeout.
+sync timeout. The module's setup takes about a minute on a loaded machine (the OIDC
+provider's npm install, inferplaned, three planes each started and synced); each test
+then takes a few seconds (it waits for heartbeats).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -40,9 +41,10 @@ pytestmark = pytest.mark.e2e
 
 HEARTBEAT_S = 2.0
 """Each plane's heartbeat interval (``control_plane.max_heartbeat_interval_s``)."""
-ANSWER_S = 2.0
+ANSWER_S = 5.0
 """Each plane's sync timeout (``control_plane.timeout_s``): a heartbeat is answered
-within this, or it failed."""
+within this, or it failed (generous: the machine running the suite is loaded, and a
+credential's first request waits for one early heartbeat)."""
 MEMBER_USD = 200_000
 """eng's default member budget on each plane (µUSD per day): 50,000 output tokens of
 the planes' model, so a request allowing 100,000 does not fit it."""
@@ -193,11 +195,13 @@ def test_revoking_the_user_refuses_the_credential_on_all_three_planes_within_one
         stack: LeaseStack, oidc: OidcProvider) -> None:
     """Every plane admits bo's credential; after inferplaned's
     ``POST /v1alpha1/users/{name}/revoke`` each plane refuses it from the first
-    heartbeat answer after the revoke: within one heartbeat interval plus the round trip
-    of the heartbeat in flight and of the one that carries the deny list
-    (``HEARTBEAT_S + 2 * ANSWER_S``), each plane's delay measured from the revoke's answer
-    to its first 401. The refusal is a 401 in the OpenAI and in the Anthropic shape, and
-    nothing is charged for it."""
+    heartbeat answer after the revoke. Counted at inferplaned (the planes' heartbeats,
+    independent of the machine's load): at most two heartbeats of a plane land between
+    the revoke's answer and just after its first 401 (the one in flight at the revoke,
+    whose answer may predate it, and the next, which carries the deny list). Timed: each
+    plane's delay from the revoke's answer to its first 401 is printed and stays within
+    one interval plus those two round trips (``HEARTBEAT_S + 2 * ANSWER_S``). The refusal
+    is a 401 in the OpenAI and in the Anthropic shape, and nothing is charged for it."""
     credential = _exchange(stack, oidc.token("bo-sub", groups=[TEAM]))
     with httpx.Client() as client:
         for name in PLANES:
@@ -206,6 +210,7 @@ def test_revoking_the_user_refuses_the_credential_on_all_three_planes_within_one
                    timeout=30, headers={"Authorization": f"Bearer {WRITER_TOKEN}"})
     assert r.status_code == 200 and r.json()["keys_revoked"] == 1, r.text
     revoked = time.monotonic()
+    beats = {n: p["heartbeats"] for n, p in stack.dataplanes().items()}
     delays: dict[str, float] = {}
     bound = HEARTBEAT_S + 2 * ANSWER_S
     threads = [threading.Thread(target=_first_refusal, args=(
@@ -215,9 +220,13 @@ def test_revoking_the_user_refuses_the_credential_on_all_three_planes_within_one
         t.start()
     for t in threads:
         t.join()
+    after = {n: p["heartbeats"] - beats[n] for n, p in stack.dataplanes().items()
+             if n in PLANES}
     print(f"\nrevoke -> first 401 (heartbeat {HEARTBEAT_S}s): "
-          + ", ".join(f"{n} {delays.get(n, float('nan')):.3f}s" for n in PLANES))
+          + ", ".join(f"{n} {delays.get(n, float('nan')):.3f}s" for n in PLANES)
+          + f"; heartbeats meanwhile {after}")
     assert set(delays) == set(PLANES), f"still admitted after {bound + 20}s: {delays}"
+    assert all(after[n] <= 2 for n in PLANES), after
     assert all(d < bound for d in delays.values()), (bound, delays)
     for name in PLANES:
         url = stack.planes[name].url
@@ -262,8 +271,8 @@ def test_no_token_or_credential_reaches_a_file_of_any_plane_or_inferplaned(
             assert secret.encode() not in data, f"a secret is in {path}"
 
 
-def test_a_plane_holds_no_key_of_another_team(stack: LeaseStack, oidc: OidcProvider,
-                                              tmp_path: Path) -> None:
+def test_a_plane_holds_no_key_of_another_team(stack: LeaseStack,
+                                              oidc: OidcProvider) -> None:
     """A person of team ml (in Postgres, on no plane) gets a credential; no plane holds
     a key of it, and each refuses it 401."""
     shared = stack.workdir / "postgres-cli.yaml"
