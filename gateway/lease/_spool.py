@@ -86,7 +86,7 @@ class UsageSpool(SqliteBase):
     def __init__(self, path: str, *, url: str, token: str | None,
                  key_store: KeyStore | None = None, bound: int = DEFAULT_BOUND,
                  batch: int = MAX_RECORDS, timeout_s: float = 10.0,
-                 interval_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
+                 interval_s: float = 1.0, max_backoff_s: float = 10.0) -> None:
         super().__init__(path)
         self._url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
