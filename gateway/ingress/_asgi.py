@@ -54,18 +54,25 @@ class Generation:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         ex = Exchange()
+        error: BaseException | None = None
         try:
             gw: Gateway = scope["app"].state.gateway
-            reply = await self._generate(gw, ex, _headers(scope), receive)
+            headers = _headers(scope)
+            ex.trace = gw.telemetry.request(headers, self.endpoint)  # OFF: tracing off
+            reply = await self._generate(gw, ex, headers, receive)
             asgi = prepare(reply)
         except Exception as exc:
-            asgi = prepare(self._error(scope, exc, ex))
+            reply, error = self._error(scope, exc, ex), exc
+            asgi = prepare(reply)
         try:
             await asgi(scope, receive, send)
         except Exception as exc:
             # As Litestar's exception middleware: once the head is out, the server closes
             # the connection (a stream's relay has already told the client in-band).
+            error = exc
             raise LitestarException("Exception caught after response started") from exc
+        finally:
+            ex.trace.end(reply.status, error)  # the response is over, however it ended
 
     def _error(self, scope: Any, exc: Exception, ex: Exchange) -> Reply:
         return error_reply(

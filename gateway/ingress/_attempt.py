@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -93,6 +93,9 @@ class Attempt:
     """Bytes of the request may have reached the upstream (cancelled vs uncertain)."""
     after: tuple[str, ...] = ()
     """The deployments this request tried before this one (a fallback: they failed)."""
+    upstream_headers: dict[str, str] = field(default_factory=dict)
+    """The client headers sent upstream, with this attempt's ``traceparent`` when traced
+    (set by ``dispatching``)."""
     tier: str | None = None
     """``soft`` or ``standard`` for a model with ``routing.soft_tier`` (which tier this
     deployment is), else None: the answer's ``x-inferplane-tier``, the usage log's tier."""
@@ -164,7 +167,8 @@ class Attempt:
         it was admitted, or its refusal is the client's error."""
         gw = self.call.gw
         try:
-            decided = await gw.governor.admit(self._ask())
+            with self.call.trace.span("admission", attempt=self.index):
+                decided = await gw.governor.admit(self._ask())
         except Refused as refused:
             if refused.decided is not None:
                 self.call = self.call.decided(refused.decided, self.deployment)
@@ -211,6 +215,14 @@ class Attempt:
         """The request is about to leave: journaled (and audited) before the first byte."""
         assert self.permit is not None
         self.dispatched = True
+        call = self.call
+        self.upstream_headers = call.client_headers
+        if call.trace.recording:  # this attempt's span, its traceparent sent upstream
+            self.upstream_headers = call.trace.dispatch(
+                self.index, deployment=call.gw.router.name_of(call.model, self.deployment),
+                provider=self.provider.name,
+                model=self.deployment.upstream_model or call.model.name,
+                headers=call.client_headers)
         self.call.gw.router.sent(self.call.model, self.deployment)
         await self.call.gw.governor.dispatching(self.permit)
         self.audit(event="dispatch")
@@ -229,8 +241,10 @@ class Attempt:
         facts = RequestFacts(route=ROUTES.get(call.endpoint), client=call.client,
                              http_status=status,
                              deployment=gw.router.name_of(call.model, self.deployment))
-        self.settlement, self.result = settlement, _ = await gw.governor.settle_outcome(
-            self.permit, outcome, price=call.bounds.price, facts=facts)
+        with call.trace.span("settlement", attempt=self.index):
+            self.settlement, self.result = settlement, _ = await gw.governor.settle_outcome(
+                self.permit, outcome, price=call.bounds.price, facts=facts)
+            call.trace.settled(self.index, settlement, status=status)
         if settlement.bound_exceeded:
             self._bound_exceeded(settlement)
         if self.tier == "soft":

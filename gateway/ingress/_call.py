@@ -18,8 +18,9 @@ a stage may change is exactly what its method replaces (the stages and their ord
   (``bounds``), budget fit's lower output allowance (:meth:`Call.fitted_to`: ``doc``,
   ``body``, ``bounds`` output, ``fitted``).
 
-The one mutable part is :class:`AuditTrail` (whether an audit line was written), shared
-by every value of one request so the error renderer does not write a second one.
+The mutable parts are :class:`AuditTrail` (whether an audit line was written), shared
+by every value of one request so the error renderer does not write a second one, and
+the request's :class:`gateway.telemetry.RequestTrace` (its spans), told each stage.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gateway.ingress._refine import count_scope
 from gateway.ingress._shortfall import lower_output
 from gateway.keys import Principal
 from gateway.providers import Provider
+from gateway.telemetry import OFF, RequestTrace
 from gateway.usage import Endpoint
 
 if TYPE_CHECKING:
@@ -101,6 +103,8 @@ class Call(msgspec.Struct, frozen=True):
     trail: AuditTrail = msgspec.field(default_factory=AuditTrail)
     guard: Guard | None = None
     """The request's guardrails (its pseudonyms), set by the screen step; None: off."""
+    trace: RequestTrace = OFF
+    """The request's spans (``gateway.telemetry``; OFF: tracing off), told each stage."""
 
     def __post_init__(self) -> None:
         if not self.client_body:

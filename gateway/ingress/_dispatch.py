@@ -104,6 +104,7 @@ from gateway.routing import (
     retry_after_s,
     session_of,
 )
+from gateway.telemetry import OFF, RequestTrace
 from gateway.usage import Endpoint, StreamMeter, extract_json, stream_error_event
 
 log = logging.getLogger("mayu.ingress")
@@ -141,12 +142,14 @@ def _failure_outcome(attempt: Attempt, exc: BaseException, detail: str) -> Outco
 class Exchange:
     """What the error renderer needs to know of one request, as far as it got."""
 
-    __slots__ = ("call", "principal", "request_id")
+    __slots__ = ("call", "principal", "request_id", "trace")
 
     def __init__(self) -> None:
         self.request_id: str | None = None
         self.principal: Principal | None = None
         self.call: Call | None = None
+        self.trace: RequestTrace = OFF
+        """The request's spans (``gateway.telemetry``), handed to its Call."""
 
 
 async def serve(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Protocol_,
@@ -154,6 +157,7 @@ async def serve(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Protoco
     """One generation request, stage by stage (module docstring): prepare, then
     :func:`dispatch`."""
     ex.call = call = await prepare(gw, ex, endpoint, protocol, headers, receive)
+    call.trace.begin(call)  # the root span's name and who asked (tracing off: nothing)
     routing = call.model.routing
     session = (session_of(call.model.name, headers, call.client_doc)
                if routing is not None and routing.affinity else None)
@@ -221,9 +225,13 @@ async def prepare(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Proto
     target = route(gw, principal, doc, protocol)
     # Screen: guardrails act on every text field before anything is bounded or admitted
     # (a block is refused here: nothing admitted, nothing charged; docs/guardrails.md).
-    doc, body, guard = await guard_request(
-        gw.settings.guardrails, principal.team_id, principal.team.guardrails, doc, body,
-        endpoint=endpoint, request_id=rid, registry=gw.metrics.registry)
+    guardrails = gw.settings.guardrails
+    with ex.trace.span("apply_guardrail",
+                       when=guardrails.enabled or bool(principal.team.guardrails)) as span:
+        doc, body, guard = await guard_request(
+            guardrails, principal.team_id, principal.team.guardrails, doc, body,
+            endpoint=endpoint, request_id=rid, registry=gw.metrics.registry)
+        span.set({"gen_ai.guardrail.findings": guard.findings if guard is not None else 0})
     out = output_bound(doc, endpoint, target.model, ceiling=server.max_output_tokens)
     bounds = Bounds(input_tokens=input_bound(body, doc, target.model), output_tokens=out,
                     price=target.model.price, input_classes=input_classes(doc),
@@ -232,7 +240,7 @@ async def prepare(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Proto
                 body=body, stream=wants_stream(doc, endpoint), bounds=bounds,
                 client_headers={h: headers[h] for h in _FORWARDED if h in headers},
                 deployments=target.deployments, request_id=rid, key_hash=key_hash,
-                client=client_tool(headers.get("user-agent")), guard=guard)
+                client=client_tool(headers.get("user-agent")), guard=guard, trace=ex.trace)
 
 
 async def _dispatch(attempt: Attempt, *, last: bool) -> Reply | None:
@@ -257,7 +265,7 @@ async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:
                                 stream=call.stream)
     await attempt.dispatching()
     try:
-        upstream = await provider.send(call.endpoint, body, headers=call.client_headers)
+        upstream = await provider.send(call.endpoint, body, headers=attempt.upstream_headers)
     except UpstreamFailure as exc:
         router.failed(call.model, attempt.deployment, retry_after_s=None, why=str(exc))
         await attempt.finish(_failure_outcome(attempt, exc, str(exc)), status=502)
