@@ -5,7 +5,9 @@ Litestar generates the paths and parameters from the handlers; what the handlers
 hand is written in here: the request bodies (a GovernancePolicy document as JSON or YAML;
 the heartbeat's :class:`gateway.lease.SyncRequest`, with its answer
 :class:`gateway.lease.SyncResponse`) and the one error shape every route answers with
-(``{"error": {"message", "problems"}}``, docs/inferplaned.md "Errors"). Every route but
+(``{"error": {"message", "problems"}}``, docs/inferplaned.md "Errors"), and a lease
+plane's batch of usage records (:class:`gateway.lease.UsageBatch`, answered with
+:class:`gateway.lease.UsageAck`). Every route but
 the health probes takes a bearer token: a writer, reader or data plane token, by route.
 """
 
@@ -21,7 +23,7 @@ from litestar.openapi.plugins import OpenAPIRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from controlplane.credentials import CredentialAnswer, CredentialRequest
-from gateway.lease import SyncRequest, SyncResponse
+from gateway.lease import SyncRequest, SyncResponse, UsageAck, UsageBatch
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,7 +66,8 @@ def completed(document: dict[str, Any]) -> dict[str, Any]:
     """The generated document with the bodies the handlers read by hand, the error shape
     on every operation (4XX, 5XX) and no token asked by the health probes."""
     _, own = msgspec.json.schema_components((ErrorBody, SyncRequest, SyncResponse,
-                                             CredentialRequest, CredentialAnswer),
+                                             CredentialRequest, CredentialAnswer,
+                                             UsageBatch, UsageAck),
                                             ref_template=_REF)
     document.setdefault("components", {}).setdefault("schemas", {}).update(own)
     paths: dict[str, dict[str, Any]] = document.get("paths", {})
@@ -84,6 +87,11 @@ def completed(document: dict[str, Any]) -> dict[str, Any]:
         "application/json": {"schema": _ref("SyncRequest")}}}
     sync["responses"]["200"] = {"description": "the heartbeat's answer", "content": {
         "application/json": {"schema": _ref("SyncResponse")}}}
+    usage = paths["/v1alpha1/usage"]["post"]
+    usage["requestBody"] = {"required": True, "content": {
+        "application/json": {"schema": _ref("UsageBatch")}}}
+    usage["responses"]["200"] = {"description": "which records are stored", "content": {
+        "application/json": {"schema": _ref("UsageAck")}}}
     issue = paths["/v1alpha1/credentials"]["post"]
     issue["requestBody"] = {"required": True, "content": {
         "application/json": {"schema": _ref("CredentialRequest")}}}
@@ -112,6 +120,6 @@ OPENAPI = OpenAPIConfig(
     components=Components(security_schemes={"bearer": SecurityScheme(
         type="http", scheme="bearer",
         description="a writer or reader token (auth.writer_tokens_ref, "
-                    "auth.reader_tokens_ref), or a data plane token on /v1alpha1/sync")}))
+                    "auth.reader_tokens_ref), or a data plane token on /v1alpha1/sync and /v1alpha1/usage")}))
 
 __all__ = ["OPENAPI", "completed"]
