@@ -1,11 +1,13 @@
 """The soft tier on real processes (ADR-046): a team past its soft budget is served by the
 model's cheaper deployment; reserved amounts alone never switch it.
 
-One ``mayu serve`` (local profile) over two mock upstreams, one per deployment: ``full``
-(the model's usual deployment) and ``cheap`` (``routing.soft_tier``, its own lower
-price). The soft budgets are policy rules with ``hardCap: false``. The upstreams' own
-ledgers say which deployment got each request; the request log and the audit say which
-tier served.
+One ``mayu serve`` (local profile; then three shared-profile replicas on one Postgres
+database, the policy published by inferplaned) over two mock upstreams, one per
+deployment: ``full`` (the model's usual deployment) and ``cheap`` (``routing.soft_tier``,
+its own lower price). The soft budgets are policy rules with ``hardCap: false``. The
+upstreams' own ledgers say which deployment got each request; the request log and the
+audit say which tier served. The shared stack (inferplaned and three gateways) takes
+about a minute to start on the loaded test machine; each test is under 30 s.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from typing import Any
 
 import anthropic
 import httpx
+import psycopg
 import pytest
 import yaml
 
-from tests.e2e._procs import Proc
+from tests.e2e._controlplane import WRITER_TOKEN, start_inferplaned
+from tests.e2e._procs import Proc, create_key, create_team, shared_stores, wait_none_pending
 from tests.e2e._routing import (
     Routed,
     routed_config,
@@ -224,3 +228,147 @@ def test_a_request_the_cheaper_tier_cannot_serve_keeps_its_deployment(stack: Sta
     assert plain.headers["x-inferplane-tier"] == "soft"
     assert "x-inferplane-tier-kept" not in plain.headers
     assert (len(stack.routed.ledger("full")), len(stack.routed.ledger("cheap"))) == (1, 1)
+
+
+# -- the shared profile: three replicas on one Postgres database --------------------------
+
+
+@dataclass
+class Shared:
+    control: Proc
+    gateways: list[Proc]
+    upstreams: dict[str, Proc]
+    config: Path
+    dsn: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"INFERPLANE_DATABASE_URL": self.dsn}
+
+    def key(self, team: str) -> tuple[str, str]:
+        team_id: str = create_team(self.config, team, env=self.env)["id"]
+        return team_id, create_key(self.config, team, env=self.env)
+
+    def ledger(self, name: str) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = httpx.get(
+            f"{self.upstreams[name].url}/__mock/ledger").json()
+        return entries
+
+    def soft_budget(self, gw: Proc, key: str) -> dict[str, Any] | None:
+        doc = httpx.get(f"{gw.url}/v1/me", headers={"Authorization": f"Bearer {key}"},
+                        timeout=30).json()
+        return next((x for x in doc["limits"] if x["kind"] == "account" and not x["hard"]),
+                    None)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, pg_module_dsn: str) -> Iterator[Shared]:
+    workdir = tmp_path_factory.mktemp("routing-soft-shared")
+    procs: list[Proc] = []
+    try:
+        control = start_inferplaned(workdir, pg_module_dsn)
+        procs.append(control)
+        upstreams = {name: start_deployment(workdir, prompt_cache=False)
+                     for name in ("full", "cheap")}
+        procs += upstreams.values()
+        providers = {"full": "anthropic", "cheap": "anthropic"}
+        models = [{**_tiered(MODEL, "mock-claude", "mock-claude-haiku"), "routing": {
+                      "strategy": "ordered", "soft_tier": {"deployments": ["cheap"]}}},
+                  _tiered(SLOW, "mock-claude-slow-stream", "mock-claude-haiku-slow-stream")]
+        configs = [routed_config(workdir, upstreams, providers, models, name=f"gw{i}",
+                                 extra=shared_stores(pool_min_size=1, pool_max_size=4,
+                                                     policy_refresh_s=0.5))
+                   for i in range(3)]
+        gateways = [start_routed_gateway(c, {"INFERPLANE_DATABASE_URL": pg_module_dsn})
+                    for c in configs]
+        procs += gateways
+        yield Shared(control=control, gateways=gateways, upstreams=upstreams,
+                     config=configs[0], dsn=pg_module_dsn)
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def _publish(shared: Shared, key: str) -> None:
+    """Publish the soft budgets through inferplaned; wait until every replica has them."""
+    r = httpx.put(f"{shared.control.url}/v1alpha1/policies/soft-budgets", json=POLICY,
+                  headers={"Authorization": f"Bearer {WRITER_TOKEN}"}, timeout=30)
+    assert r.status_code in (200, 201), r.text
+    deadline = time.monotonic() + 30
+    while any(shared.soft_budget(gw, key) is None for gw in shared.gateways):
+        assert time.monotonic() < deadline, "the replicas never loaded the policy"
+        time.sleep(0.2)
+
+
+def test_shared_replicas_switch_on_the_shared_figure(shared: Shared) -> None:
+    """Three replicas, requests round robin over them, the default 250 ms cache of the
+    figure: each request waits until the previous one is settled in the database and
+    the cache is older than 250 ms, so the switch point is exact — the first request sent
+    once the database's committed + liability reached the limit (whichever replica
+    spent it) is the first served by ``cheap``, and every one after it too."""
+    team_id, key = shared.key("spender")
+    _publish(shared, key)
+    tiers: list[str] = []
+    spent_before: list[int] = []
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    for i in range(40):
+        wait_none_pending(shared.dsn, team_id=team_id)
+        gw = shared.gateways[i % 3]
+        held = shared.soft_budget(gw, key)
+        assert held is not None
+        spent_before.append(held["committed"] + held["liability"])
+        time.sleep(0.3)  # every replica's cached read is now stale
+        r = httpx.post(f"{gw.url}/v1/messages", headers=headers, timeout=60, json={
+            "model": MODEL, "max_tokens": 64,
+            "messages": [{"role": "user", "content": f"shared question {i}"}]})
+        assert r.status_code == 200, r.text
+        tiers.append(r.headers["x-inferplane-tier"])
+        if tiers[-4:] == ["soft"] * 4:
+            break
+    switch = tiers.index("soft")
+    assert switch > 0 and tiers == ["standard"] * switch + ["soft"] * (len(tiers) - switch)
+    assert all(s < SPENDER_LIMIT for s in spent_before[:switch])
+    assert spent_before[switch] >= SPENDER_LIMIT
+    assert (len(shared.ledger("full")), len(shared.ledger("cheap"))) == (
+        switch, len(tiers) - switch)
+    wait_none_pending(shared.dsn, team_id=team_id)
+    with psycopg.connect(shared.dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT f.deployment, t.tier FROM permits p "
+            "JOIN permit_facts f ON f.permit_id = p.id "
+            "LEFT JOIN permit_tiers t ON t.permit_id = p.id "
+            "WHERE p.team_id = %s ORDER BY p.created_at", (team_id,)).fetchall()
+    assert rows == [("full", None)] * switch + [("cheap", "soft")] * (len(tiers) - switch)
+
+
+def test_shared_reservations_on_three_replicas_never_switch(shared: Shared) -> None:
+    """Nine slow streams (4 s each) over the three replicas, started 0.3 s apart: the
+    database's reserved passes the soft limit, committed + liability stays under it;
+    none is switched."""
+    team_id, key = shared.key("burst")
+    _publish(shared, key)
+    n = 9
+    go = threading.Event()
+
+    def stream(i: int) -> str:
+        go.wait()
+        time.sleep(0.3 * i)
+        client = anthropic.Anthropic(api_key=key, base_url=shared.gateways[i % 3].url,
+                                     max_retries=0, timeout=60)
+        with client.messages.stream(model=SLOW, max_tokens=2000, messages=[
+                {"role": "user", "content": f"shared stream {i}"}]) as s:
+            tier = s.response.headers["x-inferplane-tier"]
+            assert "".join(s.text_stream)
+        return tier
+
+    before = len(shared.ledger("cheap"))
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(stream, i) for i in range(n)]
+        go.set()
+        time.sleep(0.3 * n)
+        mid = shared.soft_budget(shared.gateways[0], key)
+        tiers = [f.result(timeout=120) for f in futures]
+    assert tiers == ["standard"] * n
+    assert mid is not None and mid["reserved"] > BURST_LIMIT
+    assert mid["committed"] + mid["liability"] < BURST_LIMIT
+    assert len(shared.ledger("cheap")) == before
