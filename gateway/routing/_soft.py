@@ -78,17 +78,16 @@ class SoftBudgets:
         self._seen: dict[str, tuple[float, bool]] = {}
         """Budget account → (when read, past its limit)."""
         self._reading: dict[tuple[str, ...], asyncio.Future[dict[str, bool]]] = {}
-        self.reads = 0
-        """Store reads made (tests: the cache works)."""
 
     async def past(self, store: GovernanceStore, charges: Sequence[Charge],
                    max_age_s: float) -> str | None:
         """The first of ``charges`` (soft budget accounts) whose committed + liability
-        is at or above its limit, as read at most ``max_age_s`` ago; None if none is."""
+        is at or above its limit, as read less than ``max_age_s`` ago (0: read now); None if
+        none is."""
         now = self.clock()
         stale = tuple(c.counter for c in charges
                       if (seen := self._seen.get(c.counter)) is None
-                      or now - seen[0] > max_age_s)
+                      or now - seen[0] >= max_age_s)
         if stale:
             await self._read(store, [c for c in charges if c.counter in stale], stale)
         for c in charges:
@@ -107,7 +106,6 @@ class SoftBudgets:
         self._reading[key] = future
         try:
             held = await store.figures(charges)
-            self.reads += 1
             read_at = self.clock()
             if len(self._seen) > _MAX_ACCOUNTS:
                 self._seen.clear()
