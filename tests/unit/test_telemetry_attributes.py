@@ -173,3 +173,61 @@ async def test_cluster_gauges_say_what_each_budget_has_left() -> None:
         "scope": "team", "id": "t1", "team": "", "window": "day"}) == 550
     assert registry.get_sample_value("mayu_cluster_budget_remaining_micro_usd", {
         "scope": "key", "id": "k1", "team": "", "window": "month"}) == 0
+
+
+def _recorded(capture_content: bool = False) -> tuple[object, object]:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from gateway.telemetry._otel import OtelTelemetry, tracer_provider
+
+    memory = InMemorySpanExporter()
+    provider = tracer_provider(service="t", instance="i", ratio=1.0)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    export = SimpleNamespace(dropped_count=0)
+    return OtelTelemetry(provider, capture_content=capture_content,
+                         providers={"up": ("bedrock", None)}, export=export), memory  # type: ignore[arg-type]
+
+
+def _call(text: str) -> SimpleNamespace:
+    return SimpleNamespace(model=SimpleNamespace(name="claude"), stream=False,
+                           request_id="req_1", client_doc={"messages": [
+                               {"role": "user", "content": text}]},
+                           principal=SimpleNamespace(team_id="t", key_id="k", user="ann"))
+
+
+def test_a_refusal_marks_admission_and_root_with_its_code() -> None:
+    """A refused admission: the admission span and the root carry the refusal's code as
+    error.type; no attempt span is left open."""
+    from gateway.errors import InferplaneError
+
+    class Refused(InferplaneError):
+        code = "budget_exceeded"
+
+    telemetry, memory = _recorded()
+    trace = telemetry.request({}, "messages")  # type: ignore[attr-defined]
+    trace.begin(_call("hi"))
+    with pytest.raises(Refused), trace.span("admission", attempt=0):
+        raise Refused("no")
+    trace.end(402, Refused("no"))
+    spans = {s.name: s for s in memory.get_finished_spans()}  # type: ignore[attr-defined]
+    assert set(spans) == {"chat claude", "admission"}
+    assert spans["admission"].attributes["error.type"] == "budget_exceeded"
+    root = spans["chat claude"].attributes
+    assert root["error.type"] == "budget_exceeded" and root["inferplane.user"] == "ann"
+    assert "gen_ai.input.messages" not in root
+
+
+def test_capture_content_exports_the_messages_only_when_on() -> None:
+    """capture_content: the request's messages as gen_ai.input.messages on the root."""
+    telemetry, memory = _recorded(capture_content=True)
+    trace = telemetry.request({}, "messages")  # type: ignore[attr-defined]
+    trace.begin(_call("the planted words"))
+    headers = trace.dispatch(0, deployment="d", provider="up", model="anthropic.claude",
+                             headers={"anthropic-version": "x"})
+    assert headers["anthropic-version"] == "x" and headers["traceparent"].startswith("00-")
+    trace.end(200)
+    spans = {s.name: s for s in memory.get_finished_spans()}  # type: ignore[attr-defined]
+    assert "the planted words" in spans["chat claude"].attributes["gen_ai.input.messages"]
+    attempt = spans["chat anthropic.claude"].attributes
+    assert attempt["gen_ai.provider.name"] == "aws.bedrock"
