@@ -8,6 +8,12 @@ the same rows in a table under the charts. The range defaults to the last 30 day
 day; a range of 7 days or less is drawn by the hour unless a bucket is chosen. Input the
 console can check (a date, a group, a bucket) is checked before the API is asked; the
 API's own 400 is shown next to the field it names.
+
+Under the charts, what the agents reported about their own usage over OTLP
+(``GET /admin/v1/agent-usage``, a key's own ``/v1/me/agent-usage``: Claude Code's and
+Codex's exports to the gateway's receiver) per day and team and user, or key, beside
+the gateway's committed figures; a row whose gap the API flags (``bypass_suspected``:
+traffic that bypassed the gateway) is marked.
 """
 
 from __future__ import annotations
@@ -191,12 +197,25 @@ async def _usage(request: AnyRequest, *, admin: bool) -> Response[Any]:
             panels = []
         else:
             _charts(panels, q, names)
+    reported = await _reported(api, q, admin=admin) if panels and not q.compare else []
     return page(request, "usage.html", {
         "session": session, "q": q, "errors": errors, "panels": panels, "admin": admin,
         "teams": teams, "names": names, "groups": ADMIN_GROUPS if admin else OWN_GROUPS,
         "buckets": BUCKETS, "field": _FIELD.get(q.group, "model"),
         "base": "/console/usage" if admin else "/console/me/usage",
-        "source": path}, status=400 if errors else 200)
+        "source": path, "reported": reported}, status=400 if errors else 200)
+
+
+async def _reported(api: Api, q: Query, *, admin: bool) -> list[dict[str, Any]]:
+    """The days on which the agents reported usage, each beside the gateway's figures
+    (an API refusal shows no table: the charts above stand on their own)."""
+    answer = await api.get("/admin/v1/agent-usage" if admin else "/v1/me/agent-usage",
+                           group_by="team,user" if admin else "key", bucket="day",
+                           team=q.team or None, since=_stamp(q.since),
+                           until=_stamp(q.until) if q.until else None)
+    if not answer.ok:
+        return []
+    return [r for r in answer.body["data"] if r["reported"]["reports"]]
 
 
 @get("/usage")
