@@ -321,7 +321,7 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
        detail, f.route, f.deployment, f.client, f.http_status, f.input AS input_tokens,
        f.output AS output_tokens, f.cache_read AS cache_read_tokens,
        f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
-       f.cache_write_unknown AS cache_write_unknown_tokens, t.tier
+       f.cache_write_unknown AS cache_write_unknown_tokens, t.tier, permits.plane
   FROM permits LEFT JOIN permit_facts f ON f.permit_id = permits.id
        LEFT JOIN permit_tiers t ON t.permit_id = permits.id
  WHERE (NOT %(pending_only)s OR status = 'pending')
@@ -339,7 +339,8 @@ ON CONFLICT (permit_id) DO NOTHING
 -- name: request_log
 -- The request log (GET /admin/v1/requests): permits newest first, as list_permits, each
 -- filter applied unless NULL; (before_at, before_id) is the page position, ordered by
--- the uuid as permits_created_idx is. The time bounds and the position's time are
+-- the uuid as permits_created_idx is; plane: one lease plane's shipped records (NULL:
+-- every plane's and the shared profile's own). The time bounds and the position's time are
 -- ranges (an absent one open), not "IS NULL OR": the plan Postgres caches for a prepared
 -- statement, whatever its parameters, then still reads permits_created_idx backwards
 -- from there instead of sorting every permit for a page (tests/bench/requestlog.py).
@@ -350,7 +351,7 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
        detail, f.route, f.deployment, f.client, f.http_status, f.input AS input_tokens,
        f.output AS output_tokens, f.cache_read AS cache_read_tokens,
        f.cache_write_5m AS cache_write_5m_tokens, f.cache_write_1h AS cache_write_1h_tokens,
-       f.cache_write_unknown AS cache_write_unknown_tokens, t.tier
+       f.cache_write_unknown AS cache_write_unknown_tokens, t.tier, permits.plane
   FROM permits LEFT JOIN permit_facts f ON f.permit_id = permits.id
        LEFT JOIN permit_tiers t ON t.permit_id = permits.id
  WHERE (%(team_id)s::text IS NULL OR team_id = %(team_id)s)
@@ -359,6 +360,7 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
    AND (%(model)s::text IS NULL OR model = %(model)s)
    AND (%(status)s::text IS NULL OR status = %(status)s)
    AND (%(client)s::text IS NULL OR f.client = %(client)s)
+   AND (%(plane)s::text IS NULL OR permits.plane = %(plane)s)
    AND created_at >= coalesce(%(since)s::timestamptz, '-infinity')
    AND created_at < coalesce(%(until)s::timestamptz, 'infinity')
    AND created_at <= coalesce(%(before_at)s::timestamptz, 'infinity')
@@ -372,7 +374,7 @@ SELECT id::text AS id, request_id, key_id, team_id, user_name AS "user", model,
 -- (a group not asked is NULL) and UTC period (NULL for bucket 'none'), counted as
 -- /v1/usage counts: a settled permit its committed and, apart, its liability; a
 -- pending or invalid one its bounds as reserved; a cancelled one is no request. The
--- filters are request_log's.
+-- filters are request_log's (plane: one lease plane's shipped records).
 SELECT CASE WHEN %(by_team)s THEN team_id END AS team_id,
        CASE WHEN %(by_user)s THEN user_name END AS "user",
        CASE WHEN %(by_key)s THEN key_id END AS key_id,
@@ -402,6 +404,7 @@ SELECT CASE WHEN %(by_team)s THEN team_id END AS team_id,
    AND (%(model)s::text IS NULL OR model = %(model)s)
    AND (%(status)s::text IS NULL OR status = %(status)s)
    AND (%(client)s::text IS NULL OR f.client = %(client)s)
+   AND (%(plane)s::text IS NULL OR permits.plane = %(plane)s)
    AND created_at >= coalesce(%(since)s::timestamptz, '-infinity')
    AND created_at < coalesce(%(until)s::timestamptz, 'infinity')
  GROUP BY 1, 2, 3, 4, 5, 6

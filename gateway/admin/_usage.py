@@ -51,6 +51,10 @@ Cursor = Annotated[str | None, QueryParameter(
 GroupBy = Annotated[str, QueryParameter(
     pattern=r"^(?:team|user|key|model|tool)(?:,(?:team|user|key|model|tool)){0,4}$",
     description="comma-separated: team, user, key, model, tool (the client tool)")]
+Plane = Annotated[str | None, QueryParameter(
+    min_length=1, max_length=253,
+    description="one lease plane's requests (its data-plane id; the shared database "
+                "holds every plane's request log)")]
 Tool = Annotated[str | None, QueryParameter(
     pattern=r"^[a-z0-9-]{1,40}$",
     description="the client tool: claude-code, codex, openai-python, anthropic-python, "
@@ -92,6 +96,9 @@ class RequestView(msgspec.Struct, frozen=True, kw_only=True):
     tier: str | None = None
     """``soft``: served by the model's cheaper tier (a caller past a soft budget,
     ``routing.soft_tier``); None: by its usual deployments."""
+    plane: str | None = None
+    """The lease plane that served it (the shared database holds every plane's request
+    log, shipped to inferplaned: docs/lease.md); None: this gateway's own store."""
 
 
 class RequestPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,7 +156,7 @@ def view(p: PermitInfo) -> RequestView:
                        cache_write_5m_tokens=p.cache_write_5m_tokens,
                        cache_write_1h_tokens=p.cache_write_1h_tokens,
                        cache_write_unknown_tokens=p.cache_write_unknown_tokens,
-                       tier=p.tier)
+                       tier=p.tier, plane=p.plane)
 
 
 def cursor_of(p: PermitInfo) -> str:
@@ -177,7 +184,8 @@ def _aware(name: str, moment: datetime | None) -> datetime | None:
 async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
                   user: str | None, model: str | None, status: Status | None,
                   since: datetime | None, until: datetime | None,
-                  cursor: str | None, tool: str | None = None) -> LogFilter:
+                  cursor: str | None, tool: str | None = None,
+                  plane: str | None = None) -> LogFilter:
     """The filter, for an admin token (any team, key) or a key (itself only: the
     ``holder`` :func:`~gateway.admin._access.own_or_read` let in)."""
     gw: Gateway = request.app.state.gateway
@@ -191,7 +199,7 @@ async def _filter(request: AnyRequest, *, team: str | None, key_id: str | None,
             found = await gw.key_store.get_team(team)
             team_id = found.id if found is not None else team
     return LogFilter(team_id=team_id, key_id=key_id, user=user, model=model, status=status,
-                     client=tool, since=_aware("since", since),
+                     client=tool, plane=plane, since=_aware("since", since),
                      until=_aware("until", until), before=position(cursor))
 
 
@@ -211,10 +219,12 @@ async def list_requests(request: AnyRequest, team: Text = None, key_id: Text = N
                         user: Text = None, model: Text = None,
                         status: FromQuery[Status | None] = None, since: Moment = None,
                         until: Moment = None, cursor: Cursor = None,
-                        limit: PageSize = 100, tool: Tool = None) -> RequestPage:
+                        limit: PageSize = 100, tool: Tool = None,
+                        plane: Plane = None) -> RequestPage:
     """Admins (read token) see every permit; a key (``/v1/me/requests``) only its own."""
     f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
-                      status=status, since=since, until=until, cursor=cursor, tool=tool)
+                      status=status, since=since, until=until, cursor=cursor, tool=tool,
+                      plane=plane)
     rows = await _read(request, f, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -228,12 +238,14 @@ async def list_requests(request: AnyRequest, team: Text = None, key_id: Text = N
 async def export_requests(request: AnyRequest, team: Text = None, key_id: Text = None,
                           user: Text = None, model: Text = None,
                           status: FromQuery[Status | None] = None, since: Moment = None,
-                          until: Moment = None, tool: Tool = None) -> Stream:
+                          until: Moment = None, tool: Tool = None,
+                          plane: Plane = None) -> Stream:
     """The same rows and columns as the JSON list, newest first, one header line; money
     in integer µUSD, times in RFC 3339, an empty cell for null; streamed a page at a
     time, at most ``MAX_EXPORT_ROWS`` rows, text cells neutralised (gateway/admin/_csv.py)."""
     f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
-                      status=status, since=since, until=until, cursor=None, tool=tool)
+                      status=status, since=since, until=until, cursor=None, tool=tool,
+                      plane=plane)
     gw: Gateway = request.app.state.gateway
     await gw.governor.caught_up(timeout_s=1.0)
 
@@ -260,11 +272,13 @@ async def summarize_requests(request: AnyRequest, group_by: GroupBy = "team",
                              bucket: FromQuery[Bucket] = "day", team: Text = None,
                              key_id: Text = None, user: Text = None, model: Text = None,
                              status: FromQuery[Status | None] = None, since: Moment = None,
-                             until: Moment = None, tool: Tool = None) -> Summary:
+                             until: Moment = None, tool: Tool = None,
+                             plane: Plane = None) -> Summary:
     """Committed, liability and reserved per group and period, as ``/v1/usage`` counts
     them; rows sorted by period, then the groups."""
     f = await _filter(request, team=team, key_id=key_id, user=user, model=model,
-                      status=status, since=since, until=until, cursor=None, tool=tool)
+                      status=status, since=since, until=until, cursor=None, tool=tool,
+                      plane=plane)
     groups: list[Group] = list(dict.fromkeys(group_by.split(",")))  # type: ignore[arg-type]
     gw: Gateway = request.app.state.gateway
     await gw.governor.caught_up(timeout_s=1.0)

@@ -1,5 +1,7 @@
 """The request log for operators (``/admin/v1/requests``) and for a key holder (its own:
-``/v1/me/requests``): the API's filters, newest first, a next-page link, CSV export.
+``/v1/me/requests``): the API's filters, newest first, a next-page link, CSV export. On
+the shared database the log holds every lease plane's requests too, each naming its
+plane (filter ``plane``).
 
 The filters go to the API as they are and its 400 (``param`` names the filter) is shown
 next to that field. A date alone (``2026-12-04``) is taken as that day's UTC midnight.
@@ -21,13 +23,14 @@ from gateway.console._web import page, signed_in
 from gateway.ingress import CLIENTS
 
 AnyRequest = Request[Any, Any, Any]
-FILTERS = ("team", "key_id", "user", "model", "status", "tool", "since", "until")
+FILTERS = ("team", "key_id", "user", "model", "status", "tool", "plane", "since", "until")
 STATUSES = ("pending", "complete", "tokens_known", "uncertain", "invalid", "cancelled")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def _chosen(request: AnyRequest, *, admin: bool) -> dict[str, str]:
-    names = FILTERS if admin else tuple(f for f in FILTERS if f not in ("team", "key_id"))
+    names = FILTERS if admin else tuple(f for f in FILTERS
+                                        if f not in ("team", "key_id", "plane"))
     chosen = {f: str(request.query_params.get(f) or "").strip() for f in names}
     for f in ("since", "until"):
         if _DAY.match(chosen[f]):

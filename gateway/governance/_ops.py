@@ -60,6 +60,9 @@ class PermitInfo(msgspec.Struct, frozen=True, kw_only=True):
     tier: str | None = None
     """The tier that served it when not the model's usual deployments (``soft``:
     ``routing.soft_tier``, a caller past a soft budget); None: the usual ones."""
+    plane: str | None = None
+    """The lease plane that served it (its usage record, shipped to inferplaned: the
+    shared database's request log holds every plane's); None: admitted by this store."""
 
 
 class LogFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,6 +75,8 @@ class LogFilter(msgspec.Struct, frozen=True, kw_only=True):
     status: str | None = None
     client: str | None = None
     """The client tool (``claude-code``, ``codex``, ``openai-python`` …)."""
+    plane: str | None = None
+    """One lease plane's requests (only the shared database holds planes' records)."""
     since: datetime | None = None
     """Admitted at or after."""
     until: datetime | None = None
@@ -117,7 +122,7 @@ def summary_params(f: LogFilter, groups: tuple[str, ...], bucket: str) -> dict[s
     """The grouping parameters both stores' ``request_summary`` take."""
     return {f"by_{g}": g in groups for g in ("team", "user", "key", "model", "tool")} | {
         "bucket": bucket, "team_id": f.team_id, "key_id": f.key_id, "user": f.user,
-        "model": f.model, "status": f.status, "client": f.client}
+        "model": f.model, "status": f.status, "client": f.client, "plane": f.plane}
 
 
 def _at(us: int) -> datetime:
@@ -167,7 +172,10 @@ def _us(moment: datetime | None) -> int | None:
 
 def local_request_log(conn: sqlite3.Connection, now_us: int, f: LogFilter,
                       limit: int | None) -> list[PermitInfo]:
-    """Permits newest first, filtered (the request log)."""
+    """Permits newest first, filtered (the request log); none of a lease plane (a local
+    file holds its own permits only)."""
+    if f.plane is not None:
+        return []
     params = {"team_id": f.team_id, "key_id": f.key_id, "user": f.user, "model": f.model,
               "status": f.status, "client": f.client, "since_us": _us(f.since),
               "until_us": _us(f.until),
@@ -179,6 +187,8 @@ def local_request_log(conn: sqlite3.Connection, now_us: int, f: LogFilter,
 def local_request_summary(conn: sqlite3.Connection, f: LogFilter, groups: tuple[str, ...],
                           bucket: str) -> list[SummaryFigures]:
     """The request log summed per group and UTC period (the summary)."""
+    if f.plane is not None:
+        return []
     params = summary_params(f, groups, bucket) | {"since_us": _us(f.since),
                                                   "until_us": _us(f.until)}
     return [SummaryFigures(**dict(r)) for r in _SQL["request_summary"].execute(conn, params)]

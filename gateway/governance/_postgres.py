@@ -470,7 +470,7 @@ class PostgresGovernanceStore:
             return []
         params = {"team_id": f.team_id, "key_id": f.key_id, "user": f.user,
                   "model": f.model, "status": f.status, "client": f.client,
-                  "since": f.since, "until": f.until,
+                  "plane": f.plane, "since": f.since, "until": f.until,
                   "before_at": f.before[0] if f.before else None,
                   "before_id": f.before[1] if f.before else None, "limit": limit}
         async with connection(self._pool) as conn:

@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from litestar.testing import AsyncTestClient
 from prometheus_client import CollectorRegistry
 
 from controlplane.auth import Identity
 from controlplane.usage import PlaneNotSynced, PlaneOfAnotherToken, UsageLog
+from gateway.app import create_app
 from gateway.db import Pool
 from gateway.governance import LocalGovernanceStore
 from gateway.lease import UsageBatch, UsageRecord, UsageSpool
+from tests.integration._admin import READ, bearer, gateway_settings
+from tests.integration._console import sign_in
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +160,46 @@ async def test_the_spool_queues_each_settlement_up_to_its_bound(tmp_path: Path) 
     finally:
         await again.close()
         await store.close()
+
+
+@pytest.fixture
+async def shared_gateway(request: pytest.FixtureRequest, tmp_path: Path,
+                         monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncTestClient[Any]]:
+    """A shared-profile gateway on the test's database (the one inferplaned writes)."""
+    settings = gateway_settings(request, tmp_path, monkeypatch, profile="shared")
+    async with AsyncTestClient(app=create_app(settings)) as client:
+        client.follow_redirects = False  # the console's sign-in looks at its redirect
+        yield client
+
+
+async def test_the_shared_request_log_lists_every_plane_with_a_filter(
+        pg_pool: Pool, shared_gateway: AsyncTestClient[Any]) -> None:
+    """The admin API's request log on the shared database lists the planes' records with
+    their plane, ``plane=`` keeps one plane's (list, summary, CSV), one opens as any
+    request, and the console's log names the plane."""
+    for plane, token in (("p1", "node-a"), ("p2", "node-b")):
+        await synced(pg_pool, plane, token)
+    log = UsageLog(pool=pg_pool, registry=CollectorRegistry())
+    p1 = [record(usd=100), record(usd=250, team="ops")]
+    await log.store(UsageBatch(plane="p1", records=p1), NODE)
+    await log.store(UsageBatch(plane="p2", records=[record(usd=7)]),
+                    Identity("node-b", "dataplane", None, None))
+    c, read = shared_gateway, bearer(READ)
+    every = (await c.get("/admin/v1/requests", headers=read)).json()["data"]
+    assert sorted(r["plane"] for r in every) == ["p1", "p1", "p2"]
+    one = (await c.get("/admin/v1/requests", params={"plane": "p1"}, headers=read)).json()
+    assert sorted(r["request_id"] for r in one["data"]) == sorted(r.request_id for r in p1)
+    assert all(r["plane"] == "p1" and r["deployment"] == "up/mock" for r in one["data"])
+    summary = (await c.get("/admin/v1/requests/summary", headers=read, params={
+        "plane": "p1", "group_by": "team", "bucket": "none"})).json()["data"]
+    assert {s["team_id"]: s["usd_committed"] for s in summary} == {"ml": 100, "ops": 250}
+    csv_text = (await c.get("/admin/v1/requests.csv", params={"plane": "p2"},
+                            headers=read)).text
+    assert len(csv_text.strip().splitlines()) == 2 and ",p2" in csv_text
+    detail = await c.get(f"/admin/v1/requests/{one['data'][0]['permit_id']}", headers=read)
+    assert detail.status_code == 200 and detail.json()["request"]["plane"] == "p1"
+    assert (await c.get("/admin/v1/requests", params={"plane": "p9"},
+                        headers=read)).json()["data"] == []
+    await sign_in(c, READ)
+    page = await c.get("/console/requests", params={"plane": "p2"})
+    assert page.status_code == 200 and page.text.count('data-plane="p2"') == 1
