@@ -87,6 +87,7 @@ from gateway.ingress._prepare import (
 from gateway.ingress._reply import CLIENT_LEFT, CUT_AT_SHUTDOWN, Hangup, Reply
 from gateway.ingress._tokenize import proven_input
 from gateway.keys import Principal
+from gateway.policy import tenant_guardrails
 from gateway.pricing import InvalidUsage, Usage
 from gateway.providers import (
     RETRYABLE_STATUS,
@@ -225,11 +226,12 @@ async def prepare(gw: Gateway, ex: Exchange, endpoint: Endpoint, protocol: Proto
     target = route(gw, principal, doc, protocol)
     # Screen: guardrails act on every text field before anything is bounded or admitted
     # (a block is refused here: nothing admitted, nothing charged; docs/guardrails.md).
-    guardrails = gw.settings.guardrails
-    with ex.trace.span("apply_guardrail",
-                       when=guardrails.enabled or bool(principal.team.guardrails)) as span:
+    guardrails, profiles = tenant_guardrails(  # with the published GuardrailPolicy
+        gw.settings.guardrails, gw.policy.snapshot(), principal.team.name,
+        principal.team.guardrails)
+    with ex.trace.span("apply_guardrail", when=guardrails.enabled or bool(profiles)) as span:
         doc, body, guard = await guard_request(
-            guardrails, principal.team_id, principal.team.guardrails, doc, body,
+            guardrails, principal.team_id, profiles, doc, body,
             endpoint=endpoint, request_id=rid, registry=gw.metrics.registry)
         span.set({"gen_ai.guardrail.findings": guard.findings if guard is not None else 0})
     out = output_bound(doc, endpoint, target.model, ceiling=server.max_output_tokens)
