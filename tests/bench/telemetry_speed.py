@@ -10,6 +10,7 @@ concurrency ``--concurrency``), req/s, and the ratio on/off; then the spans the 
 got, against the requests made.
 
     .venv/bin/python tests/bench/telemetry_speed.py [--rounds 3] [--requests 2000]
+        [--sample-ratio 1.0]
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--sample-ratio", type=float, default=1.0,
+                        help="telemetry.sample_ratio of the traced gateway")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="telemetry-bench-") as tmp:
         work = Path(tmp)
         with fast_upstream(work, 8) as (up_port, _), otlp_receiver(work) as receiver:
             off, off_gw = mayu_local(work, up_port, name="off")
             on, on_gw = mayu_local(work, up_port, name="on", overrides={
-                "telemetry.endpoint": receiver.url, "telemetry.metrics_interval_s": 5.0})
+                "telemetry.endpoint": receiver.url, "telemetry.metrics_interval_s": 5.0,
+                "telemetry.sample_ratio": args.sample_ratio})
             try:
                 cpu: dict[tuple[str, str], list[float]] = {}
                 rate: dict[tuple[str, str], list[float]] = {}
