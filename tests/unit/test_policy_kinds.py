@@ -237,3 +237,24 @@ def test_a_lease_plane_gates_the_team_of_a_guardrail_document_it_cannot_apply() 
     [gate] = applied.snapshot.rules
     assert gate.uid == f"{GATE_PREFIX}g/guardrails" and gate.team == "a"
     assert gate.applies_to("a", None) and not gate.applies_to("b", None)
+
+
+def test_local_policy_files_carry_the_kinds_and_reload(tmp_path: Any) -> None:
+    """The local profile's ``policies:`` files take the new kinds too (all or nothing)."""
+    import yaml
+
+    from gateway.policy import FilePolicySource
+
+    path = tmp_path / "routing.yaml"
+    path.write_text(yaml.safe_dump_all([
+        routing("r", {"model": "m", "strategy": "ordered"}),
+        guardrails("g", team("a"), actions={"card": "block"})]))
+    source = FilePolicySource([str(path)], poll_s=0)
+    source.reload(strict=True)
+    snap = source.snapshot()
+    assert [r.strategy for r in snap.routing] == ["ordered"]
+    assert [g.team for g in snap.guardrails] == ["a"]
+    path.write_text(yaml.safe_dump(guardrails("g", team("a"), rules=[
+        {"name": "bad", "pattern": "(a)\\1"}])))
+    assert source.reload() is False  # refused: the previous generation stays
+    assert source.snapshot() is snap
