@@ -41,7 +41,8 @@ PROFILE_PREFIX = "policy:"
 """A GuardrailPolicy document's profile name in the effective settings (no configured
 profile can take it: profile names are lowercase labels)."""
 
-_ROUTED: dict[str, tuple[PolicySnapshot, ModelSettings, ModelSettings]] = {}
+_ROUTED: dict[int, tuple[PolicySnapshot, ModelSettings, ModelSettings]] = {}
+"""id(the configured model) → (the snapshot, that model, the overlaid model)."""
 _KEEP: list[ModelSettings] = []
 """Every overlaid model, kept: the router indexes a model's deployments by object id,
 so an id must never be reused by a later generation's deployment (a generation is a
@@ -61,11 +62,11 @@ def routed_model(model: ModelSettings, snapshot: PolicySnapshot) -> ModelSetting
     """``model`` with its RoutingPolicy entry applied (``model`` itself if none)."""
     if not snapshot.routing:
         return model
-    hit = _ROUTED.get(model.name)
+    hit = _ROUTED.get(id(model))
     if hit is not None and hit[0] is snapshot and hit[1] is model:
         return hit[2]
     out = _route(model, snapshot)
-    _ROUTED[model.name] = (snapshot, model, out)
+    _ROUTED[id(model)] = (snapshot, model, out)
     if out is not model:
         _KEEP.append(out)
     return out
