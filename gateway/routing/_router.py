@@ -149,6 +149,11 @@ class Router:
     def name_of(self, model: ModelSettings, deployment: Deployment) -> str:
         st = self._state(model)
         i = st.index.get(id(deployment))
+        if i is None and any(d is deployment for d in model.deployments):
+            # A model overlaid by a RoutingPolicy (gateway.policy.routed_model, which keeps
+            # it alive, so its ids stay its own): index its deployments by position too.
+            st.index.update({id(d): j for j, d in enumerate(model.deployments)})
+            i = st.index[id(deployment)]
         if i is None:  # an equal value built elsewhere (tests)
             i = model.deployments.index(deployment)
         return st.names[i]

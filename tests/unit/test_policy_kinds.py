@@ -258,3 +258,18 @@ def test_local_policy_files_carry_the_kinds_and_reload(tmp_path: Any) -> None:
         {"name": "bad", "pattern": "(a)\\1"}])))
     assert source.reload() is False  # refused: the previous generation stays
     assert source.snapshot() is snap
+
+
+def test_the_router_names_an_overlaid_models_deployments_by_position() -> None:
+    """Two deployments that differ only by weight are equal once a document gives them
+    the same weight: the router still tells them apart (by object, then position)."""
+    from gateway.routing import Router
+
+    base = ModelSettings(name="m", deployments=[Deployment(provider="p", weight=1),
+                                                Deployment(provider="p", weight=2)])
+    router = Router()
+    assert [router.name_of(base, d) for d in base.deployments] == ["p/m", "p/m#2"]
+    out = routed_model(base, snapshot(routing("r", {"model": "m", "deployments": [
+        {"name": "p/m", "weight": 5}, {"name": "p/m#2", "weight": 5}]})))
+    assert out.deployments[0] == out.deployments[1]
+    assert [router.name_of(out, d) for d in out.deployments] == ["p/m", "p/m#2"]
