@@ -7,6 +7,11 @@ Figures: ``GET /admin/v1/status``, ``/admin/v1/permits?status=pending`` and
 (``POST /admin/v1/permits/{id}/resolve``, the ``mayu permits resolve`` path) and
 unfreeze a counter (``POST /admin/v1/frozen/unfreeze``). A refusal is shown on the page
 next to the permit or counter it concerns.
+
+A team lead sees the pending permits and the liability awaiting resolution of their
+own teams (the request log, ``GET /admin/v1/requests?team=…&status=…``, one team at a
+time), read-only; how the gateway stands and the frozen counters are every team's (an
+admin's or a reader's).
 """
 
 from __future__ import annotations
@@ -45,9 +50,31 @@ async def _page(request: AnyRequest, session: Any, api: Api, *,
         status=status)
 
 
+async def _team_page(request: AnyRequest, session: Any, api: Api) -> Response[Any]:
+    """A team lead's: their teams' pending permits and liability, newest first (the
+    first hundred of each kind per team, as an admin's page)."""
+    teams = {t["id"]: t["name"] for t in await api.every("/admin/v1/teams")}
+    found: dict[str, list[Any]] = {"pending": [], "uncertain": []}
+    for name in teams.values():
+        for status, rows in found.items():
+            rows += (await _read(api, "/admin/v1/requests", team=name, status=status))["data"]
+    # Settled uncertain permits await an operator only while they hold a liability.
+    uncertain = [p for p in found["uncertain"] if p["usd_liability"] or p["tokens_liability"]]
+    return page(request, "operations.html", {
+        "session": session, "status": None, "frozen": None, "names": teams,
+        "pending": _newest(found["pending"]), "uncertain": _newest(uncertain),
+        "errors": {}, "done": None, "as": AS})
+
+
+def _newest(permits: list[Any]) -> list[Any]:
+    return sorted(permits, key=lambda p: str(p["created_at"]), reverse=True)
+
+
 @get("/operations")
 async def operations_page(request: AnyRequest) -> Response[Any]:
     session, api = signed_in(request, admin=True)
+    if not session.every_team:
+        return await _team_page(request, session, api)
     return await _page(request, session, api)
 
 

@@ -6,6 +6,10 @@ drawn from (``"0"``: create only): a change made meanwhile is the API's 412, sho
 the current figures, and nothing is written. Every field is replaced, as in the API.
 A write token (or an admin) may also revoke a person's brokered credentials
 (``POST /admin/v1/users/{user}/revoke``).
+
+A team lead sees the users of their own teams only, each with the member budget that
+binds them there (``GET /admin/v1/teams/{team}/members`` per team: budgets across
+teams are every team's business, an admin's or a reader's).
 """
 
 from __future__ import annotations
@@ -28,7 +32,20 @@ _FIELDS = ("user", "email", "display_name", *MEMBER_LIMITS)
 @get("/users")
 async def users_page(request: AnyRequest) -> Response[Any]:
     session, api = signed_in(request, admin=True)
+    if not session.every_team:
+        return await _team_users(request, session, api)
     return await _users(request, session, api)
+
+
+async def _team_users(request: AnyRequest, session: Any, api: Api) -> Response[Any]:
+    """A team lead's: the users of each of their teams and what binds them there."""
+    groups = []
+    for team in await api.every("/admin/v1/teams"):  # the lead's own only
+        members, first = await api.every_with_first(
+            f"/admin/v1/teams/{quote(team['name'], safe='')}/members")
+        groups.append({"team": team, "members": members, "default": first.get("default")})
+    return page(request, "users_team.html", {
+        "session": session, "groups": groups, "fields": MEMBER_LIMITS, "labels": LABELS})
 
 
 async def _users(request: AnyRequest, session: Any, api: Api, *, form_of: str | None = None,

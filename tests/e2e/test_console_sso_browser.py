@@ -158,8 +158,8 @@ def _bearer(oidc: OidcProvider, site: Site, who: tuple[str, str, list[str]]) -> 
 def test_a_team_lead_signs_in_through_the_provider_and_sees_only_their_team(
         browser: Any, site: Site, oidc: OidcProvider) -> None:
     """A team lead lands on their teams: alpha listed, beta nowhere; alpha's requests,
-    keys and usage open filtered to it; beta's page and the all-teams pages are refused;
-    the header names them as a team lead."""
+    keys and usage open filtered to it; beta's page and the unfiltered request log are
+    refused; the header names them as a team lead."""
     page = _sso(browser, site, oidc, LEAD)
     assert page.get_by_test_id("who").inner_text() == "lead@example.com (team lead)"
     listed = page.locator("main").inner_text()
@@ -177,12 +177,45 @@ def test_a_team_lead_signs_in_through_the_provider_and_sees_only_their_team(
     assert site.request_ids["other"] in page.content()
     assert page.goto(f"/console/requests/{site.request_ids['other']}").status == 200
     assert page.goto(f"/console/requests/{site.request_ids['beta']}").status == 404
-    for path in ("/console/teams/beta", "/console/overview", "/console/requests",
-                 "/console/users", "/console/operations"):
+    for path in ("/console/teams/beta", "/console/requests"):
         answer = page.goto(path)
         assert answer.status == 403, (path, answer.status)
         shown = page.locator("main").inner_text()
         assert "bob@example.com" not in shown and site.request_ids["beta"] not in shown
+    page.context.close()
+
+
+def test_a_team_leads_overview_users_and_operations_show_their_teams_only(
+        browser: Any, site: Site, oidc: OidcProvider) -> None:
+    """Overview, Users and Operations open for a team lead scoped to their teams: alpha's
+    card only, with the figures an admin's alpha card shows (an admin sees beta's too);
+    alpha's users with the budget that binds them there, bob@ of beta nowhere; alpha's
+    pending permits and liability, without the gateway's status and frozen counters
+    (every team's)."""
+    admin = _sso(browser, site, oidc, ADMIN)
+    assert admin.goto("/console/overview").status == 200
+    assert {c.get_attribute("data-team") for c in admin.locator("section[data-team]").all()
+            } >= {"alpha", "beta"}
+    day = '[data-window="day"] [data-figure="requests"]'
+    alpha = admin.locator('section[data-team="alpha"]').locator(day).inner_text()
+    admin.context.close()
+    page = _sso(browser, site, oidc, LEAD)
+    assert page.goto("/console/overview").status == 200
+    cards = page.locator("section[data-team]")
+    assert cards.count() == 1 and cards.first.get_attribute("data-team") == "alpha"
+    assert cards.first.locator(day).inner_text() == alpha and alpha != "0 requests"
+    assert page.locator("[data-alerts-scoped]").count() == 1
+    assert page.goto("/console/users").status == 200
+    assert [t.get_attribute("data-team") for t in page.locator("section[data-team]").all()
+            ] == ["alpha"]
+    users = {u.get_attribute("data-user") for u in page.locator("tr[data-user]").all()}
+    assert users == {MEMBER[1], "other@example.com"}, users
+    assert "4,321,000" in page.locator(f'tr[data-user="{MEMBER[1]}"]').inner_text()
+    assert page.goto("/console/operations").status == 200
+    shown = page.locator("main").inner_text()
+    assert page.locator("[data-scoped]").count() == 1 and "Pending permits" in shown
+    assert page.locator("[data-status]").count() == 0 and "Frozen" not in shown
+    assert "beta" not in shown and "bob@example.com" not in shown
     page.context.close()
 
 
