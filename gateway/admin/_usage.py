@@ -64,6 +64,8 @@ Tool = Annotated[str | None, QueryParameter(
 class RequestView(msgspec.Struct, frozen=True, kw_only=True):
     permit_id: str
     request_id: str
+    """The request's id, as its answer's ``x-inferplane-request-id`` says: every attempt
+    of one request (a fallback's too) shares it; ``attempt`` tells them apart."""
     key_id: str
     team_id: str
     user: str | None
@@ -96,6 +98,9 @@ class RequestView(msgspec.Struct, frozen=True, kw_only=True):
     tier: str | None = None
     """``soft``: served by the model's cheaper tier (a caller past a soft budget,
     ``routing.soft_tier``); None: by its usual deployments."""
+    attempt: int = 0
+    """Which attempt of its request this permit is: 0 the first deployment tried, 1 the
+    first fallback, and so on (docs/routing.md)."""
     plane: str | None = None
     """The lease plane that served it (the shared database holds every plane's request
     log, shipped to inferplaned: docs/lease.md); None: this gateway's own store."""
@@ -141,8 +146,18 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
 _COLUMNS = RequestView.__struct_fields__
 
 
+def attempt_of(stored: str) -> tuple[str, int]:
+    """A permit's stored request id taken apart: (the request's id, the attempt). The
+    store keeps each attempt's own id (``req_….1`` for the first fallback), which its
+    admission is swept and replayed by (docs/routing.md)."""
+    rid, dot, n = stored.rpartition(".")
+    return (rid, int(n)) if dot and n.isdigit() else (stored, 0)
+
+
 def view(p: PermitInfo) -> RequestView:
-    return RequestView(permit_id=p.id, request_id=p.request_id, key_id=p.key_id,
+    request_id, attempt = attempt_of(p.request_id)
+    return RequestView(permit_id=p.id, request_id=request_id, attempt=attempt,
+                       key_id=p.key_id,
                        team_id=p.team_id, user=p.user, model=p.model,
                        status=p.status,  # type: ignore[arg-type]
                        created_at=p.created_at, token_bound=p.token_bound,

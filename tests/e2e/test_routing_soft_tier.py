@@ -57,6 +57,9 @@ POLICY = {
                     "hardCap": False}},
         {"name": "tools-soft", "subject": {"kind": "team", "team": "toolsy"},
          "failurePolicy": "FailOpen",
+         "budget": {"limitMilliUSD": 1, "window": "day", "hardCap": False}},
+        {"name": "fallback-soft", "subject": {"kind": "team", "team": "falling"},
+         "failurePolicy": "FailOpen",
          "budget": {"limitMilliUSD": 1, "window": "day", "hardCap": False}}]}}
 
 
@@ -215,9 +218,7 @@ def test_a_request_the_cheaper_tier_cannot_serve_keeps_its_deployment(stack: Sta
     goes to ``cheap``."""
     key = stack.routed.key("toolsy")
     client = stack.client(key)
-    for i in range(40):  # spend the team's 1,000 µUSD
-        if _ask(client, f"spend {i}").headers["x-inferplane-tier"] == "soft":
-            break
+    _spend_until_soft(client)
     tool = {"name": "lookup", "description": "look a word up",
             "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}
     stack.routed.clear()
@@ -228,6 +229,36 @@ def test_a_request_the_cheaper_tier_cannot_serve_keeps_its_deployment(stack: Sta
     assert plain.headers["x-inferplane-tier"] == "soft"
     assert "x-inferplane-tier-kept" not in plain.headers
     assert (len(stack.routed.ledger("full")), len(stack.routed.ledger("cheap"))) == (1, 1)
+
+
+def _spend_until_soft(client: anthropic.Anthropic) -> None:
+    for i in range(40):  # spend the team's 1,000 µUSD
+        if _ask(client, f"spend {i}").headers["x-inferplane-tier"] == "soft":
+            return
+    raise AssertionError("never switched to the soft tier")
+
+
+def test_a_failing_soft_tier_falls_back_under_one_request_id(stack: Stack) -> None:
+    """The cheap deployment answers 503: a caller past its soft budget is answered by
+    ``full`` (its fallback); the request log shows both attempts under the answer's
+    request id, attempt 0 on the soft tier (a definite 503: nothing committed), attempt
+    1 on the usual deployment."""
+    key = stack.routed.key("falling")
+    client = stack.client(key)
+    _spend_until_soft(client)
+    stack.routed.fail("cheap", 503)
+    try:
+        raw = _ask(client, "the cheap one is down")
+    finally:
+        stack.routed.heal("cheap")
+    assert raw.http_response.status_code == 200
+    assert raw.headers["x-inferplane-tier"] == "standard"
+    rid = raw.headers["x-inferplane-request-id"]
+    rows = [(r["attempt"], r["tier"], r["deployment"], r["http_status"], r["usd_committed"])
+            for r in stack.log("falling") if r["request_id"] == rid]
+    assert rows[0] == (0, "soft", "cheap", 503, 0)
+    assert rows[1][:4] == (1, None, "full", 200) and rows[1][4] > 0
+    assert len(rows) == 2
 
 
 # -- the shared profile: three replicas on one Postgres database --------------------------
