@@ -151,6 +151,9 @@ class LeaseClient:
         """Fingerprint of the published set last received (not necessarily all applied)."""
         self._people = ""
         """Fingerprint of the brokered keys last held (:class:`People`)."""
+        self._key_asked = False
+        """A credential named a key this plane does not hold: the next heartbeat re-reads
+        the key store's teams (a team created since the last read has its keys sent)."""
         self._http: httpx.AsyncClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._teams: tuple[float, list[str]] = (float("-inf"), [])
@@ -306,7 +309,8 @@ class LeaseClient:
         self.state.beat_begun()
         releasing = self.state.release(demand)
         figures = await self._file.figures((day, month, *_previous_periods(now)))
-        teams = await self._team_names()
+        asked, self._key_asked = self._key_asked, False
+        teams = await self._team_names(fresh=asked)
         if any(t is not None and t not in teams for t in map(_team_of, demand)):
             teams = await self._team_names(fresh=True)  # a team created since the read
         known = set(teams)
@@ -422,6 +426,7 @@ class LeaseClient:
         if self._keys is None or self._task is None \
                 or await self._keys.resolve(key_hash) is not None:
             return
+        self._key_asked = True
         await self.state.next_answer(self.state.ask_answer())
 
     def _install(self, saved: SavedPolicy) -> None:

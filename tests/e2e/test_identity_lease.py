@@ -271,10 +271,12 @@ def test_no_token_or_credential_reaches_a_file_of_any_plane_or_inferplaned(
             assert secret.encode() not in data, f"a secret is in {path}"
 
 
-def test_a_plane_holds_no_key_of_another_team(stack: LeaseStack,
-                                              oidc: OidcProvider) -> None:
-    """A person of team ml (in Postgres, on no plane) gets a credential; no plane holds
-    a key of it, and each refuses it 401."""
+def test_a_plane_holds_no_key_of_another_team_until_it_has_the_team(
+        stack: LeaseStack, oidc: OidcProvider) -> None:
+    """A person of team ml (in Postgres, on no plane) gets a credential: no plane holds
+    a key of it, and each refuses it 401. Once node-a has team ml, the person's next
+    credential works there at its first request (the plane re-reads its teams for the
+    early heartbeat that request asks for), and still on node-a only."""
     shared = stack.workdir / "postgres-cli.yaml"
     done = run_cli("teams", "create", "ml", "--config", str(shared),
                    env={"INFERPLANE_DATABASE_URL": stack.dsn})
@@ -284,3 +286,10 @@ def test_a_plane_holds_no_key_of_another_team(stack: LeaseStack,
         for name in PLANES:
             assert _chat(stack.planes[name].url, credential, client) == 401, name
             assert _held(stack, name, "di-sub@example.com") == [], name
+        done = run_cli("teams", "create", "ml", "--config", str(stack.configs["node-a"]),
+                       env=ENV)
+        assert done.returncode == 0, done.stderr
+        again = _exchange(stack, oidc.token("di-sub", groups=["ml"]))
+        assert _chat(stack.planes["node-a"].url, again, client) == 200
+        assert _chat(stack.planes["node-b"].url, again, client) == 401
+    assert [at for _, at in _held(stack, "node-a", "di-sub@example.com")] == [None]
