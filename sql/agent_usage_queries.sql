@@ -37,7 +37,7 @@ SELECT CASE WHEN %(by_team)s THEN team_id END AS team_id,
        sum(output_tokens)::bigint AS output_tokens,
        sum(cache_read_tokens)::bigint AS cache_read_tokens,
        sum(cache_write_tokens)::bigint AS cache_write_tokens,
-       coalesce(sum(reported_cost_uusd), 0)::bigint AS reported_cost_uusd,
+       sum(reported_cost_uusd)::bigint AS reported_cost_uusd,  -- NULL: none reported
        min(reported_at) AS first_at,
        max(reported_at) AS last_at
   FROM client_usage_reports r

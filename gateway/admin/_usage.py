@@ -372,8 +372,8 @@ class ReportedView(msgspec.Struct, frozen=True, kw_only=True):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     tokens: int = 0
-    reported_cost_uusd: int = 0
-    """The agents' own estimate, µUSD."""
+    reported_cost_uusd: int | None = None
+    """The agents' own estimate, µUSD (None: they reported none; Codex does not)."""
 
 
 class AgentUsageRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -386,9 +386,10 @@ class AgentUsageRow(msgspec.Struct, frozen=True, kw_only=True):
     gap_tokens: int
     """Reported tokens minus the gateway's committed + liability + reserved tokens:
     above zero, the agents say they used more than passed through the gateway."""
-    gap_uusd: int
+    gap_uusd: int | None
     """The agents' own cost estimate minus the gateway's committed + liability +
-    reserved µUSD (their estimate is list price: a guide, not a bill)."""
+    reserved µUSD (their estimate is list price: a guide, not a bill); None when they
+    reported no cost."""
     bypass_suspected: bool
     """The token gap is over ``GAP_SHARE`` of what was reported and ``GAP_MIN_TOKENS``."""
 
@@ -439,8 +440,8 @@ def _side_by_side(gateway: list[SummaryFigures], reported: list[ReportedFigures]
         out.append(AgentUsageRow(
             team_id=team, user=user, key_id=key_id, period=period, gateway=gw, reported=rep,
             gap_tokens=gap,
-            gap_uusd=rep.reported_cost_uusd - gw.usd_committed - gw.usd_liability
-            - gw.usd_reserved,
+            gap_uusd=None if rep.reported_cost_uusd is None else
+            rep.reported_cost_uusd - gw.usd_committed - gw.usd_liability - gw.usd_reserved,
             bypass_suspected=gap > max(GAP_MIN_TOKENS, GAP_SHARE * rep.tokens)))
     return out
 

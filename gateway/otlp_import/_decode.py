@@ -21,12 +21,14 @@ Claude Code "Monitoring usage" and Codex OTel docs):
   session again at every export, so it is ignored): the points of one session, model and
   interval become one report, id'd by those. The usage API uses them only for a session
   whose log events it has none of (both say the same thing).
-- Codex log event ``codex.sse_event`` of kind ``response.completed`` (the Responses
-  API's usage): ``input_token_count`` (cached tokens included, OpenAI's way),
-  ``cached_token_count``, ``output_token_count``, ``model``, ``conversation.id``. Stored
-  as uncached input and cache reads, the classes the gateway's request log uses. No id in
-  the record, so its id is the sha256 of the record's deterministic serialization: a
-  replayed export is the same bytes.
+- Codex log event ``codex.sse_event`` of kind ``response.completed`` that carries counts
+  (Codex 0.171.0 sends one without, then one with): ``input_token_count`` (cached
+  tokens included, OpenAI's way), ``cached_token_count``, ``cache_write_token_count``
+  (taken as part of the input too, like the cached ones), ``output_token_count``,
+  ``model``, ``conversation.id``. Stored as uncached input, cache reads and cache writes,
+  the classes the gateway's request log uses. No id in the record, so its id is the
+  sha256 of the record's deterministic serialization: a replayed export is the same
+  bytes.
 
 Counts are refused, not clamped, when negative, fractional or above
 :data:`gateway.ceilings.MAX_TOKENS_PER_CLASS`: a clamped figure would be one the agent
@@ -236,15 +238,16 @@ def _log_report(agent: str, name: str, a: dict[str, Any], record: Any) -> Client
             and a.get("event.kind", "response.completed") == "response.completed"):
         total = _count(a.get("input_token_count"), "input_token_count")
         cached = _count(a.get("cached_token_count"), "cached_token_count")
-        if cached > total:
-            raise _Refused("cached_token_count above input_token_count")
+        written = _count(a.get("cache_write_token_count"), "cache_write_token_count")
+        if cached + written > total:
+            raise _Refused("cached and cache-write tokens above input_token_count")
         return ClientReport(
             event_id=f"codex:{_digest(record.SerializeToString(deterministic=True))}",
             agent="codex" if agent == "unknown" else agent, signal="event",
             session_id=_text(a.get("conversation.id")), model=_text(a.get("model")),
-            input_tokens=total - cached,
+            input_tokens=total - cached - written,
             output_tokens=_count(a.get("output_token_count"), "output_token_count"),
-            cache_read_tokens=cached, cache_write_tokens=0, reported_cost_uusd=None,
+            cache_read_tokens=cached, cache_write_tokens=written, reported_cost_uusd=None,
             reported_at=when)
     return None
 

@@ -57,7 +57,8 @@ class ReportedFigures(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
-    reported_cost_uusd: int = 0
+    reported_cost_uusd: int | None = None
+    """The sum of the costs the agents reported (None: none did; Codex reports none)."""
     first_at: datetime | None = None
     last_at: datetime | None = None
 

@@ -54,7 +54,7 @@ SELECT CASE WHEN :by_team THEN team_id END AS team_id,
        sum(output_tokens) AS output_tokens,
        sum(cache_read_tokens) AS cache_read_tokens,
        sum(cache_write_tokens) AS cache_write_tokens,
-       coalesce(sum(reported_cost_uusd), 0) AS reported_cost_uusd,
+       sum(reported_cost_uusd) AS reported_cost_uusd,
        min(reported_at) AS first_at,
        max(reported_at) AS last_at
   FROM client_usage_reports r

@@ -1,5 +1,5 @@
-"""Real Claude Code exporting its own usage to the gateway's OTLP receiver, on the
-environment docs/telemetry.md gives (issue 40).
+"""Real Claude Code and Codex exporting their own usage to the gateway's OTLP receiver,
+on the settings docs/telemetry.md gives (issue 40).
 
 Claude Code (``@anthropic-ai/claude-code`` at ``test_catalog_agents_npm``'s pin, from the
 npm registry: test_refine_claude_code's install) runs ``claude -p`` against ``mayu serve``
@@ -9,13 +9,15 @@ reports for its session must equal what the upstream reported (its ledger), appe
 the usage API beside the gateway's committed figures for the same requests, and leave
 those figures as the upstream's ledger priced them: never billed. A second session sent
 straight to the upstream (around the gateway) still reports to the gateway, and the
-usage API flags the gap.
+usage API flags the gap. Codex (``codex exec``, its ``[otel]`` exporter on the gateway)
+reports its one request as the gateway's request log recorded it, class by class.
 
-Time (over 30 s, measured 52-68 s on the shared 2-core machine): the module's setup is
-~38 s (``npm ping`` and the Claude Code install from the registry, then the mock upstream
-and ``mayu serve``), the test ~11 s (three ``claude -p``, each ~3 s, whose exports are
-batched small with ``OTEL_LOGS_EXPORT_INTERVAL``/``OTEL_METRIC_EXPORT_INTERVAL`` and
-flushed when Claude Code exits).
+Time (over 30 s, measured 52-68 s on the shared 2-core machine with Claude Code alone):
+the module's setup is most of it (``npm ping`` and the install of both agents from the
+registry: test_catalog_agents_npm's ``agents`` fixture, ~25-40 s; then the mock upstream
+and ``mayu serve``); the Claude Code test ~11 s (three ``claude -p``, each ~3 s, whose
+exports are batched small with ``OTEL_LOGS_EXPORT_INTERVAL``/``OTEL_METRIC_EXPORT_INTERVAL``
+and flushed when Claude Code exits), the Codex test ~5 s.
 """
 
 from __future__ import annotations
@@ -29,27 +31,39 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from gateway.catalog import builtin_catalog
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd
 from tests.bench.agent_budget import MODEL, config_file
 from tests.e2e._procs import Proc, create_key, create_team, start_gateway, start_mock_upstream
-from tests.e2e.test_refine_claude_code import claude  # noqa: F401 (its module fixture)
+from tests.e2e.test_catalog_agents_npm import (
+    _codex_argv,
+    agents,  # noqa: F401 (its module fixture)
+)
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc, Proc, str, Path]]:
-    """(gateway, upstream, a key of team ``devs``, the gateway's work dir)."""
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc, Proc, Path]]:
+    """(gateway, upstream, its config): Claude Code's model on the mock upstream, and
+    ``mock-gpt`` (the built-in mock provider) for Codex; a team ``devs``."""
     workdir = tmp_path_factory.mktemp("agent-import")
     upstream = start_mock_upstream(workdir)
     gateway = None
     try:
         config = config_file(workdir, upstream, None)
+        doc = yaml.safe_load(config.read_text())
+        doc["providers"].append({"name": "mock", "kind": "mock"})
+        doc["models"].append({"name": "mock-gpt", "deployments": [{"provider": "mock"}],
+                              "price": {"input": 1_000_000, "output": 4_000_000,
+                                        "cache_read": 100_000},
+                              "max_input_tokens": 200_000, "max_output_tokens": 8192})
+        config.write_text(yaml.safe_dump(doc))
         gateway = start_gateway(config)
         create_team(config, "devs")
-        yield gateway, upstream, create_key(config, "devs", "--user", "ana"), workdir
+        yield gateway, upstream, config
     finally:
         if gateway is not None:
             gateway.stop()
@@ -102,14 +116,22 @@ def _mine(gateway: Proc, key: str, *, reports: int, deadline_s: float = 30.0
     raise AssertionError(f"{reports} reports not in within {deadline_s} s: {body}")
 
 
+def _claude_argv(prefix: Path) -> list[str]:
+    package = prefix / "node_modules" / "@anthropic-ai" / "claude-code"
+    wrapper = package / "cli-wrapper.cjs"
+    return ["node", str(wrapper)] if wrapper.exists() else [str(package / "bin" / "claude.exe")]
+
+
 def test_claude_codes_own_report_sits_beside_the_gateways_committed_figures(
-        claude: list[str],  # noqa: F811 (the module fixture)
-        stack: tuple[Proc, Proc, str, Path], tmp_path: Path) -> None:
+        agents: Path,  # noqa: F811 (the module fixture)
+        stack: tuple[Proc, Proc, Path], tmp_path: Path) -> None:
     """Two turns of one session through the gateway: Claude Code's reported tokens per
     class equal the upstream's ledger, and the gateway committed exactly the ledger's
     tokens and price (the import billed nothing); no gap. A third request sent around
     the gateway is reported to it all the same, and flagged as a gap."""
-    gateway, upstream, key, workdir = stack
+    gateway, upstream, config = stack
+    workdir, claude = config.parent, _claude_argv(agents)
+    key = create_key(config, "devs", "--user", "ana")
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
@@ -155,3 +177,43 @@ def test_claude_codes_own_report_sits_beside_the_gateways_committed_figures(
     for path in workdir.rglob("*"):
         if path.is_file():
             assert key.encode() not in path.read_bytes(), path
+
+
+def test_codexs_own_report_matches_the_gateways_request_log(
+        agents: Path,  # noqa: F811 (the module fixture)
+        stack: tuple[Proc, Proc, Path], tmp_path: Path) -> None:
+    """``codex exec`` through the gateway with its OTLP exporter on the gateway: its
+    ``codex.sse_event`` (response.completed) is stored as uncached input, cache reads and
+    output equal to what the gateway's request log recorded for that request; no cost
+    reported, so no money gap."""
+    gateway, _, config = stack
+    key = create_key(config, "devs", "--user", "cy")
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    provider = (f'{{name="gw", base_url="{gateway.url}/v1", env_key="GW_KEY", '
+                f'wire_api="responses", request_max_retries=0, stream_max_retries=0}}')
+    exporter = (f'{{otlp-http={{endpoint="{gateway.url}/v1/logs", protocol="binary", '
+                f'headers={{"Authorization"="Bearer {key}"}}}}}}')
+    argv = _codex_argv(agents, "exec", "--skip-git-repo-check",
+                       "-c", "check_for_update_on_startup=false", "-c", "model_provider=gw",
+                       "-c", f"model_providers.gw={provider}", "-m", "mock-gpt",
+                       "-c", f"otel.exporter={exporter}", "say ok")
+    run = subprocess.run(argv, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                    "HOME": str(home), "LANG": "C.UTF-8", "GW_KEY": key,
+                                    "CODEX_HOME": str(home / ".codex")},
+                         cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    body = _mine(gateway, key, reports=1)
+    (request,) = httpx.get(f"{gateway.url}/v1/me/requests",
+                           headers={"Authorization": f"Bearer {key}"}).json()["data"]
+    (row,) = body["data"]
+    reported = row["reported"]
+    assert (reported["input_tokens"], reported["cache_read_tokens"],
+            reported["output_tokens"]) == (request["input_tokens"],
+                                           request["cache_read_tokens"],
+                                           request["output_tokens"]), (reported, request)
+    assert reported["tokens"] == row["gateway"]["tokens_committed"] > 0
+    assert row["gap_tokens"] == 0 and row["bypass_suspected"] is False
+    assert reported["reported_cost_uusd"] is None and row["gap_uusd"] is None
+    assert [s["agent"] for s in body["sessions"]] == ["codex"]

@@ -288,5 +288,7 @@ async def test_codex_usage_events_are_read_as_uncached_input_and_cache_reads(
     (reported,) = _reported(body)
     assert reported == {"reports": 1, "input_tokens": 200, "cache_read_tokens": 1000,
                         "output_tokens": 30, "cache_write_tokens": 0, "tokens": 1230,
-                        "reported_cost_uusd": 0}
+                        "reported_cost_uusd": None}
+    (row,) = body["data"]
+    assert row["gap_uusd"] is None  # Codex reports no cost
     assert [s["agent"] for s in body["sessions"]] == ["codex"]
