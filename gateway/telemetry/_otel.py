@@ -156,6 +156,22 @@ class OtelTrace(RequestTrace):
         root.end()
 
 
+class UnsampledTrace(RequestTrace):
+    """A request the sampler left out: nothing is recorded, and its trace context (the
+    unsampled flag) still goes upstream, so the trace stays one across the hops."""
+
+    __slots__ = ("_context",)
+
+    recording = True  # for dispatch: the upstream gets the context
+
+    def __init__(self, context: dict[str, str]) -> None:
+        self._context = context
+
+    def dispatch(self, index: int, *, deployment: str, provider: str, model: str,
+                 headers: dict[str, str]) -> dict[str, str]:
+        return {**headers, **self._context}
+
+
 class OtelTelemetry(Telemetry):
     """Tracing on: a tracer over the bounded export (``gateway.telemetry._export``)."""
 
@@ -179,6 +195,10 @@ class OtelTelemetry(Telemetry):
         operation = operation_name(endpoint)
         root = self.tracer.start_span(operation, context=parent, kind=SpanKind.SERVER,
                                       attributes={"gen_ai.operation.name": operation})
+        if not root.is_recording():  # not sampled: no span objects past this one
+            context: dict[str, str] = {}
+            _PROPAGATOR.inject(context, context=set_span_in_context(root))
+            return UnsampledTrace(context)
         return OtelTrace(self, root, endpoint)
 
     def dropped(self) -> int:

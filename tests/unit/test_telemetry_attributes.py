@@ -231,3 +231,30 @@ def test_capture_content_exports_the_messages_only_when_on() -> None:
     assert "the planted words" in spans["chat claude"].attributes["gen_ai.input.messages"]
     attempt = spans["chat anthropic.claude"].attributes
     assert attempt["gen_ai.provider.name"] == "aws.bedrock"
+
+
+def test_an_unsampled_request_records_nothing_and_still_passes_its_context() -> None:
+    """sample_ratio 0: no span is exported; the upstream still gets the client's trace id
+    (flagged unsampled)."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from gateway.telemetry._otel import OtelTelemetry, tracer_provider
+
+    memory = InMemorySpanExporter()
+    provider = tracer_provider(service="t", instance="i", ratio=0.0)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    telemetry = OtelTelemetry(provider, capture_content=False, providers={},
+                              export=SimpleNamespace(dropped_count=0))  # type: ignore[arg-type]
+    trace = telemetry.request({}, "chat")
+    trace.begin(_call("hi"))
+    with trace.span("admission", attempt=0):
+        pass
+    sent = trace.dispatch(0, deployment="d", provider="up", model="m", headers={"a": "b"})
+    trace.end(200)
+    assert memory.get_finished_spans() == ()
+    assert sent["a"] == "b" and int(sent["traceparent"][-2:], 16) & 1 == 0  # unsampled
+    parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-00"
+    sent = telemetry.request({"traceparent": parent}, "chat").dispatch(
+        0, deployment="d", provider="up", model="m", headers={})
+    assert sent["traceparent"].startswith("00-" + "ab" * 16 + "-")
