@@ -18,6 +18,7 @@ store or the report store down: the exporter retries). Bodies may be gzip-compre
 from __future__ import annotations
 
 import logging
+import sqlite3
 import zlib
 from typing import Any
 
@@ -138,6 +139,10 @@ async def _receive(request: AnyRequest, signal: str) -> Response[bytes]:
             log.warning("OTLP %s export refused (%d): %s", signal, exc.status, exc.message)
         return _error(exc.status, exc.message, encoding,
                       retry_after=exc.status in (429, 503))
+    except sqlite3.Error as exc:  # the local file busy past its timeout, or full
+        log.warning("OTLP %s export refused (503): local report store: %s", signal, exc)
+        return _error(503, "the report store is unavailable; retry", encoding,
+                      retry_after=True)
     gw.audit.write({"event": "agent_usage_import", "signal": signal, "key_id": who.key_id,
                     "team": who.team_id, "reports": len(decoded.reports), "stored": stored,
                     "refused": decoded.refused, "ignored": decoded.ignored})
