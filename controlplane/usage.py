@@ -9,7 +9,7 @@ not synced yet is told to sync first: 409) — and stored in one statement
 and ``permit_facts``, marked with the plane), idempotent by permit id: a batch sent
 twice stores once, and the answer says which ids are stored, held already, held by
 another plane, or refused (a team outside the token's ``teams``: never stored, counted
-in ``inferplaned_usage_records{outcome="refused"}`` and logged).
+in ``inferplaned_usage_records_total{outcome="refused"}`` and logged).
 
 Counters and policy accounts are not charged by these rows: the plane's heartbeat
 reports its spend to the ledger (:mod:`controlplane.leases`); the request log explains

@@ -21,7 +21,7 @@ admin API and the console there cover all of them. The path of one record:
 
 **Bound.** At most ``bound`` ids are queued (:data:`DEFAULT_BOUND`, about 60 bytes
 each in the file). Past it, a settlement is not queued and is counted in
-``usage_spool_state.dropped`` (``mayu_usage_spool_dropped`` on ``/metrics``); the
+``usage_spool_state.dropped`` (``mayu_usage_spool_dropped_total`` on ``/metrics``); the
 request itself is settled and answered as always, and the plane's own request log
 still holds it. Also counted as dropped: a queued permit pruned by request-log
 retention before it was shipped, and a record inferplaned refused.
@@ -111,7 +111,6 @@ class UsageSpool(SqliteBase):
         """Open the file and install the queueing trigger (the governance store opened
         it first: the trigger is on its settlement table)."""
         await super().open()
-
         await self._run(_install(self._bound))
         self.state = await self._run(_state, write=False)
 
@@ -178,6 +177,8 @@ class UsageSpool(SqliteBase):
             self._plane = await self._run(_plane_id, write=False)
             if not self._plane:
                 return False  # the lease client has not opened the file yet
+        # Read first: the queue's figures stay current while inferplaned is away.
+        self.state = await self._run(_state, write=False)
         rows = await self._run(_read_batch(self._batch), write=False)
         records, missing = await self._records(rows)
         if missing:  # pruned before shipping, or out of bounds: counted as dropped

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,24 @@ def spool_state(stack: LeaseStack, plane: str) -> tuple[int, int]:
     return int(queued), int(dropped)
 
 
+def spool_metrics(stack: LeaseStack, plane: str) -> dict[str, int]:
+    """The plane's ``mayu_usage_spool_*`` samples on /metrics."""
+    text = httpx.get(f"{stack.planes[plane].url}/metrics", timeout=30).text
+    return {name: int(float(value)) for name, value in (
+        line.split() for line in text.splitlines()
+        if line.startswith("mayu_usage_spool_") and not line.startswith("#"))
+        if name in ("mayu_usage_spool_queued", "mayu_usage_spool_dropped_total",
+                    "mayu_usage_spool_bound")}
+
+
+def spooled(stack: LeaseStack, plane: str, count: int) -> bool:
+    """The plane's spool holds ``count`` records, none dropped, in its file and on
+    /metrics (refreshed by each pass of the shipper)."""
+    return spool_state(stack, plane) == (count, 0) and spool_metrics(stack, plane) == {
+        "mayu_usage_spool_queued": count, "mayu_usage_spool_dropped_total": 0,
+        "mayu_usage_spool_bound": 1_000_000}
+
+
 def control_log(dsn: str, plane: str) -> tuple[list[str], int, int]:
     """inferplaned's request log of one plane: request ids (one per row), Σ tokens, Σ µUSD."""
     with psycopg.connect(dsn) as conn:
@@ -173,8 +192,10 @@ def test_a_minute_without_inferplaned_loses_and_doubles_no_request(
     kill_control(stack)
     during = traffic(stack, seconds=OUTAGE_S)
     assert all(len(during[p]) >= 10 for p in PLANES), {p: len(during[p]) for p in PLANES}
-    for plane in PLANES:  # queued in the spool, nothing lost to it
-        assert spool_state(stack, plane) == (len(during[plane]), 0)
+    for plane in PLANES:  # queued in the spool, nothing lost to it, and /metrics says so
+        # (an answer may leave before its settlement is stored: answer-first)
+        wait_until(partial(spooled, stack, plane, len(during[plane])),
+                   what=f"{plane}'s spool holds the outage's requests, as /metrics says")
     stack.start_control()
     back = time.monotonic()
 
