@@ -26,6 +26,7 @@ from gateway.config._ranges import (
     Seconds,
     SecondsOrZero,
 )
+from gateway.config._routing import RoutingSettings
 from gateway.config._settings import (
     AdminToken,
     AlertSettings,
@@ -68,6 +69,7 @@ __all__ = [
     "PoolSize",
     "Port",
     "ProviderSettings",
+    "RoutingSettings",
     "Seconds",
     "SecondsOrZero",
     "ServerSettings",

@@ -35,9 +35,9 @@ from gateway.policy import (
     PolicyInvalid,
     PolicySnapshot,
     compile_all,
+    routing_problems,
     validate_document,
 )
-from gateway.policy._kinds import routing_problems
 
 GATE_PREFIX = "rejected:"
 

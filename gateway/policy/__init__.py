@@ -19,6 +19,7 @@ from gateway.policy._kinds import (
     CompiledRouting,
     GuardrailPolicy,
     RoutingPolicy,
+    routing_problems,
 )
 from gateway.policy._merge import EffectiveLimits, effective_limits, tightest_renew_ms
 from gateway.policy._overlay import deployment_routing_names, routed_model, tenant_guardrails
@@ -51,6 +52,7 @@ __all__ = [
     "CompiledRouting",
     "GuardrailPolicy",
     "RoutingPolicy",
+    "routing_problems",
     "compile_all",
     "deployment_routing_names",
     "routed_model",

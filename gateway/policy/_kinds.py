@@ -156,8 +156,7 @@ def routing_semantic(doc: Any) -> list[tuple[str, str]]:
 
 
 def guardrail_semantic(doc: Any) -> list[tuple[str, str]]:
-    from gateway.guardrails._detect import NAMES
-    from gateway.guardrails._rules import vet
+    from gateway.guardrails import NAMES, vet
 
     spec = _obj(_obj(doc).get("spec"))
     out: list[tuple[str, str]] = []

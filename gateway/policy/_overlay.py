@@ -73,7 +73,7 @@ def routed_model(model: ModelSettings, snapshot: PolicySnapshot) -> ModelSetting
 
 
 def _route(model: ModelSettings, snapshot: PolicySnapshot) -> ModelSettings:
-    from gateway.config._routing import RoutingSettings
+    from gateway.config import RoutingSettings
 
     route: CompiledRouting | None = next(
         (r for r in snapshot.routing if r.model == model.name), None)
