@@ -23,7 +23,8 @@ from gateway.localdb import Statement
 
 ROOT = Path(__file__).resolve().parents[2]
 STORES = {"keys": sql.local_keys, "governance": sql.local_governance,
-          "lease": sql.local_lease, "alerts": sql.local_alerts}
+          "lease": sql.local_lease, "alerts": sql.local_alerts, "usage": sql.local_usage,
+          "agent_usage": sql.local_agent_usage}
 
 
 def _names(store: str) -> list[str]:
@@ -46,7 +47,9 @@ def test_each_file_has_a_header_then_its_schema_then_named_statements(store: str
     assert names[0] == "schema" and len(names) == len(set(names)) > 1
     assert "CREATE TABLE IF NOT EXISTS" in STORES[store]["schema"]
     for name in names[1:]:
-        assert "CREATE " not in STORES[store][name].upper(), name
+        # A trigger on another store's table is created once that store's schema exists.
+        if not name.startswith("trigger_"):
+            assert "CREATE " not in STORES[store][name].upper(), name
 
 
 @pytest.mark.parametrize("store", sorted(STORES))
