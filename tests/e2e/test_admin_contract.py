@@ -129,7 +129,7 @@ def test_every_route_answers_as_its_schema_documents(served: Proc, holder: str,
     (msgspec) refuses both with a 400, which is the answer we want."""
     assert _each_operation(served, lambda case: case.call_and_validate(
         headers=_token(case, WRITE, holder, revoked),
-        excluded_checks=[positive_data_acceptance])) == 39
+        excluded_checks=[positive_data_acceptance])) == 41
 
 
 def test_a_read_token_writes_nothing(served: Proc) -> None:
@@ -141,7 +141,7 @@ def test_a_read_token_writes_nothing(served: Proc) -> None:
         if case.method.upper() != "GET" and not case.path.startswith("/v1/me"):
             assert response.status_code in (400, 403), (case.method, case.path,
                                                         response.text)
-    assert _each_operation(served, check) == 39
+    assert _each_operation(served, check) == 41
 
 
 def test_the_schema_lists_every_admin_route(served: Proc) -> None:
@@ -170,7 +170,7 @@ def test_the_schema_lists_every_admin_route(served: Proc) -> None:
         "/admin/v1/teams/{team}/members", "/admin/v1/teams/{team}/members/{user}",
         "/admin/v1/teams/{team}/default-member", "/admin/v1/users", "/admin/v1/users/{user}",
         "/admin/v1/users/{user}/revoke", "/admin/v1/users/{user}/reinstate",
-        "/v1/me", "/v1/usage"}
+        "/v1/me", "/v1/usage", "/admin/v1/agent-usage", "/v1/me/agent-usage"}
 
 
 def test_the_audit_names_only_the_write_token(served: Proc) -> None:
