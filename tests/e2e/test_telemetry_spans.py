@@ -75,8 +75,10 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     proc.stop()
 
 
-def _serve(workdir: Path, upstream: Proc, telemetry: dict[str, Any] | None) -> Iterator[Served]:
-    """A gateway in front of ``upstream`` through a header tap, with ``telemetry``."""
+def _serve(workdir: Path, upstream: Proc, telemetry: dict[str, Any] | None,
+           **extra: Any) -> Iterator[Served]:
+    """A gateway in front of ``upstream`` through a header tap, with ``telemetry`` (and
+    ``extra`` top-level settings)."""
     tap_port, tap_file = free_port(), workdir / "upstream-bytes.txt"
     tap = subprocess.Popen([sys.executable, "-m", "tests.e2e._headertap", str(tap_port),
                             str(upstream.port), str(tap_file)], env=_env(), cwd=str(ROOT))
@@ -88,7 +90,7 @@ def _serve(workdir: Path, upstream: Proc, telemetry: dict[str, Any] | None) -> I
                        "base_url": f"http://127.0.0.1:{tap_port}/v1", "timeout_s": 30}],
         "models": [{"name": "gpt-up", "price": PRICE,
                     "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]}],
-        **({"telemetry": telemetry} if telemetry is not None else {})}))
+        **({"telemetry": telemetry} if telemetry is not None else {}), **extra}))
     create_team(config, "otel")
     key = create_key(config, "otel")
     gateway = start_gateway(config, env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN})
@@ -110,7 +112,8 @@ def receiver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OtlpReceiver]
 def traced(tmp_path_factory: pytest.TempPathFactory, upstream: Proc,
            receiver: OtlpReceiver) -> Iterator[Served]:
     yield from _serve(tmp_path_factory.mktemp("traced"), upstream,
-                      {"endpoint": receiver.url, "service_name": "mayu-e2e", **FAST})
+                      {"endpoint": receiver.url, "service_name": "mayu-e2e", **FAST},
+                      guardrails={"enabled": True})  # e-mail addresses masked
 
 
 def _trace(receiver: OtlpReceiver, request_id: str) -> list[dict[str, Any]]:
@@ -179,6 +182,19 @@ def test_no_prompt_text_is_exported_by_default(traced: Served, receiver: OtlpRec
     _trace(receiver, request_id)
     assert request_id in receiver.raw_text()
     assert secret not in receiver.raw_text()
+
+
+def test_a_guardrail_span_counts_findings_and_exports_no_match(
+        traced: Served, receiver: OtlpReceiver) -> None:
+    """Where a guardrail screened the request: an apply_guardrail span with the number of
+    findings, and the matched text nowhere in what was exported."""
+    email = f"otel-{uuid.uuid4().hex[:12]}@example.com"
+    request_id, _ = _stream(traced, f"write to {email} please")
+    spans = _trace(receiver, request_id)
+    guard = [s for s in spans if s["name"] == "apply_guardrail"]
+    assert len(guard) == 1 and guard[0]["attributes"]["gen_ai.guardrail.findings"] == 1
+    assert guard[0]["attributes"]["gen_ai.operation.name"] == "apply_guardrail"
+    assert email not in receiver.raw_text() and email.split("@")[0] not in receiver.raw_text()
 
 
 def test_otlp_metrics_equal_prometheus(traced: Served, receiver: OtlpReceiver) -> None:
