@@ -51,7 +51,12 @@ from gateway.ingress import (
 from gateway.keys import KeyStore
 from gateway.metrics import CREDENTIALS_LOGGER, POLICY_LOGGERS, Metrics
 from gateway.otlp_import import ROUTES as OTLP_ROUTES
-from gateway.otlp_import import PostgresReportStore, ReportStore, SqliteReportStore
+from gateway.otlp_import import (
+    PostgresReportStore,
+    ReportStore,
+    SqliteReportStore,
+    prune_reports_forever,
+)
 from gateway.policy import PolicySource, StaticPolicySource, deployment_routing_names
 from gateway.providers import Provider, build_providers
 from gateway.replicas import audit_path, journal_path, orphan_journals, worker_settings
@@ -381,15 +386,25 @@ def _start_telemetry(settings: Settings, metrics: Metrics, stack: AsyncExitStack
     return telemetry
 
 
-async def _open_agent_usage(settings: Settings, comps: Components,
-                            stack: AsyncExitStack) -> ReportStore:
+async def _open_agent_usage(settings: Settings, comps: Components, stack: AsyncExitStack,
+                            worker: tuple[int, int] | None) -> ReportStore:
     """Where the agents' own usage reports go (gateway/otlp_import): beside the request
-    log, in the shared database or the local file."""
+    log, in the shared database or the local file; pruned with it (one worker of a
+    ``mayu serve`` does it)."""
     store: ReportStore = (
         PostgresReportStore(comps.pool) if comps.pool is not None
         else SqliteReportStore(_local_path(settings, settings.governance_store.path)))
     await store.open()
     stack.push_async_callback(store.close)
+    days = settings.governance_store.retention_days
+    if days is not None and (worker is None or worker[0] == 0):
+        task = asyncio.get_running_loop().create_task(prune_reports_forever(store, days))
+
+        async def stop() -> None:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+        stack.push_async_callback(stop)  # before the store closes (last in, first out)
     return store
 
 
@@ -443,7 +458,7 @@ def create_app(settings: Settings, *, components: Components | None = None,
         governor = await _start_governor(settings, comps.governance, metrics, audit, stack,
                                          alerts, orphans, keys=resolver)
         _start_retention(settings, comps.governance, stack, worker)
-        app.state.agent_usage = await _open_agent_usage(settings, comps, stack)
+        app.state.agent_usage = await _open_agent_usage(settings, comps, stack, worker)
         telemetry = _start_telemetry(settings, metrics, stack)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,

@@ -52,3 +52,8 @@ SELECT CASE WHEN %(by_team)s THEN team_id END AS team_id,
          WHERE e.key_id = r.key_id AND e.session_id IS NOT DISTINCT FROM r.session_id
            AND e.signal = 'event'))
  GROUP BY 1, 2, 3, 4, 5, 6
+
+-- name: prune_reports
+-- Retention (governance_store.retention_days, as the request log's): the reports whose
+-- event time is before %(before)s, the caller's cutoff (never in the current UTC month).
+DELETE FROM client_usage_reports WHERE reported_at < %(before)s

@@ -6,7 +6,8 @@ Claude Code and Codex export what they used over OTLP; pointed at the gateway
 (``POST /v1/logs``, ``/v1/metrics``: :mod:`._receiver`), whose usage records
 (:mod:`._decode`) are stored once each for the key's team and user (:mod:`._store`),
 never billed, and summed by the usage API beside what the gateway committed
-(``GET /admin/v1/agent-usage``; a large gap is traffic that bypassed the gateway).
+(``GET /admin/v1/agent-usage``; a large gap is traffic that bypassed the gateway); kept
+as long as the request log (:mod:`._retention`).
 """
 
 from gateway.otlp_import._decode import (
@@ -17,6 +18,7 @@ from gateway.otlp_import._decode import (
     decode_metrics,
 )
 from gateway.otlp_import._receiver import MAX_EXPORT_BYTES, ROUTES
+from gateway.otlp_import._retention import prune_reports_forever, report_cutoff
 from gateway.otlp_import._store import (
     PostgresReportStore,
     ReportedFigures,
@@ -28,4 +30,5 @@ from gateway.otlp_import._store import (
 
 __all__ = ["MAX_EXPORT_BYTES", "ROUTES", "BadExport", "ClientReport", "Decoded",
            "PostgresReportStore", "ReportFilter", "ReportGroup", "ReportStore",
-           "ReportedFigures", "SqliteReportStore", "decode_logs", "decode_metrics"]
+           "ReportedFigures", "SqliteReportStore", "decode_logs", "decode_metrics",
+           "prune_reports_forever", "report_cutoff"]

@@ -78,6 +78,9 @@ class ReportStore(Protocol):
                       bucket: Literal["day", "none"]) -> list[ReportedFigures]:
         """The reports summed per group and UTC day of the agent's event time."""
 
+    async def prune(self, *, before: datetime) -> int:
+        """Delete the reports whose event time is before ``before``; how many."""
+
     async def close(self) -> None: ...
 
 
@@ -115,6 +118,14 @@ class PostgresReportStore:
             rows = await fetch_all(conn, sql.agent_usage_queries["reported_summary"],
                                    _params(f, groups, bucket), prepare=False)
         return [ReportedFigures(**r) for r in rows]
+
+    async def prune(self, *, before: datetime) -> int:
+        from gateway.db import connection
+
+        async with connection(self._pool, "agent usage reports") as conn:
+            done = await conn.execute(sql.agent_usage_queries["prune_reports"],
+                                      {"before": before})
+        return done.rowcount
 
     async def close(self) -> None:
         """The pool belongs to the app lifespan."""
@@ -156,3 +167,7 @@ class SqliteReportStore(SqliteBase):
         return [ReportedFigures(**(dict(r) | {"first_at": _moment(r["first_at"]),
                                               "last_at": _moment(r["last_at"])}))
                 for r in rows]
+
+    async def prune(self, *, before: datetime) -> int:
+        params = {"before": _text(before)}
+        return await self._run(lambda conn: _SQL["prune_reports"].execute(conn, params).rowcount)

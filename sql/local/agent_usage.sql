@@ -69,3 +69,7 @@ SELECT CASE WHEN :by_team THEN team_id END AS team_id,
          WHERE e.key_id = r.key_id AND e.session_id IS r.session_id
            AND e.signal = 'event'))
  GROUP BY 1, 2, 3, 4, 5, 6
+
+-- name: prune_reports
+-- As sql/agent_usage_queries.sql's prune_reports (:before in the same text format).
+DELETE FROM client_usage_reports WHERE reported_at < :before
