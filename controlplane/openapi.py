@@ -120,6 +120,7 @@ OPENAPI = OpenAPIConfig(
     components=Components(security_schemes={"bearer": SecurityScheme(
         type="http", scheme="bearer",
         description="a writer or reader token (auth.writer_tokens_ref, "
-                    "auth.reader_tokens_ref), or a data plane token on /v1alpha1/sync and /v1alpha1/usage")}))
+                    "auth.reader_tokens_ref), or a data plane token on /v1alpha1/sync "
+                    "and /v1alpha1/usage")}))
 
 __all__ = ["OPENAPI", "completed"]
