@@ -65,13 +65,17 @@ class BoundedExport(SpanProcessor):
         while not self._stopping.is_set():
             self._wake.wait(self._delay)
             self._wake.clear()
-            self._send()
-        self._send()
+            while self._spans and not self._stopping.is_set():
+                self._export(self._batch())
+        # Stopping: one more export at most (a hung collector costs one deadline, not one
+        # per batch); what is left is dropped and counted.
+        if self._spans:
+            self._export(self._batch())
+        self._drop(len(self._spans))
+        self._spans.clear()
 
-    def _send(self) -> None:
-        while self._spans:
-            batch = [self._spans.popleft() for _ in range(min(BATCH, len(self._spans)))]
-            self._export(batch)
+    def _batch(self) -> list[ReadableSpan]:
+        return [self._spans.popleft() for _ in range(min(BATCH, len(self._spans)))]
 
     def _export(self, batch: Sequence[ReadableSpan]) -> None:
         try:

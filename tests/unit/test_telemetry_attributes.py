@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -258,3 +260,44 @@ def test_an_unsampled_request_records_nothing_and_still_passes_its_context() -> 
     sent = telemetry.request({"traceparent": parent}, "chat").dispatch(
         0, deployment="d", provider="up", model="m", headers={})
     assert sent["traceparent"].startswith("00-" + "ab" * 16 + "-")
+
+
+class _Held(SpanExporter):
+    """Takes every batch; the first one only once ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.release = threading.Event()
+
+    def export(self, spans: object) -> SpanExportResult:
+        self.batches += 1
+        assert self.release.wait(60)
+        return SpanExportResult.SUCCESS
+
+
+def test_shutdown_sends_one_more_batch_at_most_and_counts_the_rest() -> None:
+    """Stopping while a batch is being sent: one more export at most (a hung collector
+    costs one deadline, not one per batch); what is still queued is dropped and counted."""
+    from gateway.telemetry._export import BATCH, BoundedExport, counters
+
+    registry = CollectorRegistry()
+    dropped, exported = counters(registry)
+    exporter = _Held()
+    export = BoundedExport(exporter, queue_size=10 * BATCH, delay_s=3600, dropped=dropped,
+                           exported=exported)
+    provider = TracerProvider()
+    provider.add_span_processor(export)
+    tracer = provider.get_tracer("t")
+    for _ in range(2 * BATCH + 10):  # the BATCH-th wakes the thread: batch 1 is held
+        tracer.start_span("s").end()
+    stopping = threading.Thread(target=provider.shutdown)
+    stopping.start()
+    end = time.monotonic() + 60
+    while not export._stopping.is_set():  # shutdown has begun
+        assert time.monotonic() < end
+        time.sleep(0.01)
+    exporter.release.set()
+    stopping.join(60)
+    assert exporter.batches == 2  # the held one, then one more
+    assert export.dropped_count == 10
+    assert registry.get_sample_value("mayu_telemetry_exported_spans_total") == 2 * BATCH
