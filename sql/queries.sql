@@ -51,11 +51,13 @@ SELECT * FROM teams WHERE id = %(name_or_id)s OR name = %(name_or_id)s
 SELECT * FROM teams WHERE id = %(name_or_id)s OR name = %(name_or_id)s
  ORDER BY id = %(name_or_id)s DESC LIMIT 1 FOR UPDATE
 
--- name: update_team_limits
+-- name: update_team
+-- A team's limits and guardrail profiles, as a whole (the caller holds the row FOR UPDATE
+-- and passes what it keeps); the revision moves, so every replica re-plans with them.
 UPDATE teams SET rpm = %(rpm)s, tpm = %(tpm)s, tokens_per_day = %(tokens_per_day)s,
        usd_micros_per_day = %(usd_micros_per_day)s,
        usd_micros_per_month = %(usd_micros_per_month)s,
-       budget_fit_floor = %(budget_fit_floor)s,
+       budget_fit_floor = %(budget_fit_floor)s, guardrails = %(guardrails)s,
        revision = revision + 1, updated_at = clock_timestamp()
  WHERE id = %(id)s
 RETURNING *

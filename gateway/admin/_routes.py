@@ -48,6 +48,7 @@ from gateway.admin._views import (
     KeyView,
     TeamCreate,
     TeamPage,
+    TeamPatch,
     TeamView,
     decode_cursor,
     found,
@@ -56,6 +57,7 @@ from gateway.admin._views import (
     team_view,
 )
 from gateway.errors import BadRequest
+from gateway.guardrails import check_profiles
 from gateway.ingress import ActingFor, Gateway, presented
 from gateway.keys import KeyRecord, Rotation, TeamLimits, hash_key
 
@@ -152,6 +154,34 @@ async def put_team_limits(request: AnyRequest, team: FromPath[str],
         team, limits=data, expected_revision=expected)
     _audit(gw, caller, "team.limits", team_id=updated.id, team=updated.name,
            revision=updated.revision, if_match=expected, limits=data)
+    return _tagged(team_view(updated))
+
+
+@patch("/teams/{team:str}", summary="Edit a team (its guardrail profiles, its limits)",
+       responses=WRITES, guards=[write_access])
+async def patch_team(request: AnyRequest, team: FromPath[str], data: JSONBody[TeamPatch],
+                     caller: Caller) -> Response[TeamView]:
+    """Only the fields given change. The team's revision moves, so the next admission of
+    every replica resolves its keys afresh; a request screened with the profiles it had
+    is refused as a snapshot mismatch (retryable), never sent."""
+    gw = _gateway(request)
+    expected = if_match(request)
+    guardrails = None if data.guardrails is msgspec.UNSET else tuple(data.guardrails)
+    if guardrails is not None:
+        check_profiles(gw.settings.guardrails, guardrails)
+    before = await gw.key_store.get_team(team)
+    updated = await gw.key_store.update_team(
+        team, limits=None if data.limits is msgspec.UNSET else data.limits,
+        guardrails=guardrails, expected_revision=expected)
+    for key_hash, (_, principal) in list(gw.principals.items()):
+        if principal.team_id == updated.id:  # this replica re-reads them at once
+            gw.principals.pop(key_hash, None)
+    changed = {f: getattr(data, f) for f in TeamPatch.__struct_fields__
+               if getattr(data, f) is not msgspec.UNSET}
+    if guardrails is not None:
+        changed["guardrails_before"] = list(before.guardrails) if before else None
+    _audit(gw, caller, "team.update", team_id=updated.id, team=updated.name,
+           revision=updated.revision, if_match=expected, **changed)
     return _tagged(team_view(updated))
 
 
@@ -291,6 +321,6 @@ async def revoke_me(request: AnyRequest, holder: Holder) -> KeyView:
 
 
 ADMIN = Router(path="/admin/v1", route_handlers=[
-    list_teams, create_team, get_team, put_team_limits,
+    list_teams, create_team, get_team, put_team_limits, patch_team,
     list_keys, create_key, get_key, patch_key, revoke_key, rotate_key], tags=["admin"])
 ROUTES: list[Router | HTTPRouteHandler] = [ADMIN, revoke_me]

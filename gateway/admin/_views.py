@@ -46,12 +46,26 @@ class TeamView(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime | None = None
 
 
+Profiles = Annotated[list[Annotated[str, msgspec.Meta(
+    pattern=r"^[a-z][a-z0-9_-]{0,39}$")]], msgspec.Meta(max_length=16)]
+"""A team's guardrail profile names: at most 16 lowercase labels."""
+
+
 class TeamCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Name
     limits: TeamLimits = TeamLimits()
-    guardrails: Annotated[list[Annotated[str, msgspec.Meta(
-        pattern=r"^[a-z][a-z0-9_-]{0,39}$")]], msgspec.Meta(max_length=16)] = []
+    guardrails: Profiles = []
     """The guardrail profiles the team opts into (docs/guardrails.md, "Per team")."""
+
+
+class TeamPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The fields to change; a field left out keeps its value (``limits`` is replaced as
+    a whole)."""
+
+    guardrails: Profiles | msgspec.UnsetType = msgspec.UNSET
+    """The team's guardrail profiles, replacing its list (``[]``: none); each one of the
+    gateway config's ``guardrails.profiles``."""
+    limits: TeamLimits | msgspec.UnsetType = msgspec.UNSET
 
 
 class TeamPage(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,6 +28,7 @@ from gateway.cli import _args
 from gateway.cli._args import MICROS
 from gateway.config import load_settings
 from gateway.errors import BadRequest, NotFound
+from gateway.guardrails import check_profiles
 from gateway.keys import (
     MAX_GRACE_S,
     KeyLimits,
@@ -68,6 +69,11 @@ def _profile(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{_args.shown(text)} is not a profile name (a lowercase label, at most 40)")
     return text
+
+
+def _profiles(text: str) -> tuple[str, ...]:
+    """``teams set --guardrails``: profile names separated by commas ('' for none)."""
+    return tuple(_profile(n.strip()) for n in text.split(",") if n.strip())
 
 
 def _days(text: str) -> int:
@@ -214,23 +220,27 @@ def _teams_set(args: argparse.Namespace) -> int:
         if _UNSET[flag] in changes:
             raise BadRequest(f"--unset {flag}: also given a new value; choose one")
         changes[_UNSET[flag]] = None
-    if not changes:
-        raise BadRequest("teams set: give at least one limit to change or --unset")
+    if not changes and args.guardrails is None:
+        raise BadRequest("teams set: give at least one limit to change, --unset or "
+                         "--guardrails")
+    if args.guardrails is not None:  # only profiles this config defines (a 400 else)
+        check_profiles(load_settings(args.config).guardrails, args.guardrails)
 
     async def _update(store: KeyStore) -> Team:
         team = await store.get_team(args.name)
         if team is None:
             raise NotFound(f"team {args.name!r} does not exist")
-        limits = msgspec.structs.replace(team.limits, **changes)
+        limits = msgspec.structs.replace(team.limits, **changes) if changes else None
         expected = team.revision if args.expected_revision is None else args.expected_revision
         # The store compares the revision in its write transaction (as the admin API's
-        # PUT /admin/v1/teams/{team}/limits does).
+        # PATCH /admin/v1/teams/{team} does).
         updated: Team = await store.update_team(
-            team.id, limits=limits, expected_revision=expected)
+            team.id, limits=limits, guardrails=args.guardrails, expected_revision=expected)
         return updated
     team = _run(args, _update)
     return _answer(args, team, f"updated team {team.name} (revision {team.revision}): "
-                               f"{_limits_text(team.limits)}")
+                               f"{_limits_text(team.limits)}; guardrails: "
+                               f"{', '.join(team.guardrails) or 'none'}")
 
 
 def _opt(value: int | None) -> str:
@@ -361,12 +371,17 @@ def _register_teams(subparsers: Any) -> None:
                         type=_profile, help="a guardrail profile the team opts into "
                         "(repeatable; docs/guardrails.md)")
     _add(sub, "list", _teams_list, "list teams and their limits", "print JSON")
-    update = _add(sub, "set", _teams_set, "change some of a team's limits (the others are "
-                  "kept); the edit bumps the team's revision", "print the team as JSON")
+    update = _add(sub, "set", _teams_set, "change some of a team's limits or its guardrail "
+                  "profiles (the rest is kept); the edit bumps the team's revision, so every "
+                  "replica's next admission uses it", "print the team as JSON")
     update.add_argument("name", metavar="NAME", type=_args.text, help="team name or id")
     _team_limit_args(update)
     update.add_argument("--unset", type=_unset_list, metavar="LIMIT[,LIMIT]",
                         help="remove these caps: " + ", ".join(_UNSET))
+    update.add_argument("--guardrails", type=_profiles, metavar="PROFILE[,PROFILE]",
+                        help="replace the team's guardrail profiles with these (each one of "
+                             "the config's guardrails.profiles; '' for none: the org-wide "
+                             "guardrails block alone; docs/guardrails.md)")
     update.add_argument("--expected-revision", type=_positive, metavar="N",
                         help="refuse unless the team is still at this revision "
                              "(default: the revision just read)")

@@ -1,10 +1,12 @@
 """Guardrails (issue 39, ADR-050's V1): PII and secrets masked, pseudonymized or blocked
 in requests and answers, JSON and streamed. docs/guardrails.md is the reference."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from gateway.errors import BadRequest
 from gateway.guardrails._detect import DETECTORS, NAMES, Detector, Finding, scan
 from gateway.guardrails._guard import (
     Guard,
@@ -40,6 +42,16 @@ async def guard_request(settings: GuardrailSettings, team_id: str, profiles: tup
     return doc, body, guard
 
 
+def check_profiles(settings: GuardrailSettings, names: Sequence[str]) -> None:
+    """Refuse to give a team a profile this gateway's config does not define
+    (``guardrails.profiles``): a 400 naming the first unknown one and the known ones."""
+    unknown = [n for n in names if n not in settings.profiles]
+    if unknown:
+        known = ", ".join(sorted(settings.profiles)) or "none are configured"
+        raise BadRequest(f"guardrails: profile {unknown[0]!r} is not configured "
+                         f"(guardrails.profiles: {known})", param="guardrails")
+
+
 def stream_filter(guard: Guard | None, endpoint: str) -> StreamGuard | None:
     """The filter a streamed answer goes through (None: sent as the upstream sent it)."""
     if guard is None or not guard.filters_answers:
@@ -50,6 +62,7 @@ def stream_filter(guard: Guard | None, endpoint: str) -> StreamGuard | None:
 __all__ = [
     "DEFAULT_ACTIONS", "DETECTORS", "NAMES", "Detector", "Finding", "Guard",
     "GuardrailBlocked", "GuardrailProfile", "GuardrailRule", "GuardrailSettings",
-    "GuardrailUnavailable", "GuardrailWebhook", "Policy", "StreamGuard", "guard_request",
-    "metrics_for", "policy_for", "scan", "screen", "stream_filter", "vet", "walk",
+    "GuardrailUnavailable", "GuardrailWebhook", "Policy", "StreamGuard", "check_profiles",
+    "guard_request", "metrics_for", "policy_for", "scan", "screen", "stream_filter", "vet",
+    "walk",
 ]

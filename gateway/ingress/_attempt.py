@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from gateway.config import Deployment
-from gateway.errors import InferplaneError
+from gateway.errors import InferplaneError, SnapshotMismatch
 from gateway.governance import (
     Ask,
     Outcome,
@@ -177,9 +177,18 @@ class Attempt:
         except InferplaneError:
             gw.metrics.admissions.labels("error").inc()
             raise
+        screened = self.call.principal.team.guardrails
         self.call = call = self.call.decided(decided, self.deployment)
         assert decided.permit is not None
         self.permit = permit = decided.permit
+        if call.principal.team.guardrails != screened:
+            # The team's profiles changed after this request was screened (a Principal
+            # cached before the edit): its body was screened under the old ones, so it
+            # must not leave. The permit is refunded; the retry is screened afresh.
+            await self.finish(Outcome(kind=OutcomeKind.CANCELLED,
+                                      detail="guardrail profiles changed"), status=503)
+            raise SnapshotMismatch("the team's guardrail profiles changed while this "
+                                   "request was admitted; retry")
         gw.metrics.admitted(permit, call.principal.team.name)
         note_admitted(call, self.deployment, self.provider)
         self.audit(event="admitted")

@@ -6,6 +6,8 @@ other way round: same limit names, same ceilings, same error wording.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
@@ -35,11 +37,43 @@ def check_limits(limits: Any, names: tuple[str, ...], where: str) -> None:
             raise BadRequest(f"{where}.{name}: {value} is above the maximum {ceiling}")
 
 
-def check_new_team(name: str, limits: Any) -> None:
-    """Refuse a team without a name or with an invalid limit."""
+def check_new_team(name: str, limits: Any, guardrails: Sequence[str] = ()) -> None:
+    """Refuse a team without a name, with an invalid limit or profile name."""
     if not name or not name.strip():
         raise BadRequest("team name: must not be empty")
     check_limits(limits, TEAM_LIMITS, "team limits")
+    check_guardrails(guardrails)
+
+
+MAX_TEAM_GUARDRAILS = 16
+"""The most guardrail profiles one team names (docs/guardrails.md, "Per team")."""
+_PROFILE = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+
+
+def check_guardrails(names: Sequence[str]) -> None:
+    """Refuse a team's guardrail profile list that is not at most 16 distinct lowercase
+    labels; whether each is configured is the gateway's config's to say
+    (``gateway.guardrails.check_profiles``), not the store's."""
+    if len(names) > MAX_TEAM_GUARDRAILS:
+        raise BadRequest(f"guardrails: at most {MAX_TEAM_GUARDRAILS} profiles, got "
+                         f"{len(names)}", param="guardrails")
+    for name in names:
+        if not isinstance(name, str) or not _PROFILE.fullmatch(name):
+            raise BadRequest(f"guardrails: {name!r} is not a profile name (a lowercase "
+                             "label, at most 40 characters)", param="guardrails")
+    if len(set(names)) != len(names):
+        raise BadRequest("guardrails: a profile is named twice", param="guardrails")
+
+
+def check_team_edit(limits: Any, guardrails: Sequence[str] | None) -> None:
+    """Refuse a team edit that changes nothing, or whose limits or profile names are
+    invalid (what is None is kept)."""
+    if limits is None and guardrails is None:
+        raise BadRequest("team edit: give the limits or the guardrails to change")
+    if limits is not None:
+        check_limits(limits, TEAM_LIMITS, "team limits")
+    if guardrails is not None:
+        check_guardrails(guardrails)
 
 
 def check_revision(what: str, current: int, expected: int | None) -> None:

@@ -252,9 +252,12 @@ class KeyStore(Protocol):
 
     async def list_teams(self) -> list[Team]: ...
 
-    async def update_team(self, name_or_id: str, *, limits: TeamLimits,
+    async def update_team(self, name_or_id: str, *, limits: TeamLimits | None = None,
+                          guardrails: tuple[str, ...] | None = None,
                           expected_revision: int | None = None) -> Team:
-        """Replace a team's limits (comparing the revision in the write transaction)."""
+        """Replace a team's limits and/or its guardrail profiles (None keeps them),
+        comparing the revision in the write transaction; the revision moves, so every
+        replica's next admission resolves the team's keys afresh."""
 
     async def get_key(self, key_id: str) -> KeyRecord | None: ...
 

@@ -34,6 +34,7 @@ from gateway.keys._limits import (
     check_member,
     check_new_team,
     check_revision,
+    check_team_edit,
     check_user_name,
     editable,
     member_what,
@@ -144,7 +145,7 @@ class PostgresKeyStore:
     async def create_team(self, *, name: str, limits: TeamLimits = _NO_TEAM_LIMITS,
                           region: str | None = None,
                           guardrails: tuple[str, ...] = ()) -> Team:
-        check_new_team(name, limits)
+        check_new_team(name, limits, guardrails)
         async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             if await _one(conn, "find_team", name_or_id=name) is not None:
@@ -158,18 +159,24 @@ class PostgresKeyStore:
         assert row is not None
         return team_from_row(row)
 
-    async def update_team(self, name_or_id: str, *, limits: TeamLimits,
+    async def update_team(self, name_or_id: str, *, limits: TeamLimits | None = None,
+                          guardrails: tuple[str, ...] | None = None,
                           expected_revision: int | None = None) -> Team:
-        """Replace a team's limits, bumping its revision (compared in the transaction)."""
-        check_limits(limits, TEAM_LIMITS, "team limits")
+        """Replace a team's limits and/or guardrail profiles (None keeps them), bumping
+        its revision (compared in the transaction)."""
+        check_team_edit(limits, guardrails)
         async with connection(self._pool, "key store") as conn, \
                 conn.transaction():
             row = await _one(conn, "find_team_for_update", name_or_id=name_or_id)
             if row is None:
                 raise NotFound(f"team {name_or_id!r} does not exist")
             check_revision(f"team {row['name']!r}", row["revision"], expected_revision)
-            row = await _one(conn, "update_team_limits", id=row["id"],
-                             **{n: getattr(limits, n) for n in TEAM_LIMITS})
+            team = team_from_row(row)
+            kept = team.limits if limits is None else limits
+            row = await _one(conn, "update_team", id=row["id"],
+                             guardrails=list(team.guardrails if guardrails is None
+                                             else guardrails),
+                             **{n: getattr(kept, n) for n in TEAM_LIMITS})
         assert row is not None
         return team_from_row(row)
 

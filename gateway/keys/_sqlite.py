@@ -28,6 +28,7 @@ from gateway.keys._limits import (
     check_member,
     check_new_team,
     check_revision,
+    check_team_edit,
     check_user_name,
     editable,
     member_what,
@@ -187,7 +188,7 @@ class SqliteKeyStore(SqliteBase):
     async def create_team(self, *, name: str, limits: TeamLimits = _NO_TEAM_LIMITS,
                           region: str | None = None,
                           guardrails: tuple[str, ...] = ()) -> Team:
-        check_new_team(name, limits)
+        check_new_team(name, limits, guardrails)
 
         def _create(conn: sqlite3.Connection) -> Team:
             if _find_team(conn, name) is not None:
@@ -200,18 +201,24 @@ class SqliteKeyStore(SqliteBase):
             return _get_team(conn, team_id)
         return await self._run(_create)
 
-    async def update_team(self, name_or_id: str, *, limits: TeamLimits,
+    async def update_team(self, name_or_id: str, *, limits: TeamLimits | None = None,
+                          guardrails: tuple[str, ...] | None = None,
                           expected_revision: int | None = None) -> Team:
-        """Replace a team's limits, bumping its revision (compared in the transaction)."""
-        check_limits(limits, TEAM_LIMITS, "team limits")
+        """Replace a team's limits and/or guardrail profiles (None keeps them), bumping
+        its revision (compared in the transaction)."""
+        check_team_edit(limits, guardrails)
 
         def _update(conn: sqlite3.Connection) -> Team:
             row = _find_team(conn, name_or_id)
             if row is None:
                 raise NotFound(f"team {name_or_id!r} does not exist")
             check_revision(f"team {row['name']!r}", row["revision"], expected_revision)
-            _SQL["update_team_limits"].execute(
-                conn, {"id": row["id"], **_limits(limits, TEAM_LIMITS)})
+            team = _team(row)
+            _SQL["update_team"].execute(conn, {
+                "id": row["id"], **_limits(team.limits if limits is None else limits,
+                                           TEAM_LIMITS),
+                "guardrails": json.dumps(list(team.guardrails if guardrails is None
+                                              else guardrails))})
             return _get_team(conn, row["id"])
         return await self._run(_update)
 

@@ -102,12 +102,14 @@ INSERT INTO teams (id, name, rpm, tpm, tokens_per_day, usd_micros_per_day,
 VALUES (:id, :name, :rpm, :tpm, :tokens_per_day, :usd_micros_per_day,
         :usd_micros_per_month, :budget_fit_floor, :region, :guardrails, 1, :created_at)
 
--- name: update_team_limits
+-- name: update_team
+-- A team's limits and guardrail profiles (a JSON list), as a whole; the revision moves.
 UPDATE teams
    SET rpm = :rpm, tpm = :tpm, tokens_per_day = :tokens_per_day,
        usd_micros_per_day = :usd_micros_per_day,
        usd_micros_per_month = :usd_micros_per_month,
-       budget_fit_floor = :budget_fit_floor, revision = revision + 1
+       budget_fit_floor = :budget_fit_floor, guardrails = :guardrails,
+       revision = revision + 1
  WHERE id = :id
 
 -- name: key_by_hash
