@@ -277,6 +277,8 @@ async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:
     metrics = call.gw.metrics
     metrics.child(metrics.upstream_latency, provider.name).observe(upstream.elapsed_s)
     upstream.chunks = metrics.first_byte(upstream.chunks, provider.name, upstream.elapsed_s)
+    if call.trace.recording:  # the answering model and finish reasons, read as they pass
+        upstream.chunks = call.trace.answer(attempt.index, upstream.chunks)
     if upstream.status in RETRYABLE_STATUS:
         router.failed(call.model, attempt.deployment, why=f"HTTP {upstream.status}",
                       retry_after_s=retry_after_s(upstream.headers))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -44,6 +45,41 @@ from gateway.telemetry._semconv import (
 from gateway.telemetry._trace import RequestTrace, Span, Telemetry
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+# What an answer says of itself, read from its bytes as they pass (JSON or SSE, OpenAI's
+# and Anthropic's shapes). A quoted key can only be a key: inside a string a quote is
+# escaped. Never content: a model name, and reason words.
+_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
+_FINISH = re.compile(rb'"(?:finish_reason|stop_reason)"\s*:\s*"([a-z_]{1,40})"')
+
+
+class _Answer:
+    """An attempt's answer chunks, passed on unchanged, scanned for the model that
+    answered and the finish reasons (``gen_ai.response.*``)."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+        self.model: str | None = None
+        self.reasons: list[str] = []
+
+    def __aiter__(self) -> _Answer:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._chunks.__anext__()
+        if self.model is None and (found := _MODEL.search(chunk)) is not None:
+            self.model = found.group(1).decode("utf-8", "replace")
+        for reason in _FINISH.findall(chunk):
+            self.reasons.append(reason.decode())
+        return chunk
+
+    def attributes(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.model is not None:
+            out["gen_ai.response.model"] = self.model
+        if self.reasons:
+            out["gen_ai.response.finish_reasons"] = self.reasons
+        return out
 
 
 def _fail(span: OtelSpan, kind: str | None) -> None:
@@ -72,8 +108,8 @@ class StageSpan(Span):
 class OtelTrace(RequestTrace):
     """One request's spans (module docstring)."""
 
-    __slots__ = ("_attempts", "_root", "_context", "_owner", "_operation", "_totals",
-                 "_stage")
+    __slots__ = ("_answers", "_attempts", "_root", "_context", "_owner", "_operation",
+                 "_totals", "_stage")
 
     recording = True
 
@@ -83,6 +119,7 @@ class OtelTrace(RequestTrace):
         self._context = set_span_in_context(root)
         self._operation = operation_name(endpoint)
         self._attempts: dict[int, OtelSpan] = {}
+        self._answers: dict[int, _Answer] = {}
         self._totals = [0, 0]  # committed, liability µUSD over the attempts
         self._stage: StageSpan | None = None
 
@@ -127,8 +164,15 @@ class OtelTrace(RequestTrace):
         _PROPAGATOR.inject(out, context=set_span_in_context(span))
         return out
 
+    def answer(self, index: int, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        self._answers[index] = answer = _Answer(chunks)
+        return answer
+
     def settled(self, index: int, settlement: Any, *, status: int) -> None:
         figures = settlement_attributes(settlement)
+        answer = self._answers.pop(index, None)
+        if answer is not None:
+            figures.update(answer.attributes())
         if self._stage is not None:
             self._stage.set(figures)
         self._totals[0] += settlement.usd_committed

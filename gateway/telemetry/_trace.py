@@ -10,7 +10,7 @@ import nothing: the off path costs a few attribute lookups per stage.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -54,6 +54,11 @@ class RequestTrace:
         to send upstream (``headers`` with this attempt's ``traceparent``). ``provider`` is
         the configured provider's name, ``model`` the name sent upstream."""
         return headers
+
+    def answer(self, index: int, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """Attempt ``index``'s answer as it arrives (unchanged): the model that answered
+        and the finish reasons are read from it."""
+        return chunks
 
     def settled(self, index: int, settlement: Any, *, status: int) -> None:
         """Attempt ``index`` settled: its figures recorded, its span ended."""

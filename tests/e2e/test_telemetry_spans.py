@@ -59,13 +59,20 @@ class Served:
 
 def _stream(served: Served, text: str, **headers: str) -> tuple[str, dict[str, str]]:
     """One streamed chat completion: (its request id, its response headers)."""
+    request_id, answer, _ = _chunks(served, text, **headers)
+    return request_id, answer
+
+
+def _chunks(served: Served, text: str, **headers: str
+            ) -> tuple[str, dict[str, str], list[Any]]:
+    """One streamed chat completion: its request id, response headers and chunks."""
     with served.client(**headers).chat.completions.with_streaming_response.create(
             model="gpt-up", max_tokens=16, stream=True,
             stream_options={"include_usage": True},
             messages=[{"role": "user", "content": text}]) as response:
         chunks = list(response.parse())
         assert chunks and chunks[-1].usage is not None
-        return response.headers["x-inferplane-request-id"], dict(response.headers)
+        return response.headers["x-inferplane-request-id"], dict(response.headers), chunks
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +138,15 @@ def _trace(receiver: OtlpReceiver, request_id: str) -> list[dict[str, Any]]:
 def test_streamed_request_exports_the_span_tree(traced: Served, receiver: OtlpReceiver) -> None:
     """A streamed request's trace: root, admission, attempt and settlement spans with the
     GenAI attributes, its figures equal to its settled usage log line."""
-    request_id, headers = _stream(traced, "hello spans")
+    request_id, headers, chunks = _chunks(traced, "hello spans")
     spans = {s["name"]: s for s in _trace(receiver, request_id)}
     root, attempt = spans["chat gpt-up"], spans["chat mock-gpt"]
+    reasons = [c.choices[0].finish_reason for c in chunks
+               if c.choices and c.choices[0].finish_reason]
+    assert reasons
+    for span in (root, attempt):
+        assert span["attributes"]["gen_ai.response.model"] == chunks[0].model
+        assert span["attributes"]["gen_ai.response.finish_reasons"] == reasons
     for child in ("admission", "chat mock-gpt", "settlement"):
         assert spans[child]["parent_span_id"] == root["span_id"], child
     assert root["parent_span_id"] == ""

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import msgspec
 import pytest
@@ -301,3 +302,29 @@ def test_shutdown_sends_one_more_batch_at_most_and_counts_the_rest() -> None:
     assert exporter.batches == 2  # the held one, then one more
     assert export.dropped_count == 10
     assert registry.get_sample_value("mayu_telemetry_exported_spans_total") == 2 * BATCH
+
+
+async def test_the_answer_says_its_model_and_finish_reasons_never_its_text() -> None:
+    """Read as the bytes pass: Anthropic's message_start model and stop_reason, OpenAI's
+    finish_reason per choice; a quoted key inside the answer's text is not taken."""
+    from gateway.telemetry._otel import _Answer
+
+    async def chunks() -> Any:
+        yield (b'event: message_start\ndata: {"type":"message_start","message":{"model":'
+               b'"claude-x","stop_reason":null,"content":[]}}\n\n')
+        yield (b'data: {"type":"content_block_delta","delta":{"text":"say \\"model\\":'
+               b' \\"fake\\" and \\"stop_reason\\":\\"fake\\""}}\n\n')
+        yield b'data: {"type":"message_delta","delta":{"stop_reason":"end_turn"}}\n\n'
+    answer = _Answer(chunks())
+    got = [c async for c in answer]
+    assert len(got) == 3
+    assert answer.attributes() == {"gen_ai.response.model": "claude-x",
+                                   "gen_ai.response.finish_reasons": ["end_turn"]}
+
+    async def openai() -> Any:
+        yield (b'{"model": "gpt-4o-2024", "choices": [{"finish_reason": "stop"}, '
+               b'{"finish_reason": "length"}]}')
+    answer = _Answer(openai())
+    assert [c async for c in answer] and answer.attributes() == {
+        "gen_ai.response.model": "gpt-4o-2024",
+        "gen_ai.response.finish_reasons": ["stop", "length"]}
