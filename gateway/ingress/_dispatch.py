@@ -102,6 +102,7 @@ from gateway.routing import (
     Session,
     TierChoice,
     choose_tier,
+    exhausted_s,
     retry_after_s,
     session_of,
 )
@@ -280,10 +281,11 @@ async def _attempt(attempt: Attempt, *, last: bool) -> Reply | None:
     if call.trace.recording:  # the answering model and finish reasons, read as they pass
         upstream.chunks = call.trace.answer(attempt.index, upstream.chunks)
     if upstream.status in RETRYABLE_STATUS:
+        wait = retry_after_s(upstream.headers)
         router.failed(call.model, attempt.deployment, why=f"HTTP {upstream.status}",
-                      retry_after_s=retry_after_s(upstream.headers))
+                      retry_after_s=exhausted_s(upstream.ratelimit) if wait is None else wait)
     else:
-        router.succeeded(call.model, attempt.deployment)
+        router.succeeded(call.model, attempt.deployment, ratelimit=upstream.ratelimit)
     if upstream.status in RETRYABLE_STATUS and not last:
         await _discard(upstream)
         await attempt.finish(_error_outcome(upstream.status), status=upstream.status)

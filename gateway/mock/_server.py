@@ -13,7 +13,10 @@ For routing tests: ``POST /__mock/fail`` ``{"status": 503, "retry_after": 2}`` m
 generation request from then on answer that status (counted in ``/__mock/counts`` as
 ``failed``) until ``DELETE /__mock/fail``; with ``prompt_cache`` (``--prompt-cache``) a
 Messages request is billed by the process's prompt cache (``gateway.mock._cache``) and
-``POST /__mock/clock`` ``{"advance_s": 301}`` moves its clock forward.
+``POST /__mock/clock`` ``{"advance_s": 301}`` moves its clock forward. ``POST
+/__mock/headers`` ``{"anthropic-ratelimit-requests-remaining": "0", …}`` adds those
+headers to every generation answer until ``DELETE /__mock/headers`` (rate-limit
+headroom, as real upstreams report it).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class Ledger:
         """Generation requests answered with the ``/__mock/fail`` status."""
         self.fail: tuple[int, int | None] | None = None
         """(status, retry-after seconds) while ``/__mock/fail`` is on."""
+        self.headers: dict[str, str] = {}
+        """Added to every generation answer (``/__mock/headers``)."""
 
     def record(self, entry: dict[str, Any]) -> None:
         self.entries.append(entry)
@@ -119,6 +124,8 @@ def create_mock_app(*, latency_ms: int = 0, prompt_cache: bool = False) -> Lites
                                 *ledger.fail)
         else:
             reply = plan_reply(endpoint, body, bill=cache.classes if cache else None)
+        if ledger.headers:
+            reply.headers = {**reply.headers, **ledger.headers}
         if reply.start_delay_s:
             await asyncio.sleep(reply.start_delay_s)
         if reply.events:
@@ -178,6 +185,14 @@ def create_mock_app(*, latency_ms: int = 0, prompt_cache: bool = False) -> Lites
     async def stop_failing() -> None:
         ledger.fail = None
 
+    @post("/__mock/headers", status_code=204)
+    async def add_headers(data: dict[str, str]) -> None:
+        ledger.headers = {str(k).lower(): str(v) for k, v in data.items()}
+
+    @delete("/__mock/headers", status_code=204)
+    async def drop_headers() -> None:
+        ledger.headers = {}
+
     @post("/__mock/clock", status_code=204)
     async def advance_clock(data: dict[str, Any]) -> None:
         if cache is not None:
@@ -214,5 +229,6 @@ def create_mock_app(*, latency_ms: int = 0, prompt_cache: bool = False) -> Lites
 
     return Litestar([chat, responses, embeddings, messages, count_tokens, models,
                      read_ledger, read_counts, clear_ledger, read_inflight, reset_inflight,
-                     start_failing, stop_failing, advance_clock, health],
+                     start_failing, stop_failing, add_headers, drop_headers, advance_clock,
+                     health],
                     openapi_config=None, request_max_body_size=None)

@@ -20,9 +20,19 @@ PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
 """Upstream response headers relayed to the client: when to retry, and the upstream's
 own request id for support tickets."""
 
+RATELIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+"""Upstream response headers that tell a deployment's rate-limit headroom (OpenAI's and
+Anthropic's): kept for routing (``gateway.routing``), not relayed (the client gets the
+gateway's own)."""
+
 TRACE_HEADERS = ("traceparent", "tracestate")
 """W3C trace context the gateway puts in an attempt's headers (``gateway.telemetry``),
 passed upstream by every HTTP kind."""
+
+
+def ratelimit_of(headers: dict[str, str]) -> dict[str, str]:
+    """The rate-limit headers among an upstream answer's (lowercase names)."""
+    return {k: v for k, v in headers.items() if k.startswith(RATELIMIT_PREFIXES)}
 
 
 def with_trace(headers: dict[str, str], client_headers: dict[str, str]) -> dict[str, str]:
@@ -70,6 +80,8 @@ class UpstreamResponse:
     """Time to response headers."""
     headers: dict[str, str] = field(default_factory=dict)
     """Upstream headers worth passing to the client (see ``PASSED_HEADERS``)."""
+    ratelimit: dict[str, str] = field(default_factory=dict)
+    """The upstream's rate-limit headers (``RATELIMIT_PREFIXES``): routing's headroom."""
 
     async def read(self) -> bytes:
         parts = [chunk async for chunk in self.chunks]

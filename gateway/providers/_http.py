@@ -31,6 +31,7 @@ from gateway.providers._base import (
     NotDispatched,
     Protocol_,
     UpstreamResponse,
+    ratelimit_of,
     with_trace,
 )
 from gateway.providers._client import ClientError, HttpClient, Response
@@ -142,7 +143,8 @@ class HttpProvider:
             content_type=response.headers.get("content-type", "application/json"),
             chunks=_relay(response, self.name), close=response.aclose,
             elapsed_s=time.perf_counter() - started,
-            headers={h: response.headers[h] for h in PASSED_HEADERS if h in response.headers})
+            headers={h: response.headers[h] for h in PASSED_HEADERS if h in response.headers},
+            ratelimit=ratelimit_of(dict(response.headers)))
 
 
     async def _send(self, client: HttpClient, endpoint: Endpoint, body: bytes,
@@ -167,7 +169,8 @@ class HttpProvider:
             content_type=got.get("content-type", "application/json"),
             chunks=_chunks(response, self.name), close=close,
             elapsed_s=time.perf_counter() - started,
-            headers={h: got[h] for h in PASSED_HEADERS if h in got})
+            headers={h: got[h] for h in PASSED_HEADERS if h in got},
+            ratelimit=ratelimit_of(got))
 
 
     @property

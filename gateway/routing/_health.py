@@ -6,13 +6,18 @@ for a cooldown: ``cooldown_s``, doubled for each further failure in a row, at mo
 cooldown is over the circuit is half-open: one request at a time probes it; a success
 closes the circuit, a failure opens it again for the next, longer cooldown. Requests in
 flight are counted from the moment one is sent until its attempt is settled; with
-``max_inflight`` that is the deployment's headroom.
+``max_inflight`` that is the deployment's headroom. An answer whose rate-limit headers
+say a limit has nothing left (``x-ratelimit-remaining-*`` / ``anthropic-ratelimit-*-
+remaining`` at 0) makes the deployment full until that limit resets: not a failure, but
+new requests go to the others first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import Enum
 
 
@@ -35,10 +40,14 @@ class Health:
     """The half-open circuit's one probe is in flight."""
     freed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set whenever a request leaves or the circuit closes (``preferAffinity`` waits)."""
+    exhausted_until: float = 0.0
+    """Full until this monotonic time: the upstream said a rate limit has nothing left."""
 
     def state(self, now: float, max_inflight: int | None) -> State:
         if self.until > now or (self.failures and self.probing):
             return State.COOLING
+        if self.exhausted_until > now:
+            return State.FULL
         if max_inflight is not None and self.inflight >= max_inflight:
             return State.FULL
         return State.USABLE
@@ -85,3 +94,45 @@ def retry_after_s(headers: dict[str, str]) -> float | None:
         return None if value is None else max(0.0, float(value))
     except ValueError:
         return None
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_LIMITS = (("x-ratelimit-remaining-{}", "x-ratelimit-reset-{}", ("requests", "tokens")),
+           ("anthropic-ratelimit-{}-remaining", "anthropic-ratelimit-{}-reset",
+            ("requests", "tokens", "input-tokens", "output-tokens")))
+
+
+def _reset_s(value: str, now: datetime) -> float | None:
+    """A reset as OpenAI (``6m0s``, ``20ms``) or Anthropic (RFC 3339) writes it, in
+    seconds from ``now``; None when it is neither."""
+    parts = _DURATION.findall(value)
+    if parts and "".join(n + u for n, u in parts) == value.strip():
+        return sum(float(n) * _UNIT_S[u] for n, u in parts)
+    try:
+        at = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if at.tzinfo is None:
+        return None
+    return max(0.0, (at - now).total_seconds())
+
+
+def exhausted_s(ratelimit: dict[str, str], now: datetime | None = None) -> float | None:
+    """How long a deployment has no headroom, from its answer's rate-limit headers: the
+    latest reset of a limit whose remaining is 0 (1 s when that reset is unreadable);
+    None when every limit it reports has some left (or it reports none)."""
+    if not ratelimit:
+        return None
+    now = now or datetime.now(UTC)
+    longest: float | None = None
+    for remaining, reset, dimensions in _LIMITS:
+        for dim in dimensions:
+            left = ratelimit.get(remaining.format(dim))
+            if left is None or left.strip() != "0":
+                continue
+            value = ratelimit.get(reset.format(dim))
+            pause = _reset_s(value, now) if value is not None else None
+            pause = 1.0 if pause is None else pause
+            longest = pause if longest is None else max(longest, pause)
+    return longest

@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 from gateway.config import Deployment, ModelSettings
 from gateway.config._routing import deployment_names
 from gateway.routing._dedupe import Dedupe
-from gateway.routing._health import Health, State
+from gateway.routing._health import Health, State, exhausted_s
 from gateway.routing._pins import SharedPins
 from gateway.routing._session import Session
 from gateway.routing._soft import STANDARD, SoftBudgets, TierChoice, soft_names
@@ -302,9 +302,25 @@ class Router:
         if model.routing is not None:
             self._health(model, self.name_of(model, deployment)).leave()
 
-    def succeeded(self, model: ModelSettings, deployment: Deployment) -> None:
-        if model.routing is not None:
-            self._health(model, self.name_of(model, deployment)).succeeded()
+    def succeeded(self, model: ModelSettings, deployment: Deployment, *,
+                  ratelimit: dict[str, str] | None = None) -> None:
+        """An answer (not a failure); ``ratelimit``: its rate-limit headers, which may
+        say the deployment is out of headroom until a reset (:func:`exhausted_s`)."""
+        routing = model.routing
+        if routing is None:
+            return
+        name = self.name_of(model, deployment)
+        h = self._health(model, name)
+        h.succeeded()
+        pause = exhausted_s(ratelimit) if ratelimit else None
+        if pause is None and ratelimit:
+            h.exhausted_until = 0.0  # it reports headroom again
+        elif pause is not None:
+            pause = min(pause, routing.max_cooldown_s)
+            h.exhausted_until = max(h.exhausted_until, self.clock() + pause)
+            self.note("ratelimit_exhausted")
+            log.info("routing: deployment %s of model %s has no rate-limit headroom for "
+                     "%.1f s (its answer's headers)", name, model.name, pause)
 
     def failed(self, model: ModelSettings, deployment: Deployment, *,
                retry_after_s: float | None, why: str) -> None:
@@ -322,5 +338,6 @@ class Router:
         """Each deployment's health figures (for tests and the admin view)."""
         now = self.clock()
         return {name: {"failures": h.failures, "cooling_s": max(0.0, h.until - now),
-                       "inflight": h.inflight}
+                       "inflight": h.inflight,
+                       "exhausted_s": max(0.0, h.exhausted_until - now)}
                 for name, h in self._state(model).health.items()}
