@@ -129,7 +129,7 @@ def test_every_route_answers_as_its_schema_documents(served: Proc, holder: str,
     (msgspec) refuses both with a 400, which is the answer we want."""
     assert _each_operation(served, lambda case: case.call_and_validate(
         headers=_token(case, WRITE, holder, revoked),
-        excluded_checks=[positive_data_acceptance])) == 41
+        excluded_checks=[positive_data_acceptance])) == 42
 
 
 def test_a_read_token_writes_nothing(served: Proc) -> None:
@@ -141,7 +141,7 @@ def test_a_read_token_writes_nothing(served: Proc) -> None:
         if case.method.upper() != "GET" and not case.path.startswith("/v1/me"):
             assert response.status_code in (400, 403), (case.method, case.path,
                                                         response.text)
-    assert _each_operation(served, check) == 41
+    assert _each_operation(served, check) == 42
 
 
 def test_the_schema_lists_every_admin_route(served: Proc) -> None:
