@@ -9,8 +9,12 @@ as the ``postgres`` OS user, as scripts/test's throwaway cluster does.
 
 :meth:`Cluster.crash` is a machine crash of one member (SIGKILL to its Patroni and its
 postmaster, whose backends then die): its leader key expires after ``TTL_S`` and Patroni
-promotes a standby. :meth:`Cluster.revive` starts the member again (it rejoins as a
-standby, rewound). :meth:`Cluster.stop` kills everything and removes the directory.
+promotes a standby. :meth:`Cluster.crash_when` aims that crash: it watches the member's
+``pg_stat_activity`` and kills it as soon as the given calls are running (with
+:meth:`Cluster.stop_streaming` first, they wait in their commits for the synchronous
+standby), and returns what the view showed. :meth:`Cluster.revive` starts the member
+again (it rejoins as a standby, rewound). :meth:`Cluster.stop` kills everything and
+removes the directory.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from tests.e2e._procs import free_port
 
@@ -177,18 +183,53 @@ class Cluster:
                                   cwd=str(self.root))
         log.close()
 
-    def crash(self, m: Member) -> None:
-        """A machine crash of ``m``: SIGKILL to Patroni and to every postgres process."""
+    def crash(self, m: Member, *, first: Sequence[int] = ()) -> list[int]:
+        """A machine crash of ``m``: SIGKILL to every postgres process and to Patroni.
+
+        Patroni is stopped (SIGSTOP) first, so it cannot restart the postmaster it sees
+        die, and the backends ``first`` (a kill's targets, :meth:`crash_when`) are
+        killed before the postmaster and the rest: the ones of them still running are
+        returned (sent the SIGKILL)."""
+        if m.proc is not None:
+            _killpg(m.proc.pid, signal.SIGSTOP)
+        data = self.root / m.name / "data"
+        try:
+            tree = _tree(int((data / "postmaster.pid").read_text().split()[0]), data)
+        except (OSError, ValueError, IndexError):
+            tree = []
+        hit = [pid for pid in first if _kill(pid)]
+        for pid in tree:
+            _kill(pid)
         if m.proc is not None:
             _killpg(m.proc.pid)
             m.proc.wait(timeout=10)
             m.proc = None
-        data = self.root / m.name / "data"
-        try:
-            pid = int((data / "postmaster.pid").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return
-        _kill_tree(pid, data)
+        return hit
+
+    def crash_when(self, m: Member, contains: str, *, calls: int = 1,
+                   wait_event: str | None = None, deadline_s: float = 10.0) -> Shot:
+        """Crash ``m`` (:meth:`crash`) as soon as its ``pg_stat_activity`` shows at least
+        ``calls`` statements of APP_USER running whose text ``contains`` this, and (when
+        ``wait_event`` is given) a statement of APP_USER waiting on it: ``SyncRep`` is a
+        commit written on the primary and waiting for its synchronous standby; the calls
+        of one team wait behind it for its row locks. Every running statement of
+        APP_USER is killed first. Returns what the view showed; AssertionError if it
+        never did within ``deadline_s`` (nothing killed then)."""
+        end = time.monotonic() + deadline_s
+        rows: list[dict[str, Any]] = []
+        with psycopg.connect(m.dsn(), autocommit=True, connect_timeout=3,
+                             row_factory=dict_row) as conn:
+            while time.monotonic() < end:
+                rows = conn.execute(_ACTIVITY, {"user": APP_USER}).fetchall()
+                aimed = [r for r in rows if contains in r["query"]]
+                if len(aimed) >= calls and (wait_event is None or any(
+                        r["wait_event"] == wait_event for r in rows)):
+                    hit = self.crash(m, first=[r["pid"] for r in rows])
+                    return Shot(rows=rows, aimed=aimed, hit=hit, at=time.monotonic())
+                time.sleep(0.002)
+        raise AssertionError(f"{m.name}: never {calls} call(s) of {contains!r} (and one "
+                             f"waiting on {wait_event}) within {deadline_s}s; running "
+                             f"then: {rows}")
 
     def stop_streaming(self) -> list[int]:
         """SIGSTOP the primary's WAL senders (a replication link that stalls): its
@@ -258,25 +299,55 @@ def _writable(dsn: str) -> bool:
         return False
 
 
-def _killpg(pid: int) -> None:
+_ACTIVITY = """SELECT pid, state, wait_event_type, wait_event,
+       coalesce(substring(query FROM 'inferplane_[a-z0-9_]+'), left(query, 80)) AS query,
+       (extract(epoch FROM clock_timestamp() - query_start) * 1000)::int AS running_ms
+  FROM pg_stat_activity
+ WHERE usename = %(user)s AND state = 'active' AND pid <> pg_backend_pid()"""
+"""APP_USER's statements running, each named by the first function it calls."""
+
+
+@dataclass(frozen=True)
+class Shot:
+    """What a crash aimed by :meth:`Cluster.crash_when` hit."""
+
+    rows: list[dict[str, Any]]
+    """APP_USER's running statements as ``pg_stat_activity`` showed them just before
+    the kill (pid, state, wait event, the function called, how long it had run)."""
+    aimed: list[dict[str, Any]]
+    """Those of them the kill was aimed at."""
+    hit: list[int]
+    """The pids of the backends of ``rows`` still running when they were sent the
+    SIGKILL (before the postmaster and the rest)."""
+    at: float
+    """When (``time.monotonic()``) every process of the member was dead."""
+
+
+def _kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _killpg(pid: int, sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
 
 
-def _kill_tree(pid: int, data: Path) -> None:
-    """SIGKILL a postmaster and its children (a crashed machine takes them all), if
-    ``pid`` still is the postmaster of ``data`` (a stale pid file's pid may be reused)."""
+def _tree(pid: int, data: Path) -> list[int]:
+    """A postmaster and its children (a crashed machine takes them all), if ``pid``
+    still is the postmaster of ``data`` (a stale pid file's pid may be reused)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except OSError:
-        return
+        return []
     if str(data).encode() not in cmdline:
-        return
+        return []
     children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True,
                               check=False).stdout.split()
-    for p in [pid, *map(int, children)]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
+    return [pid, *map(int, children)]
 
 
 def _member_config(root: Path, m: Member, etcd_port: int, bindir: str) -> dict[str, Any]:

@@ -84,9 +84,9 @@ class HA:
     workdir: Path
     """Configs, data dirs (audit, journal) and logs of the module's gateways."""
 
-    def team_key(self, team: str) -> tuple[str, str]:
-        """(team id, key) of a new team with the hard budget LIMIT."""
-        made = create_team(self.configs[0], team, "--usd-micros-per-day", str(LIMIT))
+    def team_key(self, team: str, limit: int = LIMIT) -> tuple[str, str]:
+        """(team id, key) of a new team with the hard µUSD day budget ``limit``."""
+        made = create_team(self.configs[0], team, "--usd-micros-per-day", str(limit))
         return made["id"], create_key(self.configs[0], team)
 
     def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -105,7 +105,9 @@ def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
             {"name": "gpt-up", "price": PRICE,
              "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]},
             {"name": "gpt-slow", "price": PRICE,
-             "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]}]}
+             "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]},
+            {"name": "gpt-burst", "price": PRICE,
+             "deployments": [{"provider": "up", "upstream_model": "mock-burst"}]}]}
     path = workdir / f"mayu-{replica}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -231,8 +233,10 @@ def _ledger(ha: HA) -> list[dict[str, Any]]:
     return entries
 
 
-def _settled_and_checked(ha: HA, load: Load, *, since: int) -> dict[str, Any]:
-    """After the load: everything settled; the invariants; the figures."""
+def _settled_and_checked(ha: HA, load: Load, *, since: int,
+                         limit: int = LIMIT) -> dict[str, Any]:
+    """After the load: everything settled; the invariants (the team's day budget
+    ``limit``); the figures."""
     ha.cluster.wait_healthy(replicas=1, deadline_s=120)  # a primary to read from
     wait_none_pending(ha.dsn, team_id=load.team_id, deadline_s=120)
     statuses = Counter(a.status for a in load.answers)
@@ -250,8 +254,8 @@ def _settled_and_checked(ha: HA, load: Load, *, since: int) -> dict[str, Any]:
     assert (reserved, liability) == (0, 0), kinds
     assert kinds.get("complete", 0) == len(ledger) == statuses[200], (kinds, statuses)
     assert set(kinds) <= {"complete", "cancelled"}, kinds
-    assert load.samples and all(c + li <= LIMIT for c, li, _ in load.samples)
-    assert all(c + li + r <= LIMIT for c, li, r in load.samples)
+    assert load.samples and all(c + li <= limit for c, li, _ in load.samples)
+    assert all(c + li + r <= limit for c, li, r in load.samples)
     usage = []
     for gw in ha.gateways:
         r = httpx.get(f"{gw.url}/v1/usage", timeout=30,
