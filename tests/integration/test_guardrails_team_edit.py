@@ -6,6 +6,9 @@ with the new profiles — also on a replica holding a Principal cached before th
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from tests.integration._admin import WRITE, bearer, gateway_settings
 from tests.integration._inapp import in_app
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 PROFILES = msgspec.convert({"profiles": {
     "block_secrets": {"actions": {"aws_key": "block", "generic_secret": "block"}},
@@ -159,3 +163,39 @@ async def test_a_principal_cached_before_the_edit_never_sends_the_request(
     assert settled["outcome"] == "cancelled"
     assert (settled["tokens_committed"], settled["usd_committed"],
             settled["tokens_liability"], settled["usd_liability"]) == (0, 0, 0, 0)
+
+
+def test_mayu_teams_set_guardrails_sets_clears_and_names_an_unknown_profile(
+        tmp_path: Path) -> None:
+    """``mayu teams set NAME --guardrails a,b`` (a real subprocess on the local store)
+    replaces the profiles and bumps the revision, keeping the limits; ``''`` clears them;
+    an unknown profile exits 2 naming it and the configured ones, so does a malformed
+    one, and neither changes the team."""
+    config = tmp_path / "mayu.yaml"
+    config.write_text("guardrails:\n  profiles:\n"
+                      "    block_secrets: {actions: {aws_key: block}}\n"
+                      "    masked: {actions: {email: mask}}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def mayu(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gateway", *args, "--config",
+                               str(config)], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+    assert mayu("teams", "create", "ml", "--rpm", "5").returncode == 0
+    done = mayu("teams", "set", "ml", "--guardrails", "block_secrets,masked", "--json")
+    assert done.returncode == 0, done.stderr
+    team = json.loads(done.stdout)
+    assert (team["guardrails"], team["revision"], team["limits"]["rpm"]) == (
+        ["block_secrets", "masked"], 2, 5)
+    unknown = mayu("teams", "set", "ml", "--guardrails", "strict")
+    assert unknown.returncode == 2
+    assert ("profile 'strict' is not configured (guardrails.profiles: block_secrets, "
+            "masked)") in unknown.stderr
+    malformed = mayu("teams", "set", "ml", "--guardrails", "Bad Name")
+    assert malformed.returncode == 2 and "not a profile name" in malformed.stderr
+    cleared = mayu("teams", "set", "ml", "--guardrails", "", "--json")
+    assert cleared.returncode == 0, cleared.stderr
+    assert (json.loads(cleared.stdout)["guardrails"], json.loads(cleared.stdout)["revision"]
+            ) == ([], 3)
+    listed = json.loads(mayu("teams", "list", "--json").stdout)
+    assert [(t["name"], t["guardrails"], t["revision"]) for t in listed] == [("ml", [], 3)]
