@@ -86,7 +86,9 @@ class UsageSpool(SqliteBase):
     def __init__(self, path: str, *, url: str, token: str | None,
                  key_store: KeyStore | None = None, bound: int = DEFAULT_BOUND,
                  batch: int = MAX_RECORDS, timeout_s: float = 10.0,
-                 interval_s: float = 1.0, max_backoff_s: float = 10.0) -> None:
+                 interval_s: float = 1.0, max_backoff_s: float = 10.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """``transport``: how requests reach inferplaned (default: the network)."""
         super().__init__(path)
         self._url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -96,6 +98,7 @@ class UsageSpool(SqliteBase):
         self._timeout = timeout_s
         self._interval = interval_s
         self._max_backoff = max_backoff_s
+        self._transport = transport
         self._plane = ""
         self._teams: dict[str, str] = {}
         self._http: httpx.AsyncClient | None = None
@@ -118,7 +121,7 @@ class UsageSpool(SqliteBase):
         """Ship in the background, as the plane id the lease client keeps in the file."""
         if self._http is None:
             self._http = httpx.AsyncClient(base_url=self._url, timeout=self._timeout,
-                                           headers=self._headers)
+                                           headers=self._headers, transport=self._transport)
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="lease-usage-shipper")
 

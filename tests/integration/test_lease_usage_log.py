@@ -7,25 +7,30 @@ The end-to-end path (three planes, inferplaned killed for a minute) is
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from litestar.testing import AsyncTestClient
 from prometheus_client import CollectorRegistry
 
+from controlplane import create_app as create_control_plane
 from controlplane.auth import Identity
 from controlplane.usage import PlaneNotSynced, PlaneOfAnotherToken, UsageLog
 from gateway.app import create_app
 from gateway.db import Pool
 from gateway.governance import LocalGovernanceStore
-from gateway.lease import UsageBatch, UsageRecord, UsageSpool
+from gateway.lease import LeaseFile, UsageBatch, UsageRecord, UsageSpool
 from tests.integration._admin import READ, bearer, gateway_settings
 from tests.integration._console import sign_in
+from tests.integration._inferplaned import control_plane_config
 
 pytestmark = pytest.mark.integration
 
@@ -119,6 +124,15 @@ async def test_a_plane_stores_only_after_its_token_synced_it(pg_pool: Pool,
     assert log_rows(pg_dsn) == []
 
 
+async def until(check: Callable[[], bool], *, what: str, deadline_s: float = 60.0) -> None:
+    """Poll ``check`` (a hang guard, not a timing assertion: the shipper's backoff is at
+    most 10 s)."""
+    end = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < end, f"never happened within {deadline_s}s: {what}"
+        await asyncio.sleep(0.05)
+
+
 def settle_rows(path: Path, count: int) -> list[str]:
     """``count`` permits and their settlements written as the local store writes them."""
     ids = [uuid.uuid4().hex for _ in range(count)]
@@ -203,3 +217,45 @@ async def test_the_shared_request_log_lists_every_plane_with_a_filter(
     await sign_in(c, READ)
     page = await c.get("/console/requests", params={"plane": "p2"})
     assert page.status_code == 200 and page.text.count('data-plane="p2"') == 1
+
+
+async def test_the_shipper_deletes_what_inferplaned_answered_and_counts_the_refused(
+        tmp_path: Path, pg_dsn: str, pg_pool: Pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plane's spool shipping to the real inferplaned app: before its plane synced, a
+    batch is refused (409) and nothing leaves the queue; once synced, the stored record
+    leaves it, a team its token may not report and an id another plane holds leave it
+    counted as dropped, and inferplaned's log holds only the stored one."""
+    config = control_plane_config(monkeypatch, pg_dsn, writers={"ci": "w" * 24}, planes={
+        "node-a": ("d" * 24, {"planes": ["p1"], "teams": ["ml"]})})
+    app = create_control_plane(config)
+    path = tmp_path / "mayu.db"
+    store, lease_file = LocalGovernanceStore(str(path)), LeaseFile(str(path))
+    await store.open()
+    await lease_file.open(dataplane_id="p1", default_id="p1")
+    spool = UsageSpool(str(path), url="http://inferplaned", token="d" * 24,
+                       # Litestar's ASGI types are narrower than httpx's protocol
+                       transport=httpx.ASGITransport(app=app))  # type: ignore[arg-type]
+    await spool.open()
+    try:
+        ok, other_team, taken = settle_rows(path, 3)
+        with sqlite3.connect(path) as conn:  # team ids stand for names (no key store)
+            conn.execute("UPDATE gov_permits SET team_id = 'ml'")
+            conn.execute("UPDATE gov_permits SET team_id = 'finance' WHERE id = ?",
+                         (other_team,))
+        async with AsyncTestClient(app=app):  # its lifespan: the pool
+            await spool.start()  # the shipper, in the background
+            await until(lambda: spool.failures >= 1, what="a batch refused")
+            assert (spool.state.queued, spool.shipped) == (3, 0)
+            await synced(pg_pool, "p1", "node-a")
+            await synced(pg_pool, "p2", "node-b")
+            await UsageLog(pool=pg_pool, registry=CollectorRegistry()).store(
+                UsageBatch(plane="p2", records=[record(id=taken)]),
+                Identity("node-b", "dataplane", None, None))
+            await until(lambda: spool.state.queued == 0, what="the queue emptied")
+        assert (spool.state.dropped, spool.shipped) == (2, 1)
+        assert [(r[0], r[1]) for r in log_rows(pg_dsn)] == sorted(
+            [(ok, "p1"), (taken, "p2")])
+    finally:
+        await spool.close()
+        await lease_file.close()
+        await store.close()
