@@ -87,10 +87,17 @@ class Resolver:
         Principal read at most ``principal_ttl_s`` ago is as good as a new one there, and
         saves the key lookup's round trip. Everywhere else (and for any route that is not
         admitted) the key is resolved every time.
+
+        A team that names guardrail profiles is resolved every time too: its request is
+        screened (and may be blocked) before admission, with the profiles the Principal
+        holds, so a list cleared or relaxed meanwhile must not block with the old ones.
+        (A list added to an unguarded team is caught by admission's revision check: the
+        attempt refuses what was screened without it.)
         """
         if self.principal_ttl_s > 0:
             cached = self.principals.get(key_hash)
-            if cached is not None and time.monotonic() - cached[0] < self.principal_ttl_s:
+            if cached is not None and not cached[1].team.guardrails \
+                    and time.monotonic() - cached[0] < self.principal_ttl_s:
                 # A secret a rotation replaced works until its grace ends, not a TTL
                 # longer: admission checks the key's revision, not which secret was shown.
                 until = cached[1].secret_valid_until

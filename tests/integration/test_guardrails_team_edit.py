@@ -138,7 +138,8 @@ async def test_a_principal_cached_before_the_edit_never_sends_the_request(
     store by someone else (``mayu teams set``, another replica's admin API), the next
     request — screened with the cached, unguarded team — is refused as a retryable 503
     ``snapshot_mismatch`` with its permit cancelled (nothing committed, nothing owed);
-    the retry is screened with the new profile and blocked."""
+    the retry is screened with the new profile and blocked. A guarded team's key is not
+    served from the cache, so the list cleared unblocks its very next request."""
     app = _app(request, tmp_path, monkeypatch, "shared")
     async with AsyncTestClient(app=app) as c:
         gw = app.state.gateway
@@ -156,6 +157,9 @@ async def test_a_principal_cached_before_the_edit_never_sends_the_request(
         request_id = stale.headers["x-inferplane-request-id"]
         retry = await c.post("/v1/chat/completions", json=ASK, headers=bearer(key))
         assert retry.status_code == 400 and "aws_key" in retry.text
+        in_app(c, store.update_team, "t", guardrails=())  # cleared: never blocks again
+        assert (await c.post("/v1/chat/completions", json=ASK,
+                             headers=bearer(key))).status_code == 200
     lines = [line for line in _audit(tmp_path / "audit.jsonl")
              if line.get("request_id") == request_id]
     assert [line["event"] for line in lines] == ["settled"]  # no dispatch line: never sent
