@@ -211,20 +211,24 @@ def test_a_guardrail_span_counts_findings_and_exports_no_match(
 
 
 def test_otlp_metrics_equal_prometheus(traced: Served, receiver: OtlpReceiver) -> None:
-    """The spend counters arrive over OTLP with the figures /metrics serves."""
-    _stream(traced, "hello metrics")
+    """The spend counters arrive over OTLP with the figures /metrics serves (once this
+    request's settlement is in both: the store takes it after the answer left)."""
+    request_id, _ = _stream(traced, "hello metrics")
+    settled_line(traced.data, request_id=request_id)
     names = ("mayu_committed_micro_usd_total", "mayu_reserved_micro_usd_total",
              "mayu_liability_micro_usd_total")
-    settled_line(traced.data, model="gpt-up")
-    time.sleep(0.5)  # the settlement's counters are in before the scrape below
-    scraped = {n: traced.prometheus(n) for n in names}
-    assert scraped["mayu_committed_micro_usd_total"] > 0
 
-    def latest(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return {r["name"]: r["value"] for r in rows if r["name"] in names}
-    got = receiver.wait(receiver.metrics, lambda rows: latest(rows) == scraped)
-    assert latest(got) == scraped
-    assert any(r["resource"].get("service.name") == "mayu-e2e" for r in got)
+    def latest() -> dict[str, Any]:
+        return {r["name"]: r["value"] for r in receiver.metrics() if r["name"] in names}
+    end = time.monotonic() + 30
+    while True:
+        scraped = {n: traced.prometheus(n) for n in names}
+        exported = latest()
+        if exported == scraped and scraped["mayu_committed_micro_usd_total"] > 0:
+            break
+        assert time.monotonic() < end, f"OTLP {exported} != /metrics {scraped}"
+        time.sleep(0.2)
+    assert any(r["resource"].get("service.name") == "mayu-e2e" for r in receiver.metrics())
 
 
 def test_nothing_is_exported_without_a_telemetry_block(
