@@ -149,6 +149,8 @@ def test_a_team_past_its_soft_budget_is_served_by_the_cheaper_deployment(
         if tiers[-3:] == ["soft"] * 3:
             break
     switch = tiers.index("soft")
+    print(f"\nlocal: {switch} requests on full, then soft at committed + liability "
+          f"{spent_before[switch]} of {SPENDER_LIMIT} µUSD")
     assert switch > 0 and tiers[:switch] == ["standard"] * switch
     assert tiers[switch:] == ["soft"] * (len(tiers) - switch)
     # The switch point is exact: every standard request started under the limit, the
@@ -206,6 +208,9 @@ def test_reserved_but_unsettled_streams_never_switch_the_tier(stack: Stack) -> N
     assert [tier for tier, _ in answers] == ["standard"] * n
     assert all(text for _, text in answers)
     mid = samples[0]
+    print(f"\nlocal burst: reserved {mid['reserved']}, committed + liability "
+          f"{mid['committed'] + mid['liability']} of {BURST_LIMIT} µUSD; tiers "
+          f"{[tier for tier, _ in answers]}")
     assert mid["reserved"] > BURST_LIMIT
     assert mid["committed"] + mid["liability"] < BURST_LIMIT
     assert len(stack.routed.ledger("full")) == n and stack.routed.ledger("cheap") == []
@@ -357,6 +362,8 @@ def test_shared_replicas_switch_on_the_shared_figure(shared: Shared) -> None:
         if tiers[-4:] == ["soft"] * 4:
             break
     switch = tiers.index("soft")
+    print(f"\nshared: {switch} requests on full over 3 replicas, then soft at "
+          f"committed + liability {spent_before[switch]} of {SPENDER_LIMIT} µUSD")
     assert switch > 0 and tiers == ["standard"] * switch + ["soft"] * (len(tiers) - switch)
     assert all(s < SPENDER_LIMIT for s in spent_before[:switch])
     assert spent_before[switch] >= SPENDER_LIMIT
@@ -399,7 +406,10 @@ def test_shared_reservations_on_three_replicas_never_switch(shared: Shared) -> N
         time.sleep(0.3 * n)
         mid = shared.soft_budget(shared.gateways[0], key)
         tiers = [f.result(timeout=120) for f in futures]
+    assert mid is not None
+    print(f"\nshared burst: reserved {mid['reserved']}, committed + liability "
+          f"{mid['committed'] + mid['liability']} of {BURST_LIMIT} µUSD; tiers {tiers}")
     assert tiers == ["standard"] * n
-    assert mid is not None and mid["reserved"] > BURST_LIMIT
+    assert mid["reserved"] > BURST_LIMIT
     assert mid["committed"] + mid["liability"] < BURST_LIMIT
     assert len(shared.ledger("cheap")) == before
