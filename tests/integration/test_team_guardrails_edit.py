@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from gateway.errors import BadRequest, RevisionConflict
 from gateway.guardrails import GuardrailSettings
 from gateway.keys import TeamLimits
 from tests.integration._admin import WRITE, bearer, gateway_settings
+from tests.integration._console import sign_in
 from tests.integration._inapp import in_app
 
 pytestmark = pytest.mark.integration
@@ -88,8 +90,9 @@ async def test_admin_patch_changes_the_profiles_the_next_request_is_screened_wit
     """``PATCH /admin/v1/teams/{team}`` ``{"guardrails": ["block_secrets"]}``: the team's
     next request carrying a planted AWS key is a 400 naming the detector (never the
     key), ``[]`` lets it through again; an unknown profile is a 400 naming it and the
-    configured ones, a stale If-Match a 412, neither changing the team; each edit is one
-    audit line naming the token, the profiles before and after."""
+    configured ones, a stale If-Match a 412, neither changing the team; the console's
+    team page shows the list; each edit is one audit line naming the token, the
+    profiles before and after."""
     app = _app(request, tmp_path, monkeypatch, profile)
     async with AsyncTestClient(app=app) as c:
         w = bearer(WRITE)
@@ -116,6 +119,12 @@ async def test_admin_patch_changes_the_profiles_the_next_request_is_screened_wit
         assert blocked.status_code == 400, blocked.text
         assert blocked.json()["error"]["code"] == "guardrail_blocked"
         assert "aws_key" in blocked.text and SECRET not in blocked.text
+        c.follow_redirects = False  # as the console's own tests sign in
+        await sign_in(c, WRITE)  # the console's team page shows the list
+        page = await c.get(f"/console/teams/{team['id']}")
+        assert page.status_code == 200
+        assert re.search(r"data-team-guardrails>Guardrail profiles: block_secrets ",
+                         page.text), page.text
 
         cleared = await c.patch("/admin/v1/teams/t", json={"guardrails": []}, headers=w)
         assert cleared.status_code == 200 and cleared.json()["guardrails"] == []
