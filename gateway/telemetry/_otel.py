@@ -120,7 +120,7 @@ class OtelTrace(RequestTrace):
         self._operation = operation_name(endpoint)
         self._attempts: dict[int, OtelSpan] = {}
         self._answers: dict[int, _Answer] = {}
-        self._totals = [0, 0]  # committed, liability µUSD over the attempts
+        self._totals = [0, 0, 0]  # committed, liability µUSD over the attempts; attempts
         self._stage: StageSpan | None = None
 
     def begin(self, call: Any) -> None:
@@ -149,17 +149,16 @@ class OtelTrace(RequestTrace):
 
     def dispatch(self, index: int, *, deployment: str, provider: str, model: str,
                  headers: dict[str, str]) -> dict[str, str]:
-        kind, base_url = self._owner.providers.get(provider, (provider, None))
+        upstream = self._owner.upstream(provider)
         span = self._owner.tracer.start_span(
             span_name(self._operation, model), context=self._context, kind=SpanKind.CLIENT,
             attributes={"gen_ai.operation.name": self._operation,
-                        "gen_ai.provider.name": provider_name(kind),
                         "gen_ai.request.model": model, "inferplane.attempt": index,
-                        "inferplane.deployment": deployment,
-                        **server_attributes(base_url)})
+                        "inferplane.deployment": deployment, **upstream})
         self._attempts[index] = span
+        self._totals[2] += 1
         if index == 0:
-            self._root.set_attribute("gen_ai.provider.name", provider_name(kind))
+            self._root.set_attribute("gen_ai.provider.name", upstream["gen_ai.provider.name"])
         out = dict(headers)
         _PROPAGATOR.inject(out, context=set_span_in_context(span))
         return out
@@ -177,12 +176,12 @@ class OtelTrace(RequestTrace):
             self._stage.set(figures)
         self._totals[0] += settlement.usd_committed
         self._totals[1] += settlement.usd_liability
-        root = self._root
-        root.set_attributes({k: v for k, v in figures.items() if k.startswith("gen_ai.")})
-        root.set_attributes({"inferplane.outcome": figures["inferplane.outcome"],
-                             "inferplane.committed_uusd": self._totals[0],
-                             "inferplane.liability_uusd": self._totals[1],
-                             "inferplane.attempts": len(self._attempts)})
+        self._root.set_attributes({
+            **{k: v for k, v in figures.items() if k.startswith("gen_ai.")},
+            "inferplane.outcome": figures["inferplane.outcome"],
+            "inferplane.committed_uusd": self._totals[0],
+            "inferplane.liability_uusd": self._totals[1],
+            "inferplane.attempts": self._totals[2]})
         span = self._attempts.pop(index, None)
         if span is not None:
             span.set_attributes(figures)
@@ -227,10 +226,20 @@ class OtelTelemetry(Telemetry):
         self._provider = provider
         self.tracer: Tracer = provider.get_tracer("inferplane", schema_url=SCHEMA_URL)
         self.capture_content = capture_content
-        self.providers = dict(providers)
-        """Configured provider name → (kind, base URL)."""
+        self._upstreams = {name: self._upstream_attributes(kind, base_url)
+                           for name, (kind, base_url) in providers.items()}
+        """Configured provider name → its attempt spans' fixed attributes."""
         self._export = export
         self._metrics = metrics
+
+    @staticmethod
+    def _upstream_attributes(kind: str, base_url: str | None) -> dict[str, Any]:
+        return {"gen_ai.provider.name": provider_name(kind), **server_attributes(base_url)}
+
+    def upstream(self, provider: str) -> dict[str, Any]:
+        """A provider's fixed attributes (provider name, server address and port)."""
+        found = self._upstreams.get(provider)
+        return found if found is not None else self._upstream_attributes(provider, None)
 
     def request(self, headers: Mapping[str, str], endpoint: str) -> RequestTrace:
         if self._export is None:  # telemetry.traces: false (metrics only)

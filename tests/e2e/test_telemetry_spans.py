@@ -171,6 +171,7 @@ def test_streamed_request_exports_the_span_tree(traced: Served, receiver: OtlpRe
         assert at["inferplane.liability_uusd"] == line["usd_liability"] == 0
         assert at["inferplane.outcome"] == "complete"
     assert r["inferplane.team"] == line["team_id"] and r["inferplane.key_id"] == line["key_id"]
+    assert r["inferplane.attempts"] == 1
     assert headers["x-inferplane-permit"] == line["permit"]
 
 
