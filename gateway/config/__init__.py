@@ -26,7 +26,7 @@ from gateway.config._ranges import (
     Seconds,
     SecondsOrZero,
 )
-from gateway.config._routing import RoutingSettings
+from gateway.config._routing import RoutingSettings, SoftTier, deployment_names
 from gateway.config._settings import (
     AdminToken,
     AlertSettings,
@@ -74,8 +74,10 @@ __all__ = [
     "SecondsOrZero",
     "ServerSettings",
     "Settings",
+    "SoftTier",
     "check_secrets",
     "decode_yaml_file",
+    "deployment_names",
     "is_reference",
     "load_settings",
     "load_settings_and_models",

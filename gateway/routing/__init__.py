@@ -1,7 +1,7 @@
 """Routing: which of a model's deployments serves a request (balancing, health, cache
 affinity, the soft tier), from what this replica sees (``docs/routing.md``)."""
 
-from gateway.config._routing import deployment_names
+from gateway.config import deployment_names
 from gateway.routing._dedupe import Dedupe, Shared, VolatileStore
 from gateway.routing._health import exhausted_s, retry_after_s
 from gateway.routing._router import Plan, Router

@@ -27,8 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from gateway.config import Deployment, ModelSettings
-from gateway.config._routing import deployment_names
+from gateway.config import Deployment, ModelSettings, deployment_names
 from gateway.routing._dedupe import Dedupe
 from gateway.routing._health import Health, State, exhausted_s
 from gateway.routing._pins import SharedPins

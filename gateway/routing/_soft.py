@@ -24,8 +24,7 @@ from typing import Literal
 import msgspec
 
 from gateway.catalog import builtin_catalog
-from gateway.config import ModelSettings
-from gateway.config._routing import SoftTier, deployment_names
+from gateway.config import ModelSettings, SoftTier, deployment_names
 from gateway.governance import Charge, GovernanceStore
 
 Tier = Literal["standard", "soft"]
