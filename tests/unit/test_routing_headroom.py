@@ -44,11 +44,14 @@ class Clock:
 ])
 def test_exhaustion_is_read_from_either_providers_headers(
         headers: dict[str, str], expected: float | None) -> None:
+    """Only a limit at 0 counts; its reset in OpenAI's duration or Anthropic's RFC 3339
+    form (the latest of several; 1 s when unreadable or absent; 0 when past)."""
     got = exhausted_s(headers, NOW)
     assert got == (None if expected is None else pytest.approx(expected))
 
 
 def test_only_rate_limit_headers_are_kept() -> None:
+    """Routing keeps the rate-limit headers of an answer, and nothing else."""
     assert ratelimit_of({"content-type": "application/json", "x-request-id": "r",
                          "x-ratelimit-limit-requests": "60",
                          "anthropic-ratelimit-tokens-remaining": "5"}) == {
@@ -62,6 +65,8 @@ def _model() -> ModelSettings:
 
 
 def test_an_exhausted_deployment_goes_after_the_others_until_its_reset() -> None:
+    """Full (after the others, not a failure) until the reset; headroom reported again
+    ends it at once."""
     clock, model = Clock(), _model()
     router = Router(clock=clock)
     a = model.deployments[0]

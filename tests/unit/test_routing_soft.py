@@ -55,12 +55,15 @@ def test_the_soft_tier_serves_only_callers_past_a_soft_budget() -> None:
 ])
 def test_a_soft_tier_must_name_priced_deployments_of_its_model(
         soft: dict[str, Any], wrong: str) -> None:
+    """An unknown name, a deployment without its own price, an empty list: refused,
+    naming the field."""
     problem = check_soft_tier("models[0]", _model(soft))
     assert problem is not None and wrong in problem
     assert problem.startswith("models[0].routing.soft_tier.deployments: ")
 
 
 def test_a_soft_tier_of_every_deployment_is_refused() -> None:
+    """A soft tier leaves the model's usual deployments out of it."""
     model = _model({"deployments": ["c"]}, {"provider": "c", "name": "c", "price": CHEAP})
     assert "every deployment is in the soft tier" in (check_soft_tier("models[0]", model)
                                                        or "")
@@ -113,6 +116,8 @@ def _account(limit: int) -> Charge:
 
 
 def test_reserved_never_passes_a_soft_budget_committed_and_liability_do() -> None:
+    """A billion µUSD reserved with 999 committed + liability is under a 1,000 limit;
+    1,000 committed + liability is past it."""
     async def run() -> None:
         clock, store = Clock(), _Store()
         budgets = SoftBudgets(clock=clock)
