@@ -4,10 +4,12 @@ floor and the cached read of a soft budget (reserved never counts)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import yaml
 
 from gateway.config import ModelSettings
 from gateway.config._routing import check_soft_tier
@@ -155,3 +157,15 @@ def test_the_read_is_cached_for_max_age_and_shared_by_concurrent_requests() -> N
                                  input_tokens=10, tools=False) == STANDARD
         assert store.reads == 2  # no soft budget binds: nothing read
     asyncio.run(run())
+
+
+def test_the_docs_soft_tier_example_is_a_valid_soft_tier() -> None:
+    """docs/routing.md's soft tier example decodes and passes the config's soft tier
+    check; its policy rule is a soft budget."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "routing.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    config = next(yaml.safe_load(b) for b in blocks if "soft_tier:" in b)
+    model = msgspec.convert(config["models"][0], ModelSettings)
+    assert check_soft_tier("models[0]", model) is None
+    policy = next(yaml.safe_load(b) for b in blocks if "hardCap: false" in b)
+    assert policy["spec"]["rules"][0]["budget"]["hardCap"] is False
