@@ -24,6 +24,10 @@ from gateway.routing import Plan, Shared
 Run = Callable[[Call, Plan[Any]], Awaitable[Reply]]
 
 
+_SHARED = ("x-inferplane-tier", "x-inferplane-tier-kept")
+"""The leader's own headers its waiters' answers carry too: which tier served it."""
+
+
 async def deduplicated(call: Call, plan: Plan[Any], *, max_waiters: int, run: Run) -> Reply:
     """Lead (``run`` the request, then hand its answer to the waiters) or wait."""
     dedupe = call.gw.router.dedupe
@@ -41,7 +45,7 @@ async def deduplicated(call: Call, plan: Plan[Any], *, max_waiters: int, run: Ru
         if 200 <= reply.status < 300 and reply.stream is None:
             answer = Shared(request_id=call.request_id, status=reply.status,
                             headers={k: v for k, v in reply.headers.items()
-                                     if not k.startswith("x-inferplane-")},
+                                     if not k.startswith("x-inferplane-") or k in _SHARED},
                             content_type=reply.media_type, data=reply.body)
         return reply
     finally:

@@ -58,6 +58,9 @@ POLICY = {
         {"name": "tools-soft", "subject": {"kind": "team", "team": "toolsy"},
          "failurePolicy": "FailOpen",
          "budget": {"limitMilliUSD": 1, "window": "day", "hardCap": False}},
+        {"name": "dedupe-soft", "subject": {"kind": "team", "team": "twins"},
+         "failurePolicy": "FailOpen",
+         "budget": {"limitMilliUSD": 1, "window": "day", "hardCap": False}},
         {"name": "fallback-soft", "subject": {"kind": "team", "team": "falling"},
          "failurePolicy": "FailOpen",
          "budget": {"limitMilliUSD": 1, "window": "day", "hardCap": False}}]}}
@@ -89,9 +92,9 @@ class Stack:
 
 def _tiered(name: str, full: str, cheap: str) -> dict[str, Any]:
     """A model served by ``full``, with ``cheap`` as its soft tier (a tenth of the price,
-    no tool use declared)."""
+    no tool use declared), identical requests deduplicated."""
     return {"name": name, "routing": {
-        "strategy": "ordered",
+        "strategy": "ordered", "dedupe": True,
         # max_age_s 0: every request reads the budget afresh, so the switch point is
         # exact (the default caches the read for 250 ms).
         "soft_tier": {"deployments": ["cheap"], "max_age_s": 0, "tools": False}},
@@ -125,9 +128,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         routed.stop()
 
 
-def _ask(client: anthropic.Anthropic, text: str, **extra: Any) -> Any:
+def _ask(client: anthropic.Anthropic, text: str, *, model: str = MODEL, **extra: Any) -> Any:
     return client.messages.with_raw_response.create(
-        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": text}], **extra)
+        model=model, max_tokens=64, messages=[{"role": "user", "content": text}], **extra)
 
 
 def test_a_team_past_its_soft_budget_is_served_by_the_cheaper_deployment(
@@ -264,6 +267,26 @@ def test_a_failing_soft_tier_falls_back_under_one_request_id(stack: Stack) -> No
     assert rows[0] == (0, "soft", "cheap", 503, 0)
     assert rows[1][:4] == (1, None, "full", 200) and rows[1][4] > 0
     assert len(rows) == 2
+
+
+def test_identical_requests_past_the_soft_budget_share_one_soft_answer(stack: Stack) -> None:
+    """Three identical non-streamed requests (4 s answers) of a team past its soft budget:
+    one call to ``cheap``, three answers, each saying the soft tier served it."""
+    key = stack.routed.key("twins")
+    _spend_until_soft(stack.client(key))
+    stack.routed.clear()
+    go = threading.Barrier(3)
+
+    def one(_: int) -> Any:
+        go.wait()
+        return _ask(stack.client(key), "the same question", model=SLOW)
+
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(one, range(3)))
+    assert [a.http_response.status_code for a in answers] == [200] * 3
+    assert [a.headers["x-inferplane-tier"] for a in answers] == ["soft"] * 3
+    assert sum("x-inferplane-deduplicated" in a.headers for a in answers) == 2
+    assert (len(stack.routed.ledger("full")), len(stack.routed.ledger("cheap"))) == (0, 1)
 
 
 # -- the shared profile: three replicas on one Postgres database --------------------------
