@@ -57,6 +57,7 @@ from gateway.providers._base import (
     NotDispatched,
     Protocol_,
     UpstreamResponse,
+    with_trace,
 )
 from gateway.providers._client import ClientError, HttpClient, Response
 from gateway.providers._count import CountFailed
@@ -197,7 +198,8 @@ class BedrockProvider:
             raise NotDispatched(f"{self.name}: local error before sending: "
                                 f"{type(exc).__name__}: {exc}") from exc
         try:
-            response = await self._client.post(path, payload, signed)
+            # The trace context (when traced) goes unsigned: SigV4 signs what it lists.
+            response = await self._client.post(path, payload, with_trace(signed, headers))
         except ClientError as exc:
             failure = DispatchFailed if exc.dispatched else NotDispatched
             raise failure(f"{self.name}: {type(exc).__name__}: {exc}") from exc
