@@ -21,8 +21,6 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable
 
-import jwt
-
 from gateway.identity._settings import IssuerSettings
 from gateway.identity._verify import InvalidToken, Verifier
 
@@ -62,6 +60,7 @@ class GatewayCredentials:
             raise InvalidToken("credential names no gateway key")
         if len(self._verified) >= _MAX_CACHED:  # bounded: drop the oldest
             self._verified.pop(next(iter(self._verified)))
+        import jwt  # loaded by the verification above
         kid = str(jwt.get_unverified_header(credential)["kid"])
         self._verified[digest] = (float(claims["exp"]), kh, kid)
         if self.on_new is not None:

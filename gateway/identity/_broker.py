@@ -23,11 +23,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from gateway.identity._settings import CredentialSettings
 
 _INFO = b"inferplane gateway credential signing key v1"
@@ -46,6 +41,9 @@ class SigningKey:
 
 def derive_key(secret: str, alg: str) -> SigningKey:
     """The key pair a signing secret stands for (the same on every inferplaned)."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
     seed = HKDF(algorithm=hashes.SHA256(), length=48, salt=None,
                 info=_INFO + b" " + alg.encode()).derive(secret.encode())
     private: Any
@@ -89,6 +87,7 @@ class CredentialIssuer:
         claims = {"iss": s.issuer, "aud": s.audience, "sub": user, "team": team,
                   "kh": key_hash, "iat": iat, "nbf": iat, "exp": exp,
                   "jti": secrets.token_urlsafe(12)}
+        import jwt  # PyJWT loads with the first credential issued, not at startup
         token = jwt.encode(claims, key.private, algorithm=key.alg,
                            headers={"kid": key.kid, "typ": "JWT"})
         return token, exp

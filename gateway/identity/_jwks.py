@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import jwt
 
 from gateway.identity._settings import IssuerSettings
 
@@ -111,6 +110,7 @@ class JwksCache:
 def _signing_keys(jwks: dict[str, Any]) -> dict[str, PublicKey]:
     """The JWKS's keys with a ``kid`` that PyJWT can read (others are skipped: an issuer
     may publish encryption keys or algorithms this build lacks)."""
+    import jwt  # PyJWT loads with the first JWKS, not at startup
     keys: dict[str, PublicKey] = {}
     for jwk in jwks.get("keys") or []:
         if not isinstance(jwk, dict) or not isinstance(jwk.get("kid"), str):

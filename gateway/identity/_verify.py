@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import jwt
-
 from gateway.errors import Unauthenticated
 from gateway.identity._jwks import JwksCache, JwksUnavailable
 from gateway.identity._settings import IssuerSettings
@@ -43,6 +41,7 @@ class Identity:
 def unverified_issuer(token: str) -> str | None:
     """The ``iss`` a token claims, read without verifying it (to pick the issuer whose
     keys then verify it), or None when the token is not a JWT."""
+    import jwt  # PyJWT loads with the first token, not at startup
     try:
         iss = jwt.decode(token, options={"verify_signature": False}).get("iss")
     except jwt.PyJWTError:
@@ -64,6 +63,7 @@ class Verifier:
 
     async def claims(self, token: str) -> dict[str, Any]:
         """The verified claims of ``token``."""
+        import jwt
         s = self.settings
         try:
             header = jwt.get_unverified_header(token)

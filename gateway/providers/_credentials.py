@@ -46,18 +46,20 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import botocore
-import botocore.config
-import botocore.credentials
-import botocore.session
 import httpx
 import msgspec
 
 from gateway.config import AwsCredentials, resolve_secret
 from gateway.config._credentials import AwsBroker
 from gateway.providers._base import NotDispatched, UpstreamResponse
+
+if TYPE_CHECKING:
+    # botocore (~8 MB, 50 ms to import) loads on the first AWS credential fetch, not at
+    # startup: a gateway without a Bedrock deployment never imports it.
+    import botocore.session
+    from botocore.credentials import ReadOnlyCredentials
 
 log = logging.getLogger("mayu.credentials")
 
@@ -183,7 +185,7 @@ class _Brokered(msgspec.Struct, frozen=True):
 
 
 async def fetch_brokered(broker: AwsBroker, *, where: str
-                         ) -> Fetched[botocore.credentials.ReadOnlyCredentials]:
+                         ) -> Fetched[ReadOnlyCredentials]:
     """One session from inferplaned (:class:`BrokerRefused` when it refuses)."""
     token = resolve_secret(broker.token_ref, key=f"{where}.credentials.broker.token_ref")
     body = {"credential": broker.credential, "team": broker.team,
@@ -199,15 +201,18 @@ async def fetch_brokered(broker: AwsBroker, *, where: str
         raise BrokerRefused(f"inferplaned answered {answer.status_code} for credential "
                             f"{broker.credential!r} of team {broker.team!r}: {message}")
     got = msgspec.json.decode(answer.content, type=_Brokered)
-    return Fetched(botocore.credentials.ReadOnlyCredentials(
+    from botocore.credentials import ReadOnlyCredentials
+    return Fetched(ReadOnlyCredentials(
         got.access_key_id, got.secret_access_key, got.session_token),
         datetime.fromisoformat(got.expiration).timestamp())
 
 
 def fetch_aws(s: AwsCredentials, *, where: str
-              ) -> Fetched[botocore.credentials.ReadOnlyCredentials]:
+              ) -> Fetched[ReadOnlyCredentials]:
     """Credentials of ``s`` (not brokered): the chain, a profile or keys, then STS when a
     role is named. Blocking (botocore): run it in a thread."""
+    import botocore.config
+    from botocore.credentials import ReadOnlyCredentials
     session = _session(s, where=where)
     if s.role_arn is None:
         creds = session.get_credentials()
@@ -238,12 +243,13 @@ def fetch_aws(s: AwsCredentials, *, where: str
             args["Tags"] = [{"Key": k, "Value": v} for k, v in s.session_tags.items()]
         answer = sts.assume_role(**args)
     c = answer["Credentials"]
-    return Fetched(botocore.credentials.ReadOnlyCredentials(
+    return Fetched(ReadOnlyCredentials(
         c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]),
         c["Expiration"].timestamp())
 
 
 def _session(s: AwsCredentials, *, where: str) -> botocore.session.Session:
+    import botocore.session
     session = botocore.session.Session(profile=s.profile)
     if s.access_key_id_ref or s.secret_access_key_ref:
         if not (s.access_key_id_ref and s.secret_access_key_ref):
@@ -261,7 +267,7 @@ def _session(s: AwsCredentials, *, where: str) -> botocore.session.Session:
     return session
 
 
-class AwsSource(CredentialSource[botocore.credentials.ReadOnlyCredentials]):
+class AwsSource(CredentialSource["ReadOnlyCredentials"]):
     """AWS credentials (``{kind: aws}``): botocore's chain or a profile, keys by
     reference, then STS ``AssumeRole`` / ``AssumeRoleWithWebIdentity`` when a role is
     named (botocore is synchronous: every fetch runs in a thread); or, with ``broker``,
@@ -272,7 +278,7 @@ class AwsSource(CredentialSource[botocore.credentials.ReadOnlyCredentials]):
         self.settings = settings
         self._where = where
 
-    async def fetch(self) -> Fetched[botocore.credentials.ReadOnlyCredentials]:
+    async def fetch(self) -> Fetched[ReadOnlyCredentials]:
         if self.settings.broker is not None:
             return await fetch_brokered(self.settings.broker, where=self._where)
         return await asyncio.to_thread(fetch_aws, self.settings, where=self._where)

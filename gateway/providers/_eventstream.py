@@ -20,10 +20,12 @@ import base64
 import binascii
 import struct
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from botocore.eventstream import EventStreamBuffer, EventStreamMessage
+
+if TYPE_CHECKING:  # botocore loads with the first decoder (a Bedrock answer), not at startup
+    from botocore.eventstream import EventStreamMessage
 
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
 _STRING = 7
@@ -66,6 +68,7 @@ class Decoder:
     """Event-stream bytes in, decoded messages out (botocore's buffer, CRCs checked)."""
 
     def __init__(self) -> None:
+        from botocore.eventstream import EventStreamBuffer
         self._buffer = EventStreamBuffer()
 
     def feed(self, data: bytes) -> Iterator[EventStreamMessage]:
