@@ -39,7 +39,7 @@ from controlplane.settings import BrokeredCredential
 from gateway.config import resolve_secret
 from gateway.errors import BadRequest, ConfigError, Forbidden, NotFound, UpstreamUnavailable
 from gateway.jsondepth import check_json_depth
-from gateway.providers._credentials import fetch_aws
+from gateway.providers import fetch_aws
 
 log = logging.getLogger("inferplaned.credentials")
 

@@ -1,6 +1,7 @@
 """Gateway configuration: typed settings, loading with path-named errors, secret refs."""
 
 from gateway.config._credentials import (
+    AwsBroker,
     AwsCredentials,
     AzureCredentials,
     Credentials,
@@ -45,6 +46,7 @@ from gateway.config._settings import (
 from gateway.config._tokens import MIN_ADMIN_TOKEN_CHARS, resolve_admin_tokens
 
 __all__ = [
+    "AwsBroker",
     "AwsCredentials",
     "AzureCredentials",
     "GcpCredentials",

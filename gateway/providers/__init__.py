@@ -19,6 +19,7 @@ from gateway.providers._credentials import (
     CredentialSource,
     CredentialsUnavailable,
     Fetched,
+    fetch_aws,
 )
 from gateway.providers._eventstream import CONTENT_TYPE as EVENTSTREAM_TYPE
 from gateway.providers._eventstream import chunk_message, exception_message
@@ -65,4 +66,5 @@ __all__ = [
     "UpstreamResponse",
     "build_providers",
     "count_body",
+    "fetch_aws",
 ]

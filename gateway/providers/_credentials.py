@@ -51,8 +51,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import httpx
 import msgspec
 
-from gateway.config import AwsCredentials, resolve_secret
-from gateway.config._credentials import AwsBroker
+from gateway.config import AwsBroker, AwsCredentials, resolve_secret
 from gateway.providers._base import NotDispatched, UpstreamResponse
 
 if TYPE_CHECKING:
