@@ -46,9 +46,6 @@ from urllib.parse import quote
 
 import certifi
 import msgspec
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.eventstream import ChecksumMismatch, InvalidHeadersLength, InvalidPayloadLength
 
 from gateway.config import AwsCredentials, ProviderSettings
 from gateway.providers._base import (
@@ -173,6 +170,8 @@ class BedrockProvider:
 
     def signed(self, path: str, body: bytes, *, stream: bool) -> dict[str, str]:
         """The headers of one request signed with SigV4 (botocore's signer)."""
+        from botocore.auth import SigV4Auth  # botocore loads with a Bedrock deployment's
+        from botocore.awsrequest import AWSRequest  # first request, not at startup
         request = AWSRequest(method="POST", url=self.base_url + path, data=body,
                              headers={"content-type": "application/json",
                                       "accept": ("application/vnd.amazon.eventstream"
@@ -279,6 +278,11 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
 
 async def _events(response: Response, name: str) -> AsyncIterator[bytes]:
     """The event stream as Anthropic SSE, each event relayed as it is decoded."""
+    from botocore.eventstream import (
+        ChecksumMismatch,
+        InvalidHeadersLength,
+        InvalidPayloadLength,
+    )
     decoder = Decoder()
     output = 0
     async for data in _chunks(response, name):
