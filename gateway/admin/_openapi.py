@@ -62,8 +62,9 @@ def closed(document: dict[str, Any]) -> dict[str, Any]:
 
 
 _REF = "#/components/schemas/{name}"
-BODIES = (views.TeamCreate, views.TeamPatch, views.TeamView, views.TeamPage, TeamLimits, views.KeyCreate,
-          views.KeyCreated, views.KeyView, views.KeyPage, KeyLimits, views.KeyPatch,
+BODIES = (views.TeamCreate, views.TeamPatch, views.TeamView, views.TeamPage, TeamLimits,
+          views.KeyCreate, views.KeyCreated, views.KeyView, views.KeyPage, KeyLimits,
+          views.KeyPatch,
           views.KeyRotate, views.KeyRotated, views.ErrorBody, *MEMBER_BODIES,
           PermitResolve, Resolved, FrozenList, Unfreeze, Unfrozen, Status, AlertList,
           RequestDetail)
