@@ -36,7 +36,7 @@ from litestar import Litestar, Request, Response, delete, get, post, put
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath, FromQuery
 
-from controlplane import credentials, identity, leases, usage
+from controlplane import credentials, identity, keys, leases, usage
 from controlplane.auth import Identity, TokenAuth
 from controlplane.identity import Broker, people_for
 from controlplane.metrics import ControlPlaneMetrics
@@ -242,10 +242,10 @@ async def sync(request: Request[Any, Any, Any]) -> Response[bytes]:
         refused = {"error": {"message": exc.message, "problems": []}, "answer": exc.answer}
         return Response(msgspec.json.encode(refused), status_code=exc.status,
                         media_type="application/json", headers=exc.headers())
+    # The keys of the plane's teams made here or brokered here, when they changed.
     broker: Broker | None = request.app.state.broker
-    if broker is not None:  # the brokered keys of the plane's teams, when they changed
-        people = await people_for(request.app.state.pool, broker, req, identity.teams)
-        answer = msgspec.structs.replace(answer, people=people)
+    people = await people_for(request.app.state.pool, broker, req, identity.teams)
+    answer = msgspec.structs.replace(answer, people=people)
     return _json(answer)
 
 
@@ -305,7 +305,8 @@ def create_app(config: ControlPlaneConfig) -> Litestar:
     app = Litestar(
         route_handlers=[put_policy, delete_policy, get_policy, list_policies, generation,
                         list_changes, sync, dataplanes, metrics, healthz, readyz,
-                        *identity.ROUTES, *credentials.ROUTES, *usage.ROUTES],
+                        *identity.ROUTES, *keys.ROUTES, *credentials.ROUTES,
+                        *usage.ROUTES],
         lifespan=[lifespan],
         exception_handlers={InferplaneError: _on_inferplane_error,
                             HTTPException: _on_http_error, Exception: _on_unhandled},

@@ -186,32 +186,42 @@ async def reinstate_user(request: Request[Any, Any, Any],
 
 
 MAX_PLANE_KEYS = 100_000
-"""Brokered keys (deny list first) one heartbeat answer carries at most."""
+"""Keys (deny list first) one heartbeat answer carries at most."""
+
+DENY_WINDOW_S = 3600 + 300
+"""How far back the deny list reaches without identity configured (keys made at
+inferplaned only): a plane that held a key revoked earlier still revokes it, as a key
+missing from a complete answer."""
 
 
-async def people_for(pool: Pool, broker: Broker, req: SyncRequest,
+async def people_for(pool: Pool, broker: Broker | None, req: SyncRequest,
                      granted: tuple[str, ...] | None) -> People | None:
-    """The brokered keys and deny list of the plane's teams (those its heartbeat names
-    and its token may serve), or None when the plane already holds them (``req.people``).
-    The deny list reaches back one credential lifetime plus the leeway: a key revoked
-    earlier can no longer be presented by an unexpired credential (and a plane that holds
-    it revokes it anyway, as a key missing from a complete answer)."""
+    """The keys inferplaned holds for the plane's teams (those its heartbeat names and its
+    token may serve) and the deny list, or None when the plane already holds them
+    (``req.people``). The keys are the brokered ones and the plain keys a plane enforces
+    as they are (no per-key limit or expiry: the keys ``POST /v1alpha1/teams/{team}/keys``
+    makes; sql/identity_queries.sql ``plane_keys``). The deny list reaches back one
+    credential lifetime plus the leeway: a key revoked earlier can no longer be presented
+    by an unexpired credential (and a plane that holds it revokes it anyway, as a key
+    missing from a complete answer)."""
     teams = [t for t in req.teams if granted is None or t in granted]
     if not teams:
         return None if req.people == _EMPTY.fingerprint else _EMPTY
-    creds = broker.issuer.settings
-    since = datetime.now(UTC) - timedelta(seconds=creds.lifetime_s + 300)
+    window = DENY_WINDOW_S if broker is None else broker.issuer.settings.lifetime_s + 300
+    since = datetime.now(UTC) - timedelta(seconds=window)
     async with connection(pool, _WHAT) as conn:
-        rows = await fetch_all(conn, sql.identity_queries["plane_brokered_keys"], {
+        rows = await fetch_all(conn, sql.identity_queries["plane_keys"], {
             "teams": teams, "revoked_since": since, "limit": MAX_PLANE_KEYS + 1})
     complete = len(rows) <= MAX_PLANE_KEYS
     if not complete:
-        log.warning("a heartbeat of data plane %r carries the first %d brokered keys of "
-                    "its teams only", req.dataplane.id, MAX_PLANE_KEYS)
+        log.warning("a heartbeat of data plane %r carries the first %d keys of its teams "
+                    "only", req.dataplane.id, MAX_PLANE_KEYS)
         rows = rows[:MAX_PLANE_KEYS]
-    keys = [BrokeredKey(id=r["id"], team=r["team"], user=r["user_name"],
-                        key_hash=r["key_hash"]) for r in rows if r["revoked_at"] is None]
-    denied = [DeniedKey(id=r["id"], team=r["team"], user=r["user_name"],
+    keys = [BrokeredKey(id=r["id"], team=r["team"], user=r["user_name"] or "",
+                        key_hash=r["key_hash"], brokered=r["brokered"],
+                        name=r["name"] if not r["brokered"] else "brokered credential")
+            for r in rows if r["revoked_at"] is None]
+    denied = [DeniedKey(id=r["id"], team=r["team"], user=r["user_name"] or "",
                         revoked_at=r["revoked_at"]) for r in rows
               if r["revoked_at"] is not None]
     people = _people(keys, denied, complete=complete)

@@ -23,6 +23,7 @@ from litestar.openapi.plugins import OpenAPIRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from controlplane.credentials import CredentialAnswer, CredentialRequest
+from controlplane.keys import NewKey
 from gateway.lease import SyncRequest, SyncResponse, UsageAck, UsageBatch
 
 
@@ -67,7 +68,7 @@ def completed(document: dict[str, Any]) -> dict[str, Any]:
     on every operation (4XX, 5XX) and no token asked by the health probes."""
     _, own = msgspec.json.schema_components((ErrorBody, SyncRequest, SyncResponse,
                                              CredentialRequest, CredentialAnswer,
-                                             UsageBatch, UsageAck),
+                                             UsageBatch, UsageAck, NewKey),
                                             ref_template=_REF)
     document.setdefault("components", {}).setdefault("schemas", {}).update(own)
     paths: dict[str, dict[str, Any]] = document.get("paths", {})
@@ -97,6 +98,9 @@ def completed(document: dict[str, Any]) -> dict[str, Any]:
         "application/json": {"schema": _ref("CredentialRequest")}}}
     issue["responses"]["200"] = {"description": "a short-lived cloud session", "content": {
         "application/json": {"schema": _ref("CredentialAnswer")}}}
+    made = paths["/v1alpha1/teams/{team}/keys"]["post"]
+    made["requestBody"] = {"required": False, "content": {
+        "application/json": {"schema": _ref("NewKey")}}}
     return document
 
 

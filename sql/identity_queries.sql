@@ -55,14 +55,19 @@ RETURNING name
 -- bearers of people signed in through an issuer; gateway/admin/_people.py).
 SELECT revoked_at FROM users WHERE name = %(name)s AND revoked_at IS NOT NULL
 
--- name: plane_brokered_keys
--- What a lease-profile plane of these teams holds for brokered credentials
--- (controlplane/identity.py, on every heartbeat): first the deny list (brokered keys
--- revoked since %(revoked_since)s, with their time), then the active ones, in id order;
--- at most %(limit)s rows.
-SELECT k.id, t.name AS team, k.user_name, k.key_hash, k.revoked_at
+-- name: plane_keys
+-- What a lease-profile plane of these teams holds from inferplaned (controlplane/identity.py,
+-- on every heartbeat): the keys of its teams in this key store that a plane can enforce
+-- as they are (brokered keys, and keys with no per-key limit and no expiry, such as
+-- those POST /v1alpha1/teams/{team}/keys makes): first the deny list (those revoked since
+-- %(revoked_since)s, with their time), then the active ones, in id order; at most
+-- %(limit)s rows.
+SELECT k.id, t.name AS team, k.user_name, k.key_hash, k.revoked_at, k.brokered, k.name
   FROM keys k JOIN teams t ON t.id = k.team_id
- WHERE k.brokered AND t.name = ANY(%(teams)s)
+ WHERE t.name = ANY(%(teams)s)
+   AND (k.brokered OR (k.allowed_models IS NULL AND k.rpm IS NULL AND k.tpm IS NULL
+        AND k.usd_micros_per_day IS NULL AND k.usd_micros_per_month IS NULL
+        AND k.expires_at IS NULL))
    AND (k.revoked_at IS NULL OR k.revoked_at > %(revoked_since)s)
  ORDER BY k.revoked_at IS NULL, k.id
  LIMIT %(limit)s

@@ -344,21 +344,28 @@ class SqliteKeyStore(SqliteBase):
             return _key(_get_key(conn, key_id))
         return await self._run(_revoke)
 
-    async def sync_brokered(self, keys: list[tuple[str, str, str, str]],
+    async def sync_brokered(self, keys: list[tuple[Any, ...]],
                             denied: list[tuple[str, datetime]], *,
                             complete: bool) -> tuple[int, int]:
-        """Hold inferplaned's brokered keys (a lease-profile plane, docs/identity.md):
-        each of ``keys`` (id, team name, user, key hash) of a team this store has is
-        added when missing, each of ``denied`` (id, revoked at) is revoked at its time
-        and, when ``complete``, every other brokered key held is revoked now. One write
-        transaction; (keys added, keys revoked)."""
+        """Hold the keys inferplaned sends a lease-profile plane (docs/identity.md,
+        docs/inferplaned.md): each of ``keys`` (id, team name, user, key hash[, brokered,
+        name]) of a team this store has is added when missing (a brokered credential's
+        key, or a plain key made at inferplaned, ``user`` ``""`` for none), its hash
+        replaced when it was rotated there; each of ``denied`` (id, revoked at) is revoked
+        at its time and, when ``complete``, every other such key held is revoked now.
+        Keys made on this plane are never touched. One write transaction; (keys added,
+        keys revoked)."""
         def _sync(conn: sqlite3.Connection) -> tuple[int, int]:
             now = _ts(self._clock())
             held = {r["id"]: r for r in _SQL["brokered_keys"].execute(conn)}
             team_ids: dict[str, str | None] = {}
             added = revoked = 0
-            for key_id, team, user, key_hash in keys:
+            for key_id, team, user, key_hash, *rest in keys:
+                brokered, name = (rest + [True, "brokered credential"][len(rest):])[:2]
                 if key_id in held:
+                    if held[key_id]["key_hash"] != key_hash and not brokered:
+                        _SQL["rehash_brokered_key"].execute(
+                            conn, {"id": key_id, "key_hash": key_hash})
                     continue
                 if team not in team_ids:
                     row = _find_team(conn, team)
@@ -367,7 +374,8 @@ class SqliteKeyStore(SqliteBase):
                 if team_id is not None:
                     added += _SQL["insert_brokered_key"].execute(conn, {
                         "id": key_id, "team_id": team_id, "key_hash": key_hash,
-                        "user": user, "created_at": now}).rowcount
+                        "display_prefix": "brokered" if brokered else "inferplaned",
+                        "name": name, "user": user or None, "created_at": now}).rowcount
             active, deny = {k[0] for k in keys}, dict(denied)
             for key_id, row in held.items():
                 at = _ts(deny[key_id]) if key_id in deny else (

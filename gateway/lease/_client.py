@@ -407,7 +407,8 @@ class LeaseClient:
             return
         try:
             added, revoked = await sync(
-                [(k.id, k.team, k.user, k.key_hash) for k in people.keys],
+                [(k.id, k.team, k.user, k.key_hash, k.brokered, k.name)
+                 for k in people.keys],
                 [(d.id, d.revoked_at) for d in people.denied], complete=people.complete)
         except Exception as exc:  # the next answer carries them again
             log.warning("lease profile: cannot hold the brokered keys (%s: %s)",

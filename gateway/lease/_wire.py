@@ -169,14 +169,20 @@ class Ignored(_Wire, frozen=True, kw_only=True):
 
 
 class BrokeredKey(_Wire, frozen=True, kw_only=True, omit_defaults=False):
-    """A key inferplaned brokers credentials for (docs/identity.md): its hash only, since
-    no secret of it exists anywhere; a plane resolves a verified credential's ``kh`` to
-    it and admits the request as this key's team and user."""
+    """A key inferplaned brokers credentials for (docs/identity.md), or a key made at
+    inferplaned (docs/inferplaned.md): its hash only; a plane resolves a verified
+    credential's ``kh``, or a presented key's hash, to it and admits the request as this
+    key's team and user."""
 
     id: str
     team: str
     user: str
+    """The key's user; ``""`` for a key of no user (a key made at inferplaned)."""
     key_hash: str
+    brokered: bool = True
+    """False for a plain key made at inferplaned's admin surface (``POST
+    /v1alpha1/teams/{team}/keys``): its secret exists, held by whoever made it."""
+    name: str = "brokered credential"
 
 
 class DeniedKey(_Wire, frozen=True, kw_only=True, omit_defaults=False):

@@ -245,13 +245,21 @@ UPDATE console_sessions SET ended_at = :now
  WHERE credential_sha256 = :credential_sha256 AND ended_at IS NULL
 
 -- name: brokered_keys
--- The keys a lease-profile plane holds for inferplaned's brokered credentials
--- (gateway/lease/_client.py): display prefix 'brokered', which no created key has (a
--- created key's prefix is the first characters of its secret, ``sk-inf-…``).
-SELECT id, team_id, key_hash, user, revoked_at FROM keys WHERE display_prefix = 'brokered'
+-- The keys a lease-profile plane holds from inferplaned's heartbeat answers
+-- (gateway/lease/_client.py): display prefix 'brokered' (a brokered credential's key) or
+-- 'inferplaned' (a key made at inferplaned's admin surface), which no key made here has
+-- (a created key's prefix is the first characters of its secret, ``sk-inf-…``).
+SELECT id, team_id, key_hash, user, revoked_at FROM keys
+ WHERE display_prefix IN ('brokered', 'inferplaned')
 
 -- name: insert_brokered_key
--- No secret of a brokered key exists: only the hash its credentials carry.
+-- Only the hash: no secret of a brokered key exists, and a key made at inferplaned keeps
+-- its secret with whoever made it.
 INSERT INTO keys (id, team_id, key_hash, display_prefix, name, user, revision, created_at)
-VALUES (:id, :team_id, :key_hash, 'brokered', 'brokered credential', :user, 1, :created_at)
+VALUES (:id, :team_id, :key_hash, :display_prefix, :name, :user, 1, :created_at)
 ON CONFLICT DO NOTHING
+
+-- name: rehash_brokered_key
+-- A key made at inferplaned whose secret was rotated there: the new hash, now.
+UPDATE keys SET key_hash = :key_hash, revision = revision + 1
+ WHERE id = :id AND revoked_at IS NULL

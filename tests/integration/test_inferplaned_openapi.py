@@ -28,7 +28,8 @@ ROUTES = {"/v1alpha1/policies/{name}": {"get", "put", "delete"},
           "/readyz": {"get"}, "/v1alpha1/token": {"post"}, "/v1alpha1/jwks.json": {"get"},
           "/v1alpha1/users/{name}/revoke": {"post"},
           "/v1alpha1/users/{name}/reinstate": {"post"},
-          "/v1alpha1/credentials": {"post"}, "/v1alpha1/usage": {"post"}}
+          "/v1alpha1/credentials": {"post"}, "/v1alpha1/usage": {"post"},
+          "/v1alpha1/teams/{team}/keys": {"post"}, "/v1alpha1/keys/{key_id}/revoke": {"post"}}
 OPEN = ("/healthz", "/readyz", "/v1alpha1/token", "/v1alpha1/jwks.json")
 
 
