@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.e2e._controlplane import shared_gateway_config
-from tests.e2e._lease import ADMIN_TOKEN, ENV, MODEL, WRITER_TOKEN, LeaseStack, wait_until
+from tests.e2e._lease import ADMIN_TOKEN, MODEL, WRITER_TOKEN, LeaseStack, wait_until
 from tests.e2e._procs import run_cli
 
 pytestmark = pytest.mark.e2e
