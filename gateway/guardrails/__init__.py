@@ -20,6 +20,7 @@ from gateway.guardrails._guard import (
 from gateway.guardrails._rules import vet
 from gateway.guardrails._settings import (
     DEFAULT_ACTIONS,
+    GuardrailPresidio,
     GuardrailProfile,
     GuardrailRule,
     GuardrailSettings,
@@ -34,9 +35,12 @@ async def guard_request(settings: GuardrailSettings, team_id: str, profiles: tup
                         registry: CollectorRegistry | None
                         ) -> tuple[dict[str, Any], bytes, Guard | None]:
     """The screen step: the built-in detectors and tenant rules (:func:`screen`), then
-    the webhook checker when one is configured. Raises to refuse (nothing admitted)."""
+    Presidio and the webhook checker when configured. Raises to refuse (nothing admitted)."""
     doc, body, guard = screen(settings, profiles, doc, body, request_id=request_id,
                               registry=registry)
+    if guard is not None and settings.presidio is not None:
+        from gateway.guardrails._presidio import screen_presidio  # the optional extra
+        doc, body = await screen_presidio(settings.presidio, guard, doc, body)
     if guard is not None and settings.webhook is not None:
         await check(settings.webhook, guard, doc, endpoint=endpoint, team_id=team_id)
     return doc, body, guard
@@ -61,7 +65,8 @@ def stream_filter(guard: Guard | None, endpoint: str) -> StreamGuard | None:
 
 __all__ = [
     "DEFAULT_ACTIONS", "DETECTORS", "NAMES", "Detector", "Finding", "Guard",
-    "GuardrailBlocked", "GuardrailProfile", "GuardrailRule", "GuardrailSettings",
+    "GuardrailBlocked", "GuardrailPresidio", "GuardrailProfile", "GuardrailRule",
+    "GuardrailSettings",
     "GuardrailUnavailable", "GuardrailWebhook", "Policy", "StreamGuard", "check_profiles",
     "guard_request", "metrics_for", "policy_for", "scan", "screen", "stream_filter", "vet",
     "walk",

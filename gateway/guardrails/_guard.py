@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gateway.errors import BadRequest
 from gateway.guardrails._detect import BY_NAME, DETECTORS, Detector, Finding, scan
@@ -77,6 +77,9 @@ def _compile(settings: GuardrailSettings, profiles: tuple[str, ...]) -> Policy:
         actions.update(profile.actions)
         rules += profile.rules
     dets = [d for d in DETECTORS if actions.get(d.name, "off") != "off"]
+    if settings.presidio is not None:  # its findings act through these (_presidio.py)
+        p = settings.presidio
+        actions.update({detector_name(e): p.actions.get(e, p.action) for e in p.entities})
     for rule in rules:
         if rule.action != "off":
             actions[rule.name] = rule.action
@@ -107,6 +110,10 @@ class GuardMetrics:
         self.webhook = Counter("mayu_guardrails_webhook", "Webhook checker verdicts "
                                "(allow, block, failed_open, failed_closed).", ["outcome"],
                                registry=registry)
+        self.presidio = Histogram("mayu_guardrails_presidio_seconds", "Presidio analysis "
+                                  "time per request (outcome: ok, failed_open, "
+                                  "failed_closed).", ["outcome"], registry=registry,
+                                  buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
 
 
 _METRICS: dict[int, tuple[CollectorRegistry, GuardMetrics]] = {}
@@ -187,6 +194,11 @@ class Guard:
     def request_text(self, text: str, path: str) -> str:
         """A request's text with its findings acted on (raises GuardrailBlocked)."""
         return self._apply(text, path, "request", self._findings(text, "request"))
+
+    def act(self, text: str, path: str, found: list[Finding]) -> str:
+        """A request's text with a plug-in's findings (non-overlapping, in text order)
+        acted on like the built-ins' (raises GuardrailBlocked)."""
+        return self._apply(text, path, "request", found)
 
     def _findings(self, text: str, direction: str) -> list[Finding]:
         if self.metrics is not None:
@@ -272,6 +284,11 @@ class Guard:
             return data
         new = walk(doc, self.answer_text)
         return data if new is doc else msgspec.json.encode(new)
+
+
+def detector_name(entity: str) -> str:
+    """A Presidio entity type's detector name: ``CREDIT_CARD`` → ``presidio_credit_card``."""
+    return f"presidio_{entity.lower()}"
 
 
 def _label(detector: str) -> str:

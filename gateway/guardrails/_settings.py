@@ -38,6 +38,33 @@ class GuardrailWebhook(_Base, frozen=True):
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=30)] = 2.0
 
 
+class GuardrailPresidio(_Base, frozen=True):
+    """The Presidio plug-in (``gateway/guardrails/_presidio.py``; the ``presidio`` extra)."""
+
+    model: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")]
+    """An installed spaCy pipeline package (``en_core_web_sm``...), or ``blank``: no NER
+    model, Presidio's pattern recognizers only (cards, IBANs, emails, phones, ...)."""
+    failure: Literal["open", "closed"]
+    """What an analysis that fails or outlasts ``timeout_s`` means (no default)."""
+    language: Annotated[str, msgspec.Meta(pattern=r"^[a-z]{2,3}$")] = "en"
+    entities: tuple[Annotated[str, msgspec.Meta(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")], ...] = (
+        "CREDIT_CARD", "IBAN_CODE", "EMAIL_ADDRESS", "PHONE_NUMBER", "IP_ADDRESS",
+        "CRYPTO", "US_SSN", "PERSON", "LOCATION")
+    """The Presidio entity types looked for (each is the detector ``presidio_<entity>``)."""
+    score_threshold: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    action: Action = "mask"
+    actions: dict[str, Action] = {}
+    """Per entity, over ``action``."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=30)] = 2.0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.actions) - set(self.entities))
+        if unknown:
+            raise ValueError(f"actions names {unknown[0]!r}, which is not in entities")
+        from gateway.guardrails._presidio import check_installed  # imports nothing heavy
+        check_installed(self.model)
+
+
 class GuardrailRule(_Base, frozen=True):
     """A tenant's own pattern: found like a built-in detector, masked as ``[NAME]``."""
 
@@ -75,3 +102,5 @@ class GuardrailSettings(GuardrailProfile, frozen=True):
     profiles: dict[str, GuardrailProfile] = {}
     webhook: GuardrailWebhook | None = None
     """Ask the operator's checker too, after the built-in detectors (guarded teams)."""
+    presidio: GuardrailPresidio | None = None
+    """Microsoft Presidio too, after the built-in detectors (guarded teams' requests)."""
