@@ -44,6 +44,9 @@ HTTP API (Authorization: Bearer <token>; writers publish and read, readers only 
                                      (no bearer; with identity configured)
   GET    /v1alpha1/jwks.json         the credentials' public keys (no bearer)
   POST   /v1alpha1/users/{name}/revoke, /reinstate   a person's credentials (writers)
+  POST   /v1alpha1/teams/{team}/keys a key of a team (writers; its secret answered once),
+                                     held by every lease plane of the team
+  POST   /v1alpha1/keys/{id}/revoke  revoke it (every lease plane, next heartbeat)
   POST   /v1alpha1/credentials       a short-lived cloud session (STS) for a team the
                                      plane's data plane token serves (lease profile)
 """

@@ -132,3 +132,31 @@ async def test_a_heartbeat_carries_the_teams_keys_and_a_plane_holds_then_revokes
     finally:
         await plane.close()
     assert limited_record.id not in {k.id for k in after.keys}
+
+
+async def test_a_key_rotated_in_postgres_takes_its_new_hash_on_the_plane(
+        client: AsyncTestClient[Any], tmp_path: Path) -> None:
+    """The next answer carries the new hash; the plane replaces the one it held (the old
+    secret is refused there at once), the key keeps its id."""
+    made = (await client.post("/v1alpha1/teams/eng/keys", headers=bearer(WRITER),
+                              json={"name": "rotated"})).json()
+    plane = SqliteKeyStore(str(tmp_path / "mayu.db"))
+    await plane.open()
+    try:
+        await plane.create_team(name="eng", limits=TeamLimits())
+        first = await _people(client, ["eng"])
+        assert first is not None
+        keys = [(k.id, k.team, k.user, k.key_hash, k.brokered, k.name) for k in first.keys]
+        assert await plane.sync_brokered(keys, [], complete=True) == (1, 0)
+        rotation = await PostgresKeyStore(client.app.state.pool).rotate_key(
+            made["id"], grace_s=0)
+        second = await _people(client, ["eng"], first.fingerprint)
+        assert second is not None and [k.key_hash for k in second.keys] == [
+            hash_key(rotation.secret)]
+        keys = [(k.id, k.team, k.user, k.key_hash, k.brokered, k.name) for k in second.keys]
+        assert await plane.sync_brokered(keys, [], complete=True) == (0, 0)
+        assert await plane.resolve(hash_key(made["key"])) is None
+        principal = await plane.resolve(hash_key(rotation.secret))
+        assert principal is not None and principal.key_id == made["id"]
+    finally:
+        await plane.close()
