@@ -21,6 +21,15 @@ connections at once; until a primary answers, every call fails within ``pool_tim
 (+ ``statement_timeout_s``) into a 503 with ``Retry-After``. :func:`maybe_committed` says
 whether a failed call may still have committed (its answer lost with the connection):
 the governance store then resolves it by its request or permit id.
+
+A commit is confirmed only once the synchronous standby has it: a statement cancelled
+while its commit waits for the standby (the statement timeout, a client's cancel) is
+answered as a success by PostgreSQL, with a WARNING that it "has already committed
+locally, but might not have been replicated to the standby". The pool's sessions watch
+for that warning, and a call that drew it fails as :class:`UnconfirmedCommit` (a 503,
+maybe committed): a settlement stays in the journal until a replay is confirmed, an
+admission's permit is refunded, instead of being taken as stored when a failover could
+still lose it.
 """
 
 from __future__ import annotations
@@ -64,22 +73,57 @@ def open_pool(db: DatabaseSettings, *, name: str = "inferplane",
 
 
 def _session_setup(timeout_s: float) -> Callable[[psycopg.AsyncConnection[Any]],
-                                                  Awaitable[None]] | None:
-    """What the pool runs once on each new connection: set the session's statement
-    timeout (none for 0, leaving the role's or the DSN's own, if any).
+                                                  Awaitable[None]]:
+    """What the pool runs once on each new connection: watch its notices for an
+    unconfirmed commit (:class:`UnconfirmedCommit`), set the session's statement timeout
+    (none for 0, leaving the role's or the DSN's own, if any).
 
     Set on the session rather than as ``options=-c statement_timeout`` in the DSN, so the
     operator's own DSN ``options`` (and ``PGOPTIONS``) stay as written, and the
     migrations, which connect with the DSN alone, never get it."""
-    if timeout_s <= 0:
-        return None
     # Postgres counts whole milliseconds: round up, so a positive value never means 0.
-    value = f"{math.ceil(timeout_s * 1000)}ms"
+    value = f"{math.ceil(timeout_s * 1000)}ms" if timeout_s > 0 else None
 
     async def setup(conn: psycopg.AsyncConnection[Any]) -> None:
-        await conn.execute("SELECT set_config('statement_timeout', %s, false)", (value,))
+        _watch_commits(conn)
+        if value is not None:
+            await conn.execute("SELECT set_config('statement_timeout', %s, false)",
+                               (value,))
 
     return setup
+
+
+class UnconfirmedCommit(psycopg.OperationalError):
+    """the primary committed but stopped waiting for its synchronous standby (the
+    statement was cancelled): a failover may still lose it"""
+
+
+_UNCONFIRMED = "canceling wait for synchronous replication"
+"""How PostgreSQL's WARNING starts when a statement stopped waiting for its synchronous
+standby after committing locally (syncrep.c; an English ``lc_messages`` is assumed)."""
+_FLAG = "_mayu_unconfirmed"
+
+
+def _watch_commits(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Note on ``conn`` (checked by :func:`_confirmed`) each unconfirmed-commit WARNING."""
+    flag = [False]  # the handler holds the flag, not the connection (no cycle)
+
+    def notice(diag: psycopg.errors.Diagnostic) -> None:
+        if (diag.severity_nonlocalized == "WARNING"
+                and (diag.message_primary or "").startswith(_UNCONFIRMED)):
+            flag[0] = True
+
+    conn.add_notice_handler(notice)
+    setattr(conn, _FLAG, flag)
+
+
+def _confirmed(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Raise UnconfirmedCommit if a statement on ``conn`` drew the warning since the
+    last check (and clear it)."""
+    flag: list[bool] | None = getattr(conn, _FLAG, None)
+    if flag is not None and flag[0]:
+        flag[0] = False
+        raise UnconfirmedCommit(UnconfirmedCommit.__doc__ or "")
 
 
 async def open_pool_now(db: DatabaseSettings, *, name: str, what: str) -> Pool:
@@ -112,6 +156,8 @@ async def wrap_exceptions(what: str = "governance database") -> AsyncIterator[No
     except psycopg.errors.QueryCanceled as exc:
         raise GovernanceUnavailable(f"{what}: no answer within the statement timeout "
                                     f"({exc})") from exc
+    except UnconfirmedCommit as exc:
+        raise GovernanceUnavailable(f"{what}: {exc}") from exc
     except psycopg.errors.ReadOnlySqlTransaction as exc:
         raise GovernanceUnavailable(
             f"{what}: the database is read-only (a standby, not the primary); nothing is "
@@ -171,7 +217,8 @@ async def connection(pool: Pool, what: str = "governance database"
                 except psycopg.errors.ReadOnlySqlTransaction:
                     await conn.close()  # a standby's session: the pool replaces it
                     raise
-        except psycopg.errors.QueryCanceled:
+                _confirmed(conn)
+        except (psycopg.errors.QueryCanceled, UnconfirmedCommit):
             raise  # a statement out of time: the connection itself is fine
         except _LOST:
             _check_pool_soon(pool)
@@ -225,7 +272,8 @@ class HeldConnections:
             try:
                 yield conn
                 clean = True
-            except psycopg.errors.QueryCanceled:
+                _confirmed(conn)
+            except (psycopg.errors.QueryCanceled, UnconfirmedCommit):
                 clean = True
                 raise
             except _LOST as exc:
@@ -325,6 +373,6 @@ async def fetch_all(conn: psycopg.AsyncConnection[Any], query: str,
         return await cur.fetchall()
 
 
-__all__ = ["HeldConnections", "Pool", "connection", "durability_check",
+__all__ = ["HeldConnections", "Pool", "UnconfirmedCommit", "connection", "durability_check",
            "durability_problems", "fetch_all", "fetch_one", "maybe_committed", "open_pool",
            "wrap_exceptions"]
