@@ -40,6 +40,7 @@ from gateway.governance import (
     SettleResult,
     utc_windows,
 )
+from gateway.guardrails import warm_presidio
 from gateway.ingress import (
     ROUTES,
     Gateway,
@@ -459,6 +460,8 @@ def create_app(settings: Settings, *, components: Components | None = None,
                                          alerts, orphans, keys=resolver)
         _start_retention(settings, comps.governance, stack, worker)
         app.state.agent_usage = await _open_agent_usage(settings, comps, stack, worker)
+        if settings.guardrails.presidio is not None:  # spaCy loads here, not on a request
+            await warm_presidio(settings.guardrails.presidio)
         telemetry = _start_telemetry(settings, metrics, stack)
         return Gateway(settings=settings, key_store=comps.key_store,
                        governance=comps.governance, policy=comps.policy,

@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from gateway.errors import BadRequest
+from gateway.errors import BadRequest, ConfigError
 from gateway.guardrails._detect import DETECTORS, NAMES, Detector, Finding, scan
 from gateway.guardrails._guard import (
     Guard,
@@ -46,6 +46,17 @@ async def guard_request(settings: GuardrailSettings, team_id: str, profiles: tup
     return doc, body, guard
 
 
+async def warm_presidio(conf: GuardrailPresidio) -> None:
+    """Load Presidio and its spaCy pipeline at startup (seconds, once), not on the first
+    request; a model that does not load is a ConfigError naming ``guardrails.presidio``."""
+    from gateway.guardrails._presidio import warm  # the optional extra
+    try:
+        await warm(conf)
+    except Exception as exc:  # noqa: BLE001 — whatever spaCy raises, startup names the key
+        raise ConfigError(f"guardrails.presidio: cannot load the model {conf.model!r} "
+                          f"({type(exc).__name__}: {exc})") from exc
+
+
 def check_profiles(settings: GuardrailSettings, names: Sequence[str]) -> None:
     """Refuse to give a team a profile this gateway's config does not define
     (``guardrails.profiles``): a 400 naming the first unknown one and the known ones."""
@@ -69,5 +80,5 @@ __all__ = [
     "GuardrailSettings",
     "GuardrailUnavailable", "GuardrailWebhook", "Policy", "StreamGuard", "check_profiles",
     "guard_request", "metrics_for", "policy_for", "scan", "screen", "stream_filter", "vet",
-    "walk",
+    "walk", "warm_presidio",
 ]

@@ -29,6 +29,7 @@ from gateway.guardrails import (
     _presidio,
     guard_request,
     scan,
+    warm_presidio,
 )
 
 CARD = "4111 1111 1111 1111"  # Luhn-valid (Visa's test number)
@@ -232,3 +233,13 @@ def test_cost_per_kb_against_the_builtins(capsys: pytest.CaptureFixture[str]) ->
     with capsys.disabled():
         print(f"\npresidio (model: blank): {presidio_ms:.2f} ms/KB; built-in detectors: "
               f"{builtin_ms:.3f} ms/KB; on {kb:.1f} KB")
+
+
+async def test_a_model_that_does_not_load_fails_startup_naming_the_key() -> None:
+    """A ``model`` that is installed but is no spaCy pipeline passes the config check
+    and fails the startup load (``warm_presidio``) as a ConfigError naming the key."""
+    settings = _settings(model="msgspec")  # importable, so found; not a spaCy package
+    assert settings.presidio is not None
+    with pytest.raises(ConfigError, match=r"^guardrails\.presidio: cannot load the model "
+                                          r"'msgspec'"):
+        await warm_presidio(settings.presidio)
