@@ -29,6 +29,7 @@ from gateway.guardrails import (
     _presidio,
     guard_request,
     scan,
+    stream_filter,
     warm_presidio,
 )
 
@@ -126,6 +127,23 @@ async def test_pseudonymized_value_is_restored_in_the_answer() -> None:
         "role": "assistant", "content": "Receipt goes to [PRESIDIO_EMAIL_ADDRESS_3]."}}]})
     restored = msgspec.json.decode(guard.answer_json(answer))
     assert restored["choices"][0]["message"]["content"] == f"Receipt goes to {EMAIL}."
+
+
+async def test_pseudonym_split_across_stream_chunks_is_restored() -> None:
+    """A streamed answer whose Presidio placeholder is cut across three chunks reaches
+    the client with the original value, never the placeholder."""
+    _, _, guard = await _guard(_settings(action="pseudonymize"), _doc(_planted_text()))
+    pieces = ["Receipt to [PRESIDIO_EMA", "IL_ADDRE", "SS_3] today."]
+    sg = stream_filter(guard, "chat")
+    assert sg is not None
+    out = b""
+    for piece in pieces:
+        delta = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+        out += sg.feed(b"data: " + msgspec.json.encode(delta) + b"\n\n")
+    out += sg.finish(b"data: [DONE]\n\n")
+    text = "".join(msgspec.json.decode(line[6:])["choices"][0]["delta"].get("content", "")
+                   for line in out.split(b"\n") if line.startswith(b"data: {"))
+    assert text == f"Receipt to {EMAIL} today."
 
 
 async def test_monitor_logs_the_entity_and_offsets_only(
