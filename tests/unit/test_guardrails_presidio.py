@@ -261,3 +261,20 @@ async def test_a_model_that_does_not_load_fails_startup_naming_the_key() -> None
     with pytest.raises(ConfigError, match=r"^guardrails\.presidio: cannot load the model "
                                           r"'msgspec'"):
         await warm_presidio(settings.presidio)
+
+
+async def test_docs_presidio_block_loads_and_acts(tmp_path: Path) -> None:
+    """docs/guardrails.md's Presidio config block loads as written: a card is blocked
+    (``actions: {CREDIT_CARD: block}``), an email masked (``action: mask``)."""
+    from gateway.config import load_settings
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guardrails.md").read_text()
+    block = page.split("## Presidio", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "mayu.yaml"
+    path.write_text(block)
+    settings = load_settings(path).guardrails
+    assert settings.presidio is not None and settings.presidio.model == "blank"
+    settings = msgspec.structs.replace(settings, actions=BUILTINS_OFF)
+    with pytest.raises(GuardrailBlocked, match="presidio_credit_card"):
+        await _guard(settings, _doc(_planted_text()))
+    doc, _, _ = await _guard(settings, _doc(f"write to {EMAIL}"))
+    assert doc["messages"][1]["content"][0]["text"] == "write to [PRESIDIO_EMAIL_ADDRESS]"
