@@ -278,3 +278,45 @@ async def test_docs_presidio_block_loads_and_acts(tmp_path: Path) -> None:
         await _guard(settings, _doc(_planted_text()))
     doc, _, _ = await _guard(settings, _doc(f"write to {EMAIL}"))
     assert doc["messages"][1]["content"][0]["text"] == "write to [PRESIDIO_EMAIL_ADDRESS]"
+
+
+def _pipeline_package(root: Path, name: str) -> None:
+    """An installed spaCy pipeline package named ``name`` under ``root`` (a dist-info,
+    so ``spacy.load`` finds it as pip would have put it): a blank English pipeline with
+    an entity ruler that tags one person and one city, standing in for a NER model."""
+    import spacy
+    nlp = spacy.blank("en")
+    ruler = nlp.add_pipe("entity_ruler")
+    ruler.add_patterns([{"label": "PERSON", "pattern": "Alice Martin"},
+                        {"label": "GPE", "pattern": "Lyon"}])
+    pkg = root / name
+    pkg.mkdir()
+    nlp.to_disk(pkg / f"{name}-0.0.0")
+    (pkg / "meta.json").write_text(msgspec.json.encode(
+        {"lang": "en", "name": name.removeprefix("en_"), "version": "0.0.0"}).decode())
+    (pkg / "__init__.py").write_text(
+        "from spacy.util import load_model_from_init_py\n\n\n"
+        "def load(**overrides):\n    return load_model_from_init_py(__file__, **overrides)\n")
+    info = root / f"{name}-0.0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
+
+
+async def test_an_installed_pipeline_package_finds_person_and_location(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``model: <package>`` loads an installed spaCy pipeline (here one whose entity
+    ruler stands in for a NER model): PERSON pseudonymized and LOCATION masked, which
+    ``model: blank`` never finds."""
+    _pipeline_package(tmp_path, "en_inferplane_ruler")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = "Alice Martin flies to Lyon on Monday."
+    actions = {"PERSON": "pseudonymize", "LOCATION": "mask"}
+    blank, _, _ = await _guard(_settings(actions=actions), _doc(text))
+    assert blank["messages"][1]["content"][0]["text"] == text
+    settings = _settings(model="en_inferplane_ruler", actions=actions)
+    assert settings.presidio is not None
+    await warm_presidio(settings.presidio)
+    doc, _, guard = await _guard(settings, _doc(text))
+    sent = doc["messages"][1]["content"][0]["text"]
+    assert sent == "[PRESIDIO_PERSON_1] flies to [PRESIDIO_LOCATION] on Monday."
+    assert guard.restore(sent) == "Alice Martin flies to [PRESIDIO_LOCATION] on Monday."
