@@ -12,10 +12,9 @@ and printed.
 To make the target calls certainly in flight at the kill, the primary's WAL senders are
 stopped (SIGSTOP) just before it: every commit then waits for its synchronous standby
 (``wait_event`` ``SyncRep``: written on the primary, not acknowledged), the exact moment
-whose answer a crash loses. The stall lasts well under the gateways'
-``statement_timeout`` (5 s): a statement cancelled in a ``SyncRep`` wait is acknowledged
-as committed although no standby has it (PostgreSQL's documented behaviour), which is
-not what these tests aim at.
+whose answer a crash loses, and the other calls of the team wait behind it for its row
+locks. The ``statement_timeout`` does not end that wait (PostgreSQL disarms it before
+the commit); the stall lasts until the kill, a few seconds at most.
 
 - during admissions: a burst of requests sent once the stall began; every admission call
   is stuck in its commit when the primary dies. None of those requests may reach the
@@ -75,9 +74,9 @@ LIMIT = 200_000
 """The team's hard µUSD day budget here: the background load's slow streams and a burst
 of BURST slow streams bound ~8,000 µUSD each, more than fits: the limit binds."""
 BURST = 24
-STALL_DEADLINE_S = 3.0
+STALL_DEADLINE_S = 8.0
 """How long a stalled primary is watched for the target calls before the test fails
-(nothing killed then): under the gateways' statement timeout (5 s)."""
+(nothing killed then; a hang guard: they showed up within 2.2 s on a loaded machine)."""
 ADMIT = "inferplane_admit"
 """The admission functions' calls (``inferplane_admit_one_v2``, ``inferplane_admit_v2``)."""
 SETTLE = "inferplane_settle"
