@@ -15,7 +15,7 @@ key's id, team and the token's name.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, post
@@ -31,8 +31,10 @@ log = logging.getLogger("inferplaned.keys")
 class NewKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The body of ``POST /v1alpha1/teams/{team}/keys`` (every field optional)."""
 
-    name: str = ""
+    name: Annotated[str, msgspec.Meta(max_length=200, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")] = ""
+    """The key's label (what ``mayu keys create --name`` takes: printable, ≤ 200)."""
     user: str | None = None
+    """The key's user (their member budget on each plane binds it)."""
 
 
 def _writer(request: Request[Any, Any, Any]) -> str:

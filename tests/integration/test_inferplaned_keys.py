@@ -68,6 +68,9 @@ async def test_a_key_is_made_for_a_writer_only_and_its_secret_answered_once(
     limits = await client.post("/v1alpha1/teams/eng/keys", headers=bearer(WRITER),
                                json={"rpm": 5})
     assert limits.status_code == 400 and "name and user only" in limits.text
+    long = await client.post("/v1alpha1/teams/eng/keys", headers=bearer(WRITER),
+                             json={"name": "x" * 201})
+    assert long.status_code == 400 and "name" in long.text, long.text
     missing = await client.post("/v1alpha1/teams/nope/keys", headers=bearer(WRITER),
                                 json={})
     assert missing.status_code == 404 and "nope" in missing.text
