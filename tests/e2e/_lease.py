@@ -318,11 +318,13 @@ def race(targets: list[tuple[str, str]], *, workers: int, max_tokens: int = 50,
 
 def start_drop_proxy(workdir: Path, target_port: int) -> tuple[subprocess.Popen[bytes], int,
                                                                 Path]:
-    """A :mod:`tests.e2e._dropproxy` in front of ``target_port``: (process, port, flag)."""
+    """A :mod:`tests.e2e._tcpproxy` losing an answer on request (``--drop-flag``) in front
+    of ``target_port``: (process, port, flag)."""
     port, flag = free_port(), workdir / "drop-next-answer"
     popen = subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e._dropproxy", str(port), str(target_port),
-         str(flag)], stdout=subprocess.PIPE, cwd=str(ROOT), env=_env())
+        [sys.executable, "-m", "tests.e2e._tcpproxy", str(port), "127.0.0.1",
+         str(target_port), "--drop-flag", str(flag)],
+        stdout=subprocess.PIPE, cwd=str(ROOT), env=_env())
     assert popen.stdout is not None and popen.stdout.readline().strip() == b"ready"
     return popen, port, flag
 

@@ -39,8 +39,9 @@ def traced_bedrock(tmp_path_factory: pytest.TempPathFactory
     workdir = tmp_path_factory.mktemp("otel-bedrock")
     peer, sts_url = start_peer(workdir)
     tap_port, tap_file = free_port(), workdir / "peer-bytes.txt"
-    tap = subprocess.Popen([sys.executable, "-m", "tests.e2e._headertap", str(tap_port),
-                            str(peer.port), str(tap_file)], env=_env(), cwd=str(ROOT))
+    tap = subprocess.Popen([sys.executable, "-m", "tests.e2e._tcpproxy", str(tap_port),
+                            "127.0.0.1", str(peer.port), "--tap", str(tap_file)],
+                           env=_env(), cwd=str(ROOT), stdout=subprocess.DEVNULL)
     try:
         with otlp_receiver(workdir) as receiver:
             tapped = Proc(popen=peer.popen, port=tap_port, log_path=peer.log_path)

@@ -87,8 +87,9 @@ def _serve(workdir: Path, upstream: Proc, telemetry: dict[str, Any] | None,
     """A gateway in front of ``upstream`` through a header tap, with ``telemetry`` (and
     ``extra`` top-level settings)."""
     tap_port, tap_file = free_port(), workdir / "upstream-bytes.txt"
-    tap = subprocess.Popen([sys.executable, "-m", "tests.e2e._headertap", str(tap_port),
-                            str(upstream.port), str(tap_file)], env=_env(), cwd=str(ROOT))
+    tap = subprocess.Popen([sys.executable, "-m", "tests.e2e._tcpproxy", str(tap_port),
+                            "127.0.0.1", str(upstream.port), "--tap", str(tap_file)],
+                           env=_env(), cwd=str(ROOT), stdout=subprocess.DEVNULL)
     config = workdir / "mayu.yaml"
     config.write_text(yaml.safe_dump({
         "data_dir": str(workdir / "data"), "demo": False,

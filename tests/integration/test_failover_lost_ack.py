@@ -1,6 +1,6 @@
 """A COMMIT whose acknowledgement is lost, and a read-only member, on a real Postgres.
 
-A TCP proxy between the store and Postgres (``tests/e2e/_dropproxy.py``) drops the
+A TCP proxy between the store and Postgres (``tests/e2e/_tcpproxy.py --drop-flag``) drops the
 server's answer to the next statement and closes the connection: the statement (one
 autocommit call: its COMMIT) was processed, its acknowledgement never arrives — what a
 failover does to the calls in flight (PostgreSQL docs: a commit whose acknowledgement was
@@ -63,9 +63,9 @@ def proxy_port(pg_dsn: str, tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """The dropping proxy in front of the test database's server: (port, flag file)."""
     target = int(conninfo_to_dict(pg_dsn).get("port") or 5432)
     port, flag = free_port(), tmp_path / "drop"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.e2e._dropproxy", str(port),
-                             str(target), str(flag)], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.e2e._tcpproxy", str(port),
+                             "127.0.0.1", str(target), "--drop-flag", str(flag)],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     try:
         yield port, flag
