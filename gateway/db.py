@@ -30,6 +30,14 @@ for that warning, and a call that drew it fails as :class:`UnconfirmedCommit` (a
 maybe committed): a settlement stays in the journal until a replay is confirmed, an
 admission's permit is refunded, instead of being taken as stored when a failover could
 still lose it.
+
+PostgreSQL disarms ``statement_timeout`` before a commit, so a synchronous standby that
+stalls without disconnecting would hold a commit's wait, and the request behind it,
+past every configured timeout. :func:`fetch_one` and :func:`fetch_all` therefore bound
+each call on the client too: ``statement_timeout_s`` + :data:`DEADLINE_MARGIN_S`, then
+psycopg cancels the statement (at most 10 s more: its cancel and wait are bounded, then
+it closes the connection) and the call fails as :class:`UnconfirmedCommit` — maybe
+committed, since the cancel may have met a commit already written on the primary.
 """
 
 from __future__ import annotations
@@ -87,6 +95,7 @@ def _session_setup(timeout_s: float) -> Callable[[psycopg.AsyncConnection[Any]],
     async def setup(conn: psycopg.AsyncConnection[Any]) -> None:
         _watch_commits(conn)
         if value is not None:
+            setattr(conn, _DEADLINE, timeout_s + DEADLINE_MARGIN_S)
             await conn.execute("SELECT set_config('statement_timeout', %s, false)",
                                (value,))
 
@@ -97,6 +106,12 @@ class UnconfirmedCommit(psycopg.OperationalError):
     """the primary committed but stopped waiting for its synchronous standby (the
     statement was cancelled): a failover may still lose it"""
 
+
+DEADLINE_MARGIN_S = 1.0
+"""A pooled call's client-side deadline past ``statement_timeout_s``: the server's own
+timeout answers first for a statement that is still running; only a wait it does not
+cover (a commit waiting for its synchronous standby) reaches this one."""
+_DEADLINE = "_mayu_deadline_s"
 
 _UNCONFIRMED = "canceling wait for synchronous replication"
 """How PostgreSQL's WARNING starts when a statement stopped waiting for its synchronous
@@ -354,11 +369,33 @@ async def durability_check(pool: Pool) -> list[str]:
     return problems
 
 
+async def _execute(conn: psycopg.AsyncConnection[Any], cur: psycopg.AsyncCursor[Any],
+                   query: str, params: Mapping[str, Any] | None,
+                   prepare: bool | None = None) -> None:
+    """``cur.execute`` within the pool session's client-side deadline, if it has one
+    (module docstring); past it, :class:`UnconfirmedCommit`."""
+    deadline: float | None = getattr(conn, _DEADLINE, None)
+    if deadline is None:
+        await cur.execute(query, params, prepare=prepare)
+        return
+    try:
+        async with asyncio.timeout(deadline):
+            await cur.execute(query, params, prepare=prepare)
+    except TimeoutError as exc:
+        flag: list[bool] | None = getattr(conn, _FLAG, None)
+        if flag is not None:
+            flag[0] = False  # this failure says it; the next call must not say it again
+        raise UnconfirmedCommit(
+            f"no answer within {deadline:g} s (statement timeout + "
+            f"{DEADLINE_MARGIN_S:g} s): the call was cancelled and may have committed "
+            "(a commit waiting for a stalled synchronous standby)") from exc
+
+
 async def fetch_one(conn: psycopg.AsyncConnection[Any], query: str,
                     params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """First row of ``query`` as a dict, whatever the connection's own row factory."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
+        await _execute(conn, cur, query, params)
         return await cur.fetchone()
 
 
@@ -369,10 +406,10 @@ async def fetch_all(conn: psycopg.AsyncConnection[Any], query: str,
     ``prepare=False``: planned for its parameters at every call, never a cached generic
     plan (a read whose best plan depends on which optional filters are set)."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params, prepare=prepare)
+        await _execute(conn, cur, query, params, prepare)
         return await cur.fetchall()
 
 
-__all__ = ["HeldConnections", "Pool", "UnconfirmedCommit", "connection", "durability_check",
-           "durability_problems", "fetch_all", "fetch_one", "maybe_committed", "open_pool",
-           "wrap_exceptions"]
+__all__ = ["DEADLINE_MARGIN_S", "HeldConnections", "Pool", "UnconfirmedCommit", "connection",
+           "durability_check", "durability_problems", "fetch_all", "fetch_one",
+           "maybe_committed", "open_pool", "wrap_exceptions"]

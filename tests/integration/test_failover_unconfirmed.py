@@ -31,7 +31,16 @@ import psycopg
 import pytest
 
 from gateway.config import DatabaseSettings
-from gateway.db import HeldConnections, Pool, connection, maybe_committed, open_pool
+from gateway.db import (
+    DEADLINE_MARGIN_S,
+    HeldConnections,
+    Pool,
+    connection,
+    fetch_all,
+    fetch_one,
+    maybe_committed,
+    open_pool,
+)
 from gateway.errors import GovernanceUnavailable
 from tests._ha import pg_bindir
 from tests.e2e._procs import free_port
@@ -152,3 +161,39 @@ async def test_a_held_connection_reports_it_too_then_serves_again(
             assert await cur.fetchone() == {"count": 1}
     finally:
         await held.close()
+
+
+async def test_a_stalled_standby_holds_no_call_past_its_client_side_deadline(
+        unconfirming_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL disarms ``statement_timeout`` before a commit, so with a synchronous
+    standby that never answers nothing on the server ends a commit's wait. The pool's
+    calls (``fetch_one`` / ``fetch_all``, every store call) bound it themselves:
+    statement timeout + ``DEADLINE_MARGIN_S``, then the statement is cancelled and the
+    call fails as a 503 that may have committed (it did, locally); the connection serves
+    the next call and does not report the warning again."""
+    monkeypatch.setenv("INFERPLANE_DATABASE_URL", unconfirming_dsn)
+    pool = open_pool(DatabaseSettings(pool_min_size=1, pool_max_size=2, pool_timeout_s=5.0,
+                                      statement_timeout_s=0.5))
+    await pool.open(wait=True)
+    try:
+        with contextlib.suppress(GovernanceUnavailable):  # the table's own commit waits too
+            async with connection(pool) as conn:
+                await fetch_one(conn, "CREATE TABLE stalled (x int)")
+        held = HeldConnections(pool, keep=1)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(GovernanceUnavailable) as stalled:
+                async with held.connection() as conn:
+                    await fetch_one(conn, "INSERT INTO stalled VALUES (1) RETURNING x")
+            waited = time.monotonic() - t0
+            print(f"a commit waiting for the stalled standby failed after {waited:.2f} s "
+                  f"(statement timeout 0.5 s + margin {DEADLINE_MARGIN_S:g} s)")
+            assert 0.5 + DEADLINE_MARGIN_S - 0.1 <= waited < 8.0, waited
+            assert maybe_committed(stalled.value)
+            assert "may have committed" in str(stalled.value)
+            async with held.connection() as conn:  # a read: no commit wait, no stale flag
+                assert await fetch_all(conn, "SELECT x FROM stalled") == [{"x": 1}]
+        finally:
+            await held.close()
+    finally:
+        await pool.close()
