@@ -151,9 +151,10 @@ class LeaseClient:
         """Fingerprint of the published set last received (not necessarily all applied)."""
         self._people = ""
         """Fingerprint of the brokered keys last held (:class:`People`)."""
-        self._key_asked = False
-        """A credential named a key this plane does not hold: the next heartbeat re-reads
-        the key store's teams (a team created since the last read has its keys sent)."""
+        self._key_asked: float | None = None
+        """When a credential last named a key this plane does not hold: the next heartbeat
+        lists the key store's teams as read after that moment (a team created just before
+        has its keys sent), whatever the read throttle."""
         self._http: httpx.AsyncClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._teams: tuple[float, list[str]] = (float("-inf"), [])
@@ -309,8 +310,8 @@ class LeaseClient:
         self.state.beat_begun()
         releasing = self.state.release(demand)
         figures = await self._file.figures((day, month, *_previous_periods(now)))
-        asked, self._key_asked = self._key_asked, False
-        teams = await self._team_names(fresh=asked)
+        asked, self._key_asked = self._key_asked, None
+        teams = await self._team_names(read_after=asked)
         if any(t is not None and t not in teams for t in map(_team_of, demand)):
             teams = await self._team_names(fresh=True)  # a team created since the read
         known = set(teams)
@@ -367,12 +368,17 @@ class LeaseClient:
                     out[account.text] = r.uid
         return out
 
-    async def _team_names(self, *, fresh: bool = False) -> list[str]:
+    async def _team_names(self, *, fresh: bool = False,
+                          read_after: float | None = None) -> list[str]:
         """The key store's team names (sorted), re-read every ``_TEAMS_TTL_S`` — or, when
-        ``fresh``, at most every ``_TEAMS_FRESH_S``."""
+        ``fresh``, at most every ``_TEAMS_FRESH_S``; always when the last read is older
+        than ``read_after`` (a credential's request asked after it: at most one re-read
+        per early heartbeat, which ``min_interval_s`` spaces)."""
         at, names = self._teams
         age = time.monotonic() - at
-        if self._keys is None or age < (_TEAMS_FRESH_S if fresh else _TEAMS_TTL_S):
+        stale = read_after is not None and at < read_after
+        if self._keys is None or (
+                not stale and age < (_TEAMS_FRESH_S if fresh else _TEAMS_TTL_S)):
             return names
         try:
             names = sorted({t.name for t in await self._keys.list_teams()
@@ -427,7 +433,7 @@ class LeaseClient:
         if self._keys is None or self._task is None \
                 or await self._keys.resolve(key_hash) is not None:
             return
-        self._key_asked = True
+        self._key_asked = time.monotonic()
         await self.state.next_answer(self.state.ask_answer())
 
     def _install(self, saved: SavedPolicy) -> None:

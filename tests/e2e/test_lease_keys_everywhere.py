@@ -168,7 +168,8 @@ def test_a_key_made_at_inferplaned_works_on_all_three_planes_with_spend_under_it
         assert all(s > 0 for s in spent), (name, spent)
         assert _held(stack, name, made["id"]) == [("inferplaned", "ci bot", USER, None)]
         with httpx.Client() as c:
-            assert _chat(url, stack.keys[(name, TEAM)], c) == 200, name
+            status = _chat(url, stack.keys[(name, TEAM)], c)
+            assert status == 200, name
 
 
 def test_revoked_at_inferplaned_it_is_refused_on_all_three_planes_within_one_heartbeat(
@@ -215,7 +216,8 @@ def test_revoked_at_inferplaned_it_is_refused_on_all_three_planes_within_one_hea
         [(_, _, _, at)] = _held(stack, name, made["id"])
         assert at is not None, name
         with httpx.Client() as c:  # the plane's own key is untouched
-            assert _chat(url, stack.keys[(name, TEAM)], c) == 200, name
+            status = _chat(url, stack.keys[(name, TEAM)], c)
+            assert status == 200, name
 
 
 def test_no_key_secret_reaches_a_file_of_any_plane_or_inferplaned(stack: LeaseStack) -> None:

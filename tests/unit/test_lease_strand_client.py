@@ -6,6 +6,7 @@ and routine heartbeats log at DEBUG."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -92,3 +93,21 @@ def test_routine_heartbeats_log_at_debug(caplog: pytest.LogCaptureFixture) -> No
         httpx_log.removeFilter(quiet)
     assert [r.getMessage() for r in caplog.records] == [
         'HTTP Request: POST http://other/x "HTTP/1.1 200 OK"']
+
+
+async def test_a_credential_of_a_team_created_just_after_a_read_gets_it_read_again() -> None:
+    """A credential names a key the plane does not hold (its team was created on the plane
+    a moment ago, within the 1 s re-read throttle of the last read): the heartbeat that
+    request asked for lists the teams as read after the ask, so the team's keys come
+    with its answer (the race tests/e2e/test_identity_lease.py hit when the CLI was fast)."""
+    keys = _Keys("alpha")
+    client = _client(keys)
+    client._key_asked = 0.0  # an earlier credential's ask: a fresh read
+    _, teams = await client._accounts()
+    assert teams == ["alpha"] and keys.reads == 1
+    keys.names.append("ml")  # created now, well within _TEAMS_FRESH_S of that read
+    client._key_asked = time.monotonic()  # what await_brokered_key records as it asks
+    _, teams = await client._accounts()
+    assert teams == ["alpha", "ml"] and keys.reads == 2
+    _, teams = await client._accounts()  # no new ask: the throttled list stands
+    assert keys.reads == 2
