@@ -21,6 +21,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gateway.mock._model import anthropic_classes, openai_classes  # noqa: E402
+from gateway.mock._model import Classes, anthropic_classes, openai_classes  # noqa: E402
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd  # noqa: E402
 from tests.e2e._procs import create_key, create_team, start_gateway, start_mock_upstream  # noqa: E402
 from tests.e2e.conftest import _UPSTREAM, PRICE, gateway_config  # noqa: E402
@@ -69,6 +71,25 @@ def _settled_line(audit_dir: Path, permit: str) -> dict[str, Any]:
     raise RuntimeError(f"permit {permit} never settled")
 
 
+Figures = tuple[int, int, int, int]
+"""A settled permit's committed, liability and bound µUSD, and the truth it is held to."""
+
+
+def _figures(audit_dir: Path, permit: str, truth: int) -> Figures:
+    line = _settled_line(audit_dir, permit)
+    return line["usd_committed"], line["usd_liability"], line["usd_bound"], truth
+
+
+def _cut_stream(url: str, audit_dir: Path, path: str, body: dict[str, Any],
+                headers: dict[str, str], classes: Callable[[dict[str, Any]], Classes],
+                price: ModelPrice) -> Figures:
+    """A stream cut by the client after three events, held to the whole answer's cost
+    (what the upstream would have reported for ``body``)."""
+    permit = _cut_after(url, path, body, headers, 3)
+    truth = cost_micro_usd(Usage(**classes(_as_upstream(body)).as_dict()), price)
+    return _figures(audit_dir, permit, truth)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10, help="requests per case")
@@ -78,45 +99,37 @@ def main() -> None:
         work = Path(tmp)
         upstream = start_mock_upstream(work)
         config = gateway_config(work, upstream)
-        gateway = start_gateway(config, env={"MAYU_E2E_ADMIN_TOKEN": "bench"})
+        gateway = start_gateway(config, env={"MAYU_E2E_ADMIN_TOKEN": "bench-settlement-token"})
         try:
             create_team(config, "bench", "--usd-micros-per-day", str(10**12))
             key = create_key(config, "bench")
-            cases: dict[str, list[tuple[int, int, int, int]]] = {}
+            audit = work / "data"
+            anthropic = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+            cases: dict[str, list[Figures]] = defaultdict(list)
             for i in range(n):
                 body = {"model": "claude-slow", "max_tokens": 32_000, "stream": True,
                         "system": SYSTEM,
                         "messages": [{"role": "user", "content": f"fix the bug #{i}"}]}
-                permit = _cut_after(gateway.url, "/v1/messages", body,
-                                    {"x-api-key": key, "anthropic-version": "2023-06-01"}, 3)
-                truth = cost_micro_usd(Usage(**anthropic_classes(_as_upstream(body)).as_dict()),
-                                       price)
-                line = _settled_line(work / "data", permit)
-                cases.setdefault("anthropic stream cut by the client", []).append(
-                    (line["usd_committed"], line["usd_liability"], line["usd_bound"], truth))
+                cases["anthropic stream cut by the client"].append(_cut_stream(
+                    gateway.url, audit, "/v1/messages", body, anthropic, anthropic_classes,
+                    price))
                 body = {"model": "gpt-slow", "max_tokens": 16_000, "stream": True,
                         "messages": [{"role": "user", "content": f"write tests #{i}"}]}
-                permit = _cut_after(gateway.url, "/v1/chat/completions", body,
-                                    {"Authorization": f"Bearer {key}"}, 3)
-                truth = cost_micro_usd(Usage(**openai_classes(_as_upstream(body)).as_dict()),
-                                       price)
-                line = _settled_line(work / "data", permit)
-                cases.setdefault("openai chat stream cut by the client", []).append(
-                    (line["usd_committed"], line["usd_liability"], line["usd_bound"], truth))
+                cases["openai chat stream cut by the client"].append(_cut_stream(
+                    gateway.url, audit, "/v1/chat/completions", body,
+                    {"Authorization": f"Bearer {key}"}, openai_classes, price))
                 # A 1h breakpoint: writes reported without the TTL may be 5m or 1h (a
                 # request without one gets exact 5m settlements, docs/settlement.md).
                 body = {"model": "claude-nottl", "max_tokens": 256, "system": SYSTEM_1H,
                         "messages": [{"role": "user", "content": f"explain #{i}"}]}
                 r = httpx.post(f"{gateway.url}/v1/messages", json=body, timeout=60,
-                               headers={"x-api-key": key, "anthropic-version": "2023-06-01"})
-                line = _settled_line(work / "data", r.headers["x-inferplane-permit"])
+                               headers=anthropic)
                 classes = anthropic_classes(_as_upstream(body)).as_dict()
                 unknown = classes.pop("cache_write_unknown")
                 classes["cache_write_1h"] += unknown  # the dearer truth
-                truth = cost_micro_usd(Usage(**classes), price)
-                cases.setdefault("cache writes without TTL (tokens_known, 1h truth)",
-                                 []).append((line["usd_committed"], line["usd_liability"],
-                                             line["usd_bound"], truth))
+                cases["cache writes without TTL (tokens_known, 1h truth)"].append(_figures(
+                    audit, r.headers["x-inferplane-permit"], cost_micro_usd(Usage(**classes),
+                                                                            price)))
         finally:
             gateway.stop()
             upstream.stop()
