@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,16 @@ async def _seed(pool: Any, teams: int, days: int) -> list[Budget]:
                    limit=1_000_000) for t in range(1, 4)]
 
 
+async def _timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
+    """Seconds each of ``n`` awaits of ``call()`` took, one after another."""
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await call()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 async def bench_db(dsn: str) -> None:
     from gateway.config import DatabaseSettings
     from gateway.db import open_pool
@@ -122,21 +133,13 @@ async def bench_db(dsn: str) -> None:
     try:
         budgets = await _seed(pool, 1_000, 60)
         store = PostgresAlertStore(pool)
-        below = []
-        for _ in range(300):
-            t = time.perf_counter()
-            await store.check(budgets, replica="bench")
-            below.append(time.perf_counter() - t)
+        below = await _timed(300, lambda: store.check(budgets, replica="bench"))
         print(f"alert check, 3 budgets at 50 %: {_ms(below)}")
         async with pool.connection() as conn:
             await conn.execute("UPDATE counters SET committed = \"limit\" WHERE key = ANY(%s)",
                                [[b.counter for b in budgets]])
         await store.check(budgets, replica="bench")  # claims the 9 events
-        full = []
-        for _ in range(300):
-            t = time.perf_counter()
-            await store.check(budgets, replica="bench")
-            full.append(time.perf_counter() - t)
+        full = await _timed(300, lambda: store.check(budgets, replica="bench"))
         print(f"alert check, 3 budgets at 100 % (every insert conflicts): {_ms(full)}")
         await _burst(pool)
         read = postgres_reader(pool)

@@ -4,12 +4,18 @@ figure."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
+from gateway.governance import Permit, PostgresGovernanceStore
 from gateway.schema import database_heads
 from tests.conftest import create_database, drop_database, dsn_for, migrate
 from tests.integration._pg_helpers import load_prerelease
@@ -76,17 +82,30 @@ def _kept(after: dict[str, list[tuple[object, ...]]],
             for t, rows in after.items()}
 
 
+@asynccontextmanager
+async def _governance(dsn: str) -> AsyncIterator[PostgresGovernanceStore]:
+    """The governance store on ``dsn`` (autocommit, dict rows) for one block."""
+    async with AsyncConnectionPool(dsn, kwargs={"autocommit": True,
+                                                "row_factory": dict_row}) as pool:
+        yield PostgresGovernanceStore(pool)
+
+
+@asynccontextmanager
+async def _open_permit(dsn: str) -> AsyncIterator[tuple[PostgresGovernanceStore, Permit]]:
+    """The governance store on ``dsn`` and the one permit pending in it: the request
+    ``open`` the old database left in flight."""
+    async with _governance(dsn) as store:
+        [pending] = await store.pending_permits()
+        permit = await store.get_permit(pending)
+        assert permit is not None and permit.request.request_id == "open"
+        yield store, permit
+
+
 def test_a_prerelease_database_is_converted_keeping_every_figure(pg_empty_dsn: str) -> None:
     """mayu migrate moves a database at pre-release revision 0009 to the baseline: every
     row (committed, liability, reserved) is kept, the functions are the baseline's, and
     the permit left pending settles afterwards through the new functions."""
-    import asyncio
-
-    from psycopg.rows import dict_row
-    from psycopg_pool import AsyncConnectionPool
-
     from gateway.governance import Outcome, OutcomeKind, settlement_for
-    from gateway.governance._postgres import PostgresGovernanceStore
     from gateway.schema import code_heads, schema_problem, structure, upgrade
 
     load_prerelease(pg_empty_dsn)
@@ -117,12 +136,7 @@ def test_a_prerelease_database_is_converted_keeping_every_figure(pg_empty_dsn: s
         drop_database(fresh, name)
 
     async def settle_pending() -> None:
-        async with AsyncConnectionPool(pg_empty_dsn, kwargs={
-                "autocommit": True, "row_factory": dict_row}) as pool:
-            store = PostgresGovernanceStore(pool)
-            [pending] = await store.pending_permits()
-            permit = await store.get_permit(pending)
-            assert permit is not None and permit.request.request_id == "open"
+        async with _open_permit(pg_empty_dsn) as (store, permit):
             cut = Outcome(kind=OutcomeKind.UNCERTAIN, detail="after the conversion")
             result = await store.settle(permit.id, settlement_for(permit.request, cut))
             assert (result.usd_committed, result.usd_liability) == (0, 5_000)
@@ -193,13 +207,9 @@ def test_a_0_1_0_database_upgrades_to_head_keeping_every_figure(pg_dsn: str,
     """mayu migrate takes a database 0.1.0 wrote to head: every row and /v1/usage figure
     is unchanged, the schema is a fresh head's, the pending permit then settles exactly
     through head's functions and an uncertain permit's liability is still resolvable."""
-    import asyncio
     import gzip
 
-    from psycopg.rows import dict_row
-    from psycopg_pool import AsyncConnectionPool
-
-    from gateway.governance import PostgresGovernanceStore, UsageRow
+    from gateway.governance import UsageRow
     from gateway.schema import code_heads, structure, upgrade
 
     with psycopg.connect(pg_empty_dsn, autocommit=True) as conn:
@@ -211,10 +221,8 @@ def test_a_0_1_0_database_upgrades_to_head_keeping_every_figure(pg_dsn: str,
     assert _figures(pg_empty_dsn) == [(1_234, 3_500, 3_000)] * 3
 
     async def usage() -> list[UsageRow]:
-        async with AsyncConnectionPool(pg_empty_dsn, kwargs={
-                "autocommit": True, "row_factory": dict_row}) as pool:
-            rows = await PostgresGovernanceStore(pool).usage(day="2026-11-29",
-                                                             month="2026-11")
+        async with _governance(pg_empty_dsn) as store:
+            rows = await store.usage(day="2026-11-29", month="2026-11")
         return sorted(rows, key=repr)
     usage_before = asyncio.run(usage())
     assert any((r.usd_committed, r.usd_liability, r.usd_reserved) == (1_234, 3_500, 3_000)
@@ -229,12 +237,7 @@ def test_a_0_1_0_database_upgrades_to_head_keeping_every_figure(pg_dsn: str,
         assert structure(upgraded) == structure(fresh)
 
     async def settle_and_resolve() -> None:
-        async with AsyncConnectionPool(pg_empty_dsn, kwargs={
-                "autocommit": True, "row_factory": dict_row}) as pool:
-            store = PostgresGovernanceStore(pool)
-            [pending] = await store.pending_permits()
-            permit = await store.get_permit(pending)
-            assert permit is not None and permit.request.request_id == "open"
+        async with _open_permit(pg_empty_dsn) as (store, permit):
             done = await store.settle(permit.id, settlement(permit.request,
                                                             exact(50, 2_500)))
             assert (done.usd_committed, done.usd_liability) == (2_500, 0)
