@@ -9,7 +9,6 @@ and which events this caller claims. Webhook deliveries go to a real local serve
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,15 +34,12 @@ from gateway.governance import (
     LocalGovernanceStore,
     Outcome,
     OutcomeKind,
-    Permit,
     PostgresGovernanceStore,
-    build_request,
 )
 from gateway.keys import KeyLimits, PostgresKeyStore, Principal, Team, TeamLimits
 from gateway.metrics import Metrics
-from gateway.policy import EMPTY_SNAPSHOT
 from tests.integration._pg_helpers import principal
-from tests.settling import exact, settlement
+from tests.settling import exact, spend
 from tests.webhook import WebhookReceiver
 
 pytestmark = pytest.mark.integration
@@ -92,16 +88,12 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path,
 async def _spend(stores: Stores, usd: int, *, liability: int = 0) -> list[Budget]:
     """Admit one permit for ``usd + liability`` and settle it: ``usd`` committed, the
     rest (if any) left as liability by an uncertain outcome. Returns its moved budgets."""
-    req = build_request(stores.principal, EMPTY_SNAPSHOT, request_id=uuid.uuid4().hex,
-                        model="m", token_bound=100, usd_bound=usd + liability, now=NOW)
-    [permit] = await stores.governance.admit([req])
-    assert isinstance(permit, Permit), permit
+    cut = Outcome(kind=OutcomeKind.UNCERTAIN, detail="cut")
+    permit, s = await spend(stores.governance, stores.principal, usd + liability,
+                            cut if liability else exact(10, usd), now=NOW)
+    assert s is not None
     if liability:
-        s = settlement(req, Outcome(kind=OutcomeKind.UNCERTAIN, detail="cut"))
         assert s.usd_committed == 0 and s.usd_liability == usd + liability
-    else:
-        s = settlement(req, exact(10, usd))
-    await stores.governance.settle(permit.id, s)
     return moved_budgets(permit, s)
 
 
@@ -235,12 +227,9 @@ async def test_one_budgets_events_reach_the_webhook_in_threshold_order(
         await alerts.start()
         [budget] = await _spend(stores, 8_500)
         await store.check([budget], replica="r0")  # 80 % claimed before: not delivered
-        req = build_request(stores.principal, EMPTY_SNAPSHOT, request_id="last", model="m",
-                            token_bound=100, usd_bound=1_500, now=NOW)
-        [permit] = await local.admit([req])
-        assert isinstance(permit, Permit), permit
-        done = settlement(req, exact(10, 1_500))
-        await local.settle(permit.id, done)
+        permit, done = await spend(local, stores.principal, 1_500, exact(10, 1_500),
+                                   now=NOW, request_id="last")
+        assert done is not None
         alerts.settled(permit, done)
         hook.wait_for(2)
         await alerts.close()

@@ -7,7 +7,6 @@ then ``/metrics`` is scraped through the app.
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,16 +24,13 @@ from gateway.db import Pool
 from gateway.governance import (
     Outcome,
     OutcomeKind,
-    Permit,
     PostgresGovernanceStore,
-    build_request,
 )
-from gateway.keys import KeyLimits, PostgresKeyStore, Principal, TeamLimits, hash_key
+from gateway.keys import KeyLimits, PostgresKeyStore, TeamLimits, hash_key
 from gateway.metrics import team_pseudonym
-from gateway.policy import EMPTY_SNAPSHOT
 from tests.integration._admin import SHARED_STORES
 from tests.integration._pg_helpers import principal
-from tests.settling import Exact, exact, settlement
+from tests.settling import exact, spend
 
 pytestmark = pytest.mark.integration
 
@@ -64,18 +60,12 @@ async def _figures(pool: Pool) -> tuple[str, str]:
     assert alpha is not None
     beta = await principal(keys, team="beta", limits=TeamLimits(usd_micros_per_day=9_000))
 
-    async def spend(who: Principal, usd: int, outcome: Outcome | Exact | None) -> None:
-        r = build_request(who, EMPTY_SNAPSHOT, request_id=uuid.uuid4().hex, model="m",
-                          token_bound=10, usd_bound=usd, now=NOW)
-        [permit] = await gov.admit([r])
-        assert isinstance(permit, Permit), permit
-        if outcome is not None:
-            await gov.settle(permit.id, settlement(r, outcome))
-
-    await spend(alpha, 5_000, exact(5, 5_000))
-    await spend(alpha, 1_000, Outcome(kind=OutcomeKind.UNCERTAIN, detail="cut"))
-    await spend(alpha, 2_000, None)
-    await spend(beta, 100, Outcome(kind=OutcomeKind.INVALID, detail="negative"))
+    for who, usd, outcome in (
+            (alpha, 5_000, exact(5, 5_000)),
+            (alpha, 1_000, Outcome(kind=OutcomeKind.UNCERTAIN, detail="cut")),
+            (alpha, 2_000, None),
+            (beta, 100, Outcome(kind=OutcomeKind.INVALID, detail="negative"))):
+        await spend(gov, who, usd, outcome, now=NOW, tokens=10)
     return alpha.team.id, alpha.key_id
 
 
