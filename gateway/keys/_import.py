@@ -27,7 +27,7 @@ from gateway.db import Pool, connection, fetch_one
 from gateway.errors import InferplaneError, NotFound
 from gateway.keys._limits import check_user_name
 from gateway.keys._model import KeyRecord, Member, Team, User
-from gateway.keys._postgres import key_from_row, member_from_row, team_from_row, user_from_row
+from gateway.keys._postgres import ROWS
 from gateway.keys._sqlite import SqliteKeyStore
 
 
@@ -102,7 +102,7 @@ async def _copy_people(conn: AsyncConnection[Any], people: People,
             continue
         existing = await fetch_one(conn, sql.queries["find_user"], {"name": user.name})
         assert existing is not None  # the insert only stops on this name
-        diff = _same(user, user_from_row(existing))
+        diff = _same(user, ROWS.user(existing))
         if diff:
             raise ImportConflict(f"user {user.name!r}: differs in {', '.join(diff)}; "
                                  "nothing was imported")
@@ -116,7 +116,7 @@ async def _copy_people(conn: AsyncConnection[Any], people: People,
             continue
         existing = await fetch_one(conn, sql.queries["find_member"], where)
         assert existing is not None
-        diff = _same(member, member_from_row(existing))
+        diff = _same(member, ROWS.member(existing))
         if diff:
             raise ImportConflict(f"member {member.user!r} of {member.team_id}: differs in "
                                  f"{', '.join(diff)}; nothing was imported")
@@ -152,9 +152,9 @@ class _Kind(NamedTuple):
     """The conflict when another row already holds the record's name or hash."""
 
 
-_TEAMS = _Kind("team", "import_team", "team_by_id", _team_params, team_from_row,
+_TEAMS = _Kind("team", "import_team", "team_by_id", _team_params, ROWS.team,
                lambda t: f"team {t.id} ({t.name!r}): another team already has this name")
-_KEYS = _Kind("key", "import_key", "get_key", _key_params, key_from_row,
+_KEYS = _Kind("key", "import_key", "get_key", _key_params, ROWS.key,
               lambda k: f"key {k.id}: another key already has this hash")
 
 

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
-from gateway.errors import BadRequest, NotFound, RevisionConflict
+from gateway.errors import BadRequest, KeyRevoked, NotFound, RevisionConflict
+from gateway.keys._model import KeyChanges, KeyRecord
 
 TEAM_LIMITS = ("rpm", "tpm", "tokens_per_day", "usd_micros_per_day", "usd_micros_per_month",
                "budget_fit_floor")
@@ -117,6 +118,25 @@ def check_member(user: str, limits: Any, *, default_allowed: bool) -> None:
     ``*`` where that is not the team's default) or with an invalid limit."""
     check_user_name(user, default_allowed=default_allowed)
     check_limits(limits, MEMBER_LIMITS, "limits")
+
+
+def check_new_key(limits: Any, user: str | None) -> None:
+    """Refuse a new key with an invalid limit or user name."""
+    check_limits(limits, KEY_LIMITS, "key limits")
+    if user is not None:
+        check_user_name(user)
+
+
+def edited_key(key: KeyRecord, changes: KeyChanges) -> KeyRecord:
+    """``key`` as ``changes`` leave it; refused when the key is revoked or the edit
+    names an invalid user or limit."""
+    if key.revoked_at is not None:
+        raise KeyRevoked(f"key {key.id!r} is revoked; it can no longer be edited")
+    if isinstance(changes.user, str):
+        check_user_name(changes.user)
+    new = changes.applied(key)
+    check_limits(new.limits, KEY_LIMITS, "key limits")
+    return new
 
 
 def member_what(user: str, team: str) -> str:

@@ -32,11 +32,12 @@ from gateway.keys._limits import (
     TEAM_LIMITS,
     check_limits,
     check_member,
+    check_new_key,
     check_new_team,
     check_revision,
     check_team_edit,
-    check_user_name,
     editable,
+    edited_key,
     member_what,
 )
 from gateway.keys._members import TeamMembers, team_members_of
@@ -57,42 +58,19 @@ from gateway.keys._model import (
     replayed_secret,
     rotation_secret,
 )
+from gateway.keys._rows import Rows, limit_columns
 from gateway.keys._sessions import PURGE_AFTER_S, ConsoleSession, SessionAccess
 
 _NO_TEAM_LIMITS = TeamLimits()
 _NO_KEY_LIMITS = KeyLimits()
 
 
-def team_from_row(row: dict[str, Any]) -> Team:
-    return Team(id=row["id"], name=row["name"],
-                limits=TeamLimits(**{n: row[n] for n in TEAM_LIMITS}),
-                revision=row["revision"], region=row["region"],
-                guardrails=tuple(row["guardrails"] or ()), created_at=row["created_at"])
+def _as_is(value: Any) -> Any:
+    return value
 
 
-def key_from_row(row: dict[str, Any]) -> KeyRecord:
-    models = row["allowed_models"]
-    return KeyRecord(
-        id=row["id"], team_id=row["team_id"], key_hash=row["key_hash"],
-        display_prefix=row["display_prefix"], name=row["name"], user=row["user_name"],
-        allowed_models=None if models is None else tuple(models),
-        limits=KeyLimits(**{n: row[n] for n in KEY_LIMITS}),
-        expires_at=row["expires_at"], revoked_at=row["revoked_at"],
-        revision=row["revision"], created_at=row["created_at"])
-
-
-def member_from_row(row: dict[str, Any]) -> Member:
-    return Member(team_id=row["team_id"], user=row["user_name"],
-                  limits=MemberLimits(**{n: row[n] for n in MEMBER_LIMITS}),
-                  revision=row["revision"], created_at=row["created_at"],
-                  updated_at=row["updated_at"])
-
-
-def user_from_row(row: dict[str, Any]) -> User:
-    return User(name=row["name"], email=row["email"], display_name=row["display_name"],
-                limits=MemberLimits(**{n: row[n] for n in MEMBER_LIMITS}),
-                revision=row["revision"], created_at=row["created_at"],
-                updated_at=row["updated_at"])
+ROWS = Rows(at=_as_is, listed=lambda items: items or (), key_user="user_name")
+"""Postgres hands back times and arrays as Python values already."""
 
 
 def _budget(row: dict[str, Any], present: str, prefix: str) -> MemberLimits | None:
@@ -153,11 +131,11 @@ class PostgresKeyStore:
             try:
                 row = await _one(conn, "insert_team", id="team_" + uuid.uuid4().hex[:16],
                                  name=name, region=region, guardrails=list(guardrails),
-                                 **{n: getattr(limits, n) for n in TEAM_LIMITS})
+                                 **limit_columns(limits, TEAM_LIMITS))
             except UniqueViolation:  # created meanwhile by another replica
                 raise AlreadyExists(f"team {name!r} already exists") from None
         assert row is not None
-        return team_from_row(row)
+        return ROWS.team(row)
 
     async def update_team(self, name_or_id: str, *, limits: TeamLimits | None = None,
                           guardrails: tuple[str, ...] | None = None,
@@ -171,32 +149,30 @@ class PostgresKeyStore:
             if row is None:
                 raise NotFound(f"team {name_or_id!r} does not exist")
             check_revision(f"team {row['name']!r}", row["revision"], expected_revision)
-            team = team_from_row(row)
+            team = ROWS.team(row)
             kept = team.limits if limits is None else limits
             row = await _one(conn, "update_team", id=row["id"],
                              guardrails=list(team.guardrails if guardrails is None
                                              else guardrails),
-                             **{n: getattr(kept, n) for n in TEAM_LIMITS})
+                             **limit_columns(kept, TEAM_LIMITS))
         assert row is not None
-        return team_from_row(row)
+        return ROWS.team(row)
 
     async def get_team(self, name_or_id: str) -> Team | None:
         async with connection(self._pool, "key store") as conn:
             row = await _one(conn, "find_team", name_or_id=name_or_id)
-        return None if row is None else team_from_row(row)
+        return None if row is None else ROWS.team(row)
 
     async def list_teams(self) -> list[Team]:
         async with connection(self._pool, "key store") as conn:
             rows = await fetch_all(conn, sql.queries["list_teams"])
-        return [team_from_row(r) for r in rows]
+        return [ROWS.team(r) for r in rows]
 
     async def create_key(self, *, team: str, name: str = "", user: str | None = None,
                          allowed_models: tuple[str, ...] | None = None,
                          limits: KeyLimits = _NO_KEY_LIMITS,
                          expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
-        check_limits(limits, KEY_LIMITS, "key limits")
-        if user is not None:
-            check_user_name(user)
+        check_new_key(limits, user)
         if expires_at is not None and expires_at.tzinfo is None:
             raise BadRequest("key expires_at: must be timezone-aware (UTC)")
         plaintext, key_hash, prefix = new_key()
@@ -210,14 +186,14 @@ class PostgresKeyStore:
                 team_id=team_row["id"], key_hash=key_hash, display_prefix=prefix,
                 name=name, user_name=user,
                 allowed_models=None if allowed_models is None else list(allowed_models),
-                expires_at=expires_at, **{n: getattr(limits, n) for n in KEY_LIMITS})
+                expires_at=expires_at, **limit_columns(limits, KEY_LIMITS))
         assert row is not None
-        return plaintext, key_from_row(row)
+        return plaintext, ROWS.key(row)
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
         async with connection(self._pool, "key store") as conn:
             row = await _one(conn, "get_key", id=key_id)
-        return None if row is None else key_from_row(row)
+        return None if row is None else ROWS.key(row)
 
     async def list_keys(self, *, team: str | None = None,
                         include_revoked: bool = False) -> list[KeyRecord]:
@@ -230,7 +206,7 @@ class PostgresKeyStore:
                 team_id = team_row["id"]
             rows = await fetch_all(conn, sql.queries["list_keys"],
                                    {"team_id": team_id, "include_revoked": include_revoked})
-        return [key_from_row(r) for r in rows]
+        return [ROWS.key(r) for r in rows]
 
     async def revoke_key(self, key_id: str, *,
                          expected_revision: int | None = None) -> KeyRecord:
@@ -242,7 +218,7 @@ class PostgresKeyStore:
             if row["revoked_at"] is None:
                 row = await _one(conn, "revoke_key", id=key_id)
         assert row is not None
-        return key_from_row(row)
+        return ROWS.key(row)
 
     async def update_key(self, key_id: str, changes: KeyChanges, *,
                          expected_revision: int | None = None) -> KeyRecord:
@@ -252,20 +228,15 @@ class PostgresKeyStore:
                 conn.transaction():
             row = editable(f"key {key_id!r}", await _one(conn, "get_key_for_update", id=key_id),
                            expected_revision)
-            if row["revoked_at"] is not None:
-                raise KeyRevoked(f"key {key_id!r} is revoked; it can no longer be edited")
-            if isinstance(changes.user, str):
-                check_user_name(changes.user)
-            new = changes.applied(key_from_row(row))
-            check_limits(new.limits, KEY_LIMITS, "key limits")
+            new = edited_key(ROWS.key(row), changes)
             row = await _one(conn, "update_key", id=key_id, name=new.name,
                              user_name=new.user,
                              allowed_models=(None if new.allowed_models is None
                                              else list(new.allowed_models)),
                              expires_at=new.expires_at,
-                             **{n: getattr(new.limits, n) for n in KEY_LIMITS})
+                             **limit_columns(new.limits, KEY_LIMITS))
         assert row is not None
-        return key_from_row(row)
+        return ROWS.key(row)
 
     async def rotate_key(self, key_id: str, *, grace_s: int,
                          idempotency_key: str | None = None,
@@ -286,7 +257,7 @@ class PostgresKeyStore:
                     secret = replayed_secret(self._rotation, salt=done["salt"],
                                              idempotency_key=idempotency_key,
                                              new_key_hash=done["new_key_hash"])
-                    return Rotation(secret=secret, key=key_from_row(row), replayed=True,
+                    return Rotation(secret=secret, key=ROWS.key(row), replayed=True,
                                     previous_valid_until=done["old_valid_until"])
             check_revision(f"key {key_id!r}", row["revision"], expected_revision)
             if row["revoked_at"] is not None:
@@ -303,7 +274,7 @@ class PostgresKeyStore:
                                   grace_s=grace_s, new_key_hash=key_hash,
                                   idempotency_hash=idem, salt=salt)
         assert rotation is not None
-        return Rotation(secret=secret, key=key_from_row(updated),
+        return Rotation(secret=secret, key=ROWS.key(updated),
                         previous_valid_until=rotation["old_valid_until"])
 
     # -- members and users -----------------------------------------------------------
@@ -320,7 +291,7 @@ class PostgresKeyStore:
         async with connection(self._pool, "key store") as conn:
             team_id = await self._team_id(conn, team)
             rows = await fetch_all(conn, sql.queries["list_members"], {"team_id": team_id})
-        return [member_from_row(r) for r in rows]
+        return [ROWS.member(r) for r in rows]
 
     async def team_members(self, team: str) -> TeamMembers:
         """The team, its member rows and its keys, read on one pooled connection."""
@@ -328,18 +299,18 @@ class PostgresKeyStore:
             row = await _one(conn, "find_team", name_or_id=team)
             if row is None:
                 raise NotFound(f"team {team!r} does not exist")
-            found = team_from_row(row)
+            found = ROWS.team(row)
             members = await fetch_all(conn, sql.queries["list_members"], {"team_id": found.id})
             keys = await fetch_all(conn, sql.queries["list_keys"],
                                    {"team_id": found.id, "include_revoked": True})
-        return team_members_of(found, [member_from_row(r) for r in members],
-                               [key_from_row(r) for r in keys])
+        return team_members_of(found, [ROWS.member(r) for r in members],
+                               [ROWS.key(r) for r in keys])
 
     async def get_member(self, team: str, user: str) -> Member | None:
         async with connection(self._pool, "key store") as conn:
             team_id = await self._team_id(conn, team)
             row = await _one(conn, "find_member", team_id=team_id, user_name=user)
-        return None if row is None else member_from_row(row)
+        return None if row is None else ROWS.member(row)
 
     async def put_member(self, team: str, user: str, *, limits: MemberLimits,
                          expected_revision: int | None = None) -> Member:
@@ -353,9 +324,9 @@ class PostgresKeyStore:
             check_revision(member_what(user, team), 0 if row is None else row["revision"],
                            expected_revision)
             row = await _one(conn, "upsert_member", team_id=team_id, user_name=user,
-                             **{n: getattr(limits, n) for n in MEMBER_LIMITS})
+                             **limit_columns(limits, MEMBER_LIMITS))
         assert row is not None
-        return member_from_row(row)
+        return ROWS.member(row)
 
     async def delete_member(self, team: str, user: str, *,
                             expected_revision: int | None = None) -> Member:
@@ -368,17 +339,17 @@ class PostgresKeyStore:
             check_revision(member_what(user, team), row["revision"], expected_revision)
             row = await _one(conn, "delete_member", team_id=team_id, user_name=user)
         assert row is not None
-        return member_from_row(row)
+        return ROWS.member(row)
 
     async def list_users(self) -> list[User]:
         async with connection(self._pool, "key store") as conn:
             rows = await fetch_all(conn, sql.queries["list_users"])
-        return [user_from_row(r) for r in rows]
+        return [ROWS.user(r) for r in rows]
 
     async def get_user(self, name: str) -> User | None:
         async with connection(self._pool, "key store") as conn:
             row = await _one(conn, "find_user", name=name)
-        return None if row is None else user_from_row(row)
+        return None if row is None else ROWS.user(row)
 
     async def put_user(self, name: str, *, limits: MemberLimits, email: str | None = None,
                        display_name: str | None = None,
@@ -393,9 +364,9 @@ class PostgresKeyStore:
             await fetch_all(conn, sql.queries["lock_user_teams"], {"name": name})
             row = await _one(conn, "upsert_user", name=name, email=email,
                              display_name=display_name,
-                             **{n: getattr(limits, n) for n in MEMBER_LIMITS})
+                             **limit_columns(limits, MEMBER_LIMITS))
         assert row is not None
-        return user_from_row(row)
+        return ROWS.user(row)
 
     async def declare_teams(self, declared: Sequence[BootstrapTeam]) -> list[str]:
         """Register config-declared teams by immutable fingerprint (ADR-046 bootstrap).
@@ -428,7 +399,7 @@ class PostgresKeyStore:
                 check_limits(limits, TEAM_LIMITS, f"bootstrap_teams[{i}]")
                 await _one(conn, "insert_team", id="team_" + uuid.uuid4().hex[:16], name=name,
                            region=None, guardrails=[],
-                           **{n: getattr(limits, n) for n in TEAM_LIMITS})
+                           **limit_columns(limits, TEAM_LIMITS))
                 created.append(name)
         return created
 

@@ -24,13 +24,13 @@ from gateway.keys._limits import (
     KEY_LIMITS,
     MEMBER_LIMITS,
     TEAM_LIMITS,
-    check_limits,
     check_member,
+    check_new_key,
     check_new_team,
     check_revision,
     check_team_edit,
-    check_user_name,
     editable,
+    edited_key,
     member_what,
 )
 from gateway.keys._members import TeamMembers, team_members_of
@@ -51,6 +51,7 @@ from gateway.keys._model import (
     replayed_secret,
     rotation_secret,
 )
+from gateway.keys._rows import Rows, limit_columns
 from gateway.keys._sessions import PURGE_AFTER_S, ConsoleSession, SessionAccess
 from gateway.localdb import MEMORY, SqliteBase, Statements
 
@@ -72,41 +73,12 @@ def _dt(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
-def _team(row: sqlite3.Row) -> Team:
-    return Team(id=row["id"], name=row["name"],
-                limits=TeamLimits(**{n: row[n] for n in TEAM_LIMITS}),
-                revision=row["revision"], region=row["region"],
-                guardrails=tuple(json.loads(row["guardrails"])),
-                created_at=_dt(row["created_at"]))
-
-
-def _key(row: sqlite3.Row) -> KeyRecord:
-    models = row["allowed_models"]
-    return KeyRecord(
-        id=row["id"], team_id=row["team_id"], key_hash=row["key_hash"],
-        display_prefix=row["display_prefix"], name=row["name"], user=row["user"],
-        allowed_models=None if models is None else tuple(json.loads(models)),
-        limits=KeyLimits(**{n: row[n] for n in KEY_LIMITS}),
-        expires_at=_dt(row["expires_at"]), revoked_at=_dt(row["revoked_at"]),
-        revision=row["revision"], created_at=_dt(row["created_at"]))
+_ROWS = Rows(at=_dt, listed=json.loads, key_user="user")
+"""SQLite keeps times as ISO text and lists as JSON."""
 
 
 def _budget(row: sqlite3.Row | None) -> MemberLimits | None:
     return None if row is None else MemberLimits(**{n: row[n] for n in MEMBER_LIMITS})
-
-
-def _member(row: sqlite3.Row) -> Member:
-    return Member(team_id=row["team_id"], user=row["user_name"],
-                  limits=MemberLimits(**{n: row[n] for n in MEMBER_LIMITS}),
-                  revision=row["revision"], created_at=_dt(row["created_at"]),
-                  updated_at=_dt(row["updated_at"]))
-
-
-def _user(row: sqlite3.Row) -> User:
-    return User(name=row["name"], email=row["email"], display_name=row["display_name"],
-                limits=MemberLimits(**{n: row[n] for n in MEMBER_LIMITS}),
-                revision=row["revision"], created_at=_dt(row["created_at"]),
-                updated_at=_dt(row["updated_at"]))
 
 
 def _find_team(conn: sqlite3.Connection, name_or_id: str) -> sqlite3.Row | None:
@@ -122,17 +94,12 @@ def _team_id(conn: sqlite3.Connection, team: str) -> str:
 
 
 def _get_team(conn: sqlite3.Connection, team_id: str) -> Team:
-    return _team(_SQL["team"].execute_values(conn, team_id).fetchone())
+    return _ROWS.team(_SQL["team"].execute_values(conn, team_id).fetchone())
 
 
 def _get_key(conn: sqlite3.Connection, key_id: str) -> Any:
     """The key's row (a :class:`sqlite3.Row`), or None."""
     return _SQL["key"].execute(conn, {"id": key_id}).fetchone()
-
-
-def _limits(limits: TeamLimits | KeyLimits | MemberLimits,
-            names: tuple[str, ...]) -> dict[str, Any]:
-    return {n: getattr(limits, n) for n in names}
 
 
 class SqliteKeyStore(SqliteBase):
@@ -167,7 +134,7 @@ class SqliteKeyStore(SqliteBase):
                 if valid_until is None or valid_until <= now:
                     return None
                 row = _get_key(conn, rotated["key_id"])
-            key = _key(row)
+            key = _ROWS.key(row)
             if key.revoked_at is not None:
                 return None
             if key.expires_at is not None and key.expires_at <= now:
@@ -195,7 +162,7 @@ class SqliteKeyStore(SqliteBase):
                 raise AlreadyExists(f"team {name!r} already exists")
             team_id = "team_" + uuid.uuid4().hex[:16]
             _SQL["insert_team"].execute(conn, {
-                "id": team_id, "name": name, **_limits(limits, TEAM_LIMITS),
+                "id": team_id, "name": name, **limit_columns(limits, TEAM_LIMITS),
                 "region": region, "guardrails": json.dumps(list(guardrails)),
                 "created_at": _ts(self._clock())})
             return _get_team(conn, team_id)
@@ -213,10 +180,10 @@ class SqliteKeyStore(SqliteBase):
             if row is None:
                 raise NotFound(f"team {name_or_id!r} does not exist")
             check_revision(f"team {row['name']!r}", row["revision"], expected_revision)
-            team = _team(row)
+            team = _ROWS.team(row)
             _SQL["update_team"].execute(conn, {
-                "id": row["id"], **_limits(team.limits if limits is None else limits,
-                                           TEAM_LIMITS),
+                "id": row["id"], **limit_columns(team.limits if limits is None else limits,
+                                                 TEAM_LIMITS),
                 "guardrails": json.dumps(list(team.guardrails if guardrails is None
                                               else guardrails))})
             return _get_team(conn, row["id"])
@@ -225,21 +192,19 @@ class SqliteKeyStore(SqliteBase):
     async def get_team(self, name_or_id: str) -> Team | None:
         def _get(conn: sqlite3.Connection) -> Team | None:
             row = _find_team(conn, name_or_id)
-            return None if row is None else _team(row)
+            return None if row is None else _ROWS.team(row)
         return await self._run(_get, write=False)
 
     async def list_teams(self) -> list[Team]:
         def _list(conn: sqlite3.Connection) -> list[Team]:
-            return [_team(r) for r in _SQL["teams"].execute(conn)]
+            return [_ROWS.team(r) for r in _SQL["teams"].execute(conn)]
         return await self._run(_list, write=False)
 
     async def create_key(self, *, team: str, name: str = "", user: str | None = None,
                          allowed_models: tuple[str, ...] | None = None,
                          limits: KeyLimits = _NO_KEY_LIMITS,
                          expires_at: datetime | None = None) -> tuple[str, KeyRecord]:
-        check_limits(limits, KEY_LIMITS, "key limits")
-        if user is not None:
-            check_user_name(user)
+        check_new_key(limits, user)
         plaintext, key_hash, prefix = new_key()
         models = None if allowed_models is None else json.dumps(list(allowed_models))
 
@@ -251,15 +216,15 @@ class SqliteKeyStore(SqliteBase):
             _SQL["insert_key"].execute(conn, {
                 "id": key_id, "team_id": row["id"], "key_hash": key_hash,
                 "display_prefix": prefix, "name": name, "user": user,
-                "allowed_models": models, **_limits(limits, KEY_LIMITS),
+                "allowed_models": models, **limit_columns(limits, KEY_LIMITS),
                 "expires_at": _ts(expires_at), "created_at": _ts(self._clock())})
-            return _key(_get_key(conn, key_id))
+            return _ROWS.key(_get_key(conn, key_id))
         return plaintext, await self._run(_create)
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
         def _get(conn: sqlite3.Connection) -> KeyRecord | None:
             row = _get_key(conn, key_id)
-            return None if row is None else _key(row)
+            return None if row is None else _ROWS.key(row)
         return await self._run(_get, write=False)
 
     async def list_keys(self, *, team: str | None = None,
@@ -271,7 +236,7 @@ class SqliteKeyStore(SqliteBase):
                 if row is None:
                     raise NotFound(f"team {team!r} does not exist")
                 team_id = row["id"]
-            return [_key(r) for r in _SQL["keys"].execute(conn, {
+            return [_ROWS.key(r) for r in _SQL["keys"].execute(conn, {
                 "team_id": team_id, "include_revoked": include_revoked})]
         return await self._run(_list, write=False)
 
@@ -279,18 +244,13 @@ class SqliteKeyStore(SqliteBase):
                          expected_revision: int | None = None) -> KeyRecord:
         def _update(conn: sqlite3.Connection) -> KeyRecord:
             row = editable(f"key {key_id!r}", _get_key(conn, key_id), expected_revision)
-            if row["revoked_at"] is not None:
-                raise KeyRevoked(f"key {key_id!r} is revoked; it can no longer be edited")
-            if isinstance(changes.user, str):
-                check_user_name(changes.user)
-            new = changes.applied(_key(row))
-            check_limits(new.limits, KEY_LIMITS, "key limits")
+            new = edited_key(_ROWS.key(row), changes)
             _SQL["update_key"].execute(conn, {
                 "id": key_id, "name": new.name, "user": new.user,
                 "allowed_models": (None if new.allowed_models is None
                                    else json.dumps(list(new.allowed_models))),
-                "expires_at": _ts(new.expires_at), **_limits(new.limits, KEY_LIMITS)})
-            return _key(_get_key(conn, key_id))
+                "expires_at": _ts(new.expires_at), **limit_columns(new.limits, KEY_LIMITS)})
+            return _ROWS.key(_get_key(conn, key_id))
         return await self._run(_update)
 
     async def rotate_key(self, key_id: str, *, grace_s: int,
@@ -310,7 +270,7 @@ class SqliteKeyStore(SqliteBase):
                     secret = replayed_secret(self._rotation_secrets(), salt=done["salt"],
                                              idempotency_key=idempotency_key,
                                              new_key_hash=done["new_key_hash"])
-                    return Rotation(secret=secret, key=_key(row), replayed=True,
+                    return Rotation(secret=secret, key=_ROWS.key(row), replayed=True,
                                     previous_valid_until=datetime.fromisoformat(
                                         done["old_valid_until"]))
             check_revision(f"key {key_id!r}", row["revision"], expected_revision)
@@ -325,7 +285,7 @@ class SqliteKeyStore(SqliteBase):
             until = now + timedelta(seconds=grace_s)
             _SQL["rotate_key"].execute(conn, {"id": key_id, "key_hash": key_hash,
                                               "display_prefix": prefix})
-            updated = _key(_get_key(conn, key_id))
+            updated = _ROWS.key(_get_key(conn, key_id))
             _SQL["insert_key_rotation"].execute(conn, {
                 "key_id": key_id, "revision": updated.revision,
                 "old_key_hash": row["key_hash"], "old_valid_until": _ts(until),
@@ -341,7 +301,7 @@ class SqliteKeyStore(SqliteBase):
             if row["revoked_at"] is None:
                 _SQL["revoke_key"].execute(conn, {"id": key_id,
                                                   "revoked_at": _ts(self._clock())})
-            return _key(_get_key(conn, key_id))
+            return _ROWS.key(_get_key(conn, key_id))
         return await self._run(_revoke)
 
     async def sync_brokered(self, keys: list[tuple[Any, ...]],
@@ -391,7 +351,8 @@ class SqliteKeyStore(SqliteBase):
     async def list_members(self, team: str) -> list[Member]:
         def _list(conn: sqlite3.Connection) -> list[Member]:
             team_id = _team_id(conn, team)
-            return [_member(r) for r in _SQL["members"].execute(conn, {"team_id": team_id})]
+            return [_ROWS.member(r)
+                    for r in _SQL["members"].execute(conn, {"team_id": team_id})]
         return await self._run(_list, write=False)
 
     async def team_members(self, team: str) -> TeamMembers:
@@ -399,9 +360,10 @@ class SqliteKeyStore(SqliteBase):
             row = _find_team(conn, team)
             if row is None:
                 raise NotFound(f"team {team!r} does not exist")
-            found = _team(row)
-            members = [_member(r) for r in _SQL["members"].execute(conn, {"team_id": found.id})]
-            keys = [_key(r) for r in _SQL["keys"].execute(conn, {
+            found = _ROWS.team(row)
+            members = [_ROWS.member(r)
+                       for r in _SQL["members"].execute(conn, {"team_id": found.id})]
+            keys = [_ROWS.key(r) for r in _SQL["keys"].execute(conn, {
                 "team_id": found.id, "include_revoked": True})]
             return team_members_of(found, members, keys)
         return await self._run(_read, write=False)
@@ -410,7 +372,7 @@ class SqliteKeyStore(SqliteBase):
         def _get(conn: sqlite3.Connection) -> Member | None:
             row = _SQL["member"].execute(conn, {"team_id": _team_id(conn, team),
                                                 "user_name": user}).fetchone()
-            return None if row is None else _member(row)
+            return None if row is None else _ROWS.member(row)
         return await self._run(_get, write=False)
 
     async def put_member(self, team: str, user: str, *, limits: MemberLimits,
@@ -425,10 +387,10 @@ class SqliteKeyStore(SqliteBase):
             row = _SQL["member"].execute(conn, where).fetchone()
             check_revision(member_what(user, team), 0 if row is None else row["revision"],
                            expected_revision)
-            _SQL["upsert_member"].execute(conn, {**where, **_limits(limits, MEMBER_LIMITS),
-                                                 "now": _ts(self._clock())})
+            _SQL["upsert_member"].execute(conn, {
+                **where, **limit_columns(limits, MEMBER_LIMITS), "now": _ts(self._clock())})
             _SQL["bump_team"].execute(conn, {"id": team_id})
-            return _member(_SQL["member"].execute(conn, where).fetchone())
+            return _ROWS.member(_SQL["member"].execute(conn, where).fetchone())
         return await self._run(_put)
 
     async def delete_member(self, team: str, user: str, *,
@@ -442,18 +404,18 @@ class SqliteKeyStore(SqliteBase):
             check_revision(member_what(user, team), row["revision"], expected_revision)
             _SQL["delete_member"].execute(conn, where)
             _SQL["bump_team"].execute(conn, {"id": team_id})
-            return _member(row)
+            return _ROWS.member(row)
         return await self._run(_delete)
 
     async def list_users(self) -> list[User]:
         def _list(conn: sqlite3.Connection) -> list[User]:
-            return [_user(r) for r in _SQL["users"].execute(conn)]
+            return [_ROWS.user(r) for r in _SQL["users"].execute(conn)]
         return await self._run(_list, write=False)
 
     async def get_user(self, name: str) -> User | None:
         def _get(conn: sqlite3.Connection) -> User | None:
             row = _SQL["user"].execute(conn, {"name": name}).fetchone()
-            return None if row is None else _user(row)
+            return None if row is None else _ROWS.user(row)
         return await self._run(_get, write=False)
 
     async def put_user(self, name: str, *, limits: MemberLimits, email: str | None = None,
@@ -467,9 +429,9 @@ class SqliteKeyStore(SqliteBase):
                            expected_revision)
             _SQL["upsert_user"].execute(conn, {
                 "name": name, "email": email, "display_name": display_name,
-                **_limits(limits, MEMBER_LIMITS), "now": _ts(self._clock())})
+                **limit_columns(limits, MEMBER_LIMITS), "now": _ts(self._clock())})
             _SQL["bump_user_teams"].execute(conn, {"name": name})
-            return _user(_SQL["user"].execute(conn, {"name": name}).fetchone())
+            return _ROWS.user(_SQL["user"].execute(conn, {"name": name}).fetchone())
         return await self._run(_put)
 
     # -- console sessions (gateway/keys/_sessions.py) --------------------------------
