@@ -1,7 +1,8 @@
 """The ``admin`` fixture: a client of a fresh gateway through the real app factory, on both
 profiles (local: SQLite; shared: a migrated Postgres), with a write token
 (``terraform``) and a read token (``portal``); settings from
-:func:`tests.integration._admin.gateway_settings`.
+:func:`tests.integration._admin.gateway_settings`. The ``clock`` fixture: a settable
+clock at :data:`tests.integration._local.T0` for the local stores.
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from tests.integration._admin import gateway_settings
+from tests.integration._local import Clock
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A settable clock at T0, handed to the local stores a test opens."""
+    return Clock()
 
 
 @pytest.fixture(params=["local", "shared"])

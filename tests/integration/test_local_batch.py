@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import uuid
 from collections.abc import Awaitable
 from typing import Any
 
@@ -24,11 +23,9 @@ from gateway.governance import (
     OutcomeKind,
     Permit,
     Refusal,
-    build_request,
 )
-from gateway.keys import KeyLimits, Principal, Team, TeamLimits
-from gateway.policy import EMPTY_SNAPSHOT
-from tests.integration.test_local_store import T0, Clock, admit_one
+from gateway.keys import TeamLimits
+from tests.integration._local import Clock, admit_one, opened, principal, request
 from tests.settling import exact, settlement
 
 pytestmark = pytest.mark.integration
@@ -36,25 +33,10 @@ pytestmark = pytest.mark.integration
 DAY_USD = "team:team_1:usd:day:2026-11-29"
 
 
-def principal(limits: TeamLimits) -> Principal:
-    return Principal(key_id="key_1", key_prefix="sk-inf-abcdef", key_revision=1,
-                     key_limits=KeyLimits(), allowed_models=None,
-                     team=Team(id="team_1", name="one", limits=limits), user="alice")
-
-
-def request(p: Principal, *, usd: int = 1000, request_id: str | None = None
-            ) -> AdmissionRequest:
-    return build_request(p, EMPTY_SNAPSHOT, request_id=request_id or uuid.uuid4().hex,
-                         model="mock-gpt", token_bound=100, usd_bound=usd, now=T0)
-
-
 @pytest.fixture
-async def store(tmp_path):
-    s = LocalGovernanceStore(str(tmp_path / "gov.db"), clock=Clock())
-    await s.open()
-    yield s
-    await s.close()
-
+async def store(tmp_path, clock):
+    async with opened(LocalGovernanceStore(str(tmp_path / "gov.db"), clock=clock)) as s:
+        yield s
 
 
 async def together(store: LocalGovernanceStore,

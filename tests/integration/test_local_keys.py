@@ -23,18 +23,13 @@ from gateway.keys import (
     hash_key,
     open_key_store,
 )
-from tests.integration import test_local_store
-from tests.integration.test_local_store import T0
-
-clock = test_local_store.clock  # the fixture (a settable Clock at T0), under this name
+from tests.integration._local import T0, opened
 
 
 @pytest.fixture
 async def store(tmp_path, clock):
-    s = SqliteKeyStore(str(tmp_path / "keys.db"), clock=clock)
-    await s.open()
-    yield s
-    await s.close()
+    async with opened(SqliteKeyStore(str(tmp_path / "keys.db"), clock=clock)) as s:
+        yield s
 
 
 async def test_plaintext_is_never_stored(store, tmp_path):

@@ -8,55 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
 from gateway.errors import SettlementConflict, UnknownPermit
 from gateway.governance import (
     BUCKET_SCALE,
-    AdmissionRequest,
     LocalGovernanceStore,
     Outcome,
     OutcomeKind,
     Permit,
     Refusal,
     Settlement,
-    build_request,
 )
-from gateway.keys import KeyLimits, Principal, Team, TeamLimits
-from gateway.policy import EMPTY_SNAPSHOT
+from gateway.keys import KeyLimits, TeamLimits
 from gateway.pricing import Usage
+from tests.integration._local import admit_one, opened, principal, request
 from tests.settling import exact, settlement
-
-T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
-
-
-class Clock:
-    """A settable clock: tests move time explicitly, never sleep."""
-
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> None:
-        self.now += timedelta(**kw)
-
-
-def principal(team: TeamLimits, key: KeyLimits | None = None, *, user: str | None = "alice",
-              key_id: str = "key_1") -> Principal:
-    return Principal(key_id=key_id, key_prefix="sk-inf-abcdef", key_revision=1,
-                     key_limits=key or KeyLimits(), allowed_models=None,
-                     team=Team(id="team_1", name="one", limits=team), user=user)
-
-
-def request(p: Principal, *, tokens: int = 100, usd: int = 1000,
-            now: datetime = T0) -> AdmissionRequest:
-    return build_request(p, EMPTY_SNAPSHOT, request_id=uuid.uuid4().hex, model="mock-gpt",
-                         token_bound=tokens, usd_bound=usd, now=now)
 
 
 def complete(tokens: int, cost: int) -> Outcome:
@@ -64,21 +33,9 @@ def complete(tokens: int, cost: int) -> Outcome:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 async def store(tmp_path, clock):
-    s = LocalGovernanceStore(str(tmp_path / "gov.db"), clock=clock)
-    await s.open()
-    yield s
-    await s.close()
-
-
-async def admit_one(store: LocalGovernanceStore, req: AdmissionRequest) -> Permit | Refusal:
-    [result] = await store.admit([req])
-    return result
+    async with opened(LocalGovernanceStore(str(tmp_path / "gov.db"), clock=clock)) as s:
+        yield s
 
 
 async def settle(store, permit: Permit, outcome: Outcome):
