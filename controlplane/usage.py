@@ -28,9 +28,9 @@ from prometheus_client import CollectorRegistry, Counter
 
 import sql
 from controlplane.auth import Identity, TokenAuth
+from controlplane.body import bounded_body, decode_body
 from gateway.db import Pool, fetch_all, fetch_one, wrap_exceptions
-from gateway.errors import BadRequest, InferplaneError, PayloadTooLarge
-from gateway.jsondepth import check_json_depth
+from gateway.errors import InferplaneError
 from gateway.lease import USAGE_PATH, UsageAck, UsageBatch, UsageRecord
 
 log = logging.getLogger("inferplaned.usage")
@@ -38,18 +38,12 @@ _WHAT = "request log database"
 OUTCOMES = ("stored", "present", "conflict", "refused")
 
 
-class PlaneNotSynced(InferplaneError):
+class PlaneNotSynced(InferplaneError, status=409, code="plane_not_synced"):
     """This data plane has not synced yet: its first heartbeat binds it to its token."""
 
-    status = 409
-    code = "plane_not_synced"
 
-
-class PlaneOfAnotherToken(InferplaneError):
+class PlaneOfAnotherToken(InferplaneError, status=409, code="token_conflict"):
     """This data plane belongs to another data-plane token."""
-
-    status = 409
-    code = "token_conflict"
 
 
 class UsageLog:
@@ -110,15 +104,8 @@ async def usage(request: Request[Any, Any, Any]) -> Response[bytes]:
     """A lease plane's batch of usage records in; which ids are stored out."""
     auth: TokenAuth = request.app.state.auth
     identity = auth.require_dataplane(request.headers.get("authorization"))
-    body = await request.body()
-    limit = request.app.state.config.max_sync_bytes
-    if len(body) > limit:
-        raise PayloadTooLarge(f"body: larger than max_sync_bytes ({limit})")
-    check_json_depth(body, what="body")
-    try:
-        batch = msgspec.json.decode(body, type=UsageBatch)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise BadRequest(f"body: not a usage batch: {exc}") from exc
+    body = await bounded_body(request, limit="max_sync_bytes")
+    batch = decode_body(body, UsageBatch, what="a usage batch")
     auth.require_plane(identity, batch.plane)
     store: UsageLog = request.app.state.usage_log
     ack = await store.store(batch, identity)

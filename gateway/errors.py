@@ -1,9 +1,11 @@
 """The project's one exception hierarchy and its mapping to HTTP status and error shape.
 
 Every error a client can see is a subclass of :class:`InferplaneError`; its docstring is
-the default message and ``status`` its HTTP status. The ingress renders it in the
-calling protocol's own error shape (OpenAI or Anthropic) via :func:`openai_error_body`
-and :func:`anthropic_error_body`; nothing else in the code base builds error bodies.
+the default message and ``status`` its HTTP status, given with its other fields in the
+class line (``class Gone(InferplaneError, status=410, code="gone"):``). The ingress
+renders it in the calling protocol's own error shape (OpenAI or Anthropic) via
+:func:`openai_error_body` and :func:`anthropic_error_body`; nothing else in the code base
+builds error bodies.
 
 Machine-readable fields: OpenAI's ``error.type`` and ``error.code``; Anthropic's
 ``error.type`` and, on a refusal, ``error.details.error_code`` (the SDK's
@@ -53,6 +55,21 @@ class InferplaneError(Exception):
     should_retry: ClassVar[bool | None] = None
     """``x-should-retry`` (None: no header; the SDKs go by the status)."""
 
+    def __init_subclass__(cls, *, status: int | None = None, openai_type: str | None = None,
+                          anthropic_type: str | None = None, code: str | None = None,
+                          error_code: str | None = None, should_retry: bool | None = None,
+                          **kwargs: Any) -> None:
+        """A kind states its fields in its class line
+        (``class Gone(InferplaneError, status=410, code="gone"):``); a field it leaves
+        out (None) is its parent's."""
+        super().__init_subclass__(**kwargs)
+        fields = {"status": status, "openai_type": openai_type,
+                  "anthropic_type": anthropic_type, "code": code,
+                  "error_code": error_code, "should_retry": should_retry}
+        for name, value in fields.items():
+            if value is not None:
+                setattr(cls, name, value)
+
     def __init__(self, message: str | None = None, *, retry_after: int | None = None,
                  param: str | None = None) -> None:
         self.message = message or default_message(type(self))
@@ -82,124 +99,74 @@ def default_message(kind: type[InferplaneError]) -> str:
     return (kind.__doc__ or kind.__name__).strip()
 
 
-class ConfigError(InferplaneError):
+class ConfigError(InferplaneError, code="config_error"):
     """Invalid configuration."""
 
-    code = "config_error"
 
-
-class BadRequest(InferplaneError):
+class BadRequest(InferplaneError, status=400, openai_type="invalid_request_error",
+                 anthropic_type="invalid_request_error", code="invalid_request"):
     """The request is malformed."""
 
-    status = 400
-    openai_type = "invalid_request_error"
-    anthropic_type = "invalid_request_error"
-    code = "invalid_request"
 
-
-class PayloadTooLarge(BadRequest):
+class PayloadTooLarge(BadRequest, status=413, anthropic_type="request_too_large",
+                      code="payload_too_large"):
     """The request body exceeds the configured size limit."""
 
-    status = 413
-    anthropic_type = "request_too_large"
-    code = "payload_too_large"
 
-
-class NestingTooDeep(BadRequest):
+class NestingTooDeep(BadRequest, code="json_too_deep"):
     """The request body nests arrays and objects too deeply."""
 
-    code = "json_too_deep"
 
-
-class Unauthenticated(InferplaneError):
+class Unauthenticated(InferplaneError, status=401, openai_type="invalid_request_error",
+                      anthropic_type="authentication_error", code="invalid_api_key"):
     """Missing, unknown, revoked or expired API key."""
 
-    status = 401
-    openai_type = "invalid_request_error"
-    anthropic_type = "authentication_error"
-    code = "invalid_api_key"
 
-
-class Forbidden(InferplaneError):
+class Forbidden(InferplaneError, status=403, openai_type="invalid_request_error",
+                anthropic_type="permission_error", code="model_not_allowed"):
     """This key may not use that model."""
 
-    status = 403
-    openai_type = "invalid_request_error"
-    anthropic_type = "permission_error"
-    code = "model_not_allowed"
 
-
-class UnknownModel(InferplaneError):
+class UnknownModel(InferplaneError, status=404, openai_type="invalid_request_error",
+                   anthropic_type="not_found_error", code="model_not_found"):
     """The model is not configured on this gateway."""
 
-    status = 404
-    openai_type = "invalid_request_error"
-    anthropic_type = "not_found_error"
-    code = "model_not_found"
 
-
-class SettlementConflict(InferplaneError):
+class SettlementConflict(InferplaneError, status=409, code="settlement_conflict"):
     """The permit was already settled with a different outcome."""
 
-    status = 409
-    code = "settlement_conflict"
 
-
-class NotFound(InferplaneError):
+class NotFound(InferplaneError, status=404, openai_type="invalid_request_error",
+               anthropic_type="not_found_error", code="not_found"):
     """No such team, key or permit."""
 
-    status = 404
-    openai_type = "invalid_request_error"
-    anthropic_type = "not_found_error"
-    code = "not_found"
 
-
-class UnknownPermit(NotFound):
+class UnknownPermit(NotFound, code="unknown_permit"):
     """No such permit: it was never admitted by this governance store."""
 
-    code = "unknown_permit"
 
-
-class RevisionConflict(InferplaneError):
+class RevisionConflict(InferplaneError, status=409, openai_type="invalid_request_error",
+                       anthropic_type="invalid_request_error", code="revision_conflict"):
     """The record changed since it was read (revision mismatch); re-read and retry."""
 
-    status = 409
-    openai_type = "invalid_request_error"
-    anthropic_type = "invalid_request_error"
-    code = "revision_conflict"
 
-
-class AlreadyExists(InferplaneError):
+class AlreadyExists(InferplaneError, status=409, openai_type="invalid_request_error",
+                    anthropic_type="invalid_request_error", code="already_exists"):
     """A team (or key) by that name already exists."""
 
-    status = 409
-    openai_type = "invalid_request_error"
-    anthropic_type = "invalid_request_error"
-    code = "already_exists"
 
-
-class KeyRevoked(InferplaneError):
+class KeyRevoked(InferplaneError, status=409, openai_type="invalid_request_error",
+                 anthropic_type="invalid_request_error", code="key_revoked"):
     """The key is revoked: it cannot be rotated (create a new key)."""
 
-    status = 409
-    openai_type = "invalid_request_error"
-    anthropic_type = "invalid_request_error"
-    code = "key_revoked"
 
-
-class PreconditionFailed(RevisionConflict):
+class PreconditionFailed(RevisionConflict, status=412):
     """The record's revision is not the one If-Match named; re-read it and retry."""
 
-    status = 412
 
-
-class AccessDenied(InferplaneError):
+class AccessDenied(InferplaneError, status=403, openai_type="invalid_request_error",
+                   anthropic_type="permission_error", code="permission_denied"):
     """This token may not do that."""
-
-    status = 403
-    openai_type = "invalid_request_error"
-    anthropic_type = "permission_error"
-    code = "permission_denied"
 
 
 # -- refusals -------------------------------------------------------------------------
@@ -212,119 +179,81 @@ class AccessDenied(InferplaneError):
 # message and the headers.
 
 
-class RateLimited(InferplaneError):
+class RateLimited(InferplaneError, status=429, openai_type="rate_limit_error",
+                  anthropic_type="rate_limit_error", code="rate_limit_exceeded",
+                  error_code="rate_limited", should_retry=True):
     """Rate or token limit exhausted."""
 
-    status = 429
-    openai_type = "rate_limit_error"
-    anthropic_type = "rate_limit_error"
-    code = "rate_limit_exceeded"
-    error_code = "rate_limited"
-    should_retry = True
 
-
-class SpendRateLimited(RateLimited):
+# 402: a money refusal (gateway.governance.status_for), cleared by refill
+class SpendRateLimited(RateLimited, status=402):
     """Spending rate limit (µUSD per minute) exhausted."""
 
-    status = 402  # a money refusal (gateway.governance.status_for), cleared by refill
 
-
-class ConcurrencyLimited(RateLimited):
+class ConcurrencyLimited(RateLimited, code="concurrency_limited",
+                         error_code="concurrency_limited"):
     """Too many requests open at once; retry when one finishes."""
 
-    code = "concurrency_limited"
-    error_code = "concurrency_limited"
 
-
-class TokenQuotaExhausted(RateLimited):
+# OpenAI answers a spent quota 429 insufficient_quota; its clients (Codex) stop on
+# that code instead of retrying.
+class TokenQuotaExhausted(RateLimited, openai_type="insufficient_quota",
+                          code="insufficient_quota", error_code="token_quota_exhausted",
+                          should_retry=False):
     """Token quota exhausted until its window resets."""
 
-    # OpenAI answers a spent quota 429 insufficient_quota; its clients (Codex) stop on
-    # that code instead of retrying.
-    openai_type = "insufficient_quota"
-    code = "insufficient_quota"
-    error_code = "token_quota_exhausted"
-    should_retry = False
 
-
-class BudgetExhausted(InferplaneError):
+class BudgetExhausted(InferplaneError, status=402, openai_type="insufficient_quota",
+                      anthropic_type="billing_error", code="insufficient_quota",
+                      error_code="budget_exhausted", should_retry=False):
     """Spending limit exhausted."""
 
-    status = 402
-    openai_type = "insufficient_quota"
-    anthropic_type = "billing_error"
-    code = "insufficient_quota"
-    error_code = "budget_exhausted"
-    should_retry = False
 
-
-class AccountFrozen(BudgetExhausted):
+class AccountFrozen(BudgetExhausted, error_code="account_frozen"):
     """The account is frozen after invalid usage was reported; an operator must resolve it."""
 
-    error_code = "account_frozen"
 
-
-class GovernanceUnavailable(InferplaneError):
+class GovernanceUnavailable(InferplaneError, status=503, openai_type="server_error",
+                            anthropic_type="overloaded_error", code="governance_unavailable",
+                            error_code="governance_unavailable", should_retry=True):
     """Governance storage is unavailable; no request is admitted."""
-
-    status = 503
-    openai_type = "server_error"
-    anthropic_type = "overloaded_error"
-    code = "governance_unavailable"
-    error_code = "governance_unavailable"
-    should_retry = True
 
     def __init__(self, message: str | None = None, *, retry_after: int | None = 1,
                  param: str | None = None) -> None:
         super().__init__(message, retry_after=retry_after, param=param)
 
 
-class SnapshotMismatch(GovernanceUnavailable):
+class SnapshotMismatch(GovernanceUnavailable, code="snapshot_mismatch",
+                       error_code="snapshot_mismatch"):
     """The key, team or policy changed while the request was admitted; retry."""
 
-    code = "snapshot_mismatch"
-    error_code = "snapshot_mismatch"
 
-
-class LeaseMissing(GovernanceUnavailable):
+class LeaseMissing(GovernanceUnavailable, code="lease_missing", error_code="lease_missing"):
     """No budget lease from the control plane yet; retry shortly."""
 
-    code = "lease_missing"
-    error_code = "lease_missing"
 
-
-class LeaseExhausted(GovernanceUnavailable):
+class LeaseExhausted(GovernanceUnavailable, code="lease_exhausted",
+                     error_code="lease_exhausted"):
     """This data plane's lease allowance is used up and a renewal is on its way; retry."""
 
-    code = "lease_exhausted"
-    error_code = "lease_exhausted"
 
-
-class LeaseExpired(GovernanceUnavailable):
+class LeaseExpired(GovernanceUnavailable, code="lease_expired", error_code="lease_expired"):
     """The budget lease expired: the control plane has not answered for a while."""
 
-    code = "lease_expired"
-    error_code = "lease_expired"
 
-
-class RuleUnsupported(GovernanceUnavailable):
+# Anthropic's api_error, not overload: it stays until the rule or build changes.
+class RuleUnsupported(GovernanceUnavailable, anthropic_type="api_error",
+                      code="rule_unsupported", error_code="rule_unsupported",
+                      should_retry=False):
     """A FailClosed rule this data plane cannot enforce refuses the requests it covers."""
-
-    anthropic_type = "api_error"  # not overload: it stays until the rule or build changes
-    code = "rule_unsupported"
-    error_code = "rule_unsupported"
-    should_retry = False
 
     def __init__(self, message: str | None = None, *, retry_after: int | None = None,
                  param: str | None = None) -> None:
         super().__init__(message, retry_after=retry_after, param=param)
 
 
-class UpstreamUnavailable(InferplaneError):
+class UpstreamUnavailable(InferplaneError, status=502, code="upstream_unavailable"):
     """The upstream provider could not be reached."""
-
-    status = 502
-    code = "upstream_unavailable"
 
 
 def client_message(err: InferplaneError, request_id: str | None = None) -> str:

@@ -63,26 +63,17 @@ _CHUNK = 2_000
 """Permits per statement: bounded parameters, and a progress line per chunk."""
 
 
-class PendingPermits(InferplaneError):
+class PendingPermits(InferplaneError, status=409, code="pending_permits"):
     """The local store still holds pending permits; nothing was imported."""
 
-    status = 409
-    code = "pending_permits"
 
-
-class SpendMismatch(InferplaneError):
+class SpendMismatch(InferplaneError, status=409, code="spend_mismatch"):
     """A local counter does not hold what its permits charged; nothing was imported."""
 
-    status = 409
-    code = "spend_mismatch"
 
-
-class PermitConflict(InferplaneError):
+class PermitConflict(InferplaneError, status=409, code="import_conflict"):
     """The destination holds a permit of the same id with other figures; nothing was
     imported."""
-
-    status = 409
-    code = "import_conflict"
 
 
 class WindowSpend(msgspec.Struct, frozen=True, kw_only=True):
