@@ -60,26 +60,11 @@ def gateway_of(request: AnyRequest) -> Gateway:
 
 
 # The generation routes are served by gateway.ingress._asgi.Generation (below Litestar:
-# GatewayApp hands their POSTs to it first). These routes claim the paths for Litestar's
-# own routing (another method: 405; a trailing slash) and return the same ASGI app.
-@post("/v1/chat/completions", status_code=200, include_in_schema=False)
-async def chat_completions() -> ASGIApp:
-    return GENERATION["/v1/chat/completions"]
-
-
-@post("/v1/responses", status_code=200, include_in_schema=False)
-async def responses() -> ASGIApp:
-    return GENERATION["/v1/responses"]
-
-
-@post("/v1/embeddings", status_code=200, include_in_schema=False)
-async def embeddings() -> ASGIApp:
-    return GENERATION["/v1/embeddings"]
-
-
-@post("/v1/messages", status_code=200, include_in_schema=False)
-async def messages() -> ASGIApp:
-    return GENERATION["/v1/messages"]
+# GatewayApp hands their POSTs to it first). This route claims their paths for Litestar's
+# own routing (another method: 405; a trailing slash) and returns the matched path's app.
+@post(list(GENERATION), status_code=200, include_in_schema=False)
+async def generation(request: AnyRequest) -> ASGIApp:
+    return GENERATION[route_label(request)]
 
 
 @post(["/bedrock/model/{model_id:str}/invoke",
@@ -233,6 +218,5 @@ def error_handler(request: AnyRequest, exc: Exception) -> Response[Any]:
     return to_litestar(reply)
 
 
-ROUTES = [chat_completions, responses, embeddings, messages, bedrock_invoke, vertex_predict,
-          count_tokens, list_models, retrieve_model, usage_report, me, healthz, readyz,
-          metrics]
+ROUTES = [generation, bedrock_invoke, vertex_predict, count_tokens, list_models, retrieve_model,
+          usage_report, me, healthz, readyz, metrics]
