@@ -12,7 +12,7 @@ everywhere. The present definition is in ``sql/schema.sql``.
 
 from __future__ import annotations
 
-from alembic import op
+from migrations.steps import sql_steps
 
 revision = "v011_console_sessions"
 down_revision = "v010_baseline"
@@ -34,10 +34,4 @@ CREATE INDEX console_sessions_credential_idx ON console_sessions (credential_sha
 CREATE INDEX console_sessions_subject_idx ON console_sessions (subject);
 """
 
-
-def upgrade() -> None:
-    op.execute(_CREATE)
-
-
-def downgrade() -> None:
-    op.execute("DROP TABLE console_sessions")
+upgrade, downgrade = sql_steps(up=_CREATE, down="DROP TABLE console_sessions")

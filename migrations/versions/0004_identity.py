@@ -13,7 +13,7 @@ definition is in ``sql/schema.sql``.
 
 from __future__ import annotations
 
-from alembic import op
+from migrations.steps import sql_steps
 
 revision = "v013_identity"
 down_revision = "v012_functions_v2"
@@ -29,12 +29,8 @@ CREATE UNIQUE INDEX keys_brokered_idx ON keys (team_id, user_name)
     WHERE brokered AND revoked_at IS NULL;
 """
 
-
-def upgrade() -> None:
-    op.execute(_UP)
-
-
-def downgrade() -> None:
-    op.execute("DROP INDEX keys_brokered_idx; ALTER TABLE keys DROP COLUMN brokered; "
-               "DROP INDEX users_identity_idx; ALTER TABLE users DROP COLUMN issuer, "
-               "DROP COLUMN subject, DROP COLUMN revoked_at")
+upgrade, downgrade = sql_steps(
+    up=_UP,
+    down="DROP INDEX keys_brokered_idx; ALTER TABLE keys DROP COLUMN brokered; "
+         "DROP INDEX users_identity_idx; ALTER TABLE users DROP COLUMN issuer, "
+         "DROP COLUMN subject, DROP COLUMN revoked_at")

@@ -12,7 +12,7 @@ whose prompt cache it warmed, and until when. The present definition is in
 
 from __future__ import annotations
 
-from alembic import op
+from migrations.steps import sql_steps
 
 revision = "v014_routing_pins"
 down_revision = "v013_identity"
@@ -26,10 +26,4 @@ CREATE TABLE routing_pins (model text NOT NULL, session_key text NOT NULL,
 CREATE INDEX routing_pins_expires_idx ON routing_pins (expires_at);
 """
 
-
-def upgrade() -> None:
-    op.execute(_UP)
-
-
-def downgrade() -> None:
-    op.execute("DROP TABLE routing_pins")
+upgrade, downgrade = sql_steps(up=_UP, down="DROP TABLE routing_pins")

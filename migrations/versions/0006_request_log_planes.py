@@ -13,7 +13,7 @@ from; a permit the shared profile admitted has none. The present definition is i
 
 from __future__ import annotations
 
-from alembic import op
+from migrations.steps import sql_steps
 
 revision = "v015_request_log_planes"
 down_revision = "v014_routing_pins"
@@ -26,10 +26,5 @@ CREATE INDEX permits_plane_created_idx ON permits (plane, created_at)
     WHERE plane IS NOT NULL;
 """
 
-
-def upgrade() -> None:
-    op.execute(_UP)
-
-
-def downgrade() -> None:
-    op.execute("DROP INDEX permits_plane_created_idx; ALTER TABLE permits DROP COLUMN plane")
+upgrade, downgrade = sql_steps(
+    up=_UP, down="DROP INDEX permits_plane_created_idx; ALTER TABLE permits DROP COLUMN plane")

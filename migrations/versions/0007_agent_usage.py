@@ -13,7 +13,7 @@ counter, permit or account reads it. The present definition is in ``sql/schema.s
 
 from __future__ import annotations
 
-from alembic import op
+from migrations.steps import sql_steps
 
 revision = "v016_agent_usage"
 down_revision = "v015_request_log_planes"
@@ -34,10 +34,4 @@ CREATE INDEX client_usage_reports_team_idx ON client_usage_reports (team_id, rep
 CREATE INDEX client_usage_reports_key_idx ON client_usage_reports (key_id, reported_at);
 """
 
-
-def upgrade() -> None:
-    op.execute(_UP)
-
-
-def downgrade() -> None:
-    op.execute("DROP TABLE client_usage_reports")
+upgrade, downgrade = sql_steps(up=_UP, down="DROP TABLE client_usage_reports")

@@ -13,7 +13,7 @@ definition is in ``sql/schema.sql``.
 
 from __future__ import annotations
 
-from alembic import op
+from migrations.steps import sql_steps
 
 revision = "v017_permit_tiers"
 down_revision = "v016_agent_usage"
@@ -24,10 +24,4 @@ _UP = """
 CREATE TABLE permit_tiers (permit_id uuid PRIMARY KEY, tier text NOT NULL);
 """
 
-
-def upgrade() -> None:
-    op.execute(_UP)
-
-
-def downgrade() -> None:
-    op.execute("DROP TABLE permit_tiers")
+upgrade, downgrade = sql_steps(up=_UP, down="DROP TABLE permit_tiers")
