@@ -10,7 +10,7 @@ through the real app factory on the local (SQLite) and shared (Postgres) profile
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,6 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
-from gateway.app import create_app
 from gateway.governance import (
     MAX_DECISIONS,
     AdmissionRequest,
@@ -27,12 +26,10 @@ from gateway.governance import (
     Refusal,
 )
 from gateway.keys import SqliteKeyStore, TeamLimits
-from tests.integration._admin import gateway_settings
+from tests.integration._admin import WRITE
 from tests.integration._inapp import app_on
 
 pytestmark = pytest.mark.integration
-
-WRITE = "w" * 8 + "-admin-write-token"
 
 CHAT = {"model": "mock-gpt", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
 FIT = {**CHAT, "max_tokens": 8192}
@@ -42,14 +39,11 @@ LONG = {"model": "mock-claude", "max_tokens": 16,
 """18 KB of text: bounded by its bytes it does not fit 10,000 µUSD, counted it does."""
 
 
-@pytest.fixture(params=["local", "shared"])
-async def gateway(request: pytest.FixtureRequest, tmp_path: Path,
-                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncTestClient[Any]]:
-    """A client of a fresh gateway (the built-in mock models) with a write admin token."""
-    settings = gateway_settings(request, tmp_path, monkeypatch, profile=request.param,
-                                tokens={"terraform": ("write", WRITE)})
-    async with AsyncTestClient(app=create_app(settings)) as client:
-        yield client
+@pytest.fixture
+def gateway(admin: tuple[AsyncTestClient[Any], Path]) -> AsyncTestClient[Any]:
+    """The ``admin`` fixture's client: a fresh gateway (both profiles, the built-in mock
+    models) with a write admin token."""
+    return admin[0]
 
 
 def _decisions(metrics: str) -> int:
