@@ -50,6 +50,7 @@ from gateway import __version__
 from gateway.governance import CounterKey, utc_windows
 from gateway.keys import KeyStore
 from gateway.lease._apply import apply_documents
+from gateway.lease._background import Background, Retry
 from gateway.lease._local import Figures, LeaseFile, SavedPolicy
 from gateway.lease._state import LeaseState
 from gateway.lease._wire import (
@@ -120,7 +121,7 @@ class _QuietSync(logging.Filter):
         return True
 
 
-class LeaseClient:
+class LeaseClient(Background):
     """Policy source + heartbeat of a lease-profile plane."""
 
     def __init__(self, *, url: str, token: str | None, dataplane_id: str | None,
@@ -185,46 +186,36 @@ class LeaseClient:
         self._http = httpx.AsyncClient(base_url=self._url, timeout=self._timeout,
                                        headers=self._headers)
         _HTTPX_LOG.addFilter(self._quiet)
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="lease-heartbeat")
+        self._start_loop("lease-heartbeat")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        await self._stop_loop()
         _HTTPX_LOG.removeFilter(self._quiet)
         await self._file.close()
 
     # -- the heartbeat -----------------------------------------------------------------
 
     async def _loop(self) -> None:
-        backoff, failing = 0.0, 0
+        retry = Retry(floor=0.25, ceiling=self._max_backoff)
         while True:
             started = time.monotonic()
             self.state.wake.clear()
             try:
                 await self.sync_once()
-                if failing:
+                if failed := retry.succeeded():
                     log.info("lease sync with %s works again after %d failed tries",
-                             self._url, failing)
-                backoff, failing = 0.0, 0
+                             self._url, failed)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.failures += 1
-                failing += 1
-                backoff = min(self._max_backoff, max(0.25, backoff * 2))
+                backoff = retry.failed()
                 # The first failure, then about once a minute while it lasts.
-                if failing == 1 or failing % max(1, int(60 / self._max_backoff)) == 0:
+                if retry.failing == 1 or retry.failing % max(1, int(60 / self._max_backoff)) == 0:
                     log.warning("policy refresh failed: lease sync with %s (%s: %s); keeping "
                                 "generation %d and the current leases, retrying every "
                                 "%.2fs (%d tries so far)", self._url, type(exc).__name__, exc,
-                                self.state.applied.snapshot.generation, backoff, failing)
+                                self.state.applied.snapshot.generation, backoff, retry.failing)
                 await asyncio.sleep(backoff)
                 continue
             interval = self._interval_s()

@@ -46,6 +46,7 @@ from prometheus_client.registry import Collector
 
 import sql
 from gateway.keys import KeyStore
+from gateway.lease._background import Background, Retry
 from gateway.lease._records import (
     MAX_DETAIL,
     MAX_RECORDS,
@@ -78,7 +79,7 @@ class ShipFailed(Exception):
     """inferplaned did not acknowledge a batch."""
 
 
-class UsageSpool(SqliteBase):
+class UsageSpool(SqliteBase, Background):
     """The queue of unshipped usage records in a plane's SQLite file, and its shipper."""
 
     schema = sql.local_usage["schema"]
@@ -122,18 +123,10 @@ class UsageSpool(SqliteBase):
         if self._http is None:
             self._http = httpx.AsyncClient(base_url=self._url, timeout=self._timeout,
                                            headers=self._headers, transport=self._transport)
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="lease-usage-shipper")
+        self._start_loop("lease-usage-shipper")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        await self._stop_loop()
 
     async def close(self) -> None:
         await self.stop()
@@ -146,27 +139,25 @@ class UsageSpool(SqliteBase):
     # -- the shipper -----------------------------------------------------------------
 
     async def _loop(self) -> None:
-        backoff, failing = 0.0, 0
+        retry = Retry(floor=0.5, ceiling=self._max_backoff)
         while True:
             try:
                 full = await self.ship_once()
-                if failing:
+                if failed := retry.succeeded():
                     log.info("usage shipping to %s works again after %d failed tries",
-                             self._url, failing)
-                backoff, failing = 0.0, 0
+                             self._url, failed)
                 if full:
                     continue  # more queued: the next batch at once
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.failures += 1
-                failing += 1
-                backoff = min(self._max_backoff, max(0.5, backoff * 2))
-                if failing == 1 or failing % 20 == 0:
+                backoff = retry.failed()
+                if retry.failing == 1 or retry.failing % 20 == 0:
                     log.warning("usage shipping to %s failed (%s: %s); %d records queued, "
                                 "retrying in %.1fs (%d tries so far)", self._url,
                                 type(exc).__name__, exc, self.state.queued, backoff,
-                                failing)
+                                retry.failing)
                 await asyncio.sleep(backoff)
                 continue
             self._wake.clear()
