@@ -28,7 +28,7 @@ from gateway.errors import NestingTooDeep
 from gateway.jsondepth import check_yaml_depth
 from gateway.policy._compile import compile_all, compile_documents, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, PolicySnapshot
-from gateway.policy._tasks import cancel_and_wait
+from gateway.policy._tasks import BackgroundTask
 from gateway.policy._validate import PolicyInvalid, Problem
 
 log = logging.getLogger("gateway.policy")
@@ -129,7 +129,7 @@ class FilePolicySource:
         self._namespace = namespace
         self._snapshot = EMPTY_SNAPSHOT
         self._seen: Signature | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._poller = BackgroundTask("policy-file-poll")
 
     def snapshot(self) -> PolicySnapshot:
         return self._snapshot
@@ -168,12 +168,11 @@ class FilePolicySource:
     async def start(self) -> None:
         """Load the set (raising :class:`PolicyInvalid` if invalid), then poll."""
         self.reload(strict=True)
-        if self._task is None and self._poll_s > 0:
-            self._task = asyncio.create_task(self._poll(), name="policy-file-poll")
+        if self._poll_s > 0:
+            self._poller.start(self._poll)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._poller.stop()
 
     async def _poll(self) -> None:
         while True:

@@ -29,7 +29,7 @@ from gateway.db import Pool, connection, fetch_all, fetch_one
 from gateway.errors import InferplaneError, NotFound
 from gateway.policy._compile import Compiled, compile_all, fingerprint
 from gateway.policy._compiled import EMPTY_SNAPSHOT, PolicySnapshot
-from gateway.policy._tasks import cancel_and_wait
+from gateway.policy._tasks import BackgroundTask
 
 log = logging.getLogger("mayu.policy")
 CHANNEL = "inferplane_policy"
@@ -142,7 +142,7 @@ class PostgresPolicySource:
         self._pool, self._conninfo = pool, pool.conninfo
         self._refresh_s = refresh_s
         self._snapshot = EMPTY_SNAPSHOT
-        self._task: asyncio.Task[None] | None = None
+        self._follower = BackgroundTask("policy-follow")
 
     def snapshot(self) -> PolicySnapshot:
         return self._snapshot
@@ -173,12 +173,10 @@ class PostgresPolicySource:
         """Load the current generation (raising if the database is unreachable), then
         follow notifications in the background."""
         await self.refresh()
-        if self._task is None:
-            self._task = asyncio.create_task(self._follow(), name="policy-follow")
+        self._follower.start(self._follow)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._follower.stop()
 
     async def _follow(self) -> None:
         while True:

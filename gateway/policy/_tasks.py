@@ -1,4 +1,4 @@
-"""Stopping a policy source's background task (file polling, LISTEN/refresh).
+"""A policy source's background task (file polling, LISTEN/refresh).
 
 Both live sources run one task between ``start()`` and ``stop()``; stopping must wait
 for the task to finish unwinding, so no reload runs after ``stop()`` returns.
@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    """Cancel ``task`` (if any) and wait until it has finished; its cancellation is
-    expected, so it is not re-raised here."""
-    if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+class BackgroundTask:
+    """One named task: started at most once, stopped by cancelling it and waiting."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``run()`` in the background, unless it already runs."""
+        if self._task is None:
+            self._task = asyncio.create_task(run(), name=self._name)
+
+    async def stop(self) -> None:
+        """Cancel the task (if any) and wait until it has finished; its cancellation is
+        expected, so it is not re-raised here."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
