@@ -1,22 +1,37 @@
-"""What the benches share: a scratch database of their own, a team with a key on it, a
-batch of its requests and their exact settlements, and a process's CPU time."""
+"""What the benches share: a scratch database of their own, a client of a shared-profile app
+on it, a team with a key on it, a batch of its requests and their exact settlements, and a
+process's CPU time."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
+from msgspec.structs import replace
 from psycopg_pool import AsyncConnectionPool
 
+from gateway.app import create_app
+from gateway.config import (
+    AdminToken,
+    DatabaseSettings,
+    GovernanceStoreSettings,
+    KeyStoreSettings,
+    load_settings,
+)
 from gateway.governance import AdmissionRequest, Permit, Settlement, build_request
 from gateway.keys import PostgresKeyStore, Principal, TeamLimits, hash_key
 from gateway.policy import EMPTY_SNAPSHOT
 from tests.conftest import DEFAULT_DSN, create_database, drop_database, dsn_for, migrate
 from tests.settling import exact, settlement
+
+if TYPE_CHECKING:
+    from litestar.testing import AsyncTestClient
 
 
 def server_dsn() -> str:
@@ -35,6 +50,33 @@ def own_database(prefix: str) -> Iterator[str]:
         yield dsn
     finally:
         drop_database(server, name)
+
+
+@asynccontextmanager
+async def shared_client(dsn: str, tokens: dict[str, tuple[Literal["read", "write"], str]], *,
+                        statement_timeout_s: float, timeout: float
+                        ) -> AsyncIterator[AsyncTestClient[Any]]:
+    """A client (Litestar's in-process one, ``timeout`` s) of a real shared-profile app on
+    ``dsn``, the built-in mock models, a scratch data dir and the admin ``tokens`` (name ->
+    (access, secret))."""
+    from litestar.testing import AsyncTestClient
+
+    os.environ["INFERPLANE_DATABASE_URL"] = dsn
+    admin_tokens = []
+    for i, (name, (access, secret)) in enumerate(tokens.items()):
+        os.environ[f"IPT_BENCH_TOKEN_{i}"] = secret
+        admin_tokens.append(AdminToken(name=name, token_ref=f"env:IPT_BENCH_TOKEN_{i}",
+                                       access=access))
+    base = load_settings(None)
+    with tempfile.TemporaryDirectory() as work:
+        settings = replace(base, data_dir=work, demo=False,
+                           server=replace(base.server, admin_tokens=admin_tokens),
+                           key_store=KeyStoreSettings(type="postgres"),
+                           governance_store=GovernanceStoreSettings(type="postgres"),
+                           database=DatabaseSettings(pool_min_size=1, pool_max_size=4,
+                                                     statement_timeout_s=statement_timeout_s))
+        async with AsyncTestClient(app=create_app(settings), timeout=timeout) as client:
+            yield client
 
 
 def cpu_s(pid: int) -> float:

@@ -27,30 +27,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from msgspec.structs import replace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gateway.app import create_app  # noqa: E402
-from gateway.config import (  # noqa: E402
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
-from tests.bench._bench import own_database  # noqa: E402
+from tests.bench._bench import own_database, shared_client  # noqa: E402
 from tests.bench.requestlog import _pct, fill  # noqa: E402
 
 READ, WRITE = "bench-console-read-token", "bench-console-write-token"
@@ -140,36 +129,23 @@ async def _measure(client: Any, name: str, path: str, repeats: int) -> str:
 
 
 async def run(dsn: str, n: int, repeats: int) -> None:
-    from litestar.testing import AsyncTestClient
-
     now = datetime.now(UTC).replace(microsecond=0)
     fill(dsn, n, now - timedelta(days=30))
-    os.environ["INFERPLANE_DATABASE_URL"] = dsn
-    os.environ["IPT_BENCH_READ"], os.environ["IPT_BENCH_WRITE"] = READ, WRITE
-    base = load_settings(None)
-    with tempfile.TemporaryDirectory() as work:
-        server = replace(base.server, admin_tokens=[
-            AdminToken(name="bench", token_ref="env:IPT_BENCH_READ"),
-            AdminToken(name="setup", token_ref="env:IPT_BENCH_WRITE", access="write")])
-        settings = replace(base, data_dir=work, demo=False, server=server,
-                           key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=4,
-                                                     statement_timeout_s=120))
-        async with AsyncTestClient(app=create_app(settings), timeout=300) as client:
-            client.follow_redirects = False
-            await _teams(client, dsn)
-            await _members(client, dsn)
-            await _sign_in(client)
-            since = (now - timedelta(days=30)).strftime("%Y-%m-%dT%H:00:00Z")
-            await _measure(client, "Overview", "/console/overview", repeats)
-            await _measure(client, "Requests (team t7, newest 50)",
-                           "/console/requests?team=t7", repeats)
-            await _measure(client, "Usage (30 days by the hour, every team, by model)",
-                           f"/console/usage?since={since}&bucket=hour", repeats)
-            team = await _measure(client, "Team t7 (5 members, the default, 10 keys)",
-                                  "/console/teams/t7", repeats)
-            assert team.count("<tr data-member=") == 5 and team.count("<tr data-key=") == 10
+    async with shared_client(dsn, {"bench": ("read", READ), "setup": ("write", WRITE)},
+                             statement_timeout_s=120, timeout=300) as client:
+        client.follow_redirects = False
+        await _teams(client, dsn)
+        await _members(client, dsn)
+        await _sign_in(client)
+        since = (now - timedelta(days=30)).strftime("%Y-%m-%dT%H:00:00Z")
+        await _measure(client, "Overview", "/console/overview", repeats)
+        await _measure(client, "Requests (team t7, newest 50)",
+                       "/console/requests?team=t7", repeats)
+        await _measure(client, "Usage (30 days by the hour, every team, by model)",
+                       f"/console/usage?since={since}&bucket=hour", repeats)
+        team = await _measure(client, "Team t7 (5 members, the default, 10 keys)",
+                              "/console/teams/t7", repeats)
+        assert team.count("<tr data-member=") == 5 and team.count("<tr data-key=") == 10
 
 
 def main() -> None:

@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -52,20 +50,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from msgspec.structs import replace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import sql  # noqa: E402
-from gateway.app import create_app  # noqa: E402
-from gateway.config import (  # noqa: E402
-    AdminToken,
-    DatabaseSettings,
-    GovernanceStoreSettings,
-    KeyStoreSettings,
-    load_settings,
-)
-from tests.bench._bench import own_database  # noqa: E402
+from tests.bench._bench import own_database, shared_client  # noqa: E402
 
 TOKEN = "bench-request-log-read-token"
 
@@ -228,47 +217,34 @@ def explain(dsn: str, params: dict[str, Any]) -> str:
 
 
 async def run(dsn: str, n: int, repeats: int, only: set[str], plans: bool) -> None:
-    from litestar.testing import AsyncTestClient
-
     now = datetime.now(UTC).replace(microsecond=0)
     fill(dsn, n, now - timedelta(days=30))
-
-    os.environ["INFERPLANE_DATABASE_URL"] = dsn
-    os.environ["IPT_BENCH_ADMIN"] = TOKEN
-    base = load_settings(None)
-    with tempfile.TemporaryDirectory() as work:
-        server = replace(base.server, admin_tokens=[
-            AdminToken(name="bench", token_ref="env:IPT_BENCH_ADMIN")])
-        settings = replace(base, data_dir=work, demo=False, server=server,
-                           key_store=KeyStoreSettings(type="postgres"),
-                           governance_store=GovernanceStoreSettings(type="postgres"),
-                           database=DatabaseSettings(pool_min_size=1, pool_max_size=4,
-                                                     statement_timeout_s=60))
-        async with AsyncTestClient(app=create_app(settings), timeout=120) as client:
-            cursor = None
-            for case in cases(now, n):
-                params = case.params
-                if case.name == "all-next":
-                    if cursor is None:
-                        _, first = await _time(client, "/admin/v1/requests",
-                                               {"limit": 50}, 1)
-                        cursor = first.json()["next_cursor"]
-                    params = {**params, "cursor": cursor}
-                if case.name not in only:
-                    continue
-                spent, answer = await _time(client, case.path, params,
-                                            max(1, repeats // 5) if case.name == "csv"
-                                            else repeats)
-                if case.name == "all-page":
-                    cursor = answer.json()["next_cursor"]
-                unit, scale = ("s", 1.0) if case.name == "csv" else ("ms", 1000.0)
-                digits = 2 if case.name == "csv" else 0
-                print(f"{case.name}: {case.label} ({_what(case, answer)}): "
-                      f"p50 {statistics.median(spent) * scale:.{digits}f} {unit}, "
-                      f"p99 {_pct(spent, .99) * scale:.{digits}f} {unit}", flush=True)
-                if plans and case.path == "/admin/v1/requests":
-                    print("  " + explain(dsn, _log_params(params, params.get("cursor")))
-                          .replace("\n", "\n  "), flush=True)
+    async with shared_client(dsn, {"bench": ("read", TOKEN)}, statement_timeout_s=60,
+                             timeout=120) as client:
+        cursor = None
+        for case in cases(now, n):
+            params = case.params
+            if case.name == "all-next":
+                if cursor is None:
+                    _, first = await _time(client, "/admin/v1/requests",
+                                           {"limit": 50}, 1)
+                    cursor = first.json()["next_cursor"]
+                params = {**params, "cursor": cursor}
+            if case.name not in only:
+                continue
+            spent, answer = await _time(client, case.path, params,
+                                        max(1, repeats // 5) if case.name == "csv"
+                                        else repeats)
+            if case.name == "all-page":
+                cursor = answer.json()["next_cursor"]
+            unit, scale = ("s", 1.0) if case.name == "csv" else ("ms", 1000.0)
+            digits = 2 if case.name == "csv" else 0
+            print(f"{case.name}: {case.label} ({_what(case, answer)}): "
+                  f"p50 {statistics.median(spent) * scale:.{digits}f} {unit}, "
+                  f"p99 {_pct(spent, .99) * scale:.{digits}f} {unit}", flush=True)
+            if plans and case.path == "/admin/v1/requests":
+                print("  " + explain(dsn, _log_params(params, params.get("cursor")))
+                      .replace("\n", "\n  "), flush=True)
 
 
 def main() -> None:
