@@ -25,9 +25,11 @@ input classes :func:`anthropic_classes` bills for the same body.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
+from gateway.pricing import Usage
 from gateway.usage import estimate_tokens, prompt_text
 from gateway.usage import text_strings as _strings
 
@@ -62,19 +64,12 @@ def output_limit(body: dict[str, Any]) -> int:
     return DEFAULT_OUTPUT
 
 
-@dataclass(frozen=True)
-class Classes:
-    """The truth the mock reports, per pricing class (Anthropic's convention)."""
-
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write_5m: int = 0
-    cache_write_1h: int = 0
-    cache_write_unknown: int = 0
+class Classes(Usage, frozen=True, kw_only=True):
+    """The truth the mock reports, per pricing class (Anthropic's convention): a
+    :class:`gateway.pricing.Usage`, which the gateway prices (the mock never does)."""
 
     def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
+        return msgspec.structs.asdict(self)
 
 
 def _output_tokens(body: dict[str, Any], prompt: int, flags: frozenset[str]) -> int:

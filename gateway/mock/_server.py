@@ -27,12 +27,17 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar, Request, Response, delete, get, post
+from litestar.handlers import HTTPRouteHandler
 from litestar.response import Stream
 
 from gateway.jsondepth import json_too_deep, too_deep_error
 from gateway.mock._cache import PromptCache
 from gateway.mock._wire import MockReply, error_reply, plan_count, plan_reply, play
 from gateway.usage import Endpoint
+
+_ANSWERED: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/responses": "responses",
+                                  "/v1/embeddings": "embeddings", "/v1/messages": "messages"}
+"""The generation routes, each answered as that endpoint of its provider."""
 
 
 class Ledger:
@@ -140,21 +145,11 @@ def create_mock_app(*, latency_ms: int = 0, prompt_cache: bool = False) -> Lites
         return Response(reply.body or b"", status_code=reply.status,
                         media_type="application/json", headers=reply.headers)
 
-    @post("/v1/chat/completions", status_code=200)
-    async def chat(request: Request[Any, Any, Any]) -> Any:
-        return await answer(request, "chat")
-
-    @post("/v1/responses", status_code=200)
-    async def responses(request: Request[Any, Any, Any]) -> Any:
-        return await answer(request, "responses")
-
-    @post("/v1/embeddings", status_code=200)
-    async def embeddings(request: Request[Any, Any, Any]) -> Any:
-        return await answer(request, "embeddings")
-
-    @post("/v1/messages", status_code=200)
-    async def messages(request: Request[Any, Any, Any]) -> Any:
-        return await answer(request, "messages")
+    def answering(path: str, endpoint: Endpoint) -> HTTPRouteHandler:
+        """The route answering ``path`` as a provider's ``endpoint``."""
+        async def handle(request: Request[Any, Any, Any]) -> Any:
+            return await answer(request, endpoint)
+        return post(path, status_code=200, name=endpoint)(handle)
 
     @post("/v1/messages/count_tokens", status_code=200)
     async def count_tokens(request: Request[Any, Any, Any]) -> Any:
@@ -227,7 +222,8 @@ def create_mock_app(*, latency_ms: int = 0, prompt_cache: bool = False) -> Lites
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    return Litestar([chat, responses, embeddings, messages, count_tokens, models,
+    return Litestar([*(answering(path, endpoint) for path, endpoint in _ANSWERED.items()),
+                     count_tokens, models,
                      read_ledger, read_counts, clear_ledger, read_inflight, reset_inflight,
                      start_failing, stop_failing, add_headers, drop_headers, advance_clock,
                      health],
