@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from gateway.config import AzureCredentials, ProviderSettings
+from gateway.config import AzureCredentials
 from gateway.errors import ConfigError
 from gateway.providers._base import with_trace
 from gateway.providers._cloud import CloudProvider
@@ -44,13 +44,12 @@ class _Model(msgspec.Struct):
 class AzureProvider(CloudProvider):
     """Azure OpenAI: OpenAI bodies verbatim, Azure's paths and authentication."""
 
-    def __init__(self, settings: ProviderSettings, *, index: int = 0) -> None:
-        where = f"providers[{index}]"
-        creds = settings.credentials
-        tokens = (EntraTokens(creds, provider=settings.name, where=where)
-                  if isinstance(creds, AzureCredentials) else None)
-        super().__init__(settings, index=index, tokens=tokens)
-        base = (settings.base_url or "").rstrip("/")
+    token_source = (AzureCredentials, EntraTokens)
+    credentials_needed = ("an azure provider needs an api-key (api_key_ref, or "
+                          "{kind: static}) or Entra ID credentials ({kind: azure})")
+
+    def _configure(self, base: str) -> None:
+        where, settings = self._where, self._settings
         if not base.startswith(("http://", "https://")) or not base.endswith(
                 ("/openai", "/openai/v1")):
             raise ConfigError(f"{where}.base_url: an azure provider's base_url ends with "
@@ -60,10 +59,6 @@ class AzureProvider(CloudProvider):
         if not self._v1 and not settings.api_version:
             raise ConfigError(f"{where}.api_version: required by the deployment form "
                               f"(base_url {base!r} ends with /openai), e.g. 2024-10-21")
-        if tokens is None and self._static_ref is None:
-            raise ConfigError(f"{where}.credentials: an azure provider needs an api-key "
-                              "(api_key_ref, or {kind: static}) or Entra ID credentials "
-                              "({kind: azure})")
         version = settings.api_version
         self._query = f"?api-version={quote(version, safe='')}" if version else ""
 

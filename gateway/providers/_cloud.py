@@ -14,13 +14,14 @@ through :meth:`CloudProvider._error`: the cloud refusing the gateway's own crede
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
-from gateway.config import ProviderSettings, StaticCredentials, resolve_secret
+from gateway.config import Credentials, ProviderSettings, StaticCredentials, resolve_secret
+from gateway.errors import ConfigError
 from gateway.providers._base import UpstreamResponse
 from gateway.providers._credentials import (
     CredentialSource,
@@ -57,15 +58,29 @@ under a second); past it the provider answers 503 until a retry gets one."""
 class CloudProvider(HttpProvider):
     """An HTTP provider authenticated by a static header or a refreshed bearer token."""
 
-    def __init__(self, settings: ProviderSettings, *, index: int = 0,
-                 tokens: CredentialSource[str] | None = None) -> None:
+    token_source: ClassVar[tuple[type[Credentials], Callable[..., CredentialSource[str]]]]
+    """The credentials kind that makes a token source, and the source it makes (called
+    with those credentials, ``provider=`` and ``where=``)."""
+    credentials_needed: ClassVar[str]
+    """The configuration error when the provider has neither a token source nor a static
+    credential."""
+
+    def __init__(self, settings: ProviderSettings, *, index: int = 0) -> None:
         super().__init__(settings, index=index)
-        self._tokens = tokens
         creds = settings.credentials
+        kind, source = self.token_source
+        self._tokens = (source(creds, provider=settings.name, where=self._where)
+                        if isinstance(creds, kind) else None)
         self._static_ref, self._static_key = (
             (creds.ref, f"{self._where}.credentials.ref")
             if isinstance(creds, StaticCredentials)
             else (settings.api_key_ref, f"{self._where}.api_key_ref"))
+        self._configure((settings.base_url or "").rstrip("/"))
+        if self._tokens is None and self._static_ref is None:
+            raise ConfigError(f"{self._where}.credentials: {self.credentials_needed}")
+
+    def _configure(self, base: str) -> None:
+        """Check the kind's own settings (``base``: the base URL, without a final ``/``)."""
 
     async def start(self) -> None:
         await super().start()

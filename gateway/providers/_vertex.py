@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from gateway.config import GcpCredentials, ProviderSettings
+from gateway.config import GcpCredentials
 from gateway.errors import ConfigError
 from gateway.providers._base import with_trace
 from gateway.providers._cloud import CloudProvider, error_message
@@ -65,22 +65,16 @@ _BASE = re.compile(r"https?://[^/]+/v1(beta1)?/projects/[^/]+/locations/[^/]+")
 class VertexProvider(CloudProvider):
     """Vertex AI's Anthropic publisher endpoint: Anthropic bodies, Google's auth."""
 
-    def __init__(self, settings: ProviderSettings, *, index: int = 0) -> None:
-        where = f"providers[{index}]"
-        creds = settings.credentials
-        tokens = (GcpTokens(creds, provider=settings.name, where=where)
-                  if isinstance(creds, GcpCredentials) else None)
-        super().__init__(settings, index=index, tokens=tokens)
-        base = (settings.base_url or "").rstrip("/")
+    token_source = (GcpCredentials, GcpTokens)
+    credentials_needed = ("a vertex provider needs Google credentials ({kind: gcp}) or a "
+                          "static access token (api_key_ref, or {kind: static})")
+
+    def _configure(self, base: str) -> None:
         if not _BASE.fullmatch(base):
             raise ConfigError(
-                f"{where}.base_url: a vertex provider's base_url is "
+                f"{self._where}.base_url: a vertex provider's base_url is "
                 "https://{region}-aiplatform.googleapis.com/v1/projects/{project}/"
-                f"locations/{{region}}, got {settings.base_url!r}")
-        if tokens is None and self._static_ref is None:
-            raise ConfigError(f"{where}.credentials: a vertex provider needs Google "
-                              "credentials ({kind: gcp}) or a static access token "
-                              "(api_key_ref, or {kind: static})")
+                f"locations/{{region}}, got {self._settings.base_url!r}")
 
     def speaks(self, protocol: str) -> bool:
         return protocol == "anthropic"
