@@ -38,6 +38,7 @@ from litestar.params import FromPath, FromQuery
 
 from controlplane import credentials, identity, keys, leases, usage
 from controlplane.auth import Identity, TokenAuth
+from controlplane.body import bounded_body, decode_body
 from controlplane.identity import Broker, people_for
 from controlplane.metrics import ControlPlaneMetrics
 from controlplane.openapi import OPENAPI
@@ -216,17 +217,8 @@ async def sync(request: Request[Any, Any, Any]) -> Response[bytes]:
     """One lease-profile heartbeat: report, renewal, rejections in; policy, leases out."""
     auth: TokenAuth = request.app.state.auth
     identity = auth.require_dataplane(request.headers.get("authorization"))
-    body = await request.body()
-    if len(body) > request.app.state.config.max_sync_bytes:
-        raise PayloadTooLarge(f"body: larger than max_sync_bytes "
-                              f"({request.app.state.config.max_sync_bytes})")
-    check_json_depth(body, what="body")  # before decoding: no decoder recursion can fail
-    try:
-        # Every field is bounded in the wire types: an out-of-range one is a 400 naming
-        # its path ("... - at `$.seq`"), never a database error.
-        req = msgspec.json.decode(body, type=SyncRequest)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise BadRequest(f"body: not a sync request: {exc}") from exc
+    body = await bounded_body(request, limit="max_sync_bytes")
+    req = decode_body(body, SyncRequest, what="a sync request")
     ledger: leases.Ledger = request.app.state.ledger
     try:
         auth.require_plane(identity, req.dataplane.id)

@@ -35,10 +35,10 @@ import msgspec
 from litestar import Request, Response, post
 
 from controlplane.auth import Identity, TokenAuth
+from controlplane.body import decode_body
 from controlplane.settings import BrokeredCredential
 from gateway.config import resolve_secret
 from gateway.errors import BadRequest, ConfigError, Forbidden, NotFound, UpstreamUnavailable
-from gateway.jsondepth import check_json_depth
 from gateway.providers import fetch_aws
 
 log = logging.getLogger("inferplaned.credentials")
@@ -155,11 +155,7 @@ async def credentials(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:
         raise BadRequest(f"body: larger than {MAX_BODY_BYTES} bytes")
-    check_json_depth(body, what="body")
-    try:
-        req = msgspec.json.decode(body, type=CredentialRequest)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise BadRequest(f"body: not a credential request: {exc}") from exc
+    req = decode_body(body, CredentialRequest, what="a credential request")
     plane = req.dataplane_id or identity.name
     broker: CredentialBroker = request.app.state.credentials
     try:

@@ -22,7 +22,8 @@ from litestar import Request, post
 from litestar.params import FromPath
 
 from controlplane.auth import TokenAuth
-from gateway.errors import BadRequest, PayloadTooLarge
+from controlplane.body import bounded_body
+from gateway.errors import BadRequest
 from gateway.keys import KeyRecord, PostgresKeyStore
 
 log = logging.getLogger("inferplaned.keys")
@@ -53,10 +54,7 @@ def _key(record: KeyRecord, team: str) -> dict[str, Any]:
 async def create_key(request: Request[Any, Any, Any], team: FromPath[str]) -> dict[str, Any]:
     """Make a key of ``team``; its secret is in this answer only (``key``)."""
     author = _writer(request)
-    body = await request.body()
-    if len(body) > request.app.state.config.max_body_bytes:
-        raise PayloadTooLarge(f"body: larger than max_body_bytes "
-                              f"({request.app.state.config.max_body_bytes})")
+    body = await bounded_body(request, limit="max_body_bytes")
     try:
         new = msgspec.json.decode(body or b"{}", type=NewKey)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
