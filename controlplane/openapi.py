@@ -13,7 +13,7 @@ the health probes takes a bearer token: a writer, reader or data plane token, by
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from litestar import Request
@@ -54,13 +54,35 @@ _DOCUMENT = {"type": "object", "required": ["apiVersion", "kind", "metadata", "s
                             "metadata.name must equal {name}"}
 
 
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF.format(name=name)}
+class _ReadByHand(NamedTuple):
+    """A POST route whose handler reads its JSON body by hand, so Litestar cannot say it."""
+
+    path: str
+    body: str
+    """The schema of the request body."""
+    required: bool
+    answer: tuple[str, str] | None = None
+    """The 200 answer's description and schema (None: as Litestar generates it)."""
+
+
+_READ_BY_HAND = (
+    _ReadByHand("/v1alpha1/sync", "SyncRequest", True,
+                ("the heartbeat's answer", "SyncResponse")),
+    _ReadByHand("/v1alpha1/usage", "UsageBatch", True,
+                ("which records are stored", "UsageAck")),
+    _ReadByHand("/v1alpha1/credentials", "CredentialRequest", True,
+                ("a short-lived cloud session", "CredentialAnswer")),
+    _ReadByHand("/v1alpha1/teams/{team}/keys", "NewKey", False),
+)
+
+
+def _json(schema: str) -> dict[str, Any]:
+    """A JSON content of the named schema."""
+    return {"application/json": {"schema": {"$ref": _REF.format(name=schema)}}}
 
 
 def _error(description: str) -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": _ref("ErrorBody")}}}
+    return {"description": description, "content": _json("ErrorBody")}
 
 
 def completed(document: dict[str, Any]) -> dict[str, Any]:
@@ -83,24 +105,13 @@ def completed(document: dict[str, Any]) -> dict[str, Any]:
     put = paths["/v1alpha1/policies/{name}"]["put"]
     put["requestBody"] = {"required": True, "content": {
         "application/json": {"schema": _DOCUMENT}, "application/yaml": {"schema": _DOCUMENT}}}
-    sync = paths["/v1alpha1/sync"]["post"]
-    sync["requestBody"] = {"required": True, "content": {
-        "application/json": {"schema": _ref("SyncRequest")}}}
-    sync["responses"]["200"] = {"description": "the heartbeat's answer", "content": {
-        "application/json": {"schema": _ref("SyncResponse")}}}
-    usage = paths["/v1alpha1/usage"]["post"]
-    usage["requestBody"] = {"required": True, "content": {
-        "application/json": {"schema": _ref("UsageBatch")}}}
-    usage["responses"]["200"] = {"description": "which records are stored", "content": {
-        "application/json": {"schema": _ref("UsageAck")}}}
-    issue = paths["/v1alpha1/credentials"]["post"]
-    issue["requestBody"] = {"required": True, "content": {
-        "application/json": {"schema": _ref("CredentialRequest")}}}
-    issue["responses"]["200"] = {"description": "a short-lived cloud session", "content": {
-        "application/json": {"schema": _ref("CredentialAnswer")}}}
-    made = paths["/v1alpha1/teams/{team}/keys"]["post"]
-    made["requestBody"] = {"required": False, "content": {
-        "application/json": {"schema": _ref("NewKey")}}}
+    for route in _READ_BY_HAND:
+        operation = paths[route.path]["post"]
+        operation["requestBody"] = {"required": route.required, "content": _json(route.body)}
+        if route.answer is not None:
+            description, schema = route.answer
+            operation["responses"]["200"] = {"description": description,
+                                             "content": _json(schema)}
     return document
 
 
