@@ -51,6 +51,7 @@ from gateway.config import (
     Port,
     Seconds,
     SecondsOrZero,
+    SettingsBase,
     decode_yaml_file,
     resolve_secret,
 )
@@ -58,14 +59,9 @@ from gateway.errors import ConfigError
 from gateway.identity import IdentitySettings
 
 
-# msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
-# (dataclass_transform), which does not inherit it; each subclass repeats frozen=True so
-# mypy knows the settings are immutable (msgspec issue #657).
-class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
-
-
-class ListenSettings(_Base, frozen=True):
+# Each subclass repeats frozen=True so that mypy knows the settings are immutable
+# (gateway/config/_settings.py says why).
+class ListenSettings(SettingsBase, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 8470
 
@@ -77,7 +73,7 @@ TeamName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 """A team a data-plane token's planes may report for."""
 
 
-class DataPlaneToken(_Base, frozen=True):
+class DataPlaneToken(SettingsBase, frozen=True):
     """A data-plane token bound to the plane ids it may report for."""
 
     token_ref: str
@@ -91,7 +87,7 @@ class DataPlaneToken(_Base, frozen=True):
     alarm, and never reaches the ledger. Unset: any team the heartbeat lists."""
 
 
-class AuthSettings(_Base, frozen=True):
+class AuthSettings(SettingsBase, frozen=True):
     writer_tokens_ref: dict[str, str] = {}
     """Token name → secret reference; writers may publish and read."""
     reader_tokens_ref: dict[str, str] = {}
@@ -105,7 +101,7 @@ class AuthSettings(_Base, frozen=True):
     ``planes`` too (403)."""
 
 
-class LeaseSettings(_Base, frozen=True):
+class LeaseSettings(SettingsBase, frozen=True):
     frame_change_interval_s: Seconds = 300.0
     """A plane may come back with fresh counters (a new frame, whose adoption turns its
     old allowance into liability) at most once per this many seconds: after its first
@@ -116,7 +112,7 @@ class LeaseSettings(_Base, frozen=True):
     current ones and, around midnight, the adjacent ones)."""
 
 
-class BrokeredCredential(_Base, frozen=True):
+class BrokeredCredential(SettingsBase, frozen=True):
     """Cloud credentials inferplaned hands to lease planes (:mod:`controlplane.credentials`):
     STS sessions of ``aws.role_arn``, one per request, named and tagged with the team
     and the plane, for a team the asking plane's token serves."""
@@ -128,7 +124,7 @@ class BrokeredCredential(_Base, frozen=True):
     """The teams that may have it (unset: any team a plane's token serves)."""
 
 
-class ControlPlaneConfig(_Base, frozen=True):
+class ControlPlaneConfig(SettingsBase, frozen=True):
     database: DatabaseSettings = DatabaseSettings()
     listen: ListenSettings = ListenSettings()
     auth: AuthSettings = AuthSettings()

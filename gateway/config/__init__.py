@@ -42,10 +42,12 @@ from gateway.config._settings import (
     ProviderSettings,
     ServerSettings,
     Settings,
+    SettingsBase,
 )
 from gateway.config._tokens import MIN_ADMIN_TOKEN_CHARS, resolve_admin_tokens
 
 __all__ = [
+    "SettingsBase",
     "AwsBroker",
     "AwsCredentials",
     "AzureCredentials",

@@ -48,11 +48,12 @@ from gateway.telemetry import TelemetrySettings
 # msgspec subclasses inherit frozen=True at runtime, but type checkers follow PEP 681
 # (dataclass_transform), which does not inherit it; each subclass repeats frozen=True so
 # mypy knows the settings are immutable (msgspec issue #657).
-class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
+class SettingsBase(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A block of settings: immutable, keyword-only, and an unknown key is an error
+    naming its path (the gateway's and inferplaned's config files alike)."""
 
 
-class AlertSettings(_Base, frozen=True):
+class AlertSettings(SettingsBase, frozen=True):
     """Budget alerts (ADR-050, docs/deploy.md "Budget alerts"): every money budget with a
     limit emits one event per window when its committed + liability first reaches 80, 90
     and 100 % of the limit, deduplicated across replicas by the governance store. Each
@@ -74,7 +75,7 @@ class AlertSettings(_Base, frozen=True):
     """Wait before the first retry; doubled after each, at most 60 s."""
 
 
-class AdminToken(_Base, frozen=True):
+class AdminToken(SettingsBase, frozen=True):
     """One admin API token (``/admin/v1``), by reference, with its name and access."""
 
     name: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]
@@ -86,7 +87,7 @@ class AdminToken(_Base, frozen=True):
     creates, edits, rotates and revokes."""
 
 
-class ConsoleSettings(_Base, frozen=True):
+class ConsoleSettings(SettingsBase, frozen=True):
     """The console's sign-in (docs/console.md, "Sign-in and sessions"): how long a
     session lasts, when its cookie is ``Secure``, how many failed sign-ins an address
     may make."""
@@ -107,7 +108,7 @@ class ConsoleSettings(_Base, frozen=True):
     sign_in_window_s: Seconds = 300.0
 
 
-class ServerSettings(_Base, frozen=True):
+class ServerSettings(SettingsBase, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 4000
     max_body_bytes: Bytes = 4 * 1024 * 1024
@@ -208,13 +209,13 @@ class ServerSettings(_Base, frozen=True):
     """The console's sessions and sign-in (see ConsoleSettings)."""
 
 
-class KeyStoreSettings(_Base, frozen=True):
+class KeyStoreSettings(SettingsBase, frozen=True):
     type: Literal["sqlite", "postgres"] = "sqlite"
     path: str | None = None
     """SQLite file (local profile); default ``<data_dir>/mayu.db``."""
 
 
-class GovernanceStoreSettings(_Base, frozen=True):
+class GovernanceStoreSettings(SettingsBase, frozen=True):
     type: Literal["local", "postgres"] = "local"
     path: str | None = None
     """SQLite file for local windows and permits; default ``<data_dir>/mayu.db``."""
@@ -231,7 +232,7 @@ class GovernanceStoreSettings(_Base, frozen=True):
     ``mayu permits prune`` prunes on demand (gateway/governance/_retention.py)."""
 
 
-class DatabaseSettings(_Base, frozen=True):
+class DatabaseSettings(SettingsBase, frozen=True):
     dsn_ref: str = "env:INFERPLANE_DATABASE_URL"
     pool_min_size: PoolSize = 2
     pool_max_size: PoolSize = 10
@@ -264,7 +265,7 @@ class DatabaseSettings(_Base, frozen=True):
     consistent gain over two lanes (one lane has half the calls in flight)."""
 
 
-class ProviderSettings(_Base, frozen=True):
+class ProviderSettings(SettingsBase, frozen=True):
     name: str
     kind: Literal["openai", "anthropic", "mock", "azure", "vertex", "bedrock"]
     base_url: str | None = None
@@ -285,7 +286,7 @@ class ProviderSettings(_Base, frozen=True):
 RefineInput = Literal["on_shortfall", "always", "off"]
 
 
-class Deployment(_Base, frozen=True):
+class Deployment(SettingsBase, frozen=True):
     provider: str
     upstream_model: str | None = None
     """The model name sent upstream (default: the gateway's model name)."""
@@ -308,7 +309,7 @@ class Deployment(_Base, frozen=True):
         check_deployment_price(self.price)
 
 
-class ModelSettings(_Base, frozen=True):
+class ModelSettings(SettingsBase, frozen=True):
     name: str
     deployments: list[Deployment]
     """Tried in order (or as ``routing`` orders them); each attempt gets its own permit."""
@@ -350,7 +351,7 @@ class ModelSettings(_Base, frozen=True):
     without it such requests are refused (400), since their cost cannot be bounded."""
 
 
-class ControlPlaneSettings(_Base, frozen=True):
+class ControlPlaneSettings(SettingsBase, frozen=True):
     """The lease profile (ADR-034): policies and budget leases from inferplaned."""
 
     url: str
@@ -373,7 +374,7 @@ class ControlPlaneSettings(_Base, frozen=True):
     sooner (the control plane asks for the tightest lease ``renewInterval``, else 60 s)."""
 
 
-class BootstrapTeam(_Base, frozen=True):
+class BootstrapTeam(SettingsBase, frozen=True):
     name: str
     rpm: Rate | None = None
     tpm: Rate | None = None
@@ -382,7 +383,7 @@ class BootstrapTeam(_Base, frozen=True):
     usd_micros_per_month: Limit | None = None
 
 
-class Settings(_Base, frozen=True):
+class Settings(SettingsBase, frozen=True):
     data_dir: str = ".mayu"
     server: ServerSettings = ServerSettings()
     key_store: KeyStoreSettings = KeyStoreSettings()
