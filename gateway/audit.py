@@ -31,7 +31,6 @@ renamed one for longer than that.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -41,6 +40,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+
+from gateway.appendfile import AppendFile
 
 log = logging.getLogger("mayu.audit")
 
@@ -58,22 +59,19 @@ def rotated_paths(path: str, keep: int) -> list[str]:
     return [path] + [f"{path}.{i}" for i in range(1, keep + 1)]
 
 
-class AuditLog:
+class AuditLog(AppendFile):
     """One replica's audit file (see the module docstring for the durability bound)."""
+
+    what = "audit"
+    logger = log
 
     def __init__(self, path: str, *, fsync: Literal["always", "interval"] = "interval",
                  fsync_interval_s: float = 1.0, max_bytes: int = DEFAULT_MAX_BYTES,
                  keep: int = DEFAULT_KEEP) -> None:
-        self.path = path
-        self.fsync_always = fsync == "always"
-        self._interval = fsync_interval_s
+        super().__init__(path, fsync=fsync, fsync_interval_s=fsync_interval_s)
         self._max_bytes = max_bytes
         self._keep = max(1, keep)
-        self._fd: int | None = None
         self._ino: tuple[int, int] = (0, 0)
-        self._size = 0
-        self._dirty = False
-        self._syncer: asyncio.Task[None] | None = None
         self.rotations = 0
         """Rotations by size done by this process (tests, metrics)."""
         self.reopens = 0
@@ -101,24 +99,13 @@ class AuditLog:
             os.write(self._fd, b"\n")
             self._size += 1
 
-    def start(self) -> None:
-        """Start the interval fsync (``interval`` policy); needs a running event loop."""
-        if not self.fsync_always and self._syncer is None and self._fd is not None:
-            self._syncer = asyncio.get_running_loop().create_task(self._sync_every())
-
     async def aclose(self) -> None:
         """Stop the interval fsync, then fsync and close the file."""
-        if self._syncer is not None:
-            self._syncer.cancel()
-            await asyncio.gather(self._syncer, return_exceptions=True)
-            self._syncer = None
+        await self._stop_syncer()
         self.close()
 
     def close(self) -> None:
-        if self._fd is not None:
-            self._sync_now()
-            os.close(self._fd)
-            self._fd = None
+        self._close_fd()
 
     # -- lines ---------------------------------------------------------------------------
 
@@ -191,23 +178,3 @@ class AuditLog:
             pass
         finally:
             os.close(dfd)
-
-    def _sync_now(self) -> None:
-        if self._fd is not None and self._dirty:
-            self._dirty = False
-            os.fsync(self._fd)
-
-    async def _sync_every(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            if self._fd is None or not self._dirty:
-                continue
-            self._dirty = False
-            # A duplicate descriptor: a rotation may close ours while the thread syncs.
-            fd = os.dup(self._fd)
-            try:
-                await asyncio.to_thread(os.fsync, fd)
-            except OSError as exc:
-                log.error("audit fsync of %s failed: %s", self.path, exc)
-            finally:
-                os.close(fd)

@@ -56,6 +56,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.appendfile import AppendFile
 from gateway.ceilings import MAX_AMOUNT
 from gateway.errors import BadRequest, ConfigError
 from gateway.governance._model import (
@@ -453,20 +454,17 @@ def _append_durably(path: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
-class Journal:
+class Journal(AppendFile):
     """The append-only journal of one replica (see the module docstring)."""
+
+    what = "journal"
+    logger = log
 
     def __init__(self, path: str, *, fsync: str = "interval", fsync_interval_s: float = 1.0,
                  compact_bytes: int = _COMPACT_BYTES) -> None:
-        self.path = path
-        self.fsync_always = fsync == "always"
-        self._interval = fsync_interval_s
+        super().__init__(path, fsync=fsync, fsync_interval_s=fsync_interval_s)
         self._compact_bytes = compact_bytes
-        self._fd: int | None = None
         self._lock_fd: int | None = None
-        self._dirty = False
-        self._size = 0
-        self._syncer: asyncio.Task[None] | None = None
         self.boot = boot_id()
         self.open_entries: dict[str, JournalEntry] = {}
         """Permits admitted by this journal's replica and not yet settled."""
@@ -503,20 +501,9 @@ class Journal:
         self._rewrite()
         return left
 
-    def start(self) -> None:
-        """Start the interval fsync task (``interval`` policy)."""
-        if not self.fsync_always and self._syncer is None:
-            self._syncer = asyncio.get_running_loop().create_task(self._sync_every())
-
     async def close(self) -> None:
-        if self._syncer is not None:
-            self._syncer.cancel()
-            await asyncio.gather(self._syncer, return_exceptions=True)
-            self._syncer = None
-        if self._fd is not None:
-            self._sync()
-            os.close(self._fd)
-            self._fd = None
+        await self._stop_syncer()
+        self._close_fd()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -537,7 +524,7 @@ class Journal:
             entry.dispatched = True
         self._write({"t": "dispatch", "p": permit_id})
         if self.fsync_always:
-            await asyncio.to_thread(self._sync)
+            await asyncio.to_thread(self._sync_now)
 
     async def observed(self, permit_id: str, settlement: Settlement) -> None:
         entry = self.open_entries.get(permit_id)
@@ -545,7 +532,7 @@ class Journal:
             entry.settlement = settlement
         self._write({"t": "outcome", "p": permit_id, "s": settlement})
         if self.fsync_always:
-            await asyncio.to_thread(self._sync)
+            await asyncio.to_thread(self._sync_now)
 
     def settled(self, permit_id: str) -> None:
         if self.open_entries.pop(permit_id, None) is None:
@@ -567,19 +554,6 @@ class Journal:
             return
         self._size += len(line)
         self._dirty = True
-
-    def _sync(self) -> None:
-        if self._fd is not None and self._dirty:
-            self._dirty = False
-            os.fsync(self._fd)
-
-    async def _sync_every(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await asyncio.to_thread(self._sync)
-            except OSError as exc:
-                log.error("journal fsync of %s failed: %s", self.path, exc)
 
     def _quarantine(self, rejected: list[RejectedLine]) -> None:
         """Append the unreadable lines, each after a header naming its line number and
