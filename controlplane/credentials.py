@@ -39,7 +39,7 @@ from controlplane.body import decode_body
 from controlplane.settings import BrokeredCredential
 from gateway.config import resolve_secret
 from gateway.errors import BadRequest, ConfigError, Forbidden, NotFound, UpstreamUnavailable
-from gateway.providers import fetch_aws
+from gateway.providers import CredentialAnswer, fetch_aws
 
 log = logging.getLogger("inferplaned.credentials")
 
@@ -53,21 +53,6 @@ class CredentialRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     credential: _NAME
     team: _NAME
     dataplane_id: _NAME | None = None
-
-
-class CredentialAnswer(msgspec.Struct, frozen=True, kw_only=True):
-    credential: str
-    team: str
-    session_name: str
-    """The role session's name (``<session_name>-<team>@<plane>``): CloudTrail's caller."""
-    access_key_id: str
-    secret_access_key: str
-    session_token: str
-    expiration: str
-    """ISO 8601 (UTC): the plane asks again before then."""
-
-    def __repr__(self) -> str:  # never a secret in a traceback or a log line
-        return f"CredentialAnswer(session_name={self.session_name!r})"
 
 
 class NotGranted(Forbidden):

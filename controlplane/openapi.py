@@ -22,9 +22,10 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import OpenAPIRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
-from controlplane.credentials import CredentialAnswer, CredentialRequest
+from controlplane.credentials import CredentialRequest
 from controlplane.keys import NewKey
 from gateway.lease import SyncRequest, SyncResponse, UsageAck, UsageBatch
+from gateway.providers import CredentialAnswer
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,6 +16,7 @@ from gateway.providers._base import (
 from gateway.providers._bedrock import BedrockProvider
 from gateway.providers._count import CountFailed, TokenCounter, count_body
 from gateway.providers._credentials import (
+    CredentialAnswer,
     CredentialSource,
     CredentialsUnavailable,
     Fetched,
@@ -46,6 +47,7 @@ def build_providers(settings: list[ProviderSettings]) -> dict[str, Provider]:
 
 
 __all__ = [
+    "CredentialAnswer",
     "EVENTSTREAM_TYPE",
     "RETRYABLE_STATUS",
     "BedrockProvider",

@@ -170,17 +170,22 @@ class BrokerRefused(Exception):
     """inferplaned did not hand out the credential (its status and message: no secret)."""
 
 
-class _Brokered(msgspec.Struct, frozen=True):
-    """inferplaned's answer to ``POST /v1alpha1/credentials``."""
-
+# inferplaned's answer to ``POST /v1alpha1/credentials`` (controlplane/credentials.py
+# makes it, fetch_brokered reads it). No class docstring: it would become the
+# description of the schema in inferplaned's OpenAPI document.
+class CredentialAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    credential: str
+    team: str
+    session_name: str
+    """The role session's name (``<session_name>-<team>@<plane>``): CloudTrail's caller."""
     access_key_id: str
     secret_access_key: str
     session_token: str
     expiration: str
-    """ISO 8601, with its offset."""
+    """ISO 8601 (UTC): the plane asks again before then."""
 
     def __repr__(self) -> str:  # never a secret in a traceback or a log line
-        return f"_Brokered(expiration={self.expiration!r})"
+        return f"CredentialAnswer(session_name={self.session_name!r})"
 
 
 async def fetch_brokered(broker: AwsBroker, *, where: str
@@ -199,7 +204,7 @@ async def fetch_brokered(broker: AwsBroker, *, where: str
             message = answer.reason_phrase
         raise BrokerRefused(f"inferplaned answered {answer.status_code} for credential "
                             f"{broker.credential!r} of team {broker.team!r}: {message}")
-    got = msgspec.json.decode(answer.content, type=_Brokered)
+    got = msgspec.json.decode(answer.content, type=CredentialAnswer)
     from botocore.credentials import ReadOnlyCredentials
     return Fetched(ReadOnlyCredentials(
         got.access_key_id, got.secret_access_key, got.session_token),
