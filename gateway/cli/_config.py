@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gateway.cli._checks import check_database, preflight
+from gateway.cli._commands import add_command, command_group
 from gateway.config import Settings, is_reference, load_settings
 from gateway.policy import PolicyInvalid
 from gateway.pricing import CLASSES
@@ -147,11 +148,12 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    config = subparsers.add_parser("config", help="check a gateway config file",
-                                   description="Check gateway configuration.")
-    sub = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
-    check = sub.add_parser(
-        "check", help="load a config and print a summary (exit 2 naming the bad key)",
+    sub = command_group(
+        subparsers, "config", summary="check a gateway config file",
+        description="Check gateway configuration.")
+    check = add_command(
+        sub, "check", _check,
+        summary="load a config and print a summary (exit 2 naming the bad key)",
         description="Run every check 'mayu serve' runs on a config (ranges, secret "
                     "references, policy source and files) and print the profile, stores, "
                     "providers and models. A bad file exits 2 with an error that names the "
@@ -161,4 +163,3 @@ def register(subparsers: Any) -> None:
     check.add_argument("--database", action="store_true",
                        help="shared profile: also check the database answers and is "
                             "migrated to this version's schema")
-    check.set_defaults(func=_check)

@@ -26,6 +26,7 @@ import msgspec
 from gateway.ceilings import MAX_AMOUNT, MAX_BUCKET_CAPACITY
 from gateway.cli import _args
 from gateway.cli._args import MICROS
+from gateway.cli._commands import add_command, command_group
 from gateway.config import load_settings
 from gateway.errors import BadRequest, NotFound
 from gateway.guardrails import check_profiles
@@ -352,17 +353,16 @@ def _rate_args(parser: argparse.ArgumentParser, what: str) -> None:
 
 def _add(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
          json_help: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=summary)
+    parser = add_command(sub, name, func, summary=summary)
     _common(parser, json_help=json_help)
-    parser.set_defaults(func=func)
     return parser
 
 
 def _register_teams(subparsers: Any) -> None:
-    teams = subparsers.add_parser("teams", help="create and list teams",
-                                  description="Create and list teams (every key belongs to "
-                                              "one team; team limits bind all its keys).")
-    sub = teams.add_subparsers(dest="teams_command", metavar="COMMAND", required=True)
+    sub = command_group(
+        subparsers, "teams", summary="create and list teams",
+        description="Create and list teams (every key belongs to "
+                    "one team; team limits bind all its keys).")
     create = _add(sub, "create", _teams_create, "create a team with its limits "
                   "(omitted limits are uncapped)", "print the new team as JSON")
     create.add_argument("name", metavar="NAME", type=_args.text, help="unique team name")
@@ -388,12 +388,12 @@ def _register_teams(subparsers: Any) -> None:
 
 
 def _register_keys(subparsers: Any) -> None:
-    keys = subparsers.add_parser("keys", help="create, list, rotate and revoke virtual keys",
-                                 description="Create, list, rotate and revoke virtual keys. "
-                                             "Keys are "
-                                             "stored as SHA-256 hashes; the plaintext is "
-                                             "shown once, at creation.")
-    sub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
+    sub = command_group(
+        subparsers, "keys", summary="create, list, rotate and revoke virtual keys",
+        description="Create, list, rotate and revoke virtual keys. "
+                    "Keys are "
+                    "stored as SHA-256 hashes; the plaintext is "
+                    "shown once, at creation.")
     create = _add(sub, "create", _keys_create, "create a key and print it once",
                   "print {key, record} as JSON (the key is still shown only this once)")
     create.add_argument("--team", required=True, type=_args.text, help="team name or id")

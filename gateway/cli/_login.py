@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gateway.cli._commands import add_command
 from gateway.identity import default_cache, login, mint_credential
 
 
@@ -39,8 +40,8 @@ def _env_default(name: str) -> dict[str, Any]:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "login", help="sign in at the IdP (device grant) for gateway credentials",
+    p = add_command(
+        sub, "login", _login, summary="sign in at the IdP (device grant) for gateway credentials",
         description="Sign in at the company's OIDC provider with the device authorization "
                     "grant (open the printed page), exchange the ID token at inferplaned "
                     "for a gateway credential and cache the session (0600) for "
@@ -59,9 +60,9 @@ def register(sub: Any) -> None:
     p.add_argument("--cache", type=Path, default=default_cache(),
                    help="the credentials cache (default $MAYU_CREDENTIALS or "
                         "~/.config/mayu/credentials.json)")
-    p.set_defaults(func=_login)
-    c = sub.add_parser(
-        "credential", help="print a fresh gateway credential (Claude Code apiKeyHelper)",
+    c = add_command(
+        sub, "credential", _credential,
+        summary="print a fresh gateway credential (Claude Code apiKeyHelper)",
         description="Print a gateway credential valid for at least --min-valid seconds, "
                     "refreshed through the IdP and inferplaned when needed (after "
                     "`mayu login`).")
@@ -69,4 +70,3 @@ def register(sub: Any) -> None:
                    help="the credentials cache `mayu login` wrote")
     c.add_argument("--min-valid", type=float, default=300.0, metavar="SECONDS",
                    help="refresh when less than this is left (default: %(default)s)")
-    c.set_defaults(func=_credential)

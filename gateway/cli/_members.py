@@ -21,6 +21,7 @@ from typing import Any, get_args
 import msgspec
 
 from gateway.cli import _args
+from gateway.cli._commands import command_group
 from gateway.cli._keys import (
     MAX_COUNT,
     _add,
@@ -238,14 +239,13 @@ def _revision_arg(parser: argparse.ArgumentParser, what: str, *, creates: bool) 
 
 
 def _register_members(subparsers: Any) -> None:
-    members = subparsers.add_parser(
-        "members", help="member budgets: what a user may spend within a team",
+    sub = command_group(
+        subparsers, "members", summary="member budgets: what a user may spend within a team",
         description="Member budgets: what a user (the --user of their keys) may spend "
                     "within one team, on top of the key's and the team's limits. A user "
                     "without a budget of their own gets the team's default member budget, "
                     "each user separately. An edit binds at the next admission of every "
                     "replica.")
-    sub = members.add_subparsers(dest="members_command", metavar="COMMAND", required=True)
     listing = _add(sub, "list", _members_list,
                    "list a team's members: the budget that binds each (SOURCE: member, "
                    "their own; default, the team's default; none, no member cap), how many "
@@ -286,13 +286,12 @@ def _register_members(subparsers: Any) -> None:
 
 
 def _register_users(subparsers: Any) -> None:
-    users = subparsers.add_parser(
-        "users", help="users: email, display name and a budget across teams",
+    sub = command_group(
+        subparsers, "users", summary="users: email, display name and a budget across teams",
         description="Users: the people named by the --user of keys, with an email, a "
                     "display name and a budget across every team they hold keys in (on "
                     "top of each team's member budget). An edit binds at the next "
                     "admission of every replica.")
-    sub = users.add_subparsers(dest="users_command", metavar="COMMAND", required=True)
     _add(sub, "list", _users_list, "list users with their email, display name and budget "
          "across teams (REV: the user's revision)", "print JSON")
     show = _add(sub, "show", _users_show, "show one user", "print the user as JSON")

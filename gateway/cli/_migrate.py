@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gateway.cli._commands import add_command
 from gateway.config import DatabaseSettings, load_settings, resolve_secret
 from gateway.schema import Step, code_heads, describe_dsn, upgrade
 
@@ -51,12 +52,12 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "migrate", help="upgrade the shared database schema (alembic upgrade head)",
+    p = add_command(
+        sub, "migrate", _migrate,
+        summary="upgrade the shared database schema (alembic upgrade head)",
         description="Apply this version's packaged migrations to the database of "
                     "--config's database.dsn_ref (default env:INFERPLANE_DATABASE_URL), "
                     "printing one line per applied revision.")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="gateway config whose database.dsn_ref names the database")
     p.add_argument("--revision", default="head", help="target revision (default: head)")
-    p.set_defaults(func=_migrate)

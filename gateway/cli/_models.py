@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from gateway.catalog import CatalogModel, builtin_catalog
+from gateway.cli._commands import add_command, command_group
 from gateway.config import FIGURES, ModelFigures, load_settings_and_models
 from gateway.pricing import CLASSES
 
@@ -95,20 +96,18 @@ def _catalog(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    models = subparsers.add_parser(
-        "models", help="the models in force and the built-in model catalog",
+    sub = command_group(
+        subparsers, "models", summary="the models in force and the built-in model catalog",
         description="Show the models a config serves, with every price and limit and where "
                     "it came from, or the built-in catalog of public prices.")
-    sub = models.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
-    listing = sub.add_parser(
-        "list", help="every model in force, each figure with its source",
+    listing = add_command(
+        sub, "list", _list, summary="every model in force, each figure with its source",
         description="Load a config as 'mayu serve' would and print every model with each "
                     "figure and its source: config, catalog <as_of> or default.")
     listing.add_argument("--config", metavar="FILE", default=None,
                          help="config file (default: none, the built-in local profile)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
-    listing.set_defaults(func=_list)
-    table = sub.add_parser("catalog", help="the built-in catalog (prices, limits, sources)",
-                           description="Print the built-in model catalog.")
+    table = add_command(
+        sub, "catalog", _catalog, summary="the built-in catalog (prices, limits, sources)",
+        description="Print the built-in model catalog.")
     table.add_argument("--json", action="store_true", help="machine-readable output")
-    table.set_defaults(func=_catalog)

@@ -27,6 +27,7 @@ import msgspec
 
 from gateway import operations
 from gateway.ceilings import MAX_AMOUNT
+from gateway.cli._commands import add_command, command_group
 from gateway.cli._keys import _positive, _table, format_usd
 from gateway.config import Settings, load_settings
 from gateway.errors import BadRequest, ConfigError, NotFound, SettlementConflict
@@ -507,20 +508,17 @@ been its dispatch record."""
 
 def _add(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
          description: str | None = None) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        name, help=summary, description=description or summary,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = add_command(sub, name, func, summary=summary, description=description,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", metavar="FILE", default=None, help=_CONFIG_HELP)
-    parser.set_defaults(func=func)
     return parser
 
 
 def _register_permits(subparsers: Any) -> None:
-    permits = subparsers.add_parser(
-        "permits", help="list and resolve pending permits (crashed gateways)",
+    sub = command_group(
+        subparsers, "permits", summary="list and resolve pending permits (crashed gateways)",
         description="List permits and resolve the ones crashed gateways left pending "
                     "(a pending permit keeps binding every limit it charged).")
-    sub = permits.add_subparsers(dest="permits_command", metavar="COMMAND", required=True)
     listing = _add(sub, "list", _permits_list, "list permits, oldest first: id, request "
                    "id, key, team, model, bounds, status, committed and liability µUSD, "
                    "and age; a permit an unreadable journal line concerns is marked *, "
@@ -572,12 +570,11 @@ def _register_permits(subparsers: Any) -> None:
 
 
 def _register_accounts(subparsers: Any) -> None:
-    accounts = subparsers.add_parser(
-        "accounts", help="list and unfreeze money counters frozen by invalid usage",
+    sub = command_group(
+        subparsers, "accounts", summary="list and unfreeze money counters frozen by invalid usage",
         description="Invalid upstream usage freezes every money window and policy "
                     "account its permit charged (later requests on them get 402) until "
                     "an operator has investigated and unfreezes them.")
-    sub = accounts.add_subparsers(dest="accounts_command", metavar="COMMAND", required=True)
     frozen = _add(sub, "frozen", _accounts_frozen, "list frozen counters and accounts, "
                   "with the permit whose invalid usage froze each")
     frozen.add_argument("--json", action="store_true", help="print JSON")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from gateway.cli._commands import add_command, command_group
 from gateway.policy import CompiledRule, check_files, compile_documents, effective_limits
 
 
@@ -55,22 +56,20 @@ def _effective(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "policy", help="validate GovernancePolicy files",
+    sub = command_group(
+        subparsers, "policy", metavar="SUBCOMMAND", summary="validate GovernancePolicy files",
         description="Check GovernancePolicy (inferplane.dev/v1alpha1) YAML files.")
-    sub = parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
-    validate = sub.add_parser(
-        "validate", help="validate policy files as one set",
+    validate = add_command(
+        sub, "validate", _validate, summary="validate policy files as one set",
         description="Validate the files as one policy set and print every problem with "
         "its file, document and field path. Exit 1 if any problem is found; otherwise "
         "print one summary line per document.")
     validate.add_argument("files", nargs="+", metavar="FILE", help="YAML file or glob")
-    validate.set_defaults(func=_validate)
-    effective = sub.add_parser(
-        "effective", help="show the effective (most-restrictive) limits for a caller",
+    effective = add_command(
+        sub, "effective", _effective,
+        summary="show the effective (most-restrictive) limits for a caller",
         description="Merge the rules that apply to TEAM (and USER) most-restrictive-wins "
         "and print them as JSON (display only: enforcement charges every rule).")
     effective.add_argument("files", nargs="+", metavar="FILE", help="YAML file or glob")
     effective.add_argument("--team", required=True, help="team name")
     effective.add_argument("--user", default=None, help="user (optional)")
-    effective.set_defaults(func=_effective)
