@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from gateway.errors import GovernanceUnavailable
 from gateway.governance._model import (
@@ -46,6 +46,7 @@ Send = Callable[[list[AdmissionRequest]], Awaitable[list[Decision]]]
 Refund = Callable[[Permit], Awaitable[object]]
 AdmissionWaiter = tuple[list[AdmissionRequest], asyncio.Future[list[Decision]]]
 T = TypeVar("T")
+W = TypeVar("W", bound=tuple[Any, ...])
 
 
 async def _turn(queue: list[Any], future: asyncio.Future[T], max_wait_s: float | None) -> T:
@@ -78,19 +79,55 @@ def _unqueue(queue: list[Any], future: asyncio.Future[Any]) -> bool:
     return False
 
 
-class Coalescer:
+class _Lane(Generic[W]):
+    """At most ``max_in_flight`` calls at once: a waiter (its future last) arriving while
+    every call is busy queues, and the next free call takes the queue (:meth:`_call`)."""
+
+    def __init__(self, *, max_in_flight: int, max_batch: int,
+                 max_wait_s: float | None) -> None:
+        self._max_in_flight, self._max_batch = max_in_flight, max_batch
+        self._max_wait_s = max_wait_s
+        self._in_flight = 0
+        self._queue: list[W] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _wake(self) -> None:
+        """Start a drain if a call slot is free (else a running drain takes the queue)."""
+        if self._in_flight < self._max_in_flight:
+            self._in_flight += 1
+            self._spawn(self._drain())
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _waiting(self) -> bool:
+        return bool(self._queue)
+
+    async def _drain(self) -> None:
+        """Make calls, one after the other, until nothing is waiting."""
+        try:
+            while self._waiting():
+                await self._call()
+        finally:
+            self._in_flight -= 1
+
+    async def _call(self) -> None:
+        """One call with (the first ``max_batch`` of) what is waiting."""
+        raise NotImplementedError
+
+
+class Coalescer(_Lane[AdmissionWaiter]):
     """Admissions: at most ``max_in_flight`` calls at once, the rest queued and sent
     together by the next free call; a caller waits at most ``max_wait_s`` (None: no
     limit) for a call to take it."""
 
     def __init__(self, send: Send, refund: Refund, *, max_in_flight: int,
                  max_batch: int = 64, max_wait_s: float | None = None) -> None:
+        super().__init__(max_in_flight=max_in_flight, max_batch=max_batch,
+                         max_wait_s=max_wait_s)
         self._send, self._refund = send, refund
-        self._max_in_flight, self._max_batch = max_in_flight, max_batch
-        self._max_wait_s = max_wait_s
-        self._in_flight = 0
-        self._queue: list[AdmissionWaiter] = []
-        self._tasks: set[asyncio.Task[None]] = set()
 
     async def admit(self, requests: list[AdmissionRequest]) -> list[Decision]:
         future: asyncio.Future[list[Decision]] = asyncio.get_running_loop().create_future()
@@ -109,24 +146,8 @@ class Coalescer:
                         self._spawn(self._give_back(d))
             raise
 
-    def _wake(self) -> None:
-        """Start a drain if a call slot is free (else a running drain takes the queue)."""
-        if self._in_flight < self._max_in_flight:
-            self._in_flight += 1
-            self._spawn(self._drain())
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _drain(self) -> None:
-        """Send queued requests, batch after batch, until the queue is empty."""
-        try:
-            while self._queue:
-                await self._one_batch(self._take_admissions())
-        finally:
-            self._in_flight -= 1
+    async def _call(self) -> None:
+        await self._one_batch(self._take_admissions())
 
     def _take_admissions(self) -> list[AdmissionWaiter]:
         batch, size = [], 0
@@ -176,7 +197,7 @@ Merged = Callable[[list[SettleItem], list[AdmissionRequest]],
                   Awaitable[tuple[list[SettleResult | Exception], list[Decision]]]]
 
 
-class SettlementCoalescer:
+class SettlementCoalescer(_Lane[SettleWaiter]):
     """Settlements the same way: at most ``max_in_flight`` settlement calls at once; the
     settlements arriving meanwhile go together as one transaction (``many``), each with
     its own result. A lone settlement goes at once, alone (``one``). If the batch's
@@ -185,31 +206,20 @@ class SettlementCoalescer:
 
     def __init__(self, one: SettleOne, many: SettleMany, *, max_in_flight: int,
                  max_batch: int = 64, max_wait_s: float | None = None) -> None:
+        super().__init__(max_in_flight=max_in_flight, max_batch=max_batch,
+                         max_wait_s=max_wait_s)
         self._one, self._many = one, many
-        self._max_in_flight, self._max_batch = max_in_flight, max_batch
-        self._max_wait_s = max_wait_s
-        self._in_flight = 0
-        self._queue: list[SettleWaiter] = []
-        self._tasks: set[asyncio.Task[None]] = set()
 
     async def settle(self, permit_id: str, settlement: Settlement) -> SettleResult:
         future: asyncio.Future[SettleResult] = asyncio.get_running_loop().create_future()
         self._queue.append((permit_id, settlement, future))
-        if self._in_flight < self._max_in_flight:
-            self._in_flight += 1
-            task = asyncio.ensure_future(self._drain())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self._wake()
         return await _turn(self._queue, future, self._max_wait_s)
 
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                batch = self._queue[:self._max_batch]
-                del self._queue[:self._max_batch]
-                await settle_batch(self._one, self._many, batch)
-        finally:
-            self._in_flight -= 1
+    async def _call(self) -> None:
+        batch = self._queue[:self._max_batch]
+        del self._queue[:self._max_batch]
+        await settle_batch(self._one, self._many, batch)
 
 
 async def settle_batch(one: SettleOne, many: SettleMany, batch: list[SettleWaiter]) -> None:
@@ -285,20 +295,19 @@ class MergedCoalescer(Coalescer):
         self._wake()
         return await _turn(self._settlements, future, self._max_wait_s)
 
-    async def _drain(self) -> None:
-        try:
-            while self._queue or self._settlements:
-                admissions = self._take_admissions()
-                settlements = self._settlements[:self._max_batch]
-                del self._settlements[:self._max_batch]
-                if admissions and settlements:
-                    await self._merged_batch(settlements, admissions)
-                elif admissions:
-                    await self._one_batch(admissions)
-                else:
-                    await settle_batch(self._one, self._many, settlements)
-        finally:
-            self._in_flight -= 1
+    def _waiting(self) -> bool:
+        return bool(self._queue or self._settlements)
+
+    async def _call(self) -> None:
+        admissions = self._take_admissions()
+        settlements = self._settlements[:self._max_batch]
+        del self._settlements[:self._max_batch]
+        if admissions and settlements:
+            await self._merged_batch(settlements, admissions)
+        elif admissions:
+            await self._one_batch(admissions)
+        else:
+            await settle_batch(self._one, self._many, settlements)
 
     async def _merged_batch(self, settlements: list[SettleWaiter],
                             admissions: list[AdmissionWaiter]) -> None:
