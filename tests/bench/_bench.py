@@ -4,14 +4,15 @@ process's CPU time."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from msgspec.structs import replace
 from psycopg_pool import AsyncConnectionPool
@@ -33,6 +34,8 @@ from tests.settling import exact, settlement
 if TYPE_CHECKING:
     from litestar.testing import AsyncTestClient
 
+T = TypeVar("T")
+
 
 def server_dsn() -> str:
     """The Postgres server the benches use: ``INFERPLANE_TEST_PG_DSN``, else the local one."""
@@ -50,6 +53,12 @@ def own_database(prefix: str) -> Iterator[str]:
         yield dsn
     finally:
         drop_database(server, name)
+
+
+def run_on_own_database(prefix: str, bench: Callable[[str], Coroutine[Any, Any, T]]) -> T:
+    """``bench(dsn)`` run to its end on a database of its own (:func:`own_database`)."""
+    with own_database(prefix) as dsn:
+        return asyncio.run(bench(dsn))
 
 
 @asynccontextmanager

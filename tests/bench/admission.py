@@ -36,7 +36,7 @@ from gateway.governance import (  # noqa: E402
 from gateway.keys import Principal, TeamLimits  # noqa: E402
 from gateway.policy import EMPTY_SNAPSHOT  # noqa: E402
 from gateway.pricing import Usage  # noqa: E402
-from tests.bench._bench import own_database, team_principal  # noqa: E402
+from tests.bench._bench import run_on_own_database, team_principal  # noqa: E402
 from tests.settling import exact, settlement  # noqa: E402
 
 NOW = datetime.now(UTC)
@@ -160,8 +160,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    with own_database("ipbench") as dsn:
-        pairs = asyncio.run(bench(dsn, args.workers, args.seconds))
+    pairs = run_on_own_database("ipbench", lambda dsn: bench(dsn, args.workers, args.seconds))
     print(f"{args.workers} concurrent workers, {args.seconds:.0f} s per measurement; "
           "admit+settle = 2 round trips (one admission, one settlement) per admission")
     for admit_run, raw_run in pairs:

@@ -15,7 +15,6 @@ database ``ipcoal_<pid>``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gateway.governance import PostgresGovernanceStore  # noqa: E402
-from tests.bench._bench import own_database  # noqa: E402
+from tests.bench._bench import run_on_own_database  # noqa: E402
 from tests.bench.admission import Run, _admit_settle, _drive, _principals  # noqa: E402
 
 
@@ -57,8 +56,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--settings", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args()
-    with own_database("ipcoal") as dsn:
-        rates = asyncio.run(bench(dsn, args))
+    rates = run_on_own_database("ipcoal", lambda dsn: bench(dsn, args))
     base = args.settings[0]
     for load in ("hot", "spread"):
         for setting in args.settings[1:]:

@@ -26,7 +26,6 @@ assets it loads (stylesheet, htmx, the console's script), as they are and on the
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
 import statistics
 import sys
@@ -39,7 +38,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench._bench import own_database, shared_client  # noqa: E402
+from tests.bench._bench import run_on_own_database, shared_client  # noqa: E402
 from tests.bench.requestlog import _pct, fill  # noqa: E402
 
 READ, WRITE = "bench-console-read-token", "bench-console-write-token"
@@ -153,8 +152,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000, help="permits to fill (1000000)")
     ap.add_argument("--repeats", type=int, default=10, help="renders per page (10)")
     args = ap.parse_args()
-    with own_database("bench_console") as dsn:
-        asyncio.run(run(dsn, args.n, args.repeats))
+    run_on_own_database("bench_console", lambda dsn: run(dsn, args.n, args.repeats))
 
 
 if __name__ == "__main__":

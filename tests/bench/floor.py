@@ -30,7 +30,6 @@ Uses ``INFERPLANE_TEST_PG_DSN`` to create, migrate and drop its own database.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
@@ -50,7 +49,7 @@ from tests.bench._bench import (  # noqa: E402
     batch_requests,
     cpu_s,
     exact_settlements,
-    own_database,
+    run_on_own_database,
     team_principal,
 )
 
@@ -176,8 +175,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--pairs", type=int, default=1600, help="operations per case")
     a = ap.parse_args()
-    with own_database("ipfloor") as dsn:
-        asyncio.run(run(dsn, a.sizes, a.pairs))
+    run_on_own_database("ipfloor", lambda dsn: run(dsn, a.sizes, a.pairs))
 
 
 if __name__ == "__main__":

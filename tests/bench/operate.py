@@ -34,7 +34,7 @@ from gateway.audit import AuditLog  # noqa: E402
 from gateway.cluster_metrics import postgres_reader  # noqa: E402
 from gateway.governance import Charge, OutcomeKind, Permit, Settlement  # noqa: E402
 from gateway.metrics import Metrics  # noqa: E402
-from tests.bench._bench import own_database  # noqa: E402
+from tests.bench._bench import run_on_own_database  # noqa: E402
 
 LINE: dict[str, Any] = {
     "event": "settled", "request_id": "req_" + "0" * 32, "attempt": 0,
@@ -195,8 +195,7 @@ def main() -> None:
         for p in where.iterdir():
             p.unlink()
         where.rmdir()
-    with own_database("ipt_bench_operate") as dsn:
-        asyncio.run(bench_db(dsn))
+    run_on_own_database("ipt_bench_operate", bench_db)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ nodes, and the rows it read::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
 import time
@@ -54,7 +53,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import sql  # noqa: E402
-from tests.bench._bench import own_database, shared_client  # noqa: E402
+from tests.bench._bench import run_on_own_database, shared_client  # noqa: E402
 
 TOKEN = "bench-request-log-read-token"
 
@@ -261,8 +260,8 @@ def main() -> None:
     if unknown := only - set(NAMES):
         ap.error(f"--only: no such case {', '.join(sorted(unknown))} "
                  f"(cases: {', '.join(NAMES)})")
-    with own_database("bench_reqlog") as dsn:
-        asyncio.run(run(dsn, args.n, args.repeats, only, args.plans))
+    run_on_own_database("bench_reqlog",
+                        lambda dsn: run(dsn, args.n, args.repeats, only, args.plans))
 
 
 if __name__ == "__main__":
