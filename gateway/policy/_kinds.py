@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gateway.policy._wire import ObjectMeta, SubjectName, _Wire
+from gateway.policy._wire import ObjectMeta, SubjectName, _Document, _Wire
 
 DetectorAction = Literal["off", "monitor", "mask", "pseudonymize", "block"]
 RuleNamePattern = r"^[a-z][a-z0-9_]{0,39}$"
@@ -76,8 +76,7 @@ class RoutingSpec(_Wire, frozen=True):
     description: str | None = None
 
 
-class RoutingPolicy(_Wire, frozen=True):
-    api_version: Literal["inferplane.dev/v1alpha1"] = msgspec.field(name="apiVersion")
+class RoutingPolicy(_Document, frozen=True):
     kind: Literal["RoutingPolicy"]
     metadata: ObjectMeta
     spec: RoutingSpec
@@ -107,8 +106,7 @@ class GuardrailSpec(_Wire, frozen=True):
     description: str | None = None
 
 
-class GuardrailPolicy(_Wire, frozen=True):
-    api_version: Literal["inferplane.dev/v1alpha1"] = msgspec.field(name="apiVersion")
+class GuardrailPolicy(_Document, frozen=True):
     kind: Literal["GuardrailPolicy"]
     metadata: ObjectMeta
     spec: GuardrailSpec

@@ -79,6 +79,13 @@ class _Wire(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     pass
 
 
+class _Document(_Wire, frozen=True):
+    """A policy document of this API version; a kind adds ``kind``, ``metadata`` and
+    ``spec`` (in that order: the fields' order on the wire)."""
+
+    api_version: Literal["inferplane.dev/v1alpha1"] = msgspec.field(name="apiVersion")
+
+
 class ObjectMeta(_Wire, frozen=True):
     name: PolicyName
     namespace: str | None = None
@@ -164,8 +171,7 @@ class PolicySpec(_Wire, frozen=True):
     description: str | None = None
 
 
-class GovernancePolicy(_Wire, frozen=True):
-    api_version: Literal["inferplane.dev/v1alpha1"] = msgspec.field(name="apiVersion")
+class GovernancePolicy(_Document, frozen=True):
     kind: Literal["GovernancePolicy"]
     metadata: ObjectMeta
     spec: PolicySpec
