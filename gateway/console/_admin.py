@@ -22,7 +22,7 @@ from gateway.console._client import Api, ApiRefused
 from gateway.console._format import bar, window_resets
 from gateway.console._forms import LABELS, MEMBER_LIMITS, TEAM_LIMITS, field_of, limits, text
 from gateway.console._spend import spend_by, spent
-from gateway.console._web import page, signed_in, writer
+from gateway.console._web import admin_page, page, signed_in, writer
 
 AnyRequest = Request[Any, Any, Any]
 _SUMS = ("requests", "tokens_committed", "usd_committed", "tokens_liability",
@@ -80,12 +80,6 @@ async def overview(request: AnyRequest) -> Response[Any]:
         "session": session, "cards": cards, "today": today.isoformat(),
         "month": today.strftime("%Y-%m"), "alerts_on": fired["enabled"],
         "alerts": [a for a in fired["data"] if a["window"] in windows]})
-
-
-@get("/teams")
-async def teams_page(request: AnyRequest) -> Response[Any]:
-    session, api = signed_in(request, admin=True)
-    return await _teams(request, session, api)
 
 
 async def _teams(request: AnyRequest, session: Any, api: Api, *,
@@ -176,4 +170,4 @@ async def edit_limits(request: AnyRequest, team: FromPath[str]) -> Response[Any]
     return await _team(request, session, api, team, errors=errors, values=form, status=400)
 
 
-ROUTES = [overview, teams_page, create_team, team_page, edit_limits]
+ROUTES = [overview, admin_page("/teams", _teams), create_team, team_page, edit_limits]

@@ -14,7 +14,7 @@ import secrets
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from litestar import Request, Response, get, post
+from litestar import Request, Response, post
 from litestar.params import FromPath
 from litestar.response import Redirect
 
@@ -29,17 +29,11 @@ from gateway.console._forms import (
     whole_number,
 )
 from gateway.console._spend import spend_by
-from gateway.console._web import page, signed_in, writer
+from gateway.console._web import admin_page, page, writer
 
 AnyRequest = Request[Any, Any, Any]
 _KEY_FIELDS = ("team", "name", "user", "allowed_models", *KEY_LIMITS)
 _STATUSES = ("active", "revoked", "expired")
-
-
-@get("/keys")
-async def keys_page(request: AnyRequest) -> Response[Any]:
-    session, api = signed_in(request, admin=True)
-    return await _keys(request, session, api)
 
 
 async def _keys(request: AnyRequest, session: Any, api: Api, *,
@@ -131,4 +125,4 @@ async def _secret(request: AnyRequest, session: Any, api: Api, answer: Answer, *
     return shown
 
 
-ROUTES = [keys_page, create_key, rotate_key, revoke_key]
+ROUTES = [admin_page("/keys", _keys), create_key, rotate_key, revoke_key]

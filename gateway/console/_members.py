@@ -41,6 +41,26 @@ async def _answered(request: AnyRequest, session: Any, api: Any, team: str, form
                        values=form, status=answer.status if answer.status < 500 else 502)
 
 
+def _record(team: str, user: str | None) -> str:
+    """The API's record of ``user``'s own budget in ``team`` (None: the team's default)."""
+    team_record = f"/admin/v1/teams/{quote(team, safe='')}"
+    if user is None:
+        return f"{team_record}/default-member"
+    return f"{team_record}/members/{quote(user, safe='')}"
+
+
+async def _write(request: AnyRequest, session: Any, api: Any, team: str, form: Any, *,
+                 method: str, user: str | None, revision: str, which: str, saved: str,
+                 body: dict[str, Any] | None = None) -> Response[Any]:
+    """``method`` on the record, if it is still at ``revision``; then as :func:`_answered`."""
+    answer = await api.call(
+        method, _record(team, user),
+        json=None if body is None else {k: v for k, v in body.items() if v is not None},
+        headers={"If-Match": f'"{revision}"'})
+    return await _answered(request, session, api, team, form, answer, which=which,
+                           saved=saved)
+
+
 @post("/teams/{team:str}/members", status_code=303)
 async def put_member(request: AnyRequest, team: FromPath[str]) -> Response[Any]:
     """Set (revision ≥ 1) or create (revision 0, a new member too) a member's budget."""
@@ -56,12 +76,8 @@ async def put_member(request: AnyRequest, team: FromPath[str]) -> Response[Any]:
     if errors:
         return await _team(request, session, api, team, member_form=which, errors=errors,
                            values=form, status=400)
-    answer = await api.call(
-        "PUT", f"/admin/v1/teams/{quote(team, safe='')}/members/{quote(user, safe='')}",
-        json={k: v for k, v in body.items() if v is not None},
-        headers={"If-Match": f'"{revision}"'})
-    return await _answered(request, session, api, team, form, answer, which=which,
-                           saved="member")
+    return await _write(request, session, api, team, form, method="PUT", user=user,
+                        revision=revision, which=which, saved="member", body=body)
 
 
 @post("/teams/{team:str}/members/remove", status_code=303)
@@ -69,11 +85,8 @@ async def delete_member(request: AnyRequest, team: FromPath[str]) -> Response[An
     """Remove a member's own budget (the default binds them again)."""
     session, api, form = await writer(request)
     user = text(form, "user")
-    answer = await api.call(
-        "DELETE", f"/admin/v1/teams/{quote(team, safe='')}/members/{quote(user, safe='')}",
-        headers={"If-Match": f'"{text(form, "revision")}"'})
-    return await _answered(request, session, api, team, form, answer, which=user,
-                           saved="removed")
+    return await _write(request, session, api, team, form, method="DELETE", user=user,
+                        revision=text(form, "revision"), which=user, saved="removed")
 
 
 @post("/teams/{team:str}/default-member", status_code=303)
@@ -85,22 +98,17 @@ async def put_default(request: AnyRequest, team: FromPath[str]) -> Response[Any]
     if errors:
         return await _team(request, session, api, team, member_form=DEFAULT,
                            errors=errors, values=form, status=400)
-    answer = await api.call(
-        "PUT", f"/admin/v1/teams/{quote(team, safe='')}/default-member",
-        json={k: v for k, v in body.items() if v is not None},
-        headers={"If-Match": f'"{text(form, "revision") or "0"}"'})
-    return await _answered(request, session, api, team, form, answer, which=DEFAULT,
-                           saved="default")
+    return await _write(request, session, api, team, form, method="PUT", user=None,
+                        revision=text(form, "revision") or "0", which=DEFAULT,
+                        saved="default", body=body)
 
 
 @post("/teams/{team:str}/default-member/remove", status_code=303)
 async def delete_default(request: AnyRequest, team: FromPath[str]) -> Response[Any]:
+    """Remove the team's default member budget (no member cap for users without one)."""
     session, api, form = await writer(request)
-    answer = await api.call(
-        "DELETE", f"/admin/v1/teams/{quote(team, safe='')}/default-member",
-        headers={"If-Match": f'"{text(form, "revision")}"'})
-    return await _answered(request, session, api, team, form, answer, which=DEFAULT,
-                           saved="removed")
+    return await _write(request, session, api, team, form, method="DELETE", user=None,
+                        revision=text(form, "revision"), which=DEFAULT, saved="removed")
 
 
 ROUTES = [put_member, delete_member, put_default, delete_default]

@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from litestar import Request, Response, get, post
+from litestar import Request, Response, post
 from litestar.params import FromPath
 from litestar.response import Redirect
 
 from gateway.console._client import Api, ApiRefused
 from gateway.console._forms import NotAWholeNumber, text, whole_number
-from gateway.console._web import page, signed_in, writer
+from gateway.console._web import admin_page, page, writer
 
 AnyRequest = Request[Any, Any, Any]
 AS = ("uncertain", "cancelled")
@@ -70,14 +70,6 @@ def _newest(permits: list[Any]) -> list[Any]:
     return sorted(permits, key=lambda p: str(p["created_at"]), reverse=True)
 
 
-@get("/operations")
-async def operations_page(request: AnyRequest) -> Response[Any]:
-    session, api = signed_in(request, admin=True)
-    if not session.every_team:
-        return await _team_page(request, session, api)
-    return await _page(request, session, api)
-
-
 @post("/operations/permits/{permit_id:str}/resolve", status_code=303)
 async def resolve(request: AnyRequest, permit_id: FromPath[str]) -> Response[Any]:
     """As uncertain or cancelled, or at an exact µUSD figure (``usd_micros``, with
@@ -118,4 +110,4 @@ async def unfreeze(request: AnyRequest) -> Response[Any]:
                        status=answer.status)
 
 
-ROUTES = [operations_page, resolve, unfreeze]
+ROUTES = [admin_page("/operations", _page, scoped=_team_page), resolve, unfreeze]

@@ -15,11 +15,10 @@ import re
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from litestar import Request, Response, get
-from litestar.params import FromPath
+from litestar import Request, Response
 
 from gateway.console._client import ApiRefused
-from gateway.console._web import page, signed_in
+from gateway.console._web import admin_and_own, page, signed_in
 from gateway.ingress import CLIENTS
 
 AnyRequest = Request[Any, Any, Any]
@@ -62,16 +61,6 @@ async def _log(request: AnyRequest, *, admin: bool) -> Response[Any]:
         "names": names, "base": base, "query": query}, status=200 if answer.ok else answer.status)
 
 
-@get("/requests")
-async def requests_page(request: AnyRequest) -> Response[Any]:
-    return await _log(request, admin=True)
-
-
-@get("/me/requests")
-async def my_requests_page(request: AnyRequest) -> Response[Any]:
-    return await _log(request, admin=False)
-
-
 async def _csv(request: AnyRequest, *, admin: bool) -> Response[Any]:
     _, api = signed_in(request, admin=admin)
     path = "/admin/v1/requests.csv" if admin else "/v1/me/requests.csv"
@@ -83,20 +72,11 @@ async def _csv(request: AnyRequest, *, admin: bool) -> Response[Any]:
         "Content-Disposition": 'attachment; filename="requests.csv"'})
 
 
-@get("/requests.csv")
-async def requests_csv(request: AnyRequest) -> Response[Any]:
-    return await _csv(request, admin=True)
-
-
-@get("/me/requests.csv")
-async def my_requests_csv(request: AnyRequest) -> Response[Any]:
-    return await _csv(request, admin=False)
-
-
-async def _detail(request: AnyRequest, permit_id: str, *, admin: bool) -> Response[Any]:
+async def _detail(request: AnyRequest, *, admin: bool) -> Response[Any]:
     """One request: ``GET /admin/v1/requests/{id}`` (a key holder's own:
     ``/v1/me/requests/{id}``), its figures, outcome, detail and the counters it charged."""
     session, api = signed_in(request, admin=admin)
+    permit_id = str(request.path_params["permit_id"])
     path = ("/admin/v1/requests/" if admin else "/v1/me/requests/") + quote(permit_id,
                                                                             safe="")
     answer = await api.get(path)
@@ -111,15 +91,5 @@ async def _detail(request: AnyRequest, permit_id: str, *, admin: bool) -> Respon
         "back": "/console/requests" if admin else "/console/me/requests"})
 
 
-@get("/requests/{permit_id:str}")
-async def request_page(request: AnyRequest, permit_id: FromPath[str]) -> Response[Any]:
-    return await _detail(request, permit_id, admin=True)
-
-
-@get("/me/requests/{permit_id:str}")
-async def my_request_page(request: AnyRequest, permit_id: FromPath[str]) -> Response[Any]:
-    return await _detail(request, permit_id, admin=False)
-
-
-ROUTES = [requests_page, my_requests_page, requests_csv, my_requests_csv, request_page,
-          my_request_page]
+ROUTES = [*admin_and_own("/requests", _log), *admin_and_own("/requests.csv", _csv),
+          *admin_and_own("/requests/{permit_id:str}", _detail)]

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from litestar import Request, Response, get
+from litestar import Request, Response
 
 from gateway.console._chart import Chart, periods, stacked, too_many
 from gateway.console._client import Api
 from gateway.console._format import count, money
-from gateway.console._web import page, signed_in
+from gateway.console._web import admin_and_own, page, signed_in
 
 AnyRequest = Request[Any, Any, Any]
 ADMIN_GROUPS = ("model", "tool", "user", "key", "team")
@@ -218,14 +218,4 @@ async def _reported(api: Api, q: Query, *, admin: bool) -> list[dict[str, Any]]:
     return [r for r in answer.body["data"] if r["reported"]["reports"]]
 
 
-@get("/usage")
-async def usage_page(request: AnyRequest) -> Response[Any]:
-    return await _usage(request, admin=True)
-
-
-@get("/me/usage")
-async def my_usage_page(request: AnyRequest) -> Response[Any]:
-    return await _usage(request, admin=False)
-
-
-ROUTES = [usage_page, my_usage_page]
+ROUTES = admin_and_own("/usage", _usage)

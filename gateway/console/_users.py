@@ -17,24 +17,16 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from litestar import Request, Response, get, post
+from litestar import Request, Response, post
 from litestar.params import FromPath
 from litestar.response import Redirect
 
 from gateway.console._client import Api
 from gateway.console._forms import LABELS, MEMBER_LIMITS, field_of, limits, text
-from gateway.console._web import page, signed_in, writer
+from gateway.console._web import admin_page, page, writer
 
 AnyRequest = Request[Any, Any, Any]
 _FIELDS = ("user", "email", "display_name", *MEMBER_LIMITS)
-
-
-@get("/users")
-async def users_page(request: AnyRequest) -> Response[Any]:
-    session, api = signed_in(request, admin=True)
-    if not session.every_team:
-        return await _team_users(request, session, api)
-    return await _users(request, session, api)
 
 
 async def _team_users(request: AnyRequest, session: Any, api: Api) -> Response[Any]:
@@ -107,4 +99,4 @@ async def revoke_user(request: AnyRequest, user: FromPath[str]) -> Response[Any]
                         status=answer.status if answer.status < 500 else 502)
 
 
-ROUTES = [users_page, put_user, revoke_user]
+ROUTES = [admin_page("/users", _users, scoped=_team_users), put_user, revoke_user]

@@ -5,17 +5,20 @@ the key store (gateway/console/_session.py). A page handler asks :func:`signed_i
 it (an anonymous or signed-out visitor is sent to the sign-in page, their stale cookie
 deleted; a key holder asking for an admin page to their own page) and a write handler
 asks :func:`writer`, which also checks the form's CSRF token and the tier. The API
-refuses a read token's write on its own (403); the console never offers one.
+refuses a read token's write on its own (403); the console never offers one. A page that
+only reads is registered through :func:`admin_page` (an admin's, or a team lead's own
+teams) or :func:`admin_and_own` (an admin's and a key holder's own, one drawing).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from litestar import Request, Response
+from litestar import Request, Response, get
 from litestar.datastructures import FormMultiDict
+from litestar.handlers import HTTPRouteHandler
 from litestar.response import Redirect, Template
 
 from gateway.console._client import Api
@@ -32,6 +35,10 @@ from gateway.errors import InferplaneError
 log = logging.getLogger("mayu.console")
 
 AnyRequest = Request[Any, Any, Any]
+Draw = Callable[..., Awaitable[Response[Any]]]
+"""A page drawn for an admin or for a key holder: ``draw(request, admin=...)``."""
+Drawn = Callable[[AnyRequest, Session, Api], Awaitable[Response[Any]]]
+"""An admin page drawn for the signed-in session with its API."""
 
 
 class Detour(Exception):
@@ -112,3 +119,31 @@ def page(request: AnyRequest, name: str, context: Mapping[str, Any], *,
     full = {"csrf": session.csrf if session is not None else "", "path": request.url.path,
             **context}
     return Template(template_name=name, context=full, status_code=status)
+
+
+def admin_and_own(path: str, draw: Draw) -> list[HTTPRouteHandler]:
+    """``GET path`` for an admin and ``GET /me`` + ``path`` for a key holder, one page
+    drawn by ``draw`` for both (the holder's from the ``/v1/me`` routes: their own)."""
+    return [get(prefix + path)(_drawn(draw, admin=admin))
+            for prefix, admin in (("", True), ("/me", False))]
+
+
+def _drawn(draw: Draw, *, admin: bool) -> Callable[[AnyRequest], Awaitable[Response[Any]]]:
+    async def handler(request: AnyRequest) -> Response[Any]:
+        return await draw(request, admin=admin)
+
+    handler.__name__ = f"{draw.__name__.lstrip('_')}_{'admin' if admin else 'own'}"
+    return handler
+
+
+def admin_page(path: str, draw: Drawn, *, scoped: Drawn | None = None) -> HTTPRouteHandler:
+    """``GET path`` for an admin session, drawn by ``draw``; by ``scoped`` instead, when
+    given, for a session that reads only its own teams (a team lead)."""
+    async def handler(request: AnyRequest) -> Response[Any]:
+        session, api = signed_in(request, admin=True)
+        if scoped is not None and not session.every_team:
+            return await scoped(request, session, api)
+        return await draw(request, session, api)
+
+    handler.__name__ = f"{path.strip('/').replace('/', '_')}_page"
+    return get(path)(handler)
