@@ -28,7 +28,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.e2e._cloud_peer import start_peer
 from tests.e2e._procs import Proc, create_key, create_team, free_port, start_gateway
-from tests.e2e.conftest import ADMIN_TOKEN, MAX_BODY, MAX_OUTPUT, PRICE
+from tests.e2e.conftest import ADMIN_TOKEN, PRICE, server_section
 
 PROJECT, REGION = "inferplane-test", "us-east5"
 REGIONAL = {k: v * 11 // 10 for k, v in PRICE.items()}
@@ -227,8 +227,7 @@ def start_clouds(workdir: Path, *, token_ttl_s: int = 3600,
         vertex_base = f"{peer.url}/v1/projects/{PROJECT}/locations/{REGION}"
         config = {
             "data_dir": str(workdir / "data"), "demo": False,
-            "server": {"max_body_bytes": MAX_BODY, "max_output_tokens": MAX_OUTPUT,
-                       "admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
+            "server": server_section(),
             "providers": [
                 {"name": "azure-v1", "kind": "azure", "base_url": f"{peer.url}/openai/v1",
                  "api_key_ref": "env:AZURE_OPENAI_API_KEY", "timeout_s": 30},

@@ -8,6 +8,7 @@ price table; expected costs are computed from it and the upstream's ledger.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,25 @@ def expected_cost(entry: dict[str, Any]) -> int:
     return cost_micro_usd(Usage(**entry["classes"]), ModelPrice(**PRICE))
 
 
+def cut_stream(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes]:
+    """POST ``body``, a stream the upstream breaks mid-way, answered 200: (its µUSD bound,
+    the bytes that arrived before the break)."""
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as r:
+        assert r.status_code == 200
+        bound = int(r.headers["x-inferplane-usd-bound"])
+        text = b""
+        with contextlib.suppress(httpx.HTTPError):
+            text = r.read()
+    return bound, text
+
+
+def server_section() -> dict[str, Any]:
+    """The ``server`` section of the tests' gateways: bodies and outputs of agent size,
+    the admin token from ``MAYU_E2E_ADMIN_TOKEN``; a new dict each call (tests edit it)."""
+    return {"max_body_bytes": MAX_BODY, "max_output_tokens": MAX_OUTPUT,
+            "admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"}
+
+
 def gateway_config(workdir: Path, upstream: Proc) -> Path:
     """:func:`gateway_doc` written to ``workdir/mayu.yaml``."""
     path = workdir / "mayu.yaml"
@@ -99,8 +119,7 @@ def gateway_doc(workdir: Path, upstream: Proc) -> dict[str, Any]:
     ]
     config = {
         "data_dir": str(workdir / "data"), "demo": False,
-        "server": {"max_body_bytes": MAX_BODY, "max_output_tokens": MAX_OUTPUT,
-                   "admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
+        "server": server_section(),
         "providers": [
             {"name": "up-openai", "kind": "openai", "base_url": f"{upstream.url}/v1",
              "timeout_s": 30},

@@ -27,6 +27,7 @@ from tests.e2e._procs import (
     create_team,
     serving,
 )
+from tests.e2e.conftest import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -37,24 +38,13 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
 @dataclass
-class Served:
-    gateway: Proc
-    upstream: Proc
-    config: Path
+class Served(Stack):
+    """The example's gateway and upstream, and a key of its team."""
+
     key: str
 
-    def ledger(self) -> list[dict[str, Any]]:
-        entries: list[dict[str, Any]] = httpx.get(f"{self.upstream.url}/__mock/ledger").json()
-        return entries
-
-    def clear_ledger(self) -> None:
-        httpx.delete(f"{self.upstream.url}/__mock/ledger").raise_for_status()
-
     def team_day(self) -> dict[str, Any]:
-        r = httpx.get(f"{self.gateway.url}/v1/usage", headers=self.auth)
-        r.raise_for_status()
-        rows = {(row["scope"], row["window"]): row for row in r.json()["data"]}
-        return rows.get(("team", "day"), {})
+        return self.usage(self.key).get(("team", "day"), {})
 
     @property
     def auth(self) -> dict[str, str]:

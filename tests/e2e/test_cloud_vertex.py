@@ -3,7 +3,6 @@ peer whose token endpoint google-auth really calls (tests/e2e/_cloud_peer.py).""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 
 from gateway.pricing import ModelPrice, Usage, cost_micro_usd
 from tests.e2e._clouds import PROJECT, REGION, REGIONAL, Clouds, running_clouds
-from tests.e2e.conftest import expected_cost
+from tests.e2e.conftest import cut_stream, expected_cost
 
 pytestmark = pytest.mark.e2e
 
@@ -47,16 +46,23 @@ def _cached_system() -> list[dict[str, Any]]:
     return [{"type": "text", "text": LONG * 4, "cache_control": {"type": "ephemeral"}}]
 
 
+def _ask_cached(clouds: Clouds, claude: anthropic.Anthropic, model: str
+                ) -> tuple[Any, dict[str, Any]]:
+    """A Messages call of ``model`` with the cached system prompt, answered, on a cleared
+    ledger: (the raw answer, the peer's one record of it)."""
+    clouds.clear()
+    raw = claude.messages.with_raw_response.create(
+        model=model, max_tokens=20, system=_cached_system(),
+        messages=[{"role": "user", "content": LONG}])
+    assert raw.parse().content
+    return raw, _one(clouds)
+
+
 def test_messages_to_vertex_raw_predict_charged_its_record(
         clouds: Clouds, claude: anthropic.Anthropic) -> None:
     """A Messages call served by Vertex's rawPredict (model in the path, vertex
     anthropic_version in the body, a google-auth token): cost == the peer's record."""
-    clouds.clear()
-    raw = claude.messages.with_raw_response.create(
-        model="claude-vertex", max_tokens=20, system=_cached_system(),
-        messages=[{"role": "user", "content": LONG}])
-    assert raw.parse().content
-    entry = _one(clouds)
+    raw, entry = _ask_cached(clouds, claude, "claude-vertex")
     assert entry["route"] == f"vertex:{PROJECT}/{REGION}:rawPredict"
     assert int(raw.headers["x-inferplane-cost-micro-usd"]) == expected_cost(entry)
     assert clouds.requests()[-1]["path"] == f"{RAW}:rawPredict"
@@ -183,13 +189,7 @@ def test_a_cut_vertex_stream_keeps_the_three_figures(clouds: Clouds, route: str)
         url, body = (f"{clouds.gateway.url}{RAW.replace('mock-claude', 'claude-vertex-cut')}"
                      ":streamRawPredict", {"anthropic_version": "vertex-2023-10-16"})
     body.update(max_tokens=50, messages=[{"role": "user", "content": "a story"}])
-    with httpx.stream("POST", url, json=body, headers={"authorization": f"Bearer {key}"},
-                      timeout=60) as r:
-        assert r.status_code == 200
-        bound = int(r.headers["x-inferplane-usd-bound"])
-        text = b""
-        with contextlib.suppress(httpx.HTTPError):
-            text = r.read()
+    bound, text = cut_stream(url, body, {"authorization": f"Bearer {key}"})
     assert b"event: error" in text
     day = clouds.settled(key)
     assert day["usd_committed"] + day["usd_liability"] == bound
@@ -231,12 +231,7 @@ def test_a_regional_deployment_is_charged_its_own_price(
         clouds: Clouds, claude: anthropic.Anthropic) -> None:
     """A vertex deployment with its own price (a regional endpoint's premium) is
     settled at that price, not the model's, for what the peer reported."""
-    clouds.clear()
-    raw = claude.messages.with_raw_response.create(
-        model="claude-vertex-regional", max_tokens=20, system=_cached_system(),
-        messages=[{"role": "user", "content": LONG}])
-    assert raw.parse().content
-    entry = _one(clouds)
+    raw, entry = _ask_cached(clouds, claude, "claude-vertex-regional")
     cost = cost_micro_usd(Usage(**entry["classes"]), ModelPrice(**REGIONAL))
     assert int(raw.headers["x-inferplane-cost-micro-usd"]) == cost > expected_cost(entry)
 

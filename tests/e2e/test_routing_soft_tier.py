@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +133,22 @@ def _ask(client: anthropic.Anthropic, text: str, *, model: str = MODEL, **extra:
         model=model, max_tokens=64, messages=[{"role": "user", "content": text}], **extra)
 
 
+def _until_soft(ask: Callable[[int], tuple[int, str]], *, run: int
+                ) -> tuple[list[str], list[int], int]:
+    """Ask request after request (at most 40; ``ask(i)`` answers the committed + liability
+    read before request ``i`` and its tier) until ``run`` in a row were served ``soft``:
+    (the tiers, the figures read, the index of the first soft request)."""
+    tiers: list[str] = []
+    spent_before: list[int] = []
+    for i in range(40):
+        spent, tier = ask(i)
+        spent_before.append(spent)
+        tiers.append(tier)
+        if tiers[-run:] == ["soft"] * run:
+            break
+    return tiers, spent_before, tiers.index("soft")
+
+
 def test_a_team_past_its_soft_budget_is_served_by_the_cheaper_deployment(
         stack: Stack) -> None:
     """Requests go to ``full`` until the team's committed + liability reaches its soft
@@ -141,17 +157,14 @@ def test_a_team_past_its_soft_budget_is_served_by_the_cheaper_deployment(
     key = stack.routed.key("spender")
     client = stack.client(key)
     stack.routed.clear()
-    tiers: list[str] = []
-    spent_before: list[int] = []
-    for i in range(40):
+
+    def ask(i: int) -> tuple[int, str]:
         held = stack.me(key)
-        spent_before.append(held["committed"] + held["liability"])
         raw = _ask(client, f"question {i}: how much is spent?")
         assert raw.http_response.status_code == 200
-        tiers.append(raw.headers["x-inferplane-tier"])
-        if tiers[-3:] == ["soft"] * 3:
-            break
-    switch = tiers.index("soft")
+        return held["committed"] + held["liability"], raw.headers["x-inferplane-tier"]
+
+    tiers, spent_before, switch = _until_soft(ask, run=3)
     print(f"\nlocal: {switch} requests on full, then soft at committed + liability "
           f"{spent_before[switch]} of {SPENDER_LIMIT} µUSD")
     assert switch > 0 and tiers[:switch] == ["standard"] * switch
@@ -367,24 +380,21 @@ def test_shared_replicas_switch_on_the_shared_figure(shared: Shared) -> None:
     spent it) is the first served by ``cheap``, and every one after it too."""
     team_id, key = shared.key("spender")
     _publish(shared, key)
-    tiers: list[str] = []
-    spent_before: list[int] = []
     headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
-    for i in range(40):
+
+    def ask(i: int) -> tuple[int, str]:
         wait_none_pending(shared.dsn, team_id=team_id)
         gw = shared.gateways[i % 3]
         held = shared.soft_budget(gw, key)
         assert held is not None
-        spent_before.append(held["committed"] + held["liability"])
         time.sleep(0.3)  # every replica's cached read is now stale
         r = httpx.post(f"{gw.url}/v1/messages", headers=headers, timeout=60, json={
             "model": MODEL, "max_tokens": 64,
             "messages": [{"role": "user", "content": f"shared question {i}"}]})
         assert r.status_code == 200, r.text
-        tiers.append(r.headers["x-inferplane-tier"])
-        if tiers[-4:] == ["soft"] * 4:
-            break
-    switch = tiers.index("soft")
+        return held["committed"] + held["liability"], r.headers["x-inferplane-tier"]
+
+    tiers, spent_before, switch = _until_soft(ask, run=4)
     print(f"\nshared: {switch} requests on full over 3 replicas, then soft at "
           f"committed + liability {spent_before[switch]} of {SPENDER_LIMIT} µUSD")
     assert switch > 0 and tiers == ["standard"] * switch + ["soft"] * (len(tiers) - switch)
