@@ -48,12 +48,13 @@ def start_inferplaned(workdir: Path, dsn: str, *, extra: dict[str, Any] | None =
 
 
 def serve_inferplaned(config: Path, *, port: int, log_path: Path,
-                      env: dict[str, str]) -> Proc:
-    """``inferplaned serve`` of ``config`` on ``port`` (its output in ``log_path``), ready."""
+                      env: dict[str, str], log_level: str = "warning") -> Proc:
+    """``inferplaned serve`` of ``config`` on ``port`` (its output, from ``log_level`` up,
+    in ``log_path``), ready."""
     with log_path.open("wb") as log:
         popen = subprocess.Popen(
             [sys.executable, "-m", "controlplane.cli", "serve", "--config", str(config),
-             "--port", str(port), "--log-level", "warning"],
+             "--port", str(port), "--log-level", log_level],
             stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), env=_env(env))
     return wait_ready(Proc(popen=popen, port=port, log_path=log_path))
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from tests.e2e._procs import ROOT, _env, free_port
+from tests.e2e._procs import ROOT, _env, free_port, terminate
 
 Rows = list[dict[str, Any]]
 
@@ -69,13 +69,7 @@ class OtlpReceiver:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
+        terminate(self.popen)
 
 
 def start_receiver(workdir: Path, *, hang: bool = False, deadline_s: float = 30.0

@@ -1,4 +1,6 @@
-"""Real processes for end-to-end tests: ``mayu serve`` and ``mayu mock-upstream``.
+"""Real processes for end-to-end tests: ``mayu serve`` and ``mayu mock-upstream`` (alone,
+as :func:`upstream_and_gateway`, or as :func:`shared_replicas`), the Bedrock peer and a
+header tap (:mod:`tests.e2e._tcpproxy`).
 
 Each process runs from this checkout's interpreter on a free port with its output in a
 log file; :func:`wait_ready` polls ``/readyz`` and fails with the log if the process
@@ -15,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def recv_head(sock: socket.socket) -> bytes:
+    """What ``sock`` receives until an HTTP head has ended (``\\r\\n\\r\\n``) or the peer
+    closed: the bytes read (after the head, the start of a body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = sock.recv(65536)
+        if not more:
+            break
+        data += more
+    return data
 
 
 def mayu_cmd(*args: str) -> list[str]:
@@ -60,13 +74,18 @@ class Proc:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
+        terminate(self.popen)
+
+
+def terminate(popen: subprocess.Popen[bytes]) -> None:
+    """Stop ``popen`` if it runs: terminate, then kill after 10 s."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(timeout=10)
 
 
 def start(args: list[str], *, port: int, log_path: Path,
@@ -112,6 +131,33 @@ def upstream_proc(tmp_path: Path) -> Iterator[Proc]:
         proc.stop()
 
 
+@contextmanager
+def header_tap(target_port: int, tap_file: Path) -> Iterator[int]:
+    """A :mod:`tests.e2e._tcpproxy` in front of ``target_port`` writing what passes through
+    to ``tap_file`` (``--tap``): its port; stopped afterwards."""
+    port = free_port()
+    tap = subprocess.Popen([sys.executable, "-m", "tests.e2e._tcpproxy", str(port),
+                            "127.0.0.1", str(target_port), "--tap", str(tap_file)],
+                           env=_env(), cwd=str(ROOT), stdout=subprocess.DEVNULL)
+    try:
+        yield port
+    finally:
+        terminate(tap)
+
+
+def start_bedrock_peer(log_dir: Path, *args: str, region: str) -> tuple[Proc, str]:
+    """``tests/e2e/_bedrock_peer.py`` (a Bedrock runtime of ``region`` and its STS) with
+    ``args``, run in ``log_dir``, its log there; ready: (proc, STS URL)."""
+    port, sts = free_port(), free_port()
+    peer = Path(__file__).with_name("_bedrock_peer.py")
+    log_path = log_dir / f"bedrock-peer-{port}.log"
+    with log_path.open("wb") as log:
+        popen = subprocess.Popen([sys.executable, str(peer), "--port", str(port),
+                                  "--sts-port", str(sts), "--region", region, *args],
+                                 stdout=log, stderr=subprocess.STDOUT, cwd=log_dir)
+    return wait_ready(Proc(popen=popen, port=port, log_path=log_path)), f"http://127.0.0.1:{sts}"
+
+
 def start_gateway(config: Path, *, env: dict[str, str] | None = None) -> Proc:
     port = free_port()
     proc = start(["serve", "--config", str(config), "--port", str(port),
@@ -121,22 +167,56 @@ def start_gateway(config: Path, *, env: dict[str, str] | None = None) -> Proc:
 
 
 @contextmanager
+def upstream_and_gateway(workdir: Path, config: Callable[[Proc], Path], *,
+                         env: dict[str, str] | None = None
+                         ) -> Iterator[tuple[Proc, Proc, Path]]:
+    """A mock upstream and a gateway serving ``config(upstream)`` (a config file it
+    writes): (gateway, upstream, config path); both stopped afterwards."""
+    upstream = start_mock_upstream(workdir)
+    try:
+        path = config(upstream)
+        gateway = start_gateway(path, env=env)
+        try:
+            yield gateway, upstream, path
+        finally:
+            gateway.stop()
+    finally:
+        upstream.stop()
+
+
+@contextmanager
 def serving(workdir: Path, doc: Callable[[Proc], dict[str, Any]], *,
             env: dict[str, str] | None = None) -> Iterator[tuple[Proc, Proc, Path]]:
     """A mock upstream and a gateway serving ``doc(upstream)`` (its data dir
     ``workdir/data``, demo off, unless ``doc`` says otherwise) from ``workdir/mayu.yaml``:
     (gateway, upstream, config path); both stopped afterwards."""
-    upstream = start_mock_upstream(workdir)
-    try:
+    def write(upstream: Proc) -> Path:
         config = workdir / "mayu.yaml"
         config.write_text(yaml.safe_dump(
             {"data_dir": str(workdir / "data"), "demo": False, **doc(upstream)}))
-        gateway = start_gateway(config, env=env)
-        try:
-            yield gateway, upstream, config
-        finally:
-            gateway.stop()
+        return config
+
+    with upstream_and_gateway(workdir, write, env=env) as served:
+        yield served
+
+
+@contextmanager
+def shared_replicas(workdir: Path, config: Callable[[Path, Proc, int], Path],
+                    replicas: Iterable[int], *, env: dict[str, str] | None = None
+                    ) -> Iterator[tuple[Proc, list[Proc], list[Path]]]:
+    """A mock upstream and a gateway for each of ``replicas`` serving ``config(workdir,
+    upstream, replica)`` (with ``env``): (upstream, gateways, configs); all stopped
+    afterwards."""
+    upstream = start_mock_upstream(workdir)
+    gateways: list[Proc] = []
+    try:
+        configs = [config(workdir, upstream, replica) for replica in replicas]
+        for path in configs:
+            gateways.append(start_gateway(path, env=env))
+        yield upstream, gateways, configs
     finally:
+        for gateway in gateways:
+            gateway.stop()
         upstream.stop()
 
 

@@ -11,12 +11,10 @@ runs a tool loop in its Bedrock gateway mode.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -38,16 +36,15 @@ from tests.e2e._procs import (
     Proc,
     free_port,
     run_cli,
+    start_bedrock_peer,
     start_gateway,
     start_mock_upstream,
-    wait_ready,
 )
-from tests.e2e.conftest import ADMIN_TOKEN, PRICE, Stack, expected_cost
+from tests.e2e.conftest import ADMIN_TOKEN, PRICE, Stack, cut_stream, expected_cost
 from tests.e2e.test_refine_claude_code import claude  # noqa: F401 (the installed agent)
 
 pytestmark = pytest.mark.e2e
 
-PEER = Path(__file__).with_name("_bedrock_peer.py")
 REGION = "us-east-1"
 STATIC = ("AKIDBEDROCKPEER01", "peer-static-secret-0123456789abcdef")
 BASE = ("AKIDSTSBASE000001", "sts-base-secret-0123456789abcdef")
@@ -88,14 +85,7 @@ class Bedrock:
 
 def start_peer(workdir: Path) -> tuple[Proc, str]:
     """The Bedrock peer (and its STS) as a process; (proc, STS URL)."""
-    port, sts = free_port(), free_port()
-    log_path = workdir / f"bedrock-peer-{port}.log"
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen([sys.executable, str(PEER), "--port", str(port),
-                                  "--sts-port", str(sts), "--region", REGION,
-                                  "--key", ":".join(STATIC)],
-                                 stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    return wait_ready(Proc(popen=popen, port=port, log_path=log_path)), f"http://127.0.0.1:{sts}"
+    return start_bedrock_peer(workdir, "--key", ":".join(STATIC), region=REGION)
 
 
 def config(workdir: Path, peer: Proc, sts_url: str, upstream: Proc) -> Path:
@@ -416,13 +406,7 @@ def test_cut_bedrock_streams_keep_the_three_figures(bedrock: Bedrock, model: str
         else:
             url, body = (f"{bedrock.stack.gateway.url}/bedrock/model/{model}/"
                          "invoke-with-response-stream", HI)
-        with httpx.stream("POST", url, json=body, headers={"x-api-key": key},
-                          timeout=60) as r:
-            assert r.status_code == 200
-            bound = int(r.headers["x-inferplane-usd-bound"])
-            text = b""
-            with contextlib.suppress(httpx.HTTPError):
-                text = r.read()
+        bound, text = cut_stream(url, body, {"x-api-key": key})
         marker = b"event: error" if route == "messages" else b"modelStreamErrorException"
         assert marker in text
         usage = bedrock.settled(key)

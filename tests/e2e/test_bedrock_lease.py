@@ -29,6 +29,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.e2e._controlplane import serve_inferplaned
 from tests.e2e._lease import (
     ADMIN_TOKEN,
     WRITER_TOKEN,
@@ -40,16 +41,14 @@ from tests.e2e._procs import (
     ROOT,
     Proc,
     _env,
-    free_port,
     run_cli,
+    start_bedrock_peer,
     start_gateway,
-    wait_ready,
 )
 from tests.e2e.conftest import PRICE, expected_cost
 
 pytestmark = pytest.mark.e2e
 
-PEER = Path(__file__).with_name("_bedrock_peer.py")
 DOC = ROOT / "docs" / "bedrock.md"
 REGION = "us-east-1"
 BASE = ("AKIDLEASEBASE0001", "lease-base-secret-0123456789abcdef")
@@ -110,15 +109,8 @@ class CloudLease:
 
 
 def start_peer(workdir: Path) -> tuple[Proc, str]:
-    port, sts = free_port(), free_port()
-    log_path = workdir / "peer" / f"bedrock-peer-{port}.log"
-    log_path.parent.mkdir()
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen([sys.executable, str(PEER), "--port", str(port),
-                                  "--sts-port", str(sts), "--region", REGION,
-                                  "--drawn-out-s", "24"],
-                                 stdout=log, stderr=subprocess.STDOUT, cwd=log_path.parent)
-    return wait_ready(Proc(popen=popen, port=port, log_path=log_path)), f"http://127.0.0.1:{sts}"
+    (workdir / "peer").mkdir()
+    return start_bedrock_peer(workdir / "peer", "--drawn-out-s", "24", region=REGION)
 
 
 def start_inferplaned(workdir: Path, dsn: str, port: int, sts_url: str) -> Proc:
@@ -139,13 +131,8 @@ def start_inferplaned(workdir: Path, dsn: str, port: int, sts_url: str) -> Proc:
     env = {"IPD_DSN": dsn, "IPD_TOKEN": WRITER_TOKEN, "IPD_AWS_AK": BASE[0],
            "IPD_AWS_SK": BASE[1],
            **{f"IPD_{n.upper().replace('-', '_')}": t for n, t in SECRETS.items()}}
-    log_path = workdir / f"inferplaned-{port}.log"
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.cli", "serve", "--config", str(config),
-             "--port", str(port), "--log-level", "info"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), env=_env(env))
-    return wait_ready(Proc(popen=popen, port=port, log_path=log_path))
+    return serve_inferplaned(config, port=port, log_path=workdir / f"inferplaned-{port}.log",
+                             env=env, log_level="info")
 
 
 def plane_config(stack: LeaseStack, plane: str, teams: list[str], peer: Proc, *,

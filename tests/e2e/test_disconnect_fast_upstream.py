@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e._procs import Proc, create_key, create_team, start_gateway
+from tests.e2e._procs import Proc, create_key, create_team, recv_head, start_gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -95,12 +95,9 @@ class FastUpstream:
 
     def _serve(self, conn: socket.socket, sent: Sent) -> None:
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                more = conn.recv(65536)
-                if not more:
-                    return
-                data += more
+            data = recv_head(conn)
+            if b"\r\n\r\n" not in data:
+                return
             head, _, body = data.partition(b"\r\n\r\n")
             match = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
             length = int(match.group(1)) if match else 0

@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from tests.e2e._procs import recv_head
 from tests.e2e.conftest import MAX_BODY, Stack, expected_cost
 
 pytestmark = pytest.mark.e2e
@@ -160,12 +161,7 @@ def test_other_methods_and_spellings_still_go_through_litestar(stack: Stack,
 def _raw_head(stack: Stack, request: bytes) -> list[bytes]:
     with socket.create_connection(("127.0.0.1", stack.gateway.port), timeout=10) as s:
         s.sendall(request)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = recv_head(s)
     head = data.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
     return [head[0]] + [line.split(b":", 1)[0] for line in head[1:]]
 

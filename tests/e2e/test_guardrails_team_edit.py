@@ -28,9 +28,8 @@ from tests.e2e._procs import (
     create_key,
     create_team,
     run_cli,
+    shared_replicas,
     shared_stores,
-    start_gateway,
-    start_mock_upstream,
     wait_none_pending,
 )
 
@@ -76,42 +75,35 @@ class Replicas:
         return team
 
 
+def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
+    config = workdir / f"mayu-{replica}.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(workdir / f"data-{replica}"), "demo": False,
+        "server": {"replica_id": f"r{replica}"}, **shared_stores(),
+        "providers": [
+            {"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
+             "timeout_s": 60},
+            {"name": "an", "kind": "anthropic", "base_url": upstream.url,
+             "timeout_s": 60}],
+        "models": [
+            {"name": "gpt-up", "price": PRICE, "deployments": [
+                {"provider": "up", "upstream_model": "mock-gpt"}]},
+            {"name": "claude-up", "price": PRICE, "deployments": [
+                {"provider": "an", "upstream_model": "mock-claude"}]}],
+        "guardrails": {"profiles": {"block_secrets": {"actions": {
+            "aws_key": "block", "generic_secret": "block"}}}}}))
+    return config
+
+
 @pytest.fixture(scope="module")
 def r(pg_module_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     workdir = tmp_path_factory.mktemp("guard-edit")
     env = {"INFERPLANE_DATABASE_URL": pg_module_dsn}
-    upstream = start_mock_upstream(workdir)
-    gateways: list[Proc] = []
-    try:
-        configs = []
-        for replica in (1, 2):
-            config = workdir / f"mayu-{replica}.yaml"
-            config.write_text(yaml.safe_dump({
-                "data_dir": str(workdir / f"data-{replica}"), "demo": False,
-                "server": {"replica_id": f"r{replica}"}, **shared_stores(),
-                "providers": [
-                    {"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
-                     "timeout_s": 60},
-                    {"name": "an", "kind": "anthropic", "base_url": upstream.url,
-                     "timeout_s": 60}],
-                "models": [
-                    {"name": "gpt-up", "price": PRICE, "deployments": [
-                        {"provider": "up", "upstream_model": "mock-gpt"}]},
-                    {"name": "claude-up", "price": PRICE, "deployments": [
-                        {"provider": "an", "upstream_model": "mock-claude"}]}],
-                "guardrails": {"profiles": {"block_secrets": {"actions": {
-                    "aws_key": "block", "generic_secret": "block"}}}}}))
-            configs.append(config)
-        for config in configs:
-            gateways.append(start_gateway(config, env=env))
+    with shared_replicas(workdir, _config, (1, 2), env=env) as (upstream, gateways, configs):
         team = create_team(configs[0], "payments", env=env)
         assert team["guardrails"] == []
         key = create_key(configs[0], "payments", env=env)
         yield Replicas(gateways, upstream, configs[0], env, pg_module_dsn, team["id"], key)
-    finally:
-        for gateway in gateways:
-            gateway.stop()
-        upstream.stop()
 
 
 def _ask(r: Replicas, gateway: Proc) -> openai.types.chat.ChatCompletion:

@@ -27,7 +27,12 @@ from gateway.catalog import builtin_catalog
 from gateway.pricing import ModelPrice, Usage, cost_bound_micro_usd, cost_micro_usd
 from tests.bench.agent_budget import MODEL, config_file
 from tests.e2e._npm import require_npm
-from tests.e2e._procs import Proc, create_key, create_team, start_gateway, start_mock_upstream
+from tests.e2e._procs import (
+    Proc,
+    create_key,
+    create_team,
+    upstream_and_gateway,
+)
 from tests.e2e.test_catalog_agents_npm import PACKAGES
 
 pytestmark = pytest.mark.e2e
@@ -52,18 +57,11 @@ def claude(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[Proc, Proc, str]]:
-    upstream = start_mock_upstream(tmp_path)
-    gateway = None
-    try:
-        config = config_file(tmp_path, upstream, None)
-        gateway = start_gateway(config)
+    with upstream_and_gateway(tmp_path, lambda upstream: config_file(tmp_path, upstream, None)
+                              ) as (gateway, upstream, config):
         create_team(config, "small", "--usd-micros-per-day", str(LIMIT),
                     "--budget-fit-floor", str(FLOOR))
         yield gateway, upstream, create_key(config, "small")
-    finally:
-        if gateway is not None:
-            gateway.stop()
-        upstream.stop()
 
 
 def test_claude_code_on_a_dollar_a_day_works_until_a_counted_turn_no_longer_fits(

@@ -40,9 +40,9 @@ from tests.e2e._procs import (
     Proc,
     free_port,
     run_cli,
+    shared_replicas,
     shared_stores,
     start_gateway,
-    start_mock_upstream,
     wait_none_pending,
 )
 from tests.e2e.conftest import PRICE, expected_cost
@@ -159,21 +159,15 @@ def shared(pg_module_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     params = conninfo_to_dict(dsn)
     host, port = str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))
     proxy = Proxy(free_port(), host, port)
-    procs: list[Proc] = []
     try:
         proxy.start()
         proxy_dsn = dsn.replace(f":{port}/", f":{proxy.port}/")
-        upstream = start_mock_upstream(workdir)
-        procs.append(upstream)
-        configs = [_config(workdir, upstream, i) for i in range(REPLICAS)]
-        gateways = [start_gateway(c, env={"INFERPLANE_DATABASE_URL": proxy_dsn})
-                    for c in configs]
-        procs += gateways
-        yield Shared(dsn=dsn, proxy=proxy, upstream=upstream, gateways=gateways,
-                     configs=configs)
+        with shared_replicas(workdir, _config, range(REPLICAS),
+                             env={"INFERPLANE_DATABASE_URL": proxy_dsn}) as (
+                upstream, gateways, configs):
+            yield Shared(dsn=dsn, proxy=proxy, upstream=upstream, gateways=gateways,
+                         configs=configs)
     finally:
-        for proc in procs:
-            proc.stop()
         proxy.stop()
 
 

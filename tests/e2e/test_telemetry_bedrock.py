@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +16,10 @@ import yaml
 
 from tests.e2e._otlp import OtlpReceiver, otlp_receiver
 from tests.e2e._procs import (
-    ROOT,
     Proc,
-    _env,
     create_key,
     create_team,
-    free_port,
+    header_tap,
     start_gateway,
 )
 from tests.e2e.test_bedrock import ENV, config, start_peer
@@ -38,12 +34,9 @@ def traced_bedrock(tmp_path_factory: pytest.TempPathFactory
     a header tap, a gateway tracing to a receiver process."""
     workdir = tmp_path_factory.mktemp("otel-bedrock")
     peer, sts_url = start_peer(workdir)
-    tap_port, tap_file = free_port(), workdir / "peer-bytes.txt"
-    tap = subprocess.Popen([sys.executable, "-m", "tests.e2e._tcpproxy", str(tap_port),
-                            "127.0.0.1", str(peer.port), "--tap", str(tap_file)],
-                           env=_env(), cwd=str(ROOT), stdout=subprocess.DEVNULL)
+    tap_file = workdir / "peer-bytes.txt"
     try:
-        with otlp_receiver(workdir) as receiver:
+        with header_tap(peer.port, tap_file) as tap_port, otlp_receiver(workdir) as receiver:
             tapped = Proc(popen=peer.popen, port=tap_port, log_path=peer.log_path)
             path = config(workdir, tapped, sts_url, peer)  # the anthropic kind is unused
             doc: dict[str, Any] = yaml.safe_load(path.read_text())
@@ -57,8 +50,6 @@ def traced_bedrock(tmp_path_factory: pytest.TempPathFactory
             finally:
                 gateway.stop()
     finally:
-        tap.terminate()
-        tap.wait(timeout=10)
         peer.stop()
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,12 +19,10 @@ import yaml
 
 from tests.e2e._otlp import OtlpReceiver, closed_port, otlp_receiver
 from tests.e2e._procs import (
-    ROOT,
     Proc,
-    _env,
     create_key,
     create_team,
-    free_port,
+    header_tap,
     settled_line,
     start_gateway,
     start_mock_upstream,
@@ -86,28 +82,24 @@ def _serve(workdir: Path, upstream: Proc, telemetry: dict[str, Any] | None,
            **extra: Any) -> Iterator[Served]:
     """A gateway in front of ``upstream`` through a header tap, with ``telemetry`` (and
     ``extra`` top-level settings)."""
-    tap_port, tap_file = free_port(), workdir / "upstream-bytes.txt"
-    tap = subprocess.Popen([sys.executable, "-m", "tests.e2e._tcpproxy", str(tap_port),
-                            "127.0.0.1", str(upstream.port), "--tap", str(tap_file)],
-                           env=_env(), cwd=str(ROOT), stdout=subprocess.DEVNULL)
-    config = workdir / "mayu.yaml"
-    config.write_text(yaml.safe_dump({
-        "data_dir": str(workdir / "data"), "demo": False,
-        "server": {"admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
-        "providers": [{"name": "up", "kind": "openai",
-                       "base_url": f"http://127.0.0.1:{tap_port}/v1", "timeout_s": 30}],
-        "models": [{"name": "gpt-up", "price": PRICE,
-                    "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]}],
-        **({"telemetry": telemetry} if telemetry is not None else {}), **extra}))
-    create_team(config, "otel")
-    key = create_key(config, "otel")
-    gateway = start_gateway(config, env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN})
-    try:
-        yield Served(gateway, key, workdir / "data", tap_file)
-    finally:
-        gateway.stop()
-        tap.terminate()
-        tap.wait(timeout=10)
+    tap_file = workdir / "upstream-bytes.txt"
+    with header_tap(upstream.port, tap_file) as tap_port:
+        config = workdir / "mayu.yaml"
+        config.write_text(yaml.safe_dump({
+            "data_dir": str(workdir / "data"), "demo": False,
+            "server": {"admin_token_ref": "env:MAYU_E2E_ADMIN_TOKEN"},
+            "providers": [{"name": "up", "kind": "openai",
+                           "base_url": f"http://127.0.0.1:{tap_port}/v1", "timeout_s": 30}],
+            "models": [{"name": "gpt-up", "price": PRICE,
+                        "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]}],
+            **({"telemetry": telemetry} if telemetry is not None else {}), **extra}))
+        create_team(config, "otel")
+        key = create_key(config, "otel")
+        gateway = start_gateway(config, env={"MAYU_E2E_ADMIN_TOKEN": ADMIN_TOKEN})
+        try:
+            yield Served(gateway, key, workdir / "data", tap_file)
+        finally:
+            gateway.stop()
 
 
 @pytest.fixture(scope="module")
