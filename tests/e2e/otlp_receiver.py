@@ -29,6 +29,7 @@ import argparse
 import gzip
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from tests.e2e._http import QuietHandler
 
 SIGNALS: dict[str, tuple[type[Message], type[Message]]] = {
     "/v1/traces": (ExportTraceServiceRequest, ExportTraceServiceResponse),
@@ -73,22 +76,26 @@ def attributes(kvs: Any) -> dict[str, Any]:
     return {kv.key: value(kv.value) for kv in kvs if isinstance(kv, KeyValue)}
 
 
+def _records(resources: Any, scoped: str, items: str) -> Iterator[tuple[dict[str, Any], Any, Any]]:
+    """(resource attributes, scope, item) of every item of an export request's
+    ``resources``, each of which holds its ``scoped`` lists of ``items``."""
+    for r in resources:
+        resource = attributes(r.resource.attributes)
+        for group in getattr(r, scoped):
+            for item in getattr(group, items):
+                yield resource, group.scope, item
+
+
 def spans(req: ExportTraceServiceRequest) -> list[dict[str, Any]]:
-    out = []
-    for rs in req.resource_spans:
-        resource = attributes(rs.resource.attributes)
-        for ss in rs.scope_spans:
-            for s in ss.spans:
-                out.append({
-                    "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
-                    "parent_span_id": s.parent_span_id.hex(), "name": s.name,
-                    "kind": s.kind, "attributes": attributes(s.attributes),
-                    "events": [{"name": e.name, "attributes": attributes(e.attributes)}
-                               for e in s.events],
-                    "status": {"code": s.status.code, "message": s.status.message},
-                    "resource": resource, "scope": ss.scope.name,
-                    "start_ns": s.start_time_unix_nano, "end_ns": s.end_time_unix_nano})
-    return out
+    return [{"trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
+             "parent_span_id": s.parent_span_id.hex(), "name": s.name,
+             "kind": s.kind, "attributes": attributes(s.attributes),
+             "events": [{"name": e.name, "attributes": attributes(e.attributes)}
+                        for e in s.events],
+             "status": {"code": s.status.code, "message": s.status.message},
+             "resource": resource, "scope": scope.name,
+             "start_ns": s.start_time_unix_nano, "end_ns": s.end_time_unix_nano}
+            for resource, scope, s in _records(req.resource_spans, "scope_spans", "spans")]
 
 
 def _point(p: Any) -> Any:
@@ -98,33 +105,24 @@ def _point(p: Any) -> Any:
 
 def metrics(req: ExportMetricsServiceRequest) -> list[dict[str, Any]]:
     out = []
-    for rm in req.resource_metrics:
-        resource = attributes(rm.resource.attributes)
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                kind = m.WhichOneof("data")
-                for p in getattr(m, kind).data_points:
-                    row: dict[str, Any] = {"name": m.name, "type": kind,
-                                           "attributes": attributes(p.attributes),
-                                           "resource": resource, "time_ns": p.time_unix_nano}
-                    if kind in ("sum", "gauge"):
-                        row["value"] = _point(p)
-                    else:
-                        row["count"], row["sum"] = p.count, p.sum
-                    out.append(row)
+    for resource, _, m in _records(req.resource_metrics, "scope_metrics", "metrics"):
+        kind = m.WhichOneof("data")
+        for p in getattr(m, kind).data_points:
+            row: dict[str, Any] = {"name": m.name, "type": kind,
+                                   "attributes": attributes(p.attributes),
+                                   "resource": resource, "time_ns": p.time_unix_nano}
+            if kind in ("sum", "gauge"):
+                row["value"] = _point(p)
+            else:
+                row["count"], row["sum"] = p.count, p.sum
+            out.append(row)
     return out
 
 
 def logs(req: ExportLogsServiceRequest) -> list[dict[str, Any]]:
-    out = []
-    for rl in req.resource_logs:
-        resource = attributes(rl.resource.attributes)
-        for sl in rl.scope_logs:
-            for r in sl.log_records:
-                out.append({"body": value(r.body), "attributes": attributes(r.attributes),
-                            "event_name": r.event_name, "resource": resource,
-                            "time_ns": r.time_unix_nano})
-    return out
+    return [{"body": value(r.body), "attributes": attributes(r.attributes),
+             "event_name": r.event_name, "resource": resource, "time_ns": r.time_unix_nano}
+            for resource, _, r in _records(req.resource_logs, "scope_logs", "log_records")]
 
 
 class Store:
@@ -139,14 +137,11 @@ class Store:
 
 
 def handler(store: Store, hang: threading.Event | None) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return None
-
         def do_GET(self) -> None:
-            self._reply(200 if self.path == "/ready" else 404, b"ok", "text/plain")
+            self.send(200 if self.path == "/ready" else 404, "text/plain", b"ok")
 
         def do_POST(self) -> None:
             if hang is not None:
@@ -157,7 +152,7 @@ def handler(store: Store, hang: threading.Event | None) -> type[BaseHTTPRequestH
                 body = gzip.decompress(body)
             signal = SIGNALS.get(self.path)
             if signal is None:
-                self._reply(404, b"", "text/plain")
+                self.send(404, "text/plain", b"")
                 return
             request_type, response_type = signal
             request = request_type()
@@ -168,21 +163,14 @@ def handler(store: Store, hang: threading.Event | None) -> type[BaseHTTPRequestH
                 else:
                     request.ParseFromString(body)
             except Exception as exc:
-                self._reply(400, str(exc).encode(), "text/plain")
+                self.send(400, "text/plain", str(exc).encode())
                 return
             store.write("headers.jsonl", [{"path": self.path, "headers": dict(self.headers)}])
             store.write("raw.jsonl", [{"path": self.path, "request": MessageToDict(request)}])
             rows = {"/v1/traces": spans, "/v1/metrics": metrics, "/v1/logs": logs}[self.path]
             store.write(f"{self.path.rsplit('/', 1)[1].replace('traces', 'spans')}.jsonl",
                         rows(request))  # type: ignore[operator]
-            self._reply(200, response_type().SerializeToString(), "application/x-protobuf")
-
-        def _reply(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("content-type", content_type)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send(200, "application/x-protobuf", response_type().SerializeToString())
 
     return Handler
 

@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 
 from gateway.catalog import builtin_catalog
+from tests.e2e._http import QuietHandler
 from tests.e2e._npm import require_npm
 
 pytestmark = pytest.mark.e2e
@@ -95,20 +96,10 @@ def _anthropic_reply(model: str, *, stream: bool) -> tuple[str, bytes]:
 
 
 def _handler(capture: Capture) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:  # keep pytest output clean
-            pass
-
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("content-type", content_type)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             capture.paths.append(f"GET {self.path}")
-            self._send(404, "application/json", b'{"error": {"message": "not here"}}')
+            self.send(404, "application/json", b'{"error": {"message": "not here"}}')
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
@@ -121,10 +112,10 @@ def _handler(capture: Capture) -> type[BaseHTTPRequestHandler]:
             if isinstance(model, str):
                 capture.models.append(model)
             if self.path.startswith("/v1/messages") and isinstance(model, str):
-                self._send(200, *_anthropic_reply(model, stream=bool(doc.get("stream"))))
+                self.send(200, *_anthropic_reply(model, stream=bool(doc.get("stream"))))
                 return
             # Codex: the model is read; a 400 ends its turn at once (no retries configured).
-            self._send(400, "application/json",
+            self.send(400, "application/json",
                        b'{"error": {"message": "capture only", "type": "invalid_request_error"}}')
 
     return Handler
@@ -179,20 +170,30 @@ def _codex_argv(prefix: Path, *args: str) -> list[str]:
             *args]
 
 
+def _codex_exec(prefix: Path, cwd: Path, *, provider: str, base_url: str, key: str,
+                settings: str = "") -> subprocess.CompletedProcess[str]:
+    """Codex (``exec "say ok"``, a fresh home under ``cwd``) against ``base_url`` as the
+    custom provider ``provider`` (Responses wire API, ``settings`` added to its table),
+    its key ``key`` in ``<PROVIDER>_KEY``."""
+    home = cwd / "home"
+    (home / ".codex").mkdir(parents=True)
+    env_key = f"{provider.upper()}_KEY"
+    table = (f'{{name="{provider}", base_url="{base_url}/v1", env_key="{env_key}", '
+             f'wire_api="responses"{settings}}}')
+    return _run(_codex_argv(prefix, "exec", "--skip-git-repo-check",
+                            "-c", "check_for_update_on_startup=false",
+                            "-c", f"model_provider={provider}",
+                            "-c", f"model_providers.{provider}={table}", "say ok"),
+                env=_env(home, CODEX_HOME=str(home / ".codex"), **{env_key: key}), cwd=cwd)
+
+
 def test_codex_default_model_is_in_the_catalog(agents: Path, capture: Capture,
                                                tmp_path: Path) -> None:
     """What the installed Codex CLI asks a custom provider for by default is a catalog id."""
     capture.clear()
-    home = tmp_path / "home"
-    (home / ".codex").mkdir(parents=True)
-    provider = (f'{{name="capture", base_url="{capture.url}/v1", env_key="CAPTURE_KEY", '
-                f'wire_api="responses", request_max_retries=0, stream_max_retries=0}}')
-    result = _run(_codex_argv(agents, "exec", "--skip-git-repo-check",
-                              "-c", "check_for_update_on_startup=false",
-                              "-c", "model_provider=capture",
-                              "-c", f"model_providers.capture={provider}", "say ok"),
-                  env=_env(home, CODEX_HOME=str(home / ".codex"), CAPTURE_KEY="sk-capture"),
-                  cwd=tmp_path)
+    result = _codex_exec(agents, tmp_path, provider="capture", base_url=capture.url,
+                         key="sk-capture",
+                         settings=", request_max_retries=0, stream_max_retries=0")
     version = _version(agents, "@openai/codex")
     assert capture.models, (f"{version} sent no request with a model ({capture.paths}):\n"
                             f"{result.stdout[-1500:]}\n{result.stderr[-1500:]}")
@@ -277,16 +278,8 @@ def _codex_on_a_team(agents: Path, tmp_path: Path, *, usd_micros_per_day: int
     key = create_key(config, "t")
     gateway = start_gateway(config)
     try:
-        home = tmp_path / "home"
-        (home / ".codex").mkdir(parents=True)
-        provider = (f'{{name="inferplane", base_url="{gateway.url}/v1", '
-                    f'env_key="INFERPLANE_KEY", wire_api="responses"}}')
-        result = _run(_codex_argv(agents, "exec", "--skip-git-repo-check",
-                                  "-c", "check_for_update_on_startup=false",
-                                  "-c", "model_provider=inferplane",
-                                  "-c", f"model_providers.inferplane={provider}", "say ok"),
-                      env=_env(home, CODEX_HOME=str(home / ".codex"), INFERPLANE_KEY=key),
-                      cwd=tmp_path)
+        result = _codex_exec(agents, tmp_path, provider="inferplane", base_url=gateway.url,
+                             key=key)
         ended = time.time()
     finally:
         gateway.stop()
