@@ -16,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,65 @@ def chat(url: str, key: str, *, max_tokens: int = 50,
     post = client.post if client is not None else httpx.post
     return post(f"{url}/v1/chat/completions", json=body,
                 headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def chat_status(url: str, key: str, client: httpx.Client) -> int:
+    """The status of one chat call (callers assert on the status alone, so a failure's
+    message never prints the key or credential)."""
+    return client.post(f"{url}/v1/chat/completions", timeout=30,
+                       headers={"Authorization": f"Bearer {key}"},
+                       json={"model": MODEL, "max_tokens": 8,
+                             "messages": [{"role": "user", "content": "hi"}]}).status_code
+
+
+def first_status(stack: LeaseStack, planes: Sequence[str], key: str, *, want: int,
+                 meanwhile: Collection[int], since: float, deadline_s: float
+                 ) -> dict[str, float]:
+    """Request with ``key`` on each of ``planes`` at once (a thread each) until its first
+    ``want`` status, any status before it being one of ``meanwhile``: each plane's delay
+    after ``since`` (none for a plane still without ``want`` after ``deadline_s``)."""
+    delays: dict[str, float] = {}
+
+    def first(name: str) -> None:
+        url = stack.planes[name].url
+        with httpx.Client() as client:
+            end = time.monotonic() + deadline_s
+            while time.monotonic() < end:
+                status = chat_status(url, key, client)
+                if status == want:
+                    delays[name] = time.monotonic() - since
+                    return
+                assert status in meanwhile, (name, status)
+                time.sleep(0.02)
+
+    with ThreadPoolExecutor(max_workers=len(planes)) as pool:
+        list(pool.map(first, planes))
+    return delays
+
+
+def refused_within_heartbeats(stack: LeaseStack, planes: Sequence[str], key: str, *,
+                              meanwhile: Collection[int], revoked: float,
+                              heartbeat_s: float, answer_s: float) -> None:
+    """Each of ``planes`` refuses ``key``, revoked at inferplaned (its answer came at
+    ``revoked``, just now), from the first heartbeat answer after the revoke
+    (:func:`first_status` 401; ``meanwhile``: the statuses allowed before it). Counted at
+    inferplaned: at most two heartbeats of a plane land between the revoke's answer and
+    just after its first 401 (the one in flight at the revoke, whose answer may predate
+    it, and the next, which carries the deny list). Timed: each plane's delay is printed
+    and stays within one interval plus those two round trips
+    (``heartbeat_s + 2 * answer_s``)."""
+    beats = {n: p["heartbeats"] for n, p in stack.dataplanes().items()}
+    bound = heartbeat_s + 2 * answer_s
+    delays = first_status(stack, planes, key, want=401, meanwhile=meanwhile, since=revoked,
+                          deadline_s=bound + 20)
+    after = {n: p["heartbeats"] - beats[n] for n, p in stack.dataplanes().items()
+             if n in planes}
+    print(f"\nrevoke -> first 401 (heartbeat {heartbeat_s}s): "
+          + ", ".join(f"{n} {delays.get(n, float('nan')):.3f}s" for n in planes)
+          + f"; heartbeats meanwhile {after}")
+    assert set(delays) == set(planes), f"still admitted after {bound + 20}s: {delays}"
+    assert all(after[n] <= 2 for n in planes), after
+    assert all(d < bound for d in delays.values()), (bound, delays)
 
 
 def wait_until(check: Callable[[], bool], *, what: str, deadline_s: float = 60.0) -> None:

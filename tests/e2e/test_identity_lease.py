@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +32,14 @@ import yaml
 
 from tests.e2e._controlplane import serve_inferplaned, shared_gateway_config
 from tests.e2e._identity import EXCHANGE, ISSUER, SECRETS
-from tests.e2e._lease import ENV, MODEL, WRITER_TOKEN, LeaseStack
+from tests.e2e._lease import (
+    ENV,
+    MODEL,
+    WRITER_TOKEN,
+    LeaseStack,
+    chat_status,
+    refused_within_heartbeats,
+)
 from tests.e2e._oidc import CLIENT_ID, OidcProvider
 from tests.e2e._procs import run_cli
 
@@ -133,15 +139,6 @@ def _anthropic(url: str, credential: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key=credential, max_retries=0)
 
 
-def _chat(url: str, credential: str, client: httpx.Client) -> int:
-    """The status of one chat call (callers assert on the status alone, so a failure's
-    message never prints the credential)."""
-    return client.post(f"{url}/v1/chat/completions", timeout=30,
-                       headers={"Authorization": f"Bearer {credential}"},
-                       json={"model": MODEL, "max_tokens": 8,
-                             "messages": [{"role": "user", "content": "hi"}]}).status_code
-
-
 def test_one_credential_works_on_three_planes_as_the_person_under_the_member_budget(
         stack: LeaseStack, oidc: OidcProvider) -> None:
     """A credential exchanged once (for a person signing in the first time) works at once
@@ -179,20 +176,6 @@ def test_one_credential_works_on_three_planes_as_the_person_under_the_member_bud
         assert [revoked for _, revoked in _held(stack, name, user)] == [None], name
 
 
-def _first_refusal(url: str, credential: str, since: float, out: dict[str, float],
-                   name: str, deadline_s: float) -> None:
-    """Request with ``credential`` until the first 401; its delay after ``since``."""
-    with httpx.Client() as client:
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            status = _chat(url, credential, client)
-            if status == 401:
-                out[name] = time.monotonic() - since
-                return
-            assert status == 200, (name, status)
-            time.sleep(0.02)
-
-
 def test_revoking_the_user_refuses_the_credential_on_all_three_planes_within_one_heartbeat(
         stack: LeaseStack, oidc: OidcProvider) -> None:
     """Every plane admits bo's credential; after inferplaned's
@@ -207,30 +190,14 @@ def test_revoking_the_user_refuses_the_credential_on_all_three_planes_within_one
     credential = _exchange(stack, oidc.token("bo-sub", groups=[TEAM]))
     with httpx.Client() as client:
         for name in PLANES:
-            status = _chat(stack.planes[name].url, credential, client)
+            status = chat_status(stack.planes[name].url, credential, client)
             assert status == 200, name
     r = httpx.post(f"{stack.control_url}/v1alpha1/users/bo-sub@example.com/revoke",
                    timeout=30, headers={"Authorization": f"Bearer {WRITER_TOKEN}"})
     assert r.status_code == 200 and r.json()["keys_revoked"] == 1, r.text
     revoked = time.monotonic()
-    beats = {n: p["heartbeats"] for n, p in stack.dataplanes().items()}
-    delays: dict[str, float] = {}
-    bound = HEARTBEAT_S + 2 * ANSWER_S
-    threads = [threading.Thread(target=_first_refusal, args=(
-        stack.planes[name].url, credential, revoked, delays, name, bound + 20))
-        for name in PLANES]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    after = {n: p["heartbeats"] - beats[n] for n, p in stack.dataplanes().items()
-             if n in PLANES}
-    print(f"\nrevoke -> first 401 (heartbeat {HEARTBEAT_S}s): "
-          + ", ".join(f"{n} {delays.get(n, float('nan')):.3f}s" for n in PLANES)
-          + f"; heartbeats meanwhile {after}")
-    assert set(delays) == set(PLANES), f"still admitted after {bound + 20}s: {delays}"
-    assert all(after[n] <= 2 for n in PLANES), after
-    assert all(d < bound for d in delays.values()), (bound, delays)
+    refused_within_heartbeats(stack, PLANES, credential, meanwhile=(200,), revoked=revoked,
+                              heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S)
     for name in PLANES:
         url = stack.planes[name].url
         before = _permits(stack, name)
@@ -262,7 +229,7 @@ def test_no_token_or_credential_reaches_a_file_of_any_plane_or_inferplaned(
     credential = _exchange(stack, token)
     with httpx.Client() as client:
         for name in PLANES:
-            status = _chat(stack.planes[name].url, credential, client)
+            status = chat_status(stack.planes[name].url, credential, client)
             assert status == 200, name
     secrets = [token, credential, *SECRETS.values(), token.split(".")[2],
                credential.split(".")[2]]
@@ -288,15 +255,15 @@ def test_a_plane_holds_no_key_of_another_team_until_it_has_the_team(
     credential = _exchange(stack, oidc.token("di-sub", groups=["ml"]))
     with httpx.Client() as client:
         for name in PLANES:
-            status = _chat(stack.planes[name].url, credential, client)
+            status = chat_status(stack.planes[name].url, credential, client)
             assert status == 401, name
             assert _held(stack, name, "di-sub@example.com") == [], name
         done = run_cli("teams", "create", "ml", "--config", str(stack.configs["node-a"]),
                        env=ENV)
         assert done.returncode == 0, done.stderr
         again = _exchange(stack, oidc.token("di-sub", groups=["ml"]))
-        status = _chat(stack.planes["node-a"].url, again, client)
+        status = chat_status(stack.planes["node-a"].url, again, client)
         assert status == 200
-        status = _chat(stack.planes["node-b"].url, again, client)
+        status = chat_status(stack.planes["node-b"].url, again, client)
         assert status == 401
     assert [at for _, at in _held(stack, "node-a", "di-sub@example.com")] == [None]

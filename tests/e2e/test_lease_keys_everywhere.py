@@ -15,7 +15,6 @@ for heartbeats (a few seconds each).
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,16 @@ import pytest
 import yaml
 
 from tests.e2e._controlplane import shared_gateway_config
-from tests.e2e._lease import ADMIN_TOKEN, MODEL, WRITER_TOKEN, LeaseStack, wait_until
+from tests.e2e._lease import (
+    ADMIN_TOKEN,
+    MODEL,
+    WRITER_TOKEN,
+    LeaseStack,
+    chat_status,
+    first_status,
+    refused_within_heartbeats,
+    wait_until,
+)
 from tests.e2e._procs import run_cli
 
 pytestmark = pytest.mark.e2e
@@ -83,14 +91,6 @@ def _make_key(stack: LeaseStack, name: str) -> dict[str, Any]:
     return made
 
 
-def _chat(url: str, key: str, client: httpx.Client) -> int:
-    r = client.post(f"{url}/v1/chat/completions", timeout=30,
-                    headers={"Authorization": f"Bearer {key}"},
-                    json={"model": MODEL, "max_tokens": 8,
-                          "messages": [{"role": "user", "content": "hi"}]})
-    return r.status_code
-
-
 def _held(stack: LeaseStack, plane: str, key_id: str) -> list[tuple[Any, ...]]:
     """The plane's own row of ``key_id``: (display prefix, name, user, revoked at)."""
     data_dir = yaml.safe_load(stack.configs[plane].read_text())["data_dir"]
@@ -114,33 +114,6 @@ def _spent(stack: LeaseStack, plane: str, key_id: str) -> list[int]:
             if row["key_id"] == key_id and row["usd_committed"] is not None]
 
 
-def _first(url: str, key: str, want: int, since: float, out: dict[str, float], name: str,
-           deadline_s: float) -> None:
-    """Request with ``key`` until the first ``want`` status; its delay after ``since``."""
-    with httpx.Client() as client:
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            status = _chat(url, key, client)
-            if status == want:
-                out[name] = time.monotonic() - since
-                return
-            assert status in (200, 401), (name, status)
-            time.sleep(0.02)
-
-
-def _race(stack: LeaseStack, key: str, want: int, since: float,
-          deadline_s: float) -> dict[str, float]:
-    delays: dict[str, float] = {}
-    threads = [threading.Thread(target=_first, args=(
-        stack.planes[name].url, key, want, since, delays, name, deadline_s))
-        for name in PLANES]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return delays
-
-
 def test_a_key_made_at_inferplaned_works_on_all_three_planes_with_spend_under_it(
         stack: LeaseStack) -> None:
     """Each plane admits the key from its first heartbeat answer after the key was made
@@ -151,7 +124,8 @@ def test_a_key_made_at_inferplaned_works_on_all_three_planes_with_spend_under_it
     made = _make_key(stack, "ci bot")
     since = time.monotonic()
     bound = HEARTBEAT_S + 2 * ANSWER_S
-    delays = _race(stack, made["key"], 200, since, bound + 20)
+    delays = first_status(stack, PLANES, made["key"], want=200, meanwhile=(200, 401),
+                          since=since, deadline_s=bound + 20)
     print(f"\nkey made -> first 200 (heartbeat {HEARTBEAT_S}s): "
           + ", ".join(f"{n} {delays.get(n, float('nan')):.3f}s" for n in PLANES))
     assert set(delays) == set(PLANES), f"still refused after {bound + 20}s: {delays}"
@@ -168,7 +142,7 @@ def test_a_key_made_at_inferplaned_works_on_all_three_planes_with_spend_under_it
         assert all(s > 0 for s in spent), (name, spent)
         assert _held(stack, name, made["id"]) == [("inferplaned", "ci bot", USER, None)]
         with httpx.Client() as c:
-            status = _chat(url, stack.keys[(name, TEAM)], c)
+            status = chat_status(url, stack.keys[(name, TEAM)], c)
             assert status == 200, name
 
 
@@ -185,24 +159,15 @@ def test_revoked_at_inferplaned_it_is_refused_on_all_three_planes_within_one_hea
     made = _make_key(stack, "to revoke")
     with httpx.Client() as client:
         for name in PLANES:
-            wait_until(lambda n=name: _chat(stack.planes[n].url, made["key"],  # type: ignore[misc]
+            wait_until(lambda n=name: chat_status(stack.planes[n].url, made["key"],  # type: ignore[misc]
                                             client) == 200,
                        what=f"{name} admits the new key", deadline_s=30)
     r = httpx.post(f"{stack.control_url}/v1alpha1/keys/{made['id']}/revoke",
                    headers=_writer(), timeout=30)
     assert r.status_code == 200 and r.json()["revoked_at"], r.text
     revoked = time.monotonic()
-    beats = {n: p["heartbeats"] for n, p in stack.dataplanes().items()}
-    bound = HEARTBEAT_S + 2 * ANSWER_S
-    delays = _race(stack, made["key"], 401, revoked, bound + 20)
-    after = {n: p["heartbeats"] - beats[n] for n, p in stack.dataplanes().items()
-             if n in PLANES}
-    print(f"\nrevoke -> first 401 (heartbeat {HEARTBEAT_S}s): "
-          + ", ".join(f"{n} {delays.get(n, float('nan')):.3f}s" for n in PLANES)
-          + f"; heartbeats meanwhile {after}")
-    assert set(delays) == set(PLANES), f"still admitted after {bound + 20}s: {delays}"
-    assert all(after[n] <= 2 for n in PLANES), after
-    assert all(d < bound for d in delays.values()), (bound, delays)
+    refused_within_heartbeats(stack, PLANES, made["key"], meanwhile=(200, 401),
+                              revoked=revoked, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S)
     for name in PLANES:
         url = stack.planes[name].url
         before = _permits(stack, name)
@@ -216,7 +181,7 @@ def test_revoked_at_inferplaned_it_is_refused_on_all_three_planes_within_one_hea
         [(_, _, _, at)] = _held(stack, name, made["id"])
         assert at is not None, name
         with httpx.Client() as c:  # the plane's own key is untouched
-            status = _chat(url, stack.keys[(name, TEAM)], c)
+            status = chat_status(url, stack.keys[(name, TEAM)], c)
             assert status == 200, name
 
 
