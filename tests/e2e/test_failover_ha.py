@@ -38,17 +38,16 @@ import httpx
 import openai
 import psycopg
 import pytest
-import yaml
 
 from tests._ha import APP_PASSWORD, TTL_S, Cluster, Member, create_app_database, start_cluster
 from tests.e2e._procs import (
     Proc,
     create_key,
     create_team,
+    replica_config,
     run_cli,
-    shared_stores,
+    shared_replicas,
     start_gateway,
-    start_mock_upstream,
     wait_none_pending,
 )
 from tests.e2e.conftest import PRICE, expected_cost
@@ -95,22 +94,13 @@ class HA:
 
 
 def _config(workdir: Path, upstream: Proc, replica: int) -> Path:
-    config = {
-        "data_dir": str(workdir / f"data-{replica}"), "demo": False,
-        "server": {"replica_id": f"r{replica}"},
-        **shared_stores(**POOL),
-        "providers": [{"name": "up", "kind": "openai", "base_url": f"{upstream.url}/v1",
-                       "timeout_s": 60}],
-        "models": [
-            {"name": "gpt-up", "price": PRICE,
-             "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]},
-            {"name": "gpt-slow", "price": PRICE,
-             "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]},
-            {"name": "gpt-burst", "price": PRICE,
-             "deployments": [{"provider": "up", "upstream_model": "mock-burst"}]}]}
-    path = workdir / f"mayu-{replica}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return replica_config(workdir, replica, upstream, [
+        {"name": "gpt-up", "price": PRICE,
+         "deployments": [{"provider": "up", "upstream_model": "mock-gpt"}]},
+        {"name": "gpt-slow", "price": PRICE,
+         "deployments": [{"provider": "up", "upstream_model": "mock-slow-stream"}]},
+        {"name": "gpt-burst", "price": PRICE,
+         "deployments": [{"provider": "up", "upstream_model": "mock-burst"}]}], **POOL)
 
 
 @pytest.fixture(scope="module")
@@ -118,23 +108,17 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HA]:
     """The HA cluster, migrated through the multi-host DSN, and 3 gateways on it."""
     workdir = tmp_path_factory.mktemp("ha")
     cluster = start_cluster(members=3)
-    procs: list[Proc] = []
     previous = os.environ.get("INFERPLANE_DATABASE_URL")
     try:
         dsn = create_app_database(cluster)
         os.environ["INFERPLANE_DATABASE_URL"] = dsn  # the CLI helpers' and gateways' DSN
         migrated = run_cli("migrate")
         assert migrated.returncode == 0, migrated.stdout + migrated.stderr
-        upstream = start_mock_upstream(workdir)
-        procs.append(upstream)
-        configs = [_config(workdir, upstream, i) for i in range(REPLICAS)]
-        gateways = [start_gateway(c) for c in configs]
-        procs += gateways
-        yield HA(cluster=cluster, dsn=dsn, upstream=upstream, gateways=gateways,
-                 configs=configs, workdir=workdir)
+        with shared_replicas(workdir, _config, range(REPLICAS)) as (upstream, gateways,
+                                                                    configs):
+            yield HA(cluster=cluster, dsn=dsn, upstream=upstream, gateways=gateways,
+                     configs=configs, workdir=workdir)
     finally:
-        for proc in procs:
-            proc.stop()
         cluster.stop()
         if previous is None:
             os.environ.pop("INFERPLANE_DATABASE_URL", None)
