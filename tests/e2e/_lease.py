@@ -28,7 +28,7 @@ import psycopg
 import pytest
 import yaml
 
-from tests.e2e._controlplane import serve_inferplaned
+from tests.e2e._controlplane import serve_inferplaned, shared_gateway_config
 from tests.e2e._procs import (
     ROOT,
     Proc,
@@ -62,9 +62,12 @@ def start_control_plane(workdir: Path, dsn: str, *, port: int) -> Proc:
 
 
 def plane_config(workdir: Path, name: str, *, control_url: str,
-                 upstream: Proc | None = None, separate_counters: bool = False) -> Path:
+                 upstream: Proc | None = None, separate_counters: bool = False,
+                 control_plane: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | None = None) -> Path:
     """A lease-profile gateway: its own SQLite files, the mock provider (in-process, or
-    ``mayu mock-upstream`` over HTTP when ``upstream`` is given)."""
+    ``mayu mock-upstream`` over HTTP when ``upstream`` is given); ``control_plane``
+    overrides settings of its section (heartbeat, timeout), ``extra`` adds sections."""
     provider: dict[str, Any] = ({"name": "up", "kind": "openai",
                                  "base_url": f"{upstream.url}/v1", "timeout_s": 30}
                                 if upstream else {"name": "up", "kind": "mock"})
@@ -77,12 +80,12 @@ def plane_config(workdir: Path, name: str, *, control_url: str,
                    "admin_token_ref": "env:MAYU_ADMIN_TOKEN"},
         "control_plane": {"url": control_url, "token_ref": "env:MAYU_CP_TOKEN",
                           "dataplane_id": name, "max_heartbeat_interval_s": 0.5,
-                          "timeout_s": 2.0},
+                          "timeout_s": 2.0, **(control_plane or {})},
         "providers": [provider],
         # No tool-use overhead in the bound: the tests' requests carry none, and a tight
         # bound makes a small budget last many requests.
         "models": [{"name": MODEL, "price": PRICE, "deployments": [deployment],
-                    "input_overhead_tokens": 0}]}
+                    "input_overhead_tokens": 0}], **(extra or {})}
     if separate_counters:  # counters and permits apart from the keys: wipeable alone
         config["governance_store"] = {"path": str(workdir / name / "counters.db")}
     path = workdir / f"{name}.yaml"
@@ -206,10 +209,13 @@ class LeaseStack:
 
     def add_plane(self, name: str, *, teams: list[str], upstream: Proc | None = None,
                   separate_counters: bool = False, start: bool = True,
-                  control_url: str | None = None) -> Proc | None:
-        """Configure a plane, create its teams and one key each, start it."""
+                  control_url: str | None = None, control_plane: dict[str, Any] | None = None,
+                  extra: dict[str, Any] | None = None) -> Proc | None:
+        """Configure a plane (:func:`plane_config`), create its teams and one key each,
+        start it."""
         config = plane_config(self.workdir, name, control_url=control_url or self.control_url,
-                              upstream=upstream, separate_counters=separate_counters)
+                              upstream=upstream, separate_counters=separate_counters,
+                              control_plane=control_plane, extra=extra)
         self.configs[name] = config
         for team in teams:
             self.keys[(name, team)] = self.create_key(name, team)
@@ -223,6 +229,14 @@ class LeaseStack:
         assert done.returncode == 0, done.stderr
         key: str = json.loads(done.stdout)["key"]
         return key
+
+    def postgres_team(self, team: str) -> None:
+        """``team`` in Postgres too, through a shared gateway's CLI (no gateway of it
+        runs)."""
+        shared = shared_gateway_config(self.workdir, "postgres-cli")
+        done = run_cli("teams", "create", team, "--config", str(shared),
+                       env={"INFERPLANE_DATABASE_URL": self.dsn})
+        assert done.returncode == 0, done.stderr
 
     def start_plane(self, name: str) -> Proc:
         proc = start_gateway(self.configs[name], env=ENV)

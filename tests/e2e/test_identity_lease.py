@@ -30,7 +30,7 @@ import psycopg
 import pytest
 import yaml
 
-from tests.e2e._controlplane import serve_inferplaned, shared_gateway_config
+from tests.e2e._controlplane import serve_inferplaned
 from tests.e2e._identity import EXCHANGE, ISSUER, SECRETS
 from tests.e2e._lease import (
     ENV,
@@ -66,25 +66,16 @@ def stack(oidc: OidcProvider, pg_module_dsn: str,
     stack = LeaseStack(workdir=workdir, dsn=pg_module_dsn)
     try:
         _start_control(stack, oidc)
-        # eng in Postgres (the team a credential is exchanged for), through a shared
-        # gateway's CLI (no gateway of it runs).
-        shared = shared_gateway_config(workdir, "postgres-cli")
-        done = run_cli("teams", "create", TEAM, "--config", str(shared),
-                       env={"INFERPLANE_DATABASE_URL": pg_module_dsn})
-        assert done.returncode == 0, done.stderr
+        stack.postgres_team(TEAM)  # the team a credential is exchanged for
         broker = {"issuer": ISSUER, "audience": ["mayu"], "algorithms": ["EdDSA"],
                   "user_claim": "sub", "jwks_min_refresh_s": 1.0,
                   "jwks_url": f"{stack.control_url}/v1alpha1/jwks.json"}
         for name in PLANES:
-            stack.add_plane(name, teams=[TEAM], start=False)
-            config = stack.configs[name]
-            doc = yaml.safe_load(config.read_text())
-            doc["identity"] = {"broker": broker}
-            doc["control_plane"].update(max_heartbeat_interval_s=HEARTBEAT_S,
-                                        timeout_s=ANSWER_S)
-            config.write_text(yaml.safe_dump(doc))
+            stack.add_plane(name, teams=[TEAM], start=False, control_plane={
+                "max_heartbeat_interval_s": HEARTBEAT_S, "timeout_s": ANSWER_S},
+                extra={"identity": {"broker": broker}})
             done = run_cli("members", "set-default", TEAM, "--usd-micros-per-day",
-                           str(MEMBER_USD), "--config", str(config), env=ENV)
+                           str(MEMBER_USD), "--config", str(stack.configs[name]), env=ENV)
             assert done.returncode == 0, done.stderr
             stack.start_plane(name)
         yield stack
@@ -248,10 +239,7 @@ def test_a_plane_holds_no_key_of_another_team_until_it_has_the_team(
     a key of it, and each refuses it 401. Once node-a has team ml, the person's next
     credential works there at its first request (the plane re-reads its teams for the
     early heartbeat that request asks for), and still on node-a only."""
-    shared = stack.workdir / "postgres-cli.yaml"
-    done = run_cli("teams", "create", "ml", "--config", str(shared),
-                   env={"INFERPLANE_DATABASE_URL": stack.dsn})
-    assert done.returncode == 0, done.stderr
+    stack.postgres_team("ml")
     credential = _exchange(stack, oidc.token("di-sub", groups=["ml"]))
     with httpx.Client() as client:
         for name in PLANES:

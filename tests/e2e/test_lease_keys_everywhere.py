@@ -25,7 +25,6 @@ import openai
 import pytest
 import yaml
 
-from tests.e2e._controlplane import shared_gateway_config
 from tests.e2e._lease import (
     ADMIN_TOKEN,
     MODEL,
@@ -36,7 +35,6 @@ from tests.e2e._lease import (
     refused_within_heartbeats,
     wait_until,
 )
-from tests.e2e._procs import run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -59,20 +57,10 @@ def stack(pg_module_dsn: str, tmp_path_factory: pytest.TempPathFactory
     stack = LeaseStack(workdir=workdir, dsn=pg_module_dsn)
     try:
         stack.start_control()
-        # eng in Postgres (the key store keys are made in), through a shared gateway's
-        # CLI (no gateway of it runs).
-        shared = shared_gateway_config(workdir, "postgres-cli")
-        done = run_cli("teams", "create", TEAM, "--config", str(shared),
-                       env={"INFERPLANE_DATABASE_URL": pg_module_dsn})
-        assert done.returncode == 0, done.stderr
+        stack.postgres_team(TEAM)  # the key store keys are made in
         for name in PLANES:
-            stack.add_plane(name, teams=[TEAM], start=False)
-            config = stack.configs[name]
-            doc = yaml.safe_load(config.read_text())
-            doc["control_plane"].update(max_heartbeat_interval_s=HEARTBEAT_S,
-                                        timeout_s=ANSWER_S)
-            config.write_text(yaml.safe_dump(doc))
-            stack.start_plane(name)
+            stack.add_plane(name, teams=[TEAM], control_plane={
+                "max_heartbeat_interval_s": HEARTBEAT_S, "timeout_s": ANSWER_S})
         yield stack
     finally:
         stack.stop()
