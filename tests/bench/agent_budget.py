@@ -40,8 +40,7 @@ from tests.e2e._procs import (  # noqa: E402
     Proc,
     create_key,
     create_team,
-    start_gateway,
-    start_mock_upstream,
+    upstream_and_gateway,
 )
 
 MODEL = "claude-opus-4-8"
@@ -131,11 +130,8 @@ def run(*, limit: int, floor: int = 1024, interrupt: int = 0, refine: str | None
     """The session until the first refusal; the figures the docstring names."""
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        upstream = start_mock_upstream(workdir)
-        gateway = None
-        try:
-            config = config_file(workdir, upstream, refine)
-            gateway = start_gateway(config)
+        with upstream_and_gateway(workdir, lambda upstream: config_file(
+                workdir, upstream, refine)) as (gateway, upstream, config):
             create_team(config, "small", "--usd-micros-per-day", str(limit),
                         "--budget-fit-floor", str(floor))
             key = create_key(config, "small")
@@ -144,10 +140,6 @@ def run(*, limit: int, floor: int = 1024, interrupt: int = 0, refine: str | None
             gateway.stop()
             result["audit_bases"] = _audit_bases(workdir / "data")
             return result
-        finally:
-            if gateway is not None:
-                gateway.stop()
-            upstream.stop()
 
 
 def _audit_bases(data: Path) -> list[str]:
