@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -62,6 +62,7 @@ from gateway.policy import PolicySource, StaticPolicySource, deployment_routing_
 from gateway.providers import Provider, build_providers
 from gateway.replicas import audit_path, journal_path, orphan_journals, worker_settings
 from gateway.standalone import standalone_warning
+from gateway.tasks import cancel_and_wait
 from gateway.telemetry import Telemetry, start_telemetry
 
 if TYPE_CHECKING:  # the Postgres driver is imported only by the shared profile
@@ -364,11 +365,7 @@ def _start_retention(settings: Settings, store: GovernanceStore, stack: AsyncExi
     prunable: Prunable = store  # type: ignore[assignment]  # both stores prune
     task = asyncio.get_running_loop().create_task(prune_forever(prunable, days))
 
-    async def stop() -> None:
-        task.cancel()
-        with suppress(asyncio.CancelledError):
-            await task
-    stack.push_async_callback(stop)
+    stack.push_async_callback(cancel_and_wait, task)
 
 
 def _start_telemetry(settings: Settings, metrics: Metrics, stack: AsyncExitStack) -> Telemetry:
@@ -400,12 +397,8 @@ async def _open_agent_usage(settings: Settings, comps: Components, stack: AsyncE
     days = settings.governance_store.retention_days
     if days is not None and (worker is None or worker[0] == 0):
         task = asyncio.get_running_loop().create_task(prune_reports_forever(store, days))
-
-        async def stop() -> None:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
-        stack.push_async_callback(stop)  # before the store closes (last in, first out)
+        # Stopped before the store closes (last in, first out).
+        stack.push_async_callback(cancel_and_wait, task)
     return store
 
 

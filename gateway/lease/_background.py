@@ -5,9 +5,10 @@ its HTTP client is closed, so no request is left half-sent on a closed client.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import httpx
+
+from gateway.tasks import cancel_and_wait
 
 
 class Background:
@@ -26,10 +27,7 @@ class Background:
     async def _stop_loop(self) -> None:
         """Cancel the task, wait until it has ended, then close the client."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if self._http is not None:
             await self._http.aclose()
             self._http = None

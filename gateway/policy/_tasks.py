@@ -7,9 +7,10 @@ for the task to finish unwinding, so no reload runs after ``stop()`` returns.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from gateway.tasks import cancel_and_wait
 
 
 class BackgroundTask:
@@ -28,8 +29,4 @@ class BackgroundTask:
         """Cancel the task (if any) and wait until it has finished; its cancellation is
         expected, so it is not re-raised here."""
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)

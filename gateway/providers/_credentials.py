@@ -53,6 +53,7 @@ import msgspec
 
 from gateway.config import AwsBroker, AwsCredentials, resolve_secret
 from gateway.providers._base import NotDispatched, UpstreamResponse
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     # botocore (~8 MB, 50 ms to import) loads on the first AWS credential fetch, not at
@@ -127,10 +128,7 @@ class CredentialSource(ABC, Generic[T]):
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     def current(self) -> T:
         """The current credential; :class:`CredentialsUnavailable` once it has expired

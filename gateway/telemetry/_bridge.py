@@ -13,7 +13,6 @@ them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +23,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
+
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("mayu.telemetry")
 
@@ -103,8 +104,5 @@ class MetricsExport:
             await asyncio.sleep(interval_s / 2)
 
     async def aclose(self) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+        await cancel_and_wait(self._refresher)
         await asyncio.to_thread(self._provider.shutdown)
