@@ -34,7 +34,6 @@ from tests.settling import exact, spend
 
 pytestmark = pytest.mark.integration
 
-NOW = datetime.now(UTC)
 
 
 def _settings(tmp_path: Path, *, team_labels: bool) -> Settings:
@@ -65,7 +64,8 @@ async def _figures(pool: Pool) -> tuple[str, str]:
             (alpha, 1_000, Outcome(kind=OutcomeKind.UNCERTAIN, detail="cut")),
             (alpha, 2_000, None),
             (beta, 100, Outcome(kind=OutcomeKind.INVALID, detail="negative"))):
-        await spend(gov, who, usd, outcome, now=NOW, tokens=10)
+        # Today's windows, as the scrape reads them (not the day the module was imported).
+        await spend(gov, who, usd, outcome, now=datetime.now(UTC), tokens=10)
     return alpha.team.id, alpha.key_id
 
 
